@@ -1,0 +1,24 @@
+# gpupack_library(NAME SOURCES... [DEPS ...]) adds gpupack_NAME with alias gpupack::NAME; the folder is its
+# include root (headers are included as "scheduler/model.h" from the repository root).
+function(gpupack_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(gpupack_${name} STATIC ${ARG_SOURCES})
+  add_library(gpupack::${name} ALIAS gpupack_${name})
+  target_include_directories(gpupack_${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(gpupack_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# gpupack_test(NAME SOURCES... DEPS ... [LABELS ...]) adds one GoogleTest binary registered with ctest.
+function(gpupack_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock Threads::Threads)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+endfunction()
+
+# gpupack_bench(NAME SOURCES... DEPS ...) adds one Google Benchmark binary (never run by ctest).
+function(gpupack_bench name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark Threads::Threads)
+endfunction()

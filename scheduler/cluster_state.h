@@ -1,0 +1,113 @@
+// ClusterState: the whole in-memory state of the control plane, and the only code that moves reservations.
+//
+// Not thread-safe: one writer (the server's PlacementApplier, or the planner's simulation loop) owns it.
+// Reservations are keyed by task ARN: ReserveTask() holds a placed task's CPU, memory and GPU memory on its
+// instance; ReleaseTask() returns them exactly once (a second call is a no-op), so a STOPPED report that
+// arrives twice, or a StopTask racing an agent's report, never frees memory twice.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/model.h"
+#include "scheduler/status.h"
+
+namespace gpupack {
+
+// Per-instance facts derived from the tasks on it, kept up to date by ReserveTask()/ReleaseTask().
+struct InstanceLoad {
+  std::unordered_map<std::string, int> group_counts;  // task group -> non-STOPPED tasks of that group
+  std::vector<std::string> task_arns;                  // non-STOPPED tasks on the instance
+};
+
+// A RunTask clientToken record: the request fingerprint and the tasks it produced.
+struct ClientTokenRecord {
+  std::string cluster;
+  std::string token;
+  std::string request_fingerprint;
+  std::vector<std::string> task_arns;
+  EpochMs created_at = 0;
+  bool operator==(const ClientTokenRecord&) const = default;
+};
+
+class ClusterState {
+ public:
+  ClusterState() = default;
+  ClusterState(const ClusterState&) = delete;
+  ClusterState& operator=(const ClusterState&) = delete;
+
+  // ---- clusters
+  const Cluster* FindCluster(const std::string& name) const;
+  void PutCluster(Cluster cluster);
+  std::vector<const Cluster*> Clusters() const;  // sorted by name
+
+  // ---- task definitions
+  const TaskDefinition* FindTaskDefinition(const std::string& family, int revision) const;
+  const TaskDefinition* LatestActiveRevision(const std::string& family) const;
+  int LatestRevision(const std::string& family) const;  // 0 when the family is new
+  void PutTaskDefinition(TaskDefinition td);
+  const std::map<std::string, std::map<int, TaskDefinition>>& TaskDefinitions() const { return task_definitions_; }
+
+  // ---- container instances
+  // Instances are kept in registration order per cluster; the index is stable for the instance's lifetime.
+  ContainerInstance* FindInstance(const std::string& arn);
+  const ContainerInstance* FindInstance(const std::string& arn) const;
+  // Adds or replaces an instance (matched by ARN). Replacing keeps its load.
+  void PutInstance(ContainerInstance instance);
+  // Instances of a cluster in registration order, INACTIVE ones included.
+  const std::vector<ContainerInstance*>& InstancesOf(const std::string& cluster) const;
+  const InstanceLoad& LoadOf(const std::string& instance_arn) const;
+
+  // ---- tasks
+  Task* FindTask(const std::string& arn);
+  const Task* FindTask(const std::string& arn) const;
+  // Adds a task record without touching reservations (used when loading from the store; call
+  // RebuildReservations() after loading everything).
+  void PutTask(Task task);
+  const std::unordered_map<std::string, Task>& Tasks() const { return tasks_; }
+  // Drops a STOPPED task from memory (retention expired). Refuses tasks that still hold resources.
+  Status EraseStoppedTask(const std::string& arn);
+
+  // ReserveTask adds a placed task and holds its reservations on its instance. The task's
+  // container_instance_arn, reserved and gpu_reservations must be filled (the placement decision).
+  Status ReserveTask(Task task);
+  // ReleaseTask returns a task's reservations once; false when it had none left to return.
+  bool ReleaseTask(const std::string& task_arn);
+
+  // Recomputes every instance's remaining CPU/memory, GPU modes and counters from the tasks that still hold
+  // resources. Used after loading from the store; the result is exactly what Reserve/Release would produce.
+  void RebuildReservations();
+
+  // ---- clientToken idempotency
+  const ClientTokenRecord* FindClientToken(const std::string& cluster, const std::string& token) const;
+  void PutClientToken(ClientTokenRecord record);
+
+ private:
+  struct InstanceSlot {
+    std::unique_ptr<ContainerInstance> instance;
+    InstanceLoad load;
+  };
+  void ApplyReservation(const Task& task, int sign);
+
+  std::map<std::string, Cluster> clusters_;
+  std::map<std::string, std::map<int, TaskDefinition>> task_definitions_;  // family -> revision -> td
+  std::unordered_map<std::string, InstanceSlot> instances_;                // arn -> instance
+  std::unordered_map<std::string, std::vector<ContainerInstance*>> by_cluster_;
+  std::unordered_map<std::string, Task> tasks_;
+  std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
+};
+
+// DemandOf derives what a task needs from its definition and overrides (task-level cpu/memory win over the
+// containers' sums; container overrides of cpu/memory apply). Assumes a validated definition.
+TaskDemand DemandOf(const TaskDefinition& td, const TaskOverride& overrides = {});
+
+// Parses ECS task-level cpu ("1024", "1 vCPU", "0.5 vcpu") into CPU units and memory ("2048", "2 GB", "2GB")
+// into MiB; nullopt when malformed.
+std::optional<int64_t> ParseTaskCpu(const std::string& text);
+std::optional<int64_t> ParseTaskMemory(const std::string& text);
+
+}  // namespace gpupack

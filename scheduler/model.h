@@ -1,0 +1,254 @@
+// The domain model: value types for clusters, task definitions, container instances, GPUs and tasks.
+//
+// Plain data, no behaviour beyond small derived helpers. Times are epoch milliseconds (0 = unset); the codec
+// turns them into ECS's epoch seconds. Memory is MiB, CPU is ECS CPU units (1024 per vCPU).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpupack {
+
+using MiB = int64_t;
+using EpochMs = int64_t;
+
+// ---- Task definitions -------------------------------------------------------------------------------------
+
+// sharingStrategy.nvidiaMps of a GPU resource requirement.
+struct MpsSharing {
+  MiB memory_mib = 0;
+  std::optional<int> max_compute_percent;  // 1..100; absent means 100 and no thread-percentage variable
+
+  int EffectiveComputePercent() const { return max_compute_percent.value_or(100); }
+  bool operator==(const MpsSharing&) const = default;
+};
+
+// containerDefinitions[].resourceRequirements[]: {"type": "GPU", "value": "1"} or
+// {"type": "GPU", "sharingStrategy": {"nvidiaMps": {...}}}. `value` is kept as the client sent it.
+struct ResourceRequirement {
+  std::string type;                  // "GPU" or "InferenceAccelerator"
+  std::optional<std::string> value;  // dedicated GPU count, as a string
+  std::optional<MpsSharing> mps;     // sharingStrategy.nvidiaMps
+  bool has_sharing_strategy = false; // a sharingStrategy object was present (even without nvidiaMps)
+  bool operator==(const ResourceRequirement&) const = default;
+};
+
+struct KeyValuePair {
+  std::string name;
+  std::string value;
+  bool operator==(const KeyValuePair&) const = default;
+};
+
+struct ContainerDefinition {
+  std::string name;
+  std::string image;
+  std::vector<std::string> command;
+  std::vector<std::string> entry_point;
+  std::vector<KeyValuePair> environment;
+  int64_t cpu = 0;                          // CPU units reserved for the container (0 = none)
+  std::optional<int64_t> memory;            // hard limit, MiB
+  std::optional<int64_t> memory_reservation;  // soft limit, MiB
+  bool essential = true;
+  std::vector<ResourceRequirement> resource_requirements;
+  // Fields of ECS's ContainerDefinition that gpupack does not interpret (portMappings, logConfiguration, ...),
+  // as a JSON object text, echoed back by DescribeTaskDefinition. Opaque to the scheduler.
+  std::string extra_json;
+  bool operator==(const ContainerDefinition&) const = default;
+};
+
+// A task-placement constraint: {"type": "distinctInstance"} or {"type": "memberOf", "expression": "..."}.
+struct PlacementConstraint {
+  std::string type;
+  std::string expression;
+  bool operator==(const PlacementConstraint&) const = default;
+};
+
+// A task-placement strategy: {"type": "binpack"|"spread"|"random", "field": "..."}.
+struct PlacementStrategy {
+  std::string type;
+  std::string field;
+  bool operator==(const PlacementStrategy&) const = default;
+};
+
+struct TaskDefinition {
+  std::string family;
+  int revision = 0;
+  std::string arn;
+  std::string status = "ACTIVE";  // ACTIVE | INACTIVE
+  std::vector<ContainerDefinition> containers;
+  std::optional<std::string> cpu;     // task-level cpu as sent ("1024" or "1 vCPU")
+  std::optional<std::string> memory;  // task-level memory as sent ("2048" or "2 GB")
+  std::string network_mode;           // empty = not set
+  std::vector<std::string> requires_compatibilities;
+  std::vector<PlacementConstraint> placement_constraints;  // memberOf only (ECS)
+  std::vector<KeyValuePair> tags;
+  EpochMs registered_at = 0;
+  EpochMs deregistered_at = 0;
+  std::string extra_json;  // uninterpreted top-level fields (taskRoleArn, volumes, ...), JSON object text
+  bool operator==(const TaskDefinition&) const = default;
+};
+
+// What a task needs from one container instance, derived from its definition (and overrides).
+enum class GpuKind { kNone, kShared, kDedicated };
+
+struct TaskDemand {
+  int64_t cpu = 0;        // CPU units
+  MiB memory = 0;         // host memory, MiB
+  GpuKind gpu_kind = GpuKind::kNone;
+  MiB gpu_memory = 0;     // shared: sum of nvidiaMps.memory over GPU containers (all on one GPU)
+  int gpu_compute = 0;    // shared: sum of effective maxComputePercent over GPU containers
+  int gpu_count = 0;      // dedicated: sum of `value` over containers
+  bool operator==(const TaskDemand&) const = default;
+};
+
+// ---- Clusters ---------------------------------------------------------------------------------------------
+
+struct ClusterSettings {
+  // Opt-in beyond ECS: the sum of maxComputePercent on one GPU stays <= 100 (RESOURCE:GPU_COMPUTE).
+  bool compute_aware_placement = false;
+  bool operator==(const ClusterSettings&) const = default;
+};
+
+struct Cluster {
+  std::string name;
+  std::string arn;
+  std::string status = "ACTIVE";  // ACTIVE | INACTIVE
+  ClusterSettings settings;
+  std::vector<KeyValuePair> tags;
+  EpochMs created_at = 0;
+  bool operator==(const Cluster&) const = default;
+};
+
+// ---- Container instances and GPUs -------------------------------------------------------------------------
+
+enum class GpuMode { kIdle, kMps, kDedicated };
+
+// One physical GPU of a container instance and what placed tasks declared on it.
+struct Gpu {
+  std::string id;  // "GPU-<uuid>"
+  MiB total_memory_mib = 0;
+  MiB remaining_memory_mib = 0;  // total minus the memory declared by non-STOPPED shared tasks on it
+  GpuMode mode = GpuMode::kIdle;
+  int container_count = 0;       // GPU containers of non-STOPPED tasks on it
+  int compute_used_percent = 0;  // sum of effective maxComputePercent of shared containers on it
+  bool held = false;             // the agent holds it after a fault; nothing is placed on it
+  bool operator==(const Gpu&) const = default;
+};
+
+struct Resources {
+  int64_t cpu = 0;
+  MiB memory = 0;
+  bool operator==(const Resources&) const = default;
+};
+
+struct Attribute {
+  std::string name;
+  std::optional<std::string> value;
+  bool operator==(const Attribute&) const = default;
+};
+
+struct ContainerInstance {
+  std::string arn;
+  std::string id;  // the last part of the ARN
+  std::string cluster;  // cluster name
+  std::string ec2_instance_id;
+  std::string instance_type;
+  std::string status = "ACTIVE";  // ACTIVE | DRAINING | INACTIVE
+  std::string status_reason;
+  bool agent_connected = true;
+  bool impaired = false;          // the agent reports its MPS daemon unhealthy; nothing is placed
+  std::string agent_version;
+  Resources registered;
+  Resources remaining;
+  std::vector<Gpu> gpus;
+  std::vector<Attribute> attributes;  // sorted by name, unique
+  int running_tasks_count = 0;
+  int pending_tasks_count = 0;
+  EpochMs registered_at = 0;
+  int64_t version = 1;
+  bool operator==(const ContainerInstance&) const = default;
+
+  const Attribute* FindAttribute(const std::string& name) const {
+    for (const auto& a : attributes)
+      if (a.name == name) return &a;
+    return nullptr;
+  }
+};
+
+// ---- Tasks ------------------------------------------------------------------------------------------------
+
+struct ContainerOverride {
+  std::string name;
+  std::optional<std::vector<std::string>> command;
+  std::vector<KeyValuePair> environment;
+  std::optional<int64_t> cpu;
+  std::optional<int64_t> memory;
+  std::optional<int64_t> memory_reservation;
+  std::vector<ResourceRequirement> resource_requirements;  // a sharingStrategy here is refused
+  bool operator==(const ContainerOverride&) const = default;
+};
+
+struct TaskOverride {
+  std::vector<ContainerOverride> container_overrides;
+  std::optional<std::string> cpu;
+  std::optional<std::string> memory;
+  bool operator==(const TaskOverride&) const = default;
+};
+
+struct Container {
+  std::string name;
+  std::string container_arn;
+  std::string image;
+  std::string last_status = "PENDING";  // PENDING | RUNNING | STOPPED
+  std::optional<int> exit_code;
+  std::string reason;
+  bool essential = true;
+  std::vector<std::string> gpu_ids;      // GPUs assigned to this container
+  std::optional<MpsSharing> mps;         // gpuSharingStrategy.nvidiaMps for a shared container
+  bool operator==(const Container&) const = default;
+};
+
+// Memory and compute a task holds on one GPU; released exactly once when the task stops.
+struct GpuReservation {
+  std::string gpu_id;
+  MiB memory_mib = 0;        // shared: declared memory; dedicated: 0 (the whole GPU)
+  int compute_percent = 0;   // shared: sum of effective maxComputePercent
+  int containers = 0;        // GPU containers of the task on this GPU
+  bool dedicated = false;
+  bool operator==(const GpuReservation&) const = default;
+};
+
+struct Task {
+  std::string arn;
+  std::string id;
+  std::string cluster;  // cluster name
+  std::string task_definition_arn;
+  std::string container_instance_arn;
+  std::string group;
+  std::string started_by;
+  std::string launch_type = "EC2";
+  std::string last_status = "PENDING";   // PENDING | RUNNING | STOPPED (plus transitional states)
+  std::string desired_status = "RUNNING";
+  std::string stop_code;
+  std::string stopped_reason;
+  EpochMs created_at = 0;
+  EpochMs started_at = 0;
+  EpochMs stopping_at = 0;
+  EpochMs stopped_at = 0;
+  std::vector<Container> containers;
+  TaskOverride overrides;
+  std::vector<KeyValuePair> tags;
+  Resources reserved;                     // host CPU and memory held on the instance
+  std::vector<GpuReservation> gpu_reservations;
+  bool resources_released = false;        // set once, when the task's reservations were returned
+  std::string client_token;
+  int64_t version = 1;
+  bool operator==(const Task&) const = default;
+};
+
+const char* GpuModeName(GpuMode mode);  // "IDLE" | "NVIDIA_MPS" | "DEDICATED"
+
+}  // namespace gpupack

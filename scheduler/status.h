@@ -1,0 +1,74 @@
+// Status and Result<T>: errors as values at module borders.
+//
+// Every code maps to one ECS error name and HTTP status, in exactly one place: api/errors.cc. The scheduler
+// and storage only pick the code and write a message a person can act on.
+#pragma once
+
+#include <cassert>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace gpupack {
+
+enum class ErrorCode {
+  kOk,
+  kClient,               // ClientException (400)
+  kInvalidParameter,     // InvalidParameterException (400)
+  kClusterNotFound,      // ClusterNotFoundException (400)
+  kConflict,             // ConflictException (400)
+  kAccessDenied,         // AccessDeniedException (400)
+  kLimitExceeded,        // LimitExceededException (400)
+  kUnsupportedFeature,   // UnsupportedFeatureException (400)
+  kUnknownOperation,     // UnknownOperationException (400)
+  kServer,               // ServerException (500)
+};
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return {}; }
+  static Status Client(std::string m) { return {ErrorCode::kClient, std::move(m)}; }
+  static Status InvalidParameter(std::string m) { return {ErrorCode::kInvalidParameter, std::move(m)}; }
+  static Status ClusterNotFound(std::string m) { return {ErrorCode::kClusterNotFound, std::move(m)}; }
+  static Status Conflict(std::string m) { return {ErrorCode::kConflict, std::move(m)}; }
+  static Status LimitExceeded(std::string m) { return {ErrorCode::kLimitExceeded, std::move(m)}; }
+  static Status Unsupported(std::string m) { return {ErrorCode::kUnsupportedFeature, std::move(m)}; }
+  static Status Server(std::string m) { return {ErrorCode::kServer, std::move(m)}; }
+
+  bool ok() const { return code_ == ErrorCode::kOk; }
+  ErrorCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  ErrorCode code_ = ErrorCode::kOk;
+  std::string message_;
+};
+
+// Result<T> holds a T or a non-ok Status.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace gpupack

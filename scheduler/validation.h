@@ -1,0 +1,34 @@
+// Validation of client input against ECS's rules and DESIGN §5. Pure functions; every refusal names the
+// field and the rule in its message, with the ECS error code the API answers.
+#pragma once
+
+#include <vector>
+
+#include "scheduler/model.h"
+#include "scheduler/status.h"
+
+namespace gpupack {
+
+// RegisterTaskDefinition: family, containers, cpu/memory, GPU requirements (dedicated vs nvidiaMps, all GPU
+// containers of a definition use the same option, FARGATE/EXTERNAL refuse sharing), reserved MPS variables,
+// placement constraints. ClientException on every rule of DESIGN §5.
+Status ValidateTaskDefinition(const TaskDefinition& td);
+
+// RunTask/StartTask overrides against the definition: a sharingStrategy is refused (ClientException); reserved
+// MPS variables are accepted (the agent's values win); unknown container names are refused.
+Status ValidateOverrides(const TaskDefinition& td, const TaskOverride& overrides);
+
+// RunTask placement: at most 10 constraints (distinctInstance | memberOf with a valid expression) and 5
+// strategies (binpack cpu|memory|gpuMemory, spread instanceId|host|attribute:NAME, random with no field).
+// InvalidParameterException on a bad one.
+Status ValidatePlacement(const std::vector<PlacementConstraint>& constraints,
+                         const std::vector<PlacementStrategy>& strategies);
+
+// Names: cluster names and families [a-zA-Z0-9_-]{1,255}; container names [a-zA-Z0-9_-]{1,255}.
+bool IsValidName(const std::string& name);
+
+// The two environment variables the agent owns for shared GPU containers.
+inline constexpr const char* kMpsMemLimitVar = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+inline constexpr const char* kMpsThreadPercentVar = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+
+}  // namespace gpupack
