@@ -1,0 +1,182 @@
+#include "api/ecs_handler.h"
+
+#include <array>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "api/errors.h"
+
+namespace gpupack::api {
+
+// Latency histogram per operation (bounded set of labels: only known operations are recorded).
+struct RequestMetrics {
+  static constexpr std::array<double, 10> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5};
+  struct Histogram {
+    std::array<uint64_t, kBuckets.size()> buckets{};
+    uint64_t count = 0;
+    double sum = 0;
+  };
+  std::mutex mu;
+  std::map<std::string, Histogram> by_operation;       // guarded by mu
+  std::map<std::pair<std::string, int>, uint64_t> responses;  // (operation, http status) -> count; guarded by mu
+
+  void Observe(const std::string& op, int status, double seconds) {
+    std::lock_guard lock(mu);
+    Histogram& h = by_operation[op];
+    for (size_t i = 0; i < kBuckets.size(); ++i)
+      if (seconds <= kBuckets[i]) ++h.buckets[i];
+    ++h.count;
+    h.sum += seconds;
+    ++responses[{op, status}];
+  }
+
+  std::string Text() {
+    std::lock_guard lock(mu);
+    std::ostringstream m;
+    m << "# HELP gpupack_request_duration_seconds ECS API request latency by operation.\n"
+         "# TYPE gpupack_request_duration_seconds histogram\n";
+    for (const auto& [op, h] : by_operation) {
+      for (size_t i = 0; i < kBuckets.size(); ++i)
+        m << "gpupack_request_duration_seconds_bucket{operation=\"" << op << "\",le=\"" << kBuckets[i] << "\"} "
+          << h.buckets[i] << "\n";
+      m << "gpupack_request_duration_seconds_bucket{operation=\"" << op << "\",le=\"+Inf\"} " << h.count << "\n";
+      m << "gpupack_request_duration_seconds_sum{operation=\"" << op << "\"} " << h.sum << "\n";
+      m << "gpupack_request_duration_seconds_count{operation=\"" << op << "\"} " << h.count << "\n";
+    }
+    m << "# HELP gpupack_requests_total ECS API responses by operation and HTTP status.\n"
+         "# TYPE gpupack_requests_total counter\n";
+    for (const auto& [key, n] : responses)
+      m << "gpupack_requests_total{operation=\"" << key.first << "\",code=\"" << key.second << "\"} " << n << "\n";
+    return m.str();
+  }
+};
+
+namespace {
+
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* kHex = "0123456789abcdef";
+  std::string id = "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx";
+  uint64_t a = rng(), b = rng();
+  int n = 0;
+  for (auto& c : id) {
+    if (c != 'x' && c != 'y') continue;
+    uint64_t v = (n < 16 ? a >> (n * 4) : b >> ((n - 16) * 4)) & 15;
+    if (c == 'y') v = 8 | (v & 3);
+    c = kHex[v];
+    ++n;
+  }
+  return id;
+}
+
+HttpResponse JsonResponse(int status, std::string body, const std::string& request_id) {
+  HttpResponse r;
+  r.status = status;
+  r.headers = {{"Content-Type", "application/x-amz-json-1.1"}, {"x-amzn-RequestId", request_id}};
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse ErrorResponse(const Status& s, const std::string& request_id) {
+  HttpResponse r = JsonResponse(ToEcsError(s.code()).http_status, ErrorBody(s), request_id);
+  r.headers.emplace_back("x-amzn-ErrorType", ToEcsError(s.code()).type);
+  return r;
+}
+
+// Parses JSON refusing nesting deeper than kMaxJsonDepth (before any deep structure is built).
+Result<Json> ParseBody(const std::string& body) {
+  if (body.empty()) return Json::object();  // the SDK sends "{}" but curl users may send nothing
+  bool too_deep = false;
+  Json::parser_callback_t cb = [&](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
+  Json j = Json::parse(body, cb, /*allow_exceptions=*/false);
+  if (too_deep) return Status::Client("request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  if (j.is_discarded()) return Status(ErrorCode::kClient, "request body is not valid JSON");
+  return j;
+}
+
+}  // namespace
+
+EcsHandler::EcsHandler(ControlPlane& control_plane)
+    : cp_(control_plane), metrics_(std::make_unique<RequestMetrics>()) {}
+EcsHandler::~EcsHandler() = default;
+
+Handler EcsHandler::AsHandler() {
+  return [this](HttpRequest&& req, Responder respond) { Handle(std::move(req), std::move(respond)); };
+}
+
+void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
+  const std::string request_id = NewRequestId();
+  const auto start = std::chrono::steady_clock::now();
+  std::string path = req.target.substr(0, req.target.find('?'));
+  if (req.method == "GET" && path == "/healthz") {
+    bool ok = cp_.healthy();
+    HttpResponse r;
+    r.status = ok ? 200 : 503;
+    r.headers = {{"Content-Type", "application/json"}, {"x-amzn-RequestId", request_id}};
+    r.body = ok ? R"({"status":"ok"})" : R"({"status":"degraded","reason":"a commit failed; restart the server"})";
+    respond(std::move(r));
+    return;
+  }
+  if (req.method == "GET" && path == "/metrics") {
+    HttpResponse r;
+    r.headers = {{"Content-Type", "text/plain; version=0.0.4"}, {"x-amzn-RequestId", request_id}};
+    r.body = cp_.MetricsText() + metrics_->Text() + (extra_metrics_ ? extra_metrics_() : "");
+    respond(std::move(r));
+    return;
+  }
+  if (path != "/") {
+    HttpResponse r = ErrorResponse(Status::Client("no such resource: " + path.substr(0, 200)), request_id);
+    r.status = 404;
+    respond(std::move(r));
+    return;
+  }
+  if (req.method != "POST") {
+    HttpResponse r = ErrorResponse(Status::Client("the ECS API takes POST /"), request_id);
+    r.status = 405;
+    r.headers.emplace_back("Allow", "POST");
+    respond(std::move(r));
+    return;
+  }
+  const std::string* target = req.Header("x-amz-target");
+  std::string operation;
+  if (!target || target->rfind(kTargetPrefix, 0) != 0) {
+    Status s(ErrorCode::kUnknownOperation,
+             target ? "unknown operation target '" + target->substr(0, 200) + "'" : "missing X-Amz-Target header");
+    metrics_->Observe("unknown", 400, 0);
+    respond(ErrorResponse(s, request_id));
+    return;
+  }
+  operation = target->substr(std::char_traits<char>::length(kTargetPrefix));
+  if (!ControlPlane::Knows(operation)) {
+    metrics_->Observe("unknown", 400, 0);
+    respond(ErrorResponse(Status(ErrorCode::kUnknownOperation, "unknown operation '" + operation.substr(0, 100) + "'"),
+                          request_id));
+    return;
+  }
+  auto body = ParseBody(req.body);
+  if (!body.ok()) {
+    metrics_->Observe(operation, 400, 0);
+    respond(ErrorResponse(body.status(), request_id));
+    return;
+  }
+  cp_.Execute(operation, *body, [this, respond = std::move(respond), request_id, operation, start](OperationResult r) {
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    HttpResponse resp = r.status.ok()
+                            ? JsonResponse(200, r.body.dump(-1, ' ', false, Json::error_handler_t::replace), request_id)
+                            : ErrorResponse(r.status, request_id);
+    metrics_->Observe(operation, resp.status, secs);
+    spdlog::info("op={} status={} latency_ms={:.3f} request_id={}{}", operation, resp.status, secs * 1000, request_id,
+                 r.status.ok() ? "" : " error=" + std::string(ToEcsError(r.status.code()).type));
+    respond(std::move(resp));
+  });
+}
+
+}  // namespace gpupack::api

@@ -1,0 +1,28 @@
+#include "api/errors.h"
+
+#include <nlohmann/json.hpp>
+
+namespace gpupack::api {
+
+EcsError ToEcsError(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return {200, ""};
+    case ErrorCode::kClient: return {400, "ClientException"};
+    case ErrorCode::kInvalidParameter: return {400, "InvalidParameterException"};
+    case ErrorCode::kClusterNotFound: return {400, "ClusterNotFoundException"};
+    case ErrorCode::kConflict: return {400, "ConflictException"};
+    case ErrorCode::kAccessDenied: return {400, "AccessDeniedException"};
+    case ErrorCode::kLimitExceeded: return {400, "LimitExceededException"};
+    case ErrorCode::kUnsupportedFeature: return {400, "UnsupportedFeatureException"};
+    case ErrorCode::kUnknownOperation: return {400, "UnknownOperationException"};
+    case ErrorCode::kServer: return {500, "ServerException"};
+  }
+  return {500, "ServerException"};
+}
+
+std::string ErrorBody(const Status& status) {
+  nlohmann::json j = {{"__type", ToEcsError(status.code()).type}, {"message", status.message()}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace gpupack::api

@@ -1,1 +1,50 @@
-int main() { return 0; }
+// gpupack: one binary, subcommands (server, agent, plan, up). Wiring only; the work is in the libraries.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+
+namespace {
+
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "gpupack: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpupack: a cluster scheduler for shared NVIDIA GPUs that speaks the Amazon ECS API"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(gpupack::cli::kVersion));
+
+  gpupack::cli::ServerFlags server_flags;
+  CLI::App* server = app.add_subcommand("server", "Run the control plane: ECS API, placement, state in SQLite");
+  gpupack::cli::AddServerFlags(*server, server_flags);
+
+  CLI::App* up = app.add_subcommand("up", "Run a local cluster: the server on loopback with its SQLite database");
+  gpupack::cli::ServerFlags up_flags;
+  up_flags.db = "gpupack-up.db";
+  gpupack::cli::AddServerFlags(*up, up_flags);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return Fail(std::string(e.what()) + " (see gpupack --help)", 2);
+  }
+
+  if (*server) return gpupack::cli::RunServer(server_flags, /*banner_for_up=*/false);
+  if (*up) return gpupack::cli::RunServer(up_flags, /*banner_for_up=*/true);
+  return Fail("no command given (see gpupack --help)", 2);
+}

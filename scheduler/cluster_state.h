@@ -75,6 +75,9 @@ class ClusterState {
   // ReserveTask adds a placed task and holds its reservations on its instance. The task's
   // container_instance_arn, reserved and gpu_reservations must be filled (the placement decision).
   Status ReserveTask(Task task);
+  // SetTaskLastStatus moves a task between PENDING and RUNNING (keeping the instance's pending/running
+  // counters right) or records any other status; STOPPED also releases its reservations.
+  void SetTaskLastStatus(const std::string& task_arn, const std::string& last_status);
   // ReleaseTask returns a task's reservations once; false when it had none left to return.
   bool ReleaseTask(const std::string& task_arn);
 

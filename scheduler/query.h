@@ -28,6 +28,8 @@ inline constexpr int kMaxDepth = 32;
 // Parse returns the AST, or InvalidParameterException with a message that names the position and what was
 // expected (e.g. "memberOf expression: expected an operator after 'attribute:gpu' at position 14").
 Result<ExpressionPtr> Parse(std::string_view text);
+// Parse with another label at the head of error messages, e.g. "filter" for ListContainerInstances.
+Result<ExpressionPtr> Parse(std::string_view text, std::string_view label);
 
 // Evaluate answers whether `instance` (with the tasks summarized in `load`) satisfies the expression.
 bool Evaluate(const Expression& expr, const ContainerInstance& instance, const InstanceLoad& load);

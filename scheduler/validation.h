@@ -2,6 +2,8 @@
 // field and the rule in its message, with the ECS error code the API answers.
 #pragma once
 
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "scheduler/model.h"
@@ -30,5 +32,8 @@ bool IsValidName(const std::string& name);
 // The two environment variables the agent owns for shared GPU containers.
 inline constexpr const char* kMpsMemLimitVar = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 inline constexpr const char* kMpsThreadPercentVar = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+
+// IsReservedMpsVariable answers whether `name` is one of the two variables above (exact, case-sensitive match).
+bool IsReservedMpsVariable(std::string_view name);
 
 }  // namespace gpupack

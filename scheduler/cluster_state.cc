@@ -1,0 +1,321 @@
+#include "scheduler/cluster_state.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+namespace gpupack {
+
+// ---- clusters ----------------------------------------------------------------------------------------------
+
+const Cluster* ClusterState::FindCluster(const std::string& name) const {
+  auto it = clusters_.find(name);
+  return it == clusters_.end() ? nullptr : &it->second;
+}
+
+void ClusterState::PutCluster(Cluster cluster) {
+  std::string name = cluster.name;
+  clusters_[name] = std::move(cluster);
+}
+
+std::vector<const Cluster*> ClusterState::Clusters() const {
+  std::vector<const Cluster*> out;
+  out.reserve(clusters_.size());
+  for (const auto& [_, c] : clusters_) out.push_back(&c);
+  return out;
+}
+
+// ---- task definitions --------------------------------------------------------------------------------------
+
+const TaskDefinition* ClusterState::FindTaskDefinition(const std::string& family, int revision) const {
+  auto f = task_definitions_.find(family);
+  if (f == task_definitions_.end()) return nullptr;
+  auto r = f->second.find(revision);
+  return r == f->second.end() ? nullptr : &r->second;
+}
+
+const TaskDefinition* ClusterState::LatestActiveRevision(const std::string& family) const {
+  auto f = task_definitions_.find(family);
+  if (f == task_definitions_.end()) return nullptr;
+  for (auto it = f->second.rbegin(); it != f->second.rend(); ++it)
+    if (it->second.status == "ACTIVE") return &it->second;
+  return nullptr;
+}
+
+int ClusterState::LatestRevision(const std::string& family) const {
+  auto f = task_definitions_.find(family);
+  if (f == task_definitions_.end() || f->second.empty()) return 0;
+  return f->second.rbegin()->first;
+}
+
+void ClusterState::PutTaskDefinition(TaskDefinition td) {
+  auto& revs = task_definitions_[td.family];
+  int rev = td.revision;
+  revs[rev] = std::move(td);
+}
+
+// ---- container instances -----------------------------------------------------------------------------------
+
+ContainerInstance* ClusterState::FindInstance(const std::string& arn) {
+  auto it = instances_.find(arn);
+  return it == instances_.end() ? nullptr : it->second.instance.get();
+}
+
+const ContainerInstance* ClusterState::FindInstance(const std::string& arn) const {
+  auto it = instances_.find(arn);
+  return it == instances_.end() ? nullptr : it->second.instance.get();
+}
+
+void ClusterState::PutInstance(ContainerInstance instance) {
+  auto it = instances_.find(instance.arn);
+  if (it != instances_.end()) {
+    *it->second.instance = std::move(instance);
+    return;
+  }
+  std::string arn = instance.arn;
+  std::string cluster = instance.cluster;
+  auto& slot = instances_[arn];
+  slot.instance = std::make_unique<ContainerInstance>(std::move(instance));
+  by_cluster_[cluster].push_back(slot.instance.get());
+}
+
+const std::vector<ContainerInstance*>& ClusterState::InstancesOf(const std::string& cluster) const {
+  static const std::vector<ContainerInstance*> kNone;
+  auto it = by_cluster_.find(cluster);
+  return it == by_cluster_.end() ? kNone : it->second;
+}
+
+const InstanceLoad& ClusterState::LoadOf(const std::string& instance_arn) const {
+  static const InstanceLoad kEmpty;
+  auto it = instances_.find(instance_arn);
+  return it == instances_.end() ? kEmpty : it->second.load;
+}
+
+// ---- tasks -------------------------------------------------------------------------------------------------
+
+Task* ClusterState::FindTask(const std::string& arn) {
+  auto it = tasks_.find(arn);
+  return it == tasks_.end() ? nullptr : &it->second;
+}
+
+const Task* ClusterState::FindTask(const std::string& arn) const {
+  auto it = tasks_.find(arn);
+  return it == tasks_.end() ? nullptr : &it->second;
+}
+
+void ClusterState::PutTask(Task task) {
+  std::string arn = task.arn;
+  tasks_[arn] = std::move(task);
+}
+
+Status ClusterState::EraseStoppedTask(const std::string& arn) {
+  auto it = tasks_.find(arn);
+  if (it == tasks_.end()) return Status::Ok();
+  if (!it->second.resources_released)
+    return Status::Server("task " + arn + " still holds resources and cannot be purged");
+  tasks_.erase(it);
+  return Status::Ok();
+}
+
+// ApplyReservation adds (sign = +1) or returns (sign = -1) a task's holdings on its instance and GPUs.
+// GPU mode follows the holdings: a GPU with no containers left goes back to IDLE.
+void ClusterState::ApplyReservation(const Task& task, int sign) {
+  auto it = instances_.find(task.container_instance_arn);
+  if (it == instances_.end()) return;
+  ContainerInstance& inst = *it->second.instance;
+  InstanceLoad& load = it->second.load;
+  inst.remaining.cpu -= sign * task.reserved.cpu;
+  inst.remaining.memory -= sign * task.reserved.memory;
+  for (const auto& r : task.gpu_reservations) {
+    for (auto& gpu : inst.gpus) {
+      if (gpu.id != r.gpu_id) continue;
+      gpu.container_count += sign * r.containers;
+      if (r.dedicated) {
+        gpu.remaining_memory_mib = sign > 0 ? 0 : gpu.total_memory_mib;
+        gpu.mode = sign > 0 ? GpuMode::kDedicated : GpuMode::kIdle;
+      } else {
+        gpu.remaining_memory_mib -= sign * r.memory_mib;
+        gpu.compute_used_percent -= sign * r.compute_percent;
+        gpu.mode = gpu.container_count > 0 ? GpuMode::kMps : GpuMode::kIdle;
+      }
+      if (gpu.container_count <= 0) {
+        gpu.container_count = 0;
+        gpu.mode = GpuMode::kIdle;
+        gpu.remaining_memory_mib = gpu.total_memory_mib;
+        gpu.compute_used_percent = 0;
+      }
+    }
+  }
+  if (sign > 0) {
+    ++load.group_counts[task.group];
+    load.task_arns.push_back(task.arn);
+    if (task.last_status == "RUNNING") ++inst.running_tasks_count; else ++inst.pending_tasks_count;
+  } else {
+    if (--load.group_counts[task.group] <= 0) load.group_counts.erase(task.group);
+    std::erase(load.task_arns, task.arn);
+    if (task.last_status == "RUNNING") --inst.running_tasks_count; else --inst.pending_tasks_count;
+    inst.running_tasks_count = std::max(0, inst.running_tasks_count);
+    inst.pending_tasks_count = std::max(0, inst.pending_tasks_count);
+  }
+}
+
+Status ClusterState::ReserveTask(Task task) {
+  if (tasks_.count(task.arn)) return Status::Conflict("task " + task.arn + " already exists");
+  if (!FindInstance(task.container_instance_arn))
+    return Status::Server("task " + task.arn + " placed on unknown instance " + task.container_instance_arn);
+  task.resources_released = false;
+  ApplyReservation(task, +1);
+  std::string arn = task.arn;
+  tasks_[arn] = std::move(task);
+  return Status::Ok();
+}
+
+bool ClusterState::ReleaseTask(const std::string& task_arn) {
+  auto it = tasks_.find(task_arn);
+  if (it == tasks_.end() || it->second.resources_released) return false;
+  ApplyReservation(it->second, -1);
+  it->second.resources_released = true;
+  return true;
+}
+
+void ClusterState::SetTaskLastStatus(const std::string& task_arn, const std::string& last_status) {
+  Task* task = FindTask(task_arn);
+  if (!task || task->last_status == last_status) return;
+  if (last_status == "STOPPED") {
+    ReleaseTask(task_arn);
+    task->last_status = last_status;
+    return;
+  }
+  ContainerInstance* inst = task->resources_released ? nullptr : FindInstance(task->container_instance_arn);
+  if (inst) {
+    bool was_running = task->last_status == "RUNNING", now_running = last_status == "RUNNING";
+    if (was_running != now_running) {
+      inst->running_tasks_count += now_running ? 1 : -1;
+      inst->pending_tasks_count += now_running ? -1 : 1;
+    }
+  }
+  task->last_status = last_status;
+}
+
+void ClusterState::RebuildReservations() {
+  for (auto& [_, slot] : instances_) {
+    ContainerInstance& inst = *slot.instance;
+    inst.remaining = inst.registered;
+    inst.running_tasks_count = inst.pending_tasks_count = 0;
+    for (auto& gpu : inst.gpus) {
+      gpu.remaining_memory_mib = gpu.total_memory_mib;
+      gpu.mode = GpuMode::kIdle;
+      gpu.container_count = 0;
+      gpu.compute_used_percent = 0;
+    }
+    slot.load = InstanceLoad{};
+  }
+  for (const auto& [_, task] : tasks_)
+    if (!task.resources_released) ApplyReservation(task, +1);
+}
+
+// ---- client tokens -----------------------------------------------------------------------------------------
+
+const ClientTokenRecord* ClusterState::FindClientToken(const std::string& cluster, const std::string& token) const {
+  auto it = client_tokens_.find({cluster, token});
+  return it == client_tokens_.end() ? nullptr : &it->second;
+}
+
+void ClusterState::PutClientToken(ClientTokenRecord record) {
+  auto key = std::make_pair(record.cluster, record.token);
+  client_tokens_[key] = std::move(record);
+}
+
+// ---- demand ------------------------------------------------------------------------------------------------
+
+TaskDemand DemandOf(const TaskDefinition& td, const TaskOverride& overrides) {
+  TaskDemand d;
+  int64_t cpu_sum = 0;
+  int64_t mem_sum = 0;
+  for (const auto& c : td.containers) {
+    const ContainerOverride* o = nullptr;
+    for (const auto& co : overrides.container_overrides)
+      if (co.name == c.name) o = &co;
+    int64_t cpu = o && o->cpu ? *o->cpu : c.cpu;
+    std::optional<int64_t> mem = o && o->memory ? o->memory : c.memory;
+    std::optional<int64_t> res = o && o->memory_reservation ? o->memory_reservation : c.memory_reservation;
+    cpu_sum += cpu;
+    // ECS reserves the soft limit when given, else the hard limit.
+    mem_sum += res ? *res : mem.value_or(0);
+    for (const auto& r : c.resource_requirements) {
+      if (r.type != "GPU") continue;
+      if (r.mps) {
+        d.gpu_kind = GpuKind::kShared;
+        d.gpu_memory += r.mps->memory_mib;
+        d.gpu_compute += r.mps->EffectiveComputePercent();
+      } else if (r.value) {
+        int64_t n = 0;
+        auto [p, ec] = std::from_chars(r.value->data(), r.value->data() + r.value->size(), n);
+        if (ec == std::errc() && n > 0) {
+          d.gpu_kind = GpuKind::kDedicated;
+          d.gpu_count += static_cast<int>(n);
+        }
+      }
+    }
+  }
+  std::optional<int64_t> task_cpu = overrides.cpu ? ParseTaskCpu(*overrides.cpu)
+                                    : td.cpu    ? ParseTaskCpu(*td.cpu)
+                                                : std::nullopt;
+  std::optional<int64_t> task_mem = overrides.memory ? ParseTaskMemory(*overrides.memory)
+                                    : td.memory      ? ParseTaskMemory(*td.memory)
+                                                     : std::nullopt;
+  d.cpu = task_cpu.value_or(cpu_sum);
+  d.memory = task_mem.value_or(mem_sum);
+  return d;
+}
+
+namespace {
+
+std::string Lower(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+// Parses "<number> <unit>" where unit is one of `units` (lower-case) with its multiplier; a bare integer uses
+// `bare_multiplier`. Returns nullopt on anything else or on non-positive or absurd values.
+std::optional<int64_t> ParseQuantity(const std::string& text, int64_t bare_multiplier,
+                                     std::initializer_list<std::pair<const char*, int64_t>> units) {
+  std::string t = Lower(Trim(text));
+  if (t.empty() || t.size() > 32) return std::nullopt;
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  std::string num = t.substr(0, i);
+  std::string unit = Trim(t.substr(i));
+  if (num.empty()) return std::nullopt;
+  char* end = nullptr;
+  double v = std::strtod(num.c_str(), &end);
+  if (end != num.c_str() + num.size() || !(v > 0) || v > 1e12) return std::nullopt;
+  if (unit.empty()) {
+    if (num.find('.') != std::string::npos) return std::nullopt;
+    return static_cast<int64_t>(v) * bare_multiplier;
+  }
+  for (const auto& [name, mult] : units)
+    if (unit == name) return static_cast<int64_t>(std::llround(v * static_cast<double>(mult)));
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseTaskCpu(const std::string& text) {
+  return ParseQuantity(text, 1, {{"vcpu", 1024}});
+}
+
+std::optional<int64_t> ParseTaskMemory(const std::string& text) {
+  return ParseQuantity(text, 1, {{"gb", 1024}, {"gib", 1024}, {"mb", 1}, {"mib", 1}});
+}
+
+}  // namespace gpupack

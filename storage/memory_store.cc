@@ -1,0 +1,56 @@
+#include "storage/memory_store.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace gpupack {
+
+Result<Snapshot> MemoryStore::Load() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Snapshot snap;
+  snap.clusters = clusters_.values();
+  snap.task_definitions = task_definitions_.values();
+  snap.instances = instances_.values();
+  snap.tasks = tasks_.values();
+  snap.client_tokens = client_tokens_.values();
+  std::sort(snap.clusters.begin(), snap.clusters.end(),
+            [](const Cluster& a, const Cluster& b) { return a.name < b.name; });
+  std::sort(snap.task_definitions.begin(), snap.task_definitions.end(),
+            [](const TaskDefinition& a, const TaskDefinition& b) {
+              return std::tie(a.family, a.revision) < std::tie(b.family, b.revision);
+            });
+  std::sort(snap.client_tokens.begin(), snap.client_tokens.end(),
+            [](const ClientTokenRecord& a, const ClientTokenRecord& b) {
+              return std::tie(a.cluster, a.token) < std::tie(b.cluster, b.token);
+            });
+  return snap;
+}
+
+Status MemoryStore::Commit(const WriteBatch& batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!commit_error_.ok()) return commit_error_;
+  if (batch.empty()) return Status::Ok();
+  // A batch never puts and deletes one key, so the order of the two passes does not matter.
+  for (const auto& v : batch.clusters()) clusters_.Put(v.name, v);
+  for (const auto& v : batch.task_definitions()) task_definitions_.Put({v.family, v.revision}, v);
+  for (const auto& v : batch.instances()) instances_.Put(v.arn, v);
+  for (const auto& v : batch.tasks()) tasks_.Put(v.arn, v);
+  for (const auto& v : batch.client_tokens()) client_tokens_.Put({v.cluster, v.token}, v);
+  for (const auto& arn : batch.deleted_tasks()) tasks_.Erase(arn);
+  for (const auto& key : batch.deleted_client_tokens()) client_tokens_.Erase(key);
+  for (const auto& arn : batch.deleted_instances()) instances_.Erase(arn);
+  ++commit_count_;
+  return Status::Ok();
+}
+
+void MemoryStore::FailCommits(Status error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  commit_error_ = std::move(error);
+}
+
+uint64_t MemoryStore::commit_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return commit_count_;
+}
+
+}  // namespace gpupack

@@ -1,0 +1,648 @@
+#include "storage/serialize.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gpupack::storage_internal {
+namespace {
+
+using json = nlohmann::json;
+
+// DecodeError carries "field 'a.b[2].c': expected integer, got string" up to FromDoc.
+class DecodeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Path names a field for error messages ("gpus[1].total_memory_mib"); rendered only when decoding fails, so
+// the happy path builds no strings.
+struct Path {
+  const Path* parent = nullptr;
+  const char* key = nullptr;  // an object member, or
+  size_t index = 0;           // an array element when key is null
+  std::string str() const {
+    if (parent == nullptr) return "(document)";
+    std::string out = parent->parent == nullptr ? std::string() : parent->str();
+    if (key != nullptr) {
+      if (!out.empty()) out += '.';
+      out += key;
+    } else {
+      out += "[" + std::to_string(index) + "]";
+    }
+    return out;
+  }
+};
+
+// ---- forward declarations: the overload sets call each other (vectors of structs, structs of structs).
+
+json Enc(const std::string& v);
+json Enc(int64_t v);
+json Enc(int v);
+json Enc(bool v);
+json Enc(GpuMode v);
+json Enc(const MpsSharing& v);
+json Enc(const ResourceRequirement& v);
+json Enc(const KeyValuePair& v);
+json Enc(const ContainerDefinition& v);
+json Enc(const PlacementConstraint& v);
+json Enc(const TaskDefinition& v);
+json Enc(const ClusterSettings& v);
+json Enc(const Cluster& v);
+json Enc(const Gpu& v);
+json Enc(const Resources& v);
+json Enc(const Attribute& v);
+json Enc(const ContainerInstance& v);
+json Enc(const ContainerOverride& v);
+json Enc(const TaskOverride& v);
+json Enc(const Container& v);
+json Enc(const GpuReservation& v);
+json Enc(const Task& v);
+json Enc(const ClientTokenRecord& v);
+template <typename T>
+json Enc(const std::vector<T>& v);
+
+void Dec(const json& j, const Path& path, std::string& out);
+void Dec(const json& j, const Path& path, int64_t& out);
+void Dec(const json& j, const Path& path, int& out);
+void Dec(const json& j, const Path& path, bool& out);
+void Dec(const json& j, const Path& path, GpuMode& out);
+void Dec(const json& j, const Path& path, MpsSharing& out);
+void Dec(const json& j, const Path& path, ResourceRequirement& out);
+void Dec(const json& j, const Path& path, KeyValuePair& out);
+void Dec(const json& j, const Path& path, ContainerDefinition& out);
+void Dec(const json& j, const Path& path, PlacementConstraint& out);
+void Dec(const json& j, const Path& path, TaskDefinition& out);
+void Dec(const json& j, const Path& path, ClusterSettings& out);
+void Dec(const json& j, const Path& path, Cluster& out);
+void Dec(const json& j, const Path& path, Gpu& out);
+void Dec(const json& j, const Path& path, Resources& out);
+void Dec(const json& j, const Path& path, Attribute& out);
+void Dec(const json& j, const Path& path, ContainerInstance& out);
+void Dec(const json& j, const Path& path, ContainerOverride& out);
+void Dec(const json& j, const Path& path, TaskOverride& out);
+void Dec(const json& j, const Path& path, Container& out);
+void Dec(const json& j, const Path& path, GpuReservation& out);
+void Dec(const json& j, const Path& path, Task& out);
+void Dec(const json& j, const Path& path, ClientTokenRecord& out);
+template <typename T>
+void Dec(const json& j, const Path& path, std::vector<T>& out);
+template <typename T>
+void Dec(const json& j, const Path& path, std::optional<T>& out);
+
+// ---- encoding
+
+// Obj builds one JSON object; an absent optional writes no key.
+class ObjWriter {
+ public:
+  template <typename T>
+  ObjWriter& Put(const char* key, const T& v) {
+    j_[key] = Enc(v);
+    return *this;
+  }
+  template <typename T>
+  ObjWriter& Put(const char* key, const std::optional<T>& v) {
+    if (v) j_[key] = Enc(*v);
+    return *this;
+  }
+  json Done() { return std::move(j_); }
+
+ private:
+  json j_ = json::object();
+};
+
+json Enc(const std::string& v) { return v; }
+json Enc(int64_t v) { return v; }
+json Enc(int v) { return v; }
+json Enc(bool v) { return v; }
+
+json Enc(GpuMode v) {
+  switch (v) {
+    case GpuMode::kIdle: return "IDLE";
+    case GpuMode::kMps: return "NVIDIA_MPS";
+    case GpuMode::kDedicated: return "DEDICATED";
+  }
+  return "IDLE";
+}
+
+template <typename T>
+json Enc(const std::vector<T>& v) {
+  json a = json::array();
+  for (const auto& e : v) a.push_back(Enc(e));
+  return a;
+}
+
+json Enc(const MpsSharing& v) {
+  return ObjWriter().Put("memory_mib", v.memory_mib).Put("max_compute_percent", v.max_compute_percent).Done();
+}
+
+json Enc(const ResourceRequirement& v) {
+  return ObjWriter()
+      .Put("type", v.type)
+      .Put("value", v.value)
+      .Put("mps", v.mps)
+      .Put("has_sharing_strategy", v.has_sharing_strategy)
+      .Done();
+}
+
+json Enc(const KeyValuePair& v) { return ObjWriter().Put("name", v.name).Put("value", v.value).Done(); }
+
+json Enc(const ContainerDefinition& v) {
+  return ObjWriter()
+      .Put("name", v.name)
+      .Put("image", v.image)
+      .Put("command", v.command)
+      .Put("entry_point", v.entry_point)
+      .Put("environment", v.environment)
+      .Put("cpu", v.cpu)
+      .Put("memory", v.memory)
+      .Put("memory_reservation", v.memory_reservation)
+      .Put("essential", v.essential)
+      .Put("resource_requirements", v.resource_requirements)
+      .Put("extra_json", v.extra_json)
+      .Done();
+}
+
+json Enc(const PlacementConstraint& v) {
+  return ObjWriter().Put("type", v.type).Put("expression", v.expression).Done();
+}
+
+json Enc(const TaskDefinition& v) {
+  return ObjWriter()
+      .Put("family", v.family)
+      .Put("revision", v.revision)
+      .Put("arn", v.arn)
+      .Put("status", v.status)
+      .Put("containers", v.containers)
+      .Put("cpu", v.cpu)
+      .Put("memory", v.memory)
+      .Put("network_mode", v.network_mode)
+      .Put("requires_compatibilities", v.requires_compatibilities)
+      .Put("placement_constraints", v.placement_constraints)
+      .Put("tags", v.tags)
+      .Put("registered_at", v.registered_at)
+      .Put("deregistered_at", v.deregistered_at)
+      .Put("extra_json", v.extra_json)
+      .Done();
+}
+
+json Enc(const ClusterSettings& v) {
+  return ObjWriter().Put("compute_aware_placement", v.compute_aware_placement).Done();
+}
+
+json Enc(const Cluster& v) {
+  return ObjWriter()
+      .Put("name", v.name)
+      .Put("arn", v.arn)
+      .Put("status", v.status)
+      .Put("settings", v.settings)
+      .Put("tags", v.tags)
+      .Put("created_at", v.created_at)
+      .Done();
+}
+
+json Enc(const Gpu& v) {
+  return ObjWriter()
+      .Put("id", v.id)
+      .Put("total_memory_mib", v.total_memory_mib)
+      .Put("remaining_memory_mib", v.remaining_memory_mib)
+      .Put("mode", v.mode)
+      .Put("container_count", v.container_count)
+      .Put("compute_used_percent", v.compute_used_percent)
+      .Put("held", v.held)
+      .Done();
+}
+
+json Enc(const Resources& v) { return ObjWriter().Put("cpu", v.cpu).Put("memory", v.memory).Done(); }
+
+json Enc(const Attribute& v) { return ObjWriter().Put("name", v.name).Put("value", v.value).Done(); }
+
+json Enc(const ContainerInstance& v) {
+  return ObjWriter()
+      .Put("arn", v.arn)
+      .Put("id", v.id)
+      .Put("cluster", v.cluster)
+      .Put("ec2_instance_id", v.ec2_instance_id)
+      .Put("instance_type", v.instance_type)
+      .Put("status", v.status)
+      .Put("status_reason", v.status_reason)
+      .Put("agent_connected", v.agent_connected)
+      .Put("impaired", v.impaired)
+      .Put("agent_version", v.agent_version)
+      .Put("registered", v.registered)
+      .Put("remaining", v.remaining)
+      .Put("gpus", v.gpus)
+      .Put("attributes", v.attributes)
+      .Put("running_tasks_count", v.running_tasks_count)
+      .Put("pending_tasks_count", v.pending_tasks_count)
+      .Put("registered_at", v.registered_at)
+      .Put("version", v.version)
+      .Done();
+}
+
+json Enc(const ContainerOverride& v) {
+  return ObjWriter()
+      .Put("name", v.name)
+      .Put("command", v.command)
+      .Put("environment", v.environment)
+      .Put("cpu", v.cpu)
+      .Put("memory", v.memory)
+      .Put("memory_reservation", v.memory_reservation)
+      .Put("resource_requirements", v.resource_requirements)
+      .Done();
+}
+
+json Enc(const TaskOverride& v) {
+  return ObjWriter()
+      .Put("container_overrides", v.container_overrides)
+      .Put("cpu", v.cpu)
+      .Put("memory", v.memory)
+      .Done();
+}
+
+json Enc(const Container& v) {
+  return ObjWriter()
+      .Put("name", v.name)
+      .Put("container_arn", v.container_arn)
+      .Put("image", v.image)
+      .Put("last_status", v.last_status)
+      .Put("exit_code", v.exit_code)
+      .Put("reason", v.reason)
+      .Put("essential", v.essential)
+      .Put("gpu_ids", v.gpu_ids)
+      .Put("mps", v.mps)
+      .Done();
+}
+
+json Enc(const GpuReservation& v) {
+  return ObjWriter()
+      .Put("gpu_id", v.gpu_id)
+      .Put("memory_mib", v.memory_mib)
+      .Put("compute_percent", v.compute_percent)
+      .Put("containers", v.containers)
+      .Put("dedicated", v.dedicated)
+      .Done();
+}
+
+json Enc(const Task& v) {
+  return ObjWriter()
+      .Put("arn", v.arn)
+      .Put("id", v.id)
+      .Put("cluster", v.cluster)
+      .Put("task_definition_arn", v.task_definition_arn)
+      .Put("container_instance_arn", v.container_instance_arn)
+      .Put("group", v.group)
+      .Put("started_by", v.started_by)
+      .Put("launch_type", v.launch_type)
+      .Put("last_status", v.last_status)
+      .Put("desired_status", v.desired_status)
+      .Put("stop_code", v.stop_code)
+      .Put("stopped_reason", v.stopped_reason)
+      .Put("created_at", v.created_at)
+      .Put("started_at", v.started_at)
+      .Put("stopping_at", v.stopping_at)
+      .Put("stopped_at", v.stopped_at)
+      .Put("containers", v.containers)
+      .Put("overrides", v.overrides)
+      .Put("tags", v.tags)
+      .Put("reserved", v.reserved)
+      .Put("gpu_reservations", v.gpu_reservations)
+      .Put("resources_released", v.resources_released)
+      .Put("client_token", v.client_token)
+      .Put("version", v.version)
+      .Done();
+}
+
+json Enc(const ClientTokenRecord& v) {
+  return ObjWriter()
+      .Put("cluster", v.cluster)
+      .Put("token", v.token)
+      .Put("request_fingerprint", v.request_fingerprint)
+      .Put("task_arns", v.task_arns)
+      .Put("created_at", v.created_at)
+      .Done();
+}
+
+// ---- decoding
+
+const char* TypeName(const json& j) {
+  if (j.is_number_integer()) return "integer";
+  return j.type_name();
+}
+
+[[noreturn]] void Mismatch(const Path& path, const char* want, const json& j) {
+  throw DecodeError("field '" + path.str() + "': expected " + want + ", got " + TypeName(j));
+}
+
+// ObjReader reads the fields of one JSON object; a missing (or null) key leaves the field at its default.
+class ObjReader {
+ public:
+  ObjReader(const json& j, const Path& path) : j_(j), path_(path) {
+    if (!j.is_object()) Mismatch(path, "object", j);
+  }
+  template <typename T>
+  const ObjReader& Get(const char* key, T& out) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return *this;
+    Dec(*it, Path{&path_, key, 0}, out);
+    return *this;
+  }
+
+ private:
+  const json& j_;
+  const Path& path_;
+};
+
+void Dec(const json& j, const Path& path, std::string& out) {
+  if (!j.is_string()) Mismatch(path, "string", j);
+  out = j.get_ref<const std::string&>();
+}
+
+void Dec(const json& j, const Path& path, int64_t& out) {
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw DecodeError("field '" + path.str() + "': integer " + std::to_string(u) + " is out of range");
+    out = static_cast<int64_t>(u);
+    return;
+  }
+  if (!j.is_number_integer()) Mismatch(path, "integer", j);
+  out = j.get<int64_t>();
+}
+
+void Dec(const json& j, const Path& path, int& out) {
+  int64_t wide = 0;
+  Dec(j, path, wide);
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
+    throw DecodeError("field '" + path.str() + "': integer " + std::to_string(wide) + " is out of range");
+  out = static_cast<int>(wide);
+}
+
+void Dec(const json& j, const Path& path, bool& out) {
+  if (!j.is_boolean()) Mismatch(path, "boolean", j);
+  out = j.get<bool>();
+}
+
+void Dec(const json& j, const Path& path, GpuMode& out) {
+  if (!j.is_string()) Mismatch(path, "string", j);
+  const auto& s = j.get_ref<const std::string&>();
+  if (s == "IDLE") {
+    out = GpuMode::kIdle;
+  } else if (s == "NVIDIA_MPS") {
+    out = GpuMode::kMps;
+  } else if (s == "DEDICATED") {
+    out = GpuMode::kDedicated;
+  } else {
+    throw DecodeError("field '" + path.str() + "': unknown GPU mode '" + s + "'");
+  }
+}
+
+template <typename T>
+void Dec(const json& j, const Path& path, std::vector<T>& out) {
+  if (!j.is_array()) Mismatch(path, "array", j);
+  out.clear();
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    T e{};
+    Dec(j[i], Path{&path, nullptr, i}, e);
+    out.push_back(std::move(e));
+  }
+}
+
+template <typename T>
+void Dec(const json& j, const Path& path, std::optional<T>& out) {
+  T v{};
+  Dec(j, path, v);
+  out = std::move(v);
+}
+
+void Dec(const json& j, const Path& path, MpsSharing& out) {
+  ObjReader(j, path).Get("memory_mib", out.memory_mib).Get("max_compute_percent", out.max_compute_percent);
+}
+
+void Dec(const json& j, const Path& path, ResourceRequirement& out) {
+  ObjReader(j, path)
+      .Get("type", out.type)
+      .Get("value", out.value)
+      .Get("mps", out.mps)
+      .Get("has_sharing_strategy", out.has_sharing_strategy);
+}
+
+void Dec(const json& j, const Path& path, KeyValuePair& out) {
+  ObjReader(j, path).Get("name", out.name).Get("value", out.value);
+}
+
+void Dec(const json& j, const Path& path, ContainerDefinition& out) {
+  ObjReader(j, path)
+      .Get("name", out.name)
+      .Get("image", out.image)
+      .Get("command", out.command)
+      .Get("entry_point", out.entry_point)
+      .Get("environment", out.environment)
+      .Get("cpu", out.cpu)
+      .Get("memory", out.memory)
+      .Get("memory_reservation", out.memory_reservation)
+      .Get("essential", out.essential)
+      .Get("resource_requirements", out.resource_requirements)
+      .Get("extra_json", out.extra_json);
+}
+
+void Dec(const json& j, const Path& path, PlacementConstraint& out) {
+  ObjReader(j, path).Get("type", out.type).Get("expression", out.expression);
+}
+
+void Dec(const json& j, const Path& path, TaskDefinition& out) {
+  ObjReader(j, path)
+      .Get("family", out.family)
+      .Get("revision", out.revision)
+      .Get("arn", out.arn)
+      .Get("status", out.status)
+      .Get("containers", out.containers)
+      .Get("cpu", out.cpu)
+      .Get("memory", out.memory)
+      .Get("network_mode", out.network_mode)
+      .Get("requires_compatibilities", out.requires_compatibilities)
+      .Get("placement_constraints", out.placement_constraints)
+      .Get("tags", out.tags)
+      .Get("registered_at", out.registered_at)
+      .Get("deregistered_at", out.deregistered_at)
+      .Get("extra_json", out.extra_json);
+}
+
+void Dec(const json& j, const Path& path, ClusterSettings& out) {
+  ObjReader(j, path).Get("compute_aware_placement", out.compute_aware_placement);
+}
+
+void Dec(const json& j, const Path& path, Cluster& out) {
+  ObjReader(j, path)
+      .Get("name", out.name)
+      .Get("arn", out.arn)
+      .Get("status", out.status)
+      .Get("settings", out.settings)
+      .Get("tags", out.tags)
+      .Get("created_at", out.created_at);
+}
+
+void Dec(const json& j, const Path& path, Gpu& out) {
+  ObjReader(j, path)
+      .Get("id", out.id)
+      .Get("total_memory_mib", out.total_memory_mib)
+      .Get("remaining_memory_mib", out.remaining_memory_mib)
+      .Get("mode", out.mode)
+      .Get("container_count", out.container_count)
+      .Get("compute_used_percent", out.compute_used_percent)
+      .Get("held", out.held);
+}
+
+void Dec(const json& j, const Path& path, Resources& out) {
+  ObjReader(j, path).Get("cpu", out.cpu).Get("memory", out.memory);
+}
+
+void Dec(const json& j, const Path& path, Attribute& out) {
+  ObjReader(j, path).Get("name", out.name).Get("value", out.value);
+}
+
+void Dec(const json& j, const Path& path, ContainerInstance& out) {
+  ObjReader(j, path)
+      .Get("arn", out.arn)
+      .Get("id", out.id)
+      .Get("cluster", out.cluster)
+      .Get("ec2_instance_id", out.ec2_instance_id)
+      .Get("instance_type", out.instance_type)
+      .Get("status", out.status)
+      .Get("status_reason", out.status_reason)
+      .Get("agent_connected", out.agent_connected)
+      .Get("impaired", out.impaired)
+      .Get("agent_version", out.agent_version)
+      .Get("registered", out.registered)
+      .Get("remaining", out.remaining)
+      .Get("gpus", out.gpus)
+      .Get("attributes", out.attributes)
+      .Get("running_tasks_count", out.running_tasks_count)
+      .Get("pending_tasks_count", out.pending_tasks_count)
+      .Get("registered_at", out.registered_at)
+      .Get("version", out.version);
+}
+
+void Dec(const json& j, const Path& path, ContainerOverride& out) {
+  ObjReader(j, path)
+      .Get("name", out.name)
+      .Get("command", out.command)
+      .Get("environment", out.environment)
+      .Get("cpu", out.cpu)
+      .Get("memory", out.memory)
+      .Get("memory_reservation", out.memory_reservation)
+      .Get("resource_requirements", out.resource_requirements);
+}
+
+void Dec(const json& j, const Path& path, TaskOverride& out) {
+  ObjReader(j, path)
+      .Get("container_overrides", out.container_overrides)
+      .Get("cpu", out.cpu)
+      .Get("memory", out.memory);
+}
+
+void Dec(const json& j, const Path& path, Container& out) {
+  ObjReader(j, path)
+      .Get("name", out.name)
+      .Get("container_arn", out.container_arn)
+      .Get("image", out.image)
+      .Get("last_status", out.last_status)
+      .Get("exit_code", out.exit_code)
+      .Get("reason", out.reason)
+      .Get("essential", out.essential)
+      .Get("gpu_ids", out.gpu_ids)
+      .Get("mps", out.mps);
+}
+
+void Dec(const json& j, const Path& path, GpuReservation& out) {
+  ObjReader(j, path)
+      .Get("gpu_id", out.gpu_id)
+      .Get("memory_mib", out.memory_mib)
+      .Get("compute_percent", out.compute_percent)
+      .Get("containers", out.containers)
+      .Get("dedicated", out.dedicated);
+}
+
+void Dec(const json& j, const Path& path, Task& out) {
+  ObjReader(j, path)
+      .Get("arn", out.arn)
+      .Get("id", out.id)
+      .Get("cluster", out.cluster)
+      .Get("task_definition_arn", out.task_definition_arn)
+      .Get("container_instance_arn", out.container_instance_arn)
+      .Get("group", out.group)
+      .Get("started_by", out.started_by)
+      .Get("launch_type", out.launch_type)
+      .Get("last_status", out.last_status)
+      .Get("desired_status", out.desired_status)
+      .Get("stop_code", out.stop_code)
+      .Get("stopped_reason", out.stopped_reason)
+      .Get("created_at", out.created_at)
+      .Get("started_at", out.started_at)
+      .Get("stopping_at", out.stopping_at)
+      .Get("stopped_at", out.stopped_at)
+      .Get("containers", out.containers)
+      .Get("overrides", out.overrides)
+      .Get("tags", out.tags)
+      .Get("reserved", out.reserved)
+      .Get("gpu_reservations", out.gpu_reservations)
+      .Get("resources_released", out.resources_released)
+      .Get("client_token", out.client_token)
+      .Get("version", out.version);
+}
+
+void Dec(const json& j, const Path& path, ClientTokenRecord& out) {
+  ObjReader(j, path)
+      .Get("cluster", out.cluster)
+      .Get("token", out.token)
+      .Get("request_fingerprint", out.request_fingerprint)
+      .Get("task_arns", out.task_arns)
+      .Get("created_at", out.created_at);
+}
+
+template <typename T>
+std::string Dump(const T& v) {
+  // replace: a string that is not valid UTF-8 must not make a whole group commit fail.
+  return Enc(v).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+template <typename T>
+Status Parse(std::string_view doc, T* out) {
+  json j;
+  try {
+    j = json::parse(doc.begin(), doc.end());
+  } catch (const json::exception& e) {
+    return Status::Server(std::string("doc is not valid JSON: ") + e.what());
+  }
+  T v{};
+  try {
+    Dec(j, Path{}, v);
+  } catch (const DecodeError& e) {
+    return Status::Server(std::string("doc does not match the model: ") + e.what());
+  } catch (const json::exception& e) {
+    return Status::Server(std::string("doc does not match the model: ") + e.what());
+  }
+  *out = std::move(v);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ToDoc(const Cluster& v) { return Dump(v); }
+std::string ToDoc(const TaskDefinition& v) { return Dump(v); }
+std::string ToDoc(const ContainerInstance& v) { return Dump(v); }
+std::string ToDoc(const Task& v) { return Dump(v); }
+std::string ToDoc(const ClientTokenRecord& v) { return Dump(v); }
+
+Status FromDoc(std::string_view doc, Cluster* out) { return Parse(doc, out); }
+Status FromDoc(std::string_view doc, TaskDefinition* out) { return Parse(doc, out); }
+Status FromDoc(std::string_view doc, ContainerInstance* out) { return Parse(doc, out); }
+Status FromDoc(std::string_view doc, Task* out) { return Parse(doc, out); }
+Status FromDoc(std::string_view doc, ClientTokenRecord* out) { return Parse(doc, out); }
+
+}  // namespace gpupack::storage_internal
