@@ -1,0 +1,372 @@
+// ControlPlane end to end below HTTP: the ECS operations on a real SQLite file, including a restart.
+#include "api/control_plane.h"
+
+#include <filesystem>
+#include <future>
+
+#include <gtest/gtest.h>
+
+#include "storage/group_committer.h"
+#include "storage/sqlite_store.h"
+
+namespace gpupack::api {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Server wires a store, a committer and a control plane on a database file, like `gpupack server` does.
+class Server {
+ public:
+  explicit Server(const std::string& db, uint64_t seed = 7) {
+    auto store = SqliteStore::Open(db);
+    EXPECT_TRUE(store.ok()) << store.status().message();
+    store_ = std::move(store).value();
+    committer_ = std::make_unique<GroupCommitter>(*store_);
+    ControlPlaneOptions o;
+    o.seed = seed;
+    o.clock = [this] { return now_; };
+    cp_ = std::make_unique<ControlPlane>(o, *store_, *committer_);
+    Status s = cp_->Load();
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+
+  OperationResult Call(const std::string& op, const Json& body) {
+    std::promise<OperationResult> p;
+    cp_->Execute(op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  }
+  // Ok calls an operation that must succeed and returns its body.
+  Json Ok(const std::string& op, const Json& body) {
+    OperationResult r = Call(op, body);
+    EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
+    return r.body;
+  }
+
+  EpochMs now_ = 1'700'000'000'000;
+
+ private:
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<GroupCommitter> committer_;
+  std::unique_ptr<ControlPlane> cp_;
+};
+
+Json Resources(int cpu, int mem) {
+  return Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", cpu}},
+                      {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", mem}}});
+}
+
+// RegisterInstance registers an instance with GPUs of the given sizes and returns its ARN.
+std::string RegisterInstance(Server& s, std::vector<int> gpu_mib, int cpu = 8192, int mem = 32768,
+                             Json attributes = Json::array()) {
+  static int n = 0;
+  Json devices = Json::array();
+  for (int m : gpu_mib)
+    devices.push_back({{"id", "GPU-" + std::to_string(++n)}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", m}}}});
+  Json body = s.Ok("RegisterContainerInstance", {{"totalResources", Resources(cpu, mem)},
+                                                {"platformDevices", devices},
+                                                {"attributes", attributes}});
+  return body["containerInstance"]["containerInstanceArn"];
+}
+
+Json MpsContainer(const std::string& name, int memory, int compute = 0) {
+  Json mps = {{"memory", memory}};
+  if (compute) mps["maxComputePercent"] = compute;
+  return {{"name", name}, {"image", "busybox"}, {"memory", 64},
+          {"resourceRequirements", Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", mps}}}}})}};
+}
+
+void RegisterShared(Server& s, const std::string& family, int memory, int compute = 0) {
+  s.Ok("RegisterTaskDefinition", {{"family", family}, {"containerDefinitions", Json::array({MpsContainer("c", memory, compute)})}});
+}
+
+void RegisterDedicated(Server& s, const std::string& family, int gpus) {
+  s.Ok("RegisterTaskDefinition",
+       {{"family", family},
+        {"containerDefinitions",
+         Json::array({{{"name", "c"}, {"image", "busybox"}, {"memory", 64},
+                       {"resourceRequirements", Json::array({{{"type", "GPU"}, {"value", std::to_string(gpus)}}})}}})}});
+}
+
+Json Gpus(Server& s, const std::string& instance_arn) {
+  Json body = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
+  return body["containerInstances"][0]["gpuDevices"];
+}
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gpupack-cp-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    db_ = (dir_ / "state.db").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+  std::string db_;
+};
+
+// The public ECS test: one GPU of 22,587 MiB.
+TEST_F(ControlPlaneTest, PublicEcsTestOnOneGpu) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {22587});
+  RegisterShared(s, "mps-25", 4096, 25);
+  RegisterShared(s, "mps-50", 4096, 50);
+  RegisterShared(s, "mps-75", 4096, 75);
+  RegisterShared(s, "mps-full", 4096);
+  RegisterShared(s, "big", 20480);
+  RegisterDedicated(s, "dedicated", 1);
+
+  Json a = s.Ok("RunTask", {{"taskDefinition", "mps-50"}});
+  Json b = s.Ok("RunTask", {{"taskDefinition", "mps-full"}});
+  ASSERT_EQ(a["tasks"].size(), 1u);
+  ASSERT_EQ(b["tasks"].size(), 1u);
+  Json gpu = Gpus(s, inst)[0];
+  EXPECT_EQ(gpu["remainingMemoryInMiB"], 14395);  // 22,587 - 2 x 4,096
+  EXPECT_EQ(gpu["containerCount"], 2);
+  EXPECT_EQ(gpu["sharingMode"], "NVIDIA_MPS");
+  Json ca = a["tasks"][0]["containers"][0], cb = b["tasks"][0]["containers"][0];
+  EXPECT_EQ(ca["gpuIds"], cb["gpuIds"]);
+  EXPECT_EQ(ca["gpuSharingStrategy"], Json({{"nvidiaMps", {{"memory", 4096}, {"maxComputePercent", 50}}}}));
+  EXPECT_EQ(cb["gpuSharingStrategy"], Json({{"nvidiaMps", {{"memory", 4096}}}}));  // omitted stays omitted
+
+  // A dedicated task never lands on a GPU in NVIDIA_MPS mode.
+  Json d = s.Ok("RunTask", {{"taskDefinition", "dedicated"}});
+  EXPECT_TRUE(d["tasks"].empty());
+  ASSERT_EQ(d["failures"].size(), 1u);
+  EXPECT_EQ(d["failures"][0]["reason"], "RESOURCE:GPU");
+  EXPECT_EQ(d["failures"][0]["arn"], inst);
+
+  // 14,395 - 4,096 = 10,299 < 20,480: the big one does not fit next to two... but it fits alone after a stop.
+  Json big_fail = s.Ok("RunTask", {{"taskDefinition", "big"}});
+  EXPECT_TRUE(big_fail["tasks"].empty());
+  s.Ok("StopTask", {{"task", a["tasks"][0]["taskArn"]}});
+  s.Ok("StopTask", {{"task", b["tasks"][0]["taskArn"]}});
+  EXPECT_EQ(Gpus(s, inst)[0]["remainingMemoryInMiB"], 22587);
+  EXPECT_EQ(Gpus(s, inst)[0]["sharingMode"], "IDLE");
+
+  // With a 20,480 task placed, a 4,096 RunTask gets no task and one RESOURCE:GPU_MEMORY failure.
+  Json big = s.Ok("RunTask", {{"taskDefinition", "big"}});
+  ASSERT_EQ(big["tasks"].size(), 1u);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps-25"}});
+  EXPECT_TRUE(r["tasks"].empty());
+  ASSERT_EQ(r["failures"].size(), 1u);
+  EXPECT_EQ(r["failures"][0]["arn"], inst);
+  EXPECT_EQ(r["failures"][0]["reason"], "RESOURCE:GPU_MEMORY");
+  // 22,587 - 20,480 = 2,107 MiB left.
+  EXPECT_EQ(r["failures"][0]["detail"], "largest free block on any GPU is 2,107 MiB; task needs 4,096 MiB on one GPU");
+}
+
+TEST_F(ControlPlaneTest, SharedAndDedicatedShareAnInstanceOnDifferentGpus) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {22587, 22587});
+  RegisterShared(s, "mps", 4096);
+  RegisterDedicated(s, "dedicated", 1);
+  Json shared = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  Json dedicated = s.Ok("RunTask", {{"taskDefinition", "dedicated"}});
+  ASSERT_EQ(shared["tasks"].size(), 1u);
+  ASSERT_EQ(dedicated["tasks"].size(), 1u);
+  EXPECT_NE(shared["tasks"][0]["containers"][0]["gpuIds"], dedicated["tasks"][0]["containers"][0]["gpuIds"]);
+  Json gpus = Gpus(s, inst);
+  std::set<std::string> modes = {gpus[0]["sharingMode"], gpus[1]["sharingMode"]};
+  EXPECT_EQ(modes, (std::set<std::string>{"NVIDIA_MPS", "DEDICATED"}));
+  // A second shared task joins the MPS GPU (best fit), never the dedicated one.
+  Json shared2 = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  EXPECT_EQ(shared2["tasks"][0]["containers"][0]["gpuIds"], shared["tasks"][0]["containers"][0]["gpuIds"]);
+}
+
+TEST_F(ControlPlaneTest, TwoGpuContainersLandOnOneGpu) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {8000, 8000});
+  s.Ok("RegisterTaskDefinition", {{"family", "pair"},
+                                  {"containerDefinitions", Json::array({MpsContainer("a", 4000), MpsContainer("b", 2000)})}});
+  Json r = s.Ok("RunTask", {{"taskDefinition", "pair"}});
+  ASSERT_EQ(r["tasks"].size(), 1u);
+  Json c = r["tasks"][0]["containers"];
+  EXPECT_EQ(c[0]["gpuIds"], c[1]["gpuIds"]);
+  Json gpus = Gpus(s, inst);
+  // One GPU holds both containers: 8,000 - 6,000 = 2,000; the other is untouched.
+  std::multiset<int> remaining = {gpus[0]["remainingMemoryInMiB"].get<int>(), gpus[1]["remainingMemoryInMiB"].get<int>()};
+  EXPECT_EQ(remaining, (std::multiset<int>{2000, 8000}));
+}
+
+TEST_F(ControlPlaneTest, SumThatFitsNoSingleGpuFailsEvenIfInstanceTotalWould) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {5000, 5000});
+  // 4,000 + 2,000 = 6,000 > 5,000 on either GPU, although 10,000 MiB are free on the instance.
+  s.Ok("RegisterTaskDefinition", {{"family", "pair"},
+                                  {"containerDefinitions", Json::array({MpsContainer("a", 4000), MpsContainer("b", 2000)})}});
+  Json r = s.Ok("RunTask", {{"taskDefinition", "pair"}});
+  EXPECT_TRUE(r["tasks"].empty());
+  ASSERT_EQ(r["failures"].size(), 1u);
+  EXPECT_EQ(r["failures"][0]["reason"], "RESOURCE:GPU_MEMORY");
+}
+
+TEST_F(ControlPlaneTest, ValidationRefusalsAreEcsErrors) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  RegisterShared(s, "mps", 4096);
+  // Both value and sharingStrategy.
+  OperationResult both = s.Call(
+      "RegisterTaskDefinition",
+      {{"family", "bad"},
+       {"containerDefinitions",
+        Json::array({{{"name", "c"}, {"image", "x"}, {"memory", 64},
+                      {"resourceRequirements",
+                       Json::array({{{"type", "GPU"}, {"value", "1"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 1}}}}}}})}}})}});
+  EXPECT_EQ(both.status.code(), ErrorCode::kClient);
+  // count 11
+  OperationResult eleven = s.Call("RunTask", {{"taskDefinition", "mps"}, {"count", 11}});
+  EXPECT_EQ(eleven.status.code(), ErrorCode::kInvalidParameter);
+  // sharingStrategy in overrides is refused.
+  OperationResult ov = s.Call(
+      "RunTask", {{"taskDefinition", "mps"},
+                  {"overrides",
+                   {{"containerOverrides",
+                     Json::array({{{"name", "c"},
+                                   {"resourceRequirements",
+                                    Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 1}}}}}}})}}})}}}});
+  EXPECT_EQ(ov.status.code(), ErrorCode::kClient);
+  // Reserved MPS variables in overrides are accepted (the agent's values win).
+  RegisterInstance(s, {22587});
+  Json ok = s.Ok("RunTask", {{"taskDefinition", "mps"},
+                             {"overrides",
+                              {{"containerOverrides",
+                                Json::array({{{"name", "c"},
+                                              {"environment", Json::array({{{"name", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"},
+                                                                            {"value", "0=99999M"}}})}}})}}}});
+  EXPECT_EQ(ok["tasks"].size(), 1u);
+  // Unknown cluster.
+  EXPECT_EQ(s.Call("RunTask", {{"cluster", "nope"}, {"taskDefinition", "mps"}}).status.code(), ErrorCode::kClusterNotFound);
+  // Wrong type.
+  EXPECT_EQ(s.Call("RunTask", {{"taskDefinition", "mps"}, {"count", "2"}}).status.code(), ErrorCode::kClient);
+  // Unknown operation.
+  EXPECT_EQ(s.Call("LaunchRockets", Json::object()).status.code(), ErrorCode::kUnknownOperation);
+}
+
+TEST_F(ControlPlaneTest, RestartRestoresTasksAndGpuMemoryExactly) {
+  std::string inst;
+  Json before_gpus;
+  std::vector<Json> tasks;
+  {
+    Server s(db_);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {22587, 16000});
+    RegisterShared(s, "small", 1000);
+    RegisterShared(s, "mid", 3000);
+    for (int i = 0; i < 12; ++i) {
+      Json r = s.Ok("RunTask", {{"taskDefinition", i % 3 ? "small" : "mid"}});
+      for (auto& t : r["tasks"]) tasks.push_back(t);
+    }
+    s.Ok("StopTask", {{"task", tasks[0]["taskArn"]}});
+    before_gpus = Gpus(s, inst);
+  }  // the store is closed without any shutdown step beyond what a crash would leave (WAL, synchronous=FULL)
+  Server s(db_);
+  EXPECT_EQ(Gpus(s, inst), before_gpus);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Json d = s.Ok("DescribeTasks", {{"tasks", Json::array({tasks[i]["taskArn"]})}});
+    ASSERT_EQ(d["tasks"].size(), 1u);
+    EXPECT_EQ(d["tasks"][0]["lastStatus"], i == 0 ? "STOPPED" : "PENDING");
+    EXPECT_EQ(d["tasks"][0]["containers"][0]["gpuIds"], tasks[i]["containers"][0]["gpuIds"]);
+  }
+}
+
+TEST_F(ControlPlaneTest, StoppedTaskReleasesMemoryExactlyOnce) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {10000});
+  RegisterShared(s, "mps", 4000);
+  Json a = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  Json b = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  std::string arn = a["tasks"][0]["taskArn"];
+  s.Ok("SubmitTaskStateChange", {{"task", arn}, {"status", "RUNNING"}});
+  EXPECT_EQ(Gpus(s, inst)[0]["remainingMemoryInMiB"], 2000);  // 10,000 - 2 x 4,000
+  s.Ok("StopTask", {{"task", arn}});
+  // RUNNING: the agent must confirm; memory is still held until it does.
+  EXPECT_EQ(Gpus(s, inst)[0]["remainingMemoryInMiB"], 2000);
+  s.Ok("SubmitTaskStateChange", {{"task", arn}, {"status", "STOPPED"}, {"reason", "done"}});
+  EXPECT_EQ(Gpus(s, inst)[0]["remainingMemoryInMiB"], 6000);
+  // A repeated STOPPED report and a late StopTask free nothing more.
+  s.Ok("SubmitTaskStateChange", {{"task", arn}, {"status", "STOPPED"}});
+  s.Ok("StopTask", {{"task", arn}});
+  EXPECT_EQ(Gpus(s, inst)[0]["remainingMemoryInMiB"], 6000);
+  EXPECT_EQ(Gpus(s, inst)[0]["containerCount"], 1);
+  Json d = s.Ok("DescribeTasks", {{"tasks", Json::array({arn})}});
+  EXPECT_EQ(d["tasks"][0]["stopCode"], "UserInitiated");
+  EXPECT_EQ(d["tasks"][0]["lastStatus"], "STOPPED");
+}
+
+TEST_F(ControlPlaneTest, ClientTokenIsIdempotent) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  RegisterInstance(s, {22587});
+  RegisterShared(s, "mps", 1000);
+  Json first = s.Ok("RunTask", {{"taskDefinition", "mps"}, {"count", 2}, {"clientToken", "abc"}});
+  Json again = s.Ok("RunTask", {{"taskDefinition", "mps"}, {"count", 2}, {"clientToken", "abc"}});
+  ASSERT_EQ(first["tasks"].size(), 2u);
+  EXPECT_EQ(first["tasks"][0]["taskArn"], again["tasks"][0]["taskArn"]);
+  EXPECT_EQ(first["tasks"][1]["taskArn"], again["tasks"][1]["taskArn"]);
+  OperationResult other = s.Call("RunTask", {{"taskDefinition", "mps"}, {"count", 3}, {"clientToken", "abc"}});
+  EXPECT_EQ(other.status.code(), ErrorCode::kConflict);
+  Json list = s.Ok("ListTasks", Json::object());
+  EXPECT_EQ(list["taskArns"].size(), 2u);
+}
+
+TEST_F(ControlPlaneTest, ComputeAwarePlacementIsOptIn) {
+  Server s(db_);
+  s.Ok("CreateCluster", {{"clusterName", "c"}});
+  Json devices = Json::array({{{"id", "GPU-compute"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 22587}}}}});
+  s.Ok("RegisterContainerInstance", {{"cluster", "c"}, {"totalResources", Resources(8192, 32768)}, {"platformDevices", devices}});
+  RegisterShared(s, "m75", 1000, 75);
+  // Default: compute ignored, two 75 % tasks share the GPU.
+  EXPECT_EQ(s.Ok("RunTask", {{"cluster", "c"}, {"taskDefinition", "m75"}, {"count", 2}})["tasks"].size(), 2u);
+  s.Ok("UpdateClusterSettings", {{"cluster", "c"}, {"settings", Json::array({{{"name", "gpupack.computeAwarePlacement"}, {"value", "enabled"}}})}});
+  Json r = s.Ok("RunTask", {{"cluster", "c"}, {"taskDefinition", "m75"}});
+  EXPECT_TRUE(r["tasks"].empty());
+  EXPECT_EQ(r["failures"][0]["reason"], "RESOURCE:GPU_COMPUTE");
+}
+
+TEST_F(ControlPlaneTest, ConstraintsAndExplain) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string a100 = RegisterInstance(s, {40000}, 8192, 32768, Json::array({{{"name", "gpu-model"}, {"value", "A100"}}}));
+  std::string a10 = RegisterInstance(s, {22587}, 8192, 32768, Json::array({{{"name", "gpu-model"}, {"value", "A10G"}}}));
+  RegisterShared(s, "mps", 4096);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"},
+                            {"placementConstraints", Json::array({{{"type", "memberOf"}, {"expression", "attribute:gpu-model == A10G"}}})}});
+  ASSERT_EQ(r["tasks"].size(), 1u);
+  EXPECT_EQ(r["tasks"][0]["containerInstanceArn"], a10);
+  // distinctInstance with the same group: the second task goes to the other instance, the third fails.
+  Json d = s.Ok("RunTask", {{"taskDefinition", "mps"}, {"count", 3}, {"group", "g"},
+                            {"placementConstraints", Json::array({{{"type", "distinctInstance"}}})}});
+  EXPECT_EQ(d["tasks"].size(), 2u);
+  ASSERT_EQ(d["failures"].size(), 2u);
+  EXPECT_EQ(d["failures"][0]["reason"], "ATTRIBUTE");
+  // Explain: binpack gpuMemory prefers the fuller GPU, and says why the other was not chosen.
+  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"},
+                                     {"placementStrategy", Json::array({{{"type", "binpack"}, {"field", "gpuMemory"}}})}});
+  ASSERT_EQ(e["instances"].size(), 2u);
+  // A10G: 22,587 - 2 x 4,096 = 14,395 free -> 10,299 left after; A100: 40,000 - 4,096 -> 31,808 left after.
+  EXPECT_EQ(e["chosenContainerInstanceArn"], a10);
+  EXPECT_EQ(e["instances"][1]["scores"][0], 10299.0);
+  EXPECT_EQ(e["instances"][0]["scores"][0], 31808.0);
+  EXPECT_EQ(e["instances"][1]["gpus"][0]["detail"], "10,299 MiB would remain (chosen)");
+}
+
+TEST_F(ControlPlaneTest, DrainingInstancesTakeNoNewTasks) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {22587});
+  RegisterShared(s, "mps", 4096);
+  s.Ok("UpdateContainerInstancesState", {{"containerInstances", Json::array({inst})}, {"status", "DRAINING"}});
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  EXPECT_TRUE(r["tasks"].empty());
+  EXPECT_EQ(r["failures"][0]["reason"], "STATUS");
+}
+
+}  // namespace
+}  // namespace gpupack::api
