@@ -137,7 +137,7 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
         gpu.mode = sign > 0 ? GpuMode::kDedicated : GpuMode::kIdle;
       } else {
         gpu.remaining_memory_mib -= sign * r.memory_mib;
-        gpu.compute_used_percent -= sign * r.compute_percent;
+        gpu.compute_used_percent += sign * r.compute_percent;
         gpu.mode = gpu.container_count > 0 ? GpuMode::kMps : GpuMode::kIdle;
       }
       if (gpu.container_count <= 0) {
