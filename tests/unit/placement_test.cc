@@ -1,0 +1,283 @@
+// Placement as a pure function: tables of (state, request) -> decision, with the arithmetic in comments.
+#include "scheduler/placement.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupack {
+namespace {
+
+// Instance builds a container instance: Instance("a").Gpus(2, 22587).Cpu(4096).
+class Instance {
+ public:
+  explicit Instance(std::string id) {
+    ci_.id = id;
+    ci_.arn = "arn:i/" + id;
+    ci_.cluster = "c";
+    ci_.registered = ci_.remaining = {8192, 32768};
+  }
+  Instance& Gpus(int n, MiB mib) {
+    for (int i = 0; i < n; ++i) {
+      Gpu g;
+      g.id = "GPU-" + ci_.id + "-" + std::to_string(ci_.gpus.size());
+      g.total_memory_mib = g.remaining_memory_mib = mib;
+      ci_.gpus.push_back(g);
+    }
+    return *this;
+  }
+  Instance& Cpu(int64_t cpu) { ci_.registered.cpu = ci_.remaining.cpu = cpu; return *this; }
+  Instance& Memory(MiB m) { ci_.registered.memory = ci_.remaining.memory = m; return *this; }
+  Instance& Attr(std::string n, std::string v) { ci_.attributes.push_back({std::move(n), std::move(v)}); return *this; }
+  Instance& Status(std::string s) { ci_.status = std::move(s); return *this; }
+  Instance& Disconnected() { ci_.agent_connected = false; return *this; }
+  operator ContainerInstance() const { return ci_; }  // NOLINT
+
+ private:
+  ContainerInstance ci_;
+};
+
+TaskDemand Shared(MiB mib, int compute = 100) {
+  TaskDemand d;
+  d.cpu = 256;
+  d.memory = 512;
+  d.gpu_kind = GpuKind::kShared;
+  d.gpu_memory = mib;
+  d.gpu_compute = compute;
+  return d;
+}
+
+TaskDemand Dedicated(int n) {
+  TaskDemand d;
+  d.cpu = 256;
+  d.memory = 512;
+  d.gpu_kind = GpuKind::kDedicated;
+  d.gpu_count = n;
+  return d;
+}
+
+// Hold reserves `mib` on GPU `gpu` of `instance` as a running shared task would.
+void Hold(ClusterState& s, const std::string& instance_arn, size_t gpu, MiB mib, int compute = 100,
+          const std::string& group = "g") {
+  static int n = 0;
+  Task t;
+  t.arn = "task-" + std::to_string(++n);
+  t.container_instance_arn = instance_arn;
+  t.group = group;
+  const ContainerInstance* inst = s.FindInstance(instance_arn);
+  t.gpu_reservations = {{inst->gpus[gpu].id, mib, compute, 1, false}};
+  ASSERT_TRUE(s.ReserveTask(t).ok());
+}
+
+Placement Place(const ClusterState& s, TaskDemand d, std::vector<PlacementStrategy> strategies = {},
+                std::vector<PlacementConstraint> constraints = {}, bool compute_aware = false) {
+  PlacementRequest r;
+  r.cluster = "c";
+  r.demand = d;
+  r.group = "g";
+  r.strategies = std::move(strategies);
+  r.constraints = std::move(constraints);
+  r.compute_aware = compute_aware;
+  r.seed = 42;
+  auto p = Placer::Create(r);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return (*p)->PlaceOne(s);
+}
+
+TEST(Placement, BestFitGpuInsideTheInstance) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(3, 20000));
+  Hold(s, "arn:i/a", 0, 10000);  // GPU 0: 10,000 free
+  Hold(s, "arn:i/a", 1, 15000);  // GPU 1:  5,000 free
+  // A 4,000 task fits all three; best fit is GPU 1 (5,000 - 4,000 = 1,000 left), not the idle GPU 2.
+  Placement p = Place(s, Shared(4000));
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.gpu_indices, std::vector<size_t>{1});
+  // Spread first flips it: the emptiest GPU (GPU 2, 20,000 free).
+  Placement q = Place(s, Shared(4000), {{"spread", "instanceId"}});
+  EXPECT_EQ(q.gpu_indices, std::vector<size_t>{2});
+}
+
+TEST(Placement, FailureReasonsPerInstance) {
+  ClusterState s;
+  s.PutInstance(Instance("cpu").Gpus(1, 40000).Cpu(128));           // 128 < 256 CPU units
+  s.PutInstance(Instance("mem").Gpus(1, 40000).Memory(256));         // 256 < 512 MiB
+  s.PutInstance(Instance("small").Gpus(2, 3000));                    // 3,000 < 4,096 on each GPU
+  s.PutInstance(Instance("nogpu"));                                  // no GPU at all
+  s.PutInstance(Instance("drain").Gpus(1, 40000).Status("DRAINING"));
+  s.PutInstance(Instance("gone").Gpus(1, 40000).Disconnected());
+  Placement p = Place(s, Shared(4096));
+  ASSERT_FALSE(p.placed());
+  ASSERT_EQ(p.failures.size(), 6u);
+  EXPECT_EQ(p.failures[0], (PlacementFailure{"arn:i/cpu", "RESOURCE:CPU", "instance has 128 CPU units free; task needs 256"}));
+  EXPECT_EQ(p.failures[1].reason, "RESOURCE:MEMORY");
+  EXPECT_EQ(p.failures[2], (PlacementFailure{"arn:i/small", "RESOURCE:GPU_MEMORY",
+                                             "largest free block on any GPU is 3,000 MiB; task needs 4,096 MiB on one GPU"}));
+  EXPECT_EQ(p.failures[3].reason, "RESOURCE:GPU");
+  EXPECT_EQ(p.failures[4].reason, "STATUS");
+  EXPECT_EQ(p.failures[5].reason, "AGENT");
+}
+
+TEST(Placement, EmptyClusterIsMissing) {
+  ClusterState s;
+  Placement p = Place(s, Shared(1));
+  ASSERT_EQ(p.failures.size(), 1u);
+  EXPECT_EQ(p.failures[0].reason, "MISSING");
+}
+
+TEST(Placement, DedicatedNeedsIdleGpusOfOneInstance) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(2, 20000));
+  s.PutInstance(Instance("b").Gpus(2, 20000));
+  Hold(s, "arn:i/a", 0, 1000);  // a: GPU 0 in NVIDIA_MPS mode, GPU 1 idle
+  Hold(s, "arn:i/b", 1, 1000);  // b: GPU 1 in NVIDIA_MPS mode, GPU 0 idle
+  // Two idle GPUs exist in the cluster, but no instance has two: RESOURCE:GPU on both.
+  Placement two = Place(s, Dedicated(2));
+  ASSERT_FALSE(two.placed());
+  EXPECT_EQ(two.failures[0].reason, "RESOURCE:GPU");
+  EXPECT_EQ(two.failures[0].detail, "task needs 2 IDLE GPU(s); instance has 1 IDLE, 1 in NVIDIA_MPS mode, 0 DEDICATED");
+  Placement one = Place(s, Dedicated(1), {{"binpack", "cpu"}});
+  ASSERT_TRUE(one.placed());
+  EXPECT_EQ(one.instance->id, "a");  // tie on cpu; the earlier-registered instance wins
+  EXPECT_EQ(one.gpu_indices, std::vector<size_t>{1});
+}
+
+TEST(Placement, SharedTaskNeverLandsOnDedicatedGpu) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(1, 20000));
+  Task t;
+  t.arn = "ded";
+  t.container_instance_arn = "arn:i/a";
+  t.gpu_reservations = {{"GPU-a-0", 0, 0, 1, true}};
+  ASSERT_TRUE(s.ReserveTask(t).ok());
+  Placement p = Place(s, Shared(1));
+  ASSERT_FALSE(p.placed());
+  EXPECT_EQ(p.failures[0].reason, "RESOURCE:GPU");
+  EXPECT_EQ(p.failures[0].detail, "no GPU can be shared: task needs 1 MiB on one GPU (1 GPU(s) DEDICATED)");
+  // Released exactly once: the GPU is IDLE again and a second release is a no-op.
+  EXPECT_TRUE(s.ReleaseTask("ded"));
+  EXPECT_FALSE(s.ReleaseTask("ded"));
+  EXPECT_EQ(s.FindInstance("arn:i/a")->gpus[0].mode, GpuMode::kIdle);
+  EXPECT_TRUE(Place(s, Shared(1)).placed());
+}
+
+TEST(Placement, BinpackGpuMemoryPicksTheFullestGpuInTheCluster) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(1, 20000));
+  s.PutInstance(Instance("b").Gpus(1, 20000));
+  s.PutInstance(Instance("c").Gpus(1, 20000));
+  Hold(s, "arn:i/a", 0, 5000);   // 15,000 free -> 11,000 after a 4,000 task
+  Hold(s, "arn:i/b", 0, 14000);  //  6,000 free ->  2,000 after
+  Hold(s, "arn:i/c", 0, 17000);  //  3,000 free -> does not fit
+  Placement p = Place(s, Shared(4000), {{"binpack", "gpuMemory"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "b");
+}
+
+TEST(Placement, SpreadByAttributeBalancesGroups) {
+  ClusterState s;
+  s.PutInstance(Instance("a1").Gpus(1, 20000).Attr("zone", "a"));
+  s.PutInstance(Instance("a2").Gpus(1, 20000).Attr("zone", "a"));
+  s.PutInstance(Instance("b1").Gpus(1, 20000).Attr("zone", "b"));
+  Hold(s, "arn:i/a1", 0, 1000);  // zone a holds one task of group g
+  Placement p = Place(s, Shared(1000), {{"spread", "attribute:zone"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "b1");
+}
+
+TEST(Placement, ComputeAwareOnlyWhenAsked) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(1, 20000));
+  Hold(s, "arn:i/a", 0, 1000, 75);
+  EXPECT_TRUE(Place(s, Shared(1000, 50)).placed());                  // 75 + 50 > 100, but compute is ignored
+  Placement p = Place(s, Shared(1000, 50), {}, {}, /*compute_aware=*/true);
+  ASSERT_FALSE(p.placed());
+  EXPECT_EQ(p.failures[0].reason, "RESOURCE:GPU_COMPUTE");
+  EXPECT_TRUE(Place(s, Shared(1000, 25), {}, {}, true).placed());  // 75 + 25 = 100 fits exactly
+}
+
+TEST(Placement, MemberOfAndDistinctInstance) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(1, 20000).Attr("gpu-model", "A10G"));
+  s.PutInstance(Instance("b").Gpus(1, 20000).Attr("gpu-model", "H100"));
+  Placement p = Place(s, Shared(1000), {}, {{"memberOf", "attribute:gpu-model == H100"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "b");
+  Hold(s, "arn:i/b", 0, 1000);  // group g now on b
+  Placement q = Place(s, Shared(1000), {}, {{"memberOf", "attribute:gpu-model == H100"}, {"distinctInstance", ""}});
+  ASSERT_FALSE(q.placed());
+  EXPECT_EQ(q.failures[0].reason, "ATTRIBUTE");
+  EXPECT_EQ(q.failures[0].detail, "MemberOf placement constraint unsatisfied: attribute:gpu-model == H100");
+  EXPECT_EQ(q.failures[1].detail, "DistinctInstance placement constraint unsatisfied: a task of group 'g' is already on this instance");
+}
+
+TEST(Placement, RandomIsSeededAndCoversCandidates) {
+  ClusterState s;
+  for (int i = 0; i < 8; ++i) s.PutInstance(Instance("i" + std::to_string(i)).Gpus(1, 20000));
+  PlacementRequest r;
+  r.cluster = "c";
+  r.demand = Shared(1000);
+  r.seed = 1234;
+  auto placer = Placer::Create(r);
+  ASSERT_TRUE(placer.ok());
+  std::set<std::string> seen;
+  for (int task = 0; task < 64; ++task) {
+    Placement a = (*placer)->PlaceOne(s, task);
+    Placement b = (*placer)->PlaceOne(s, task);
+    ASSERT_TRUE(a.placed());
+    EXPECT_EQ(a.instance, b.instance);  // same (seed, task index) -> same decision
+    seen.insert(a.instance->id);
+  }
+  EXPECT_GE(seen.size(), 6u);  // 64 draws over 8 candidates reach nearly all of them
+}
+
+TEST(Placement, RebuildEqualsIncrementalAccounting) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(2, 20000));
+  Hold(s, "arn:i/a", 0, 3000, 50);
+  Hold(s, "arn:i/a", 0, 2000, 25);
+  Hold(s, "arn:i/a", 1, 7000);
+  ASSERT_TRUE(s.ReleaseTask(s.LoadOf("arn:i/a").task_arns[1]));
+  ContainerInstance incremental = *s.FindInstance("arn:i/a");
+  s.RebuildReservations();
+  EXPECT_EQ(*s.FindInstance("arn:i/a"), incremental);
+  EXPECT_EQ(incremental.gpus[0].remaining_memory_mib, 17000);  // 20,000 - 3,000
+  EXPECT_EQ(incremental.gpus[0].compute_used_percent, 50);
+  EXPECT_EQ(incremental.gpus[1].remaining_memory_mib, 13000);  // 20,000 - 7,000
+}
+
+TEST(Placement, ExplainSaysWhyPerGpu) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(2, 8000));
+  Hold(s, "arn:i/a", 0, 6000);
+  PlacementRequest r;
+  r.cluster = "c";
+  r.demand = Shared(4000);
+  auto placer = Placer::Create(r);
+  ASSERT_TRUE(placer.ok());
+  auto verdicts = (*placer)->Explain(s);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_TRUE(verdicts[0].chosen);
+  EXPECT_EQ(verdicts[0].gpus[0].detail, "2,000 MiB free < 4,000 MiB needed");
+  EXPECT_EQ(verdicts[0].gpus[1].detail, "4,000 MiB would remain (chosen)");
+}
+
+TEST(Placement, TaskLevelCpuAndMemoryWin) {
+  TaskDefinition td;
+  td.cpu = "1 vCPU";
+  td.memory = "2 GB";
+  ContainerDefinition c;
+  c.name = "c";
+  c.cpu = 100;
+  c.memory = 300;
+  td.containers = {c};
+  TaskDemand d = DemandOf(td);
+  EXPECT_EQ(d.cpu, 1024);
+  EXPECT_EQ(d.memory, 2048);
+  td.cpu.reset();
+  td.memory.reset();
+  d = DemandOf(td);
+  EXPECT_EQ(d.cpu, 100);
+  EXPECT_EQ(d.memory, 300);
+}
+
+}  // namespace
+}  // namespace gpupack
