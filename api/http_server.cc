@@ -25,6 +25,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -95,11 +96,25 @@ std::string JsonEscape(std::string_view s) {
   return out;
 }
 
+// NewRequestId is a random UUID (v4) for the answers the server gives by itself (413, 431, 400, 503): every
+// response carries x-amzn-RequestId (DESIGN.md §4), and the SDKs report it as $metadata.requestId.
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const uint64_t a = rng(), b = rng();
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%08x-%04x-4%03x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
+                static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
+                static_cast<unsigned long long>(b & 0xffffffffffffULL));
+  return buf;
+}
+
 // ErrorResponse is an ECS-shaped error: {"__type": "<type>", "message": "<message>"}.
 HttpResponse ErrorResponse(int status, std::string_view type, std::string_view message) {
   HttpResponse r;
   r.status = status;
   r.headers.emplace_back("Content-Type", "application/x-amz-json-1.1");
+  r.headers.emplace_back("x-amzn-RequestId", NewRequestId());
   r.body = "{\"__type\":\"" + JsonEscape(type) + "\",\"message\":\"" + JsonEscape(message) + "\"}";
   return r;
 }
@@ -585,7 +600,11 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
     return;
   }
   if (connections_open.load() >= options.max_connections) {
-    ++rejected_connections;
+    const uint64_t rejected = ++rejected_connections;
+    if (rejected == 1 || rejected % 1000 == 0) {  // a flood must not flood the log too
+      spdlog::warn("http: {} connections open (max_connections); rejecting new ones ({} so far)",
+                   connections_open.load(), rejected);
+    }
     RejectBusy(std::move(socket));
     DoAccept();
     return;
@@ -606,13 +625,13 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
 
 // RejectBusy answers 503 and closes, without blocking: the response fits in an empty socket send buffer.
 void HttpServer::Impl::RejectBusy(tcp::socket socket) {
-  spdlog::warn("http: {} connections open (max_connections); rejecting a new one", connections_open.load());
   const HttpResponse r = ErrorResponse(
       503, "ServerException",
       "too many open connections (limit " + std::to_string(options.max_connections) + "); retry later");
   const std::string wire = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/x-amz-json-1.1\r\n"
                            "Date: " + HttpDate(std::time(nullptr)) +
-                           "\r\nServer: gpupack\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: " +
+                           "\r\nServer: gpupack\r\nx-amzn-RequestId: " + NewRequestId() +
+                           "\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: " +
                            std::to_string(r.body.size()) + "\r\n\r\n" + r.body;
   beast::error_code ec;
   socket.non_blocking(true, ec);

@@ -108,7 +108,8 @@ class HttpServer {
   uint16_t port() const;
 
   // Stop stops accepting, closes every connection (requests still waiting for their Responder are abandoned;
-  // their clients see the connection close) and joins the io threads. Idempotent; returns promptly.
+  // their clients see the connection close) and joins the io threads. Idempotent; returns as soon as any
+  // Handler call in progress returns (Handlers do not block, see above).
   void Stop();
 
   Stats stats() const;

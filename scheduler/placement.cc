@@ -257,6 +257,7 @@ struct Placer::Compiled {
   std::vector<std::unique_ptr<Scorer>> scorers;
   bool spread_first = false;
   bool needs_random_key = false;
+  bool random_only = false;  // the only strategy is random: PlaceOne may sample instead of scanning
 };
 
 Placer::Placer(PlacementRequest request) : request_(std::move(request)), compiled_(std::make_unique<Compiled>()) {}
@@ -297,6 +298,7 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
     }
   }
   c.spread_first = strategies.front().type == "spread";
+  c.random_only = strategies.size() == 1 && strategies.front().type == "random";
   return p;
 }
 
@@ -375,6 +377,22 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   ScoreContext ctx = PrepareScorers(c, state, instances, request_.group);
 
   const uint64_t task_seed = Mix(request_.seed ^ Mix(static_cast<uint64_t>(task_index) + 1));
+  // Fast path for random placement (the default): rejection sampling over the instance list is uniform over
+  // the eligible instances, like the scan below, and touches a handful of instances when most are eligible.
+  // After kRandomProbes misses (a nearly full cluster) the full scan decides.
+  if (c.random_only && !instances.empty()) {
+    constexpr int kRandomProbes = 32;
+    for (int k = 0; k < kRandomProbes; ++k) {
+      const ContainerInstance* inst = instances[Mix(task_seed + static_cast<uint64_t>(k)) % instances.size()];
+      if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
+      FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst,
+                                   state.LoadOf(inst->arn), false);
+      if (!f.ok) continue;
+      result.instance = inst;
+      result.gpu_indices = std::move(f.fit.gpus);
+      return result;
+    }
+  }
   std::vector<double> best_scores, scores(c.scorers.size());
   const ContainerInstance* best = nullptr;
   GpuFit best_fit;
