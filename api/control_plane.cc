@@ -16,6 +16,7 @@ namespace gpupack::api {
 struct ControlPlane::Ctx {
   Json out = Json::object();
   WriteBatch batch;
+  std::vector<std::pair<std::string, Json>> pushes;  // (instance ARN, message) sent once the batch is durable
 };
 
 namespace {
@@ -79,6 +80,10 @@ Status RequireString(const Json& in, const std::string& key, std::string& out) {
   return Status::Ok();
 }
 
+bool UsesChannel(const ContainerInstance& inst) {
+  return inst.FindAttribute(ControlPlane::kChannelAttribute) != nullptr;
+}
+
 bool IsTerminal(const std::string& status) { return status == "STOPPED" || status == "DELETED"; }
 
 void SortAttributes(std::vector<Attribute>& attrs) {
@@ -124,7 +129,10 @@ Status ControlPlane::Load() {
   std::lock_guard lock(mu_);
   for (auto& c : snap->clusters) state_.PutCluster(std::move(c));
   for (auto& td : snap->task_definitions) state_.PutTaskDefinition(std::move(td));
-  for (auto& i : snap->instances) state_.PutInstance(std::move(i));
+  for (auto& i : snap->instances) {
+    if (UsesChannel(i)) i.agent_connected = false;  // until its agent says hello again
+    state_.PutInstance(std::move(i));
+  }
   for (auto& t : snap->tasks) state_.PutTask(std::move(t));
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
   state_.RebuildReservations();
@@ -175,12 +183,17 @@ void ControlPlane::Execute(const std::string& operation, const Json& body, Done 
     done({Status::Client("request body must be a JSON object"), {}});
     return;
   }
+  Handler handler = it->second;
+  Run([&](Ctx& ctx) { return (this->*handler)(body, ctx); }, std::move(done));
+}
+
+void ControlPlane::Run(const std::function<Status(Ctx&)>& op, Done done) {
   std::unique_lock lock(mu_);
   Ctx ctx;
   PurgeExpired(ctx);
   Status s;
   try {
-    s = (this->*(it->second))(body, ctx);
+    s = op(ctx);
   } catch (const std::exception& e) {
     s = Status::Server(std::string("internal error: ") + e.what());
   }
@@ -189,21 +202,29 @@ void ControlPlane::Execute(const std::string& operation, const Json& body, Done 
     done({Status::Server("the server could not persist an earlier change and refuses writes until restarted"), {}});
     return;
   }
+  auto push = [this](std::vector<std::pair<std::string, Json>>& pushes) {
+    if (!notifier_) return;
+    for (auto& [arn, message] : pushes) notifier_(arn, std::move(message));
+  };
   if (ctx.batch.empty()) {
     lock.unlock();
+    push(ctx.pushes);
     done({s, s.ok() ? std::move(ctx.out) : Json()});
     return;
   }
-  // Writes (a failed RunTask writes nothing; a purge may ride along with a read) are answered once durable.
+  // Writes (a failed RunTask writes nothing; a purge may ride along with a read) are answered once durable;
+  // agents hear of new assignments and stops only then, so they never act on a change that could be lost.
   auto shared_done = std::make_shared<Done>(std::move(done));
   Json out = s.ok() ? std::move(ctx.out) : Json();
-  committer_.Submit(std::move(ctx.batch), [this, shared_done, s, out = std::move(out)](Status commit) mutable {
+  committer_.Submit(std::move(ctx.batch), [this, shared_done, s, out = std::move(out), pushes = std::move(ctx.pushes),
+                                           push](Status commit) mutable {
     if (!commit.ok()) {
       degraded_.store(true);
       spdlog::error("commit failed, refusing writes until restart: {}", commit.message());
       (*shared_done)({Status::Server("could not persist the change: " + commit.message()), {}});
       return;
     }
+    push(pushes);
     (*shared_done)({s, std::move(out)});
   });
 }
@@ -571,6 +592,7 @@ Status ControlPlane::PlaceTasks(const Json& in, Ctx& ctx, bool start_task) {
     GP_TRY(state_.ReserveTask(t));
     ++counters_.placements;
     ctx.batch.PutTask(t);
+    ctx.pushes.emplace_back(inst.arn, Json{{"type", "assign"}, {"task", AssignmentFor(t)}});
     tasks.push_back(ToJson(options_.arn, t));
     placed_arns.push_back(t.arn);
   }
@@ -594,7 +616,15 @@ void ControlPlane::StopTaskRecord(Task& task, const std::string& stop_code, cons
   task.stopped_reason = reason;
   task.stopping_at = Now();
   ++task.version;
-  // A task no agent has started yet stops at once.
+  const ContainerInstance* inst = state_.FindInstance(task.container_instance_arn);
+  if (inst && UsesChannel(*inst) && inst->agent_connected) {
+    // The agent stops it (SIGTERM, grace, SIGKILL) and reports STOPPED; memory is held until then.
+    ctx.pushes.emplace_back(inst->arn, Json{{"type", "stop"}, {"taskArn", task.arn}, {"reason", reason}});
+    ctx.batch.PutTask(task);
+    return;
+  }
+  // A task no agent has started yet stops at once. A running one waits for its agent's report (a channel agent
+  // that is away gets the stop when it reconnects).
   if (task.last_status == "PENDING") {
     FinishStop(task, ctx);
     return;
@@ -764,7 +794,14 @@ Status ControlPlane::RegisterContainerInstance(const Json& in, Ctx& ctx) {
   inst.gpus = std::move(gpus);
   inst.attributes = std::move(attrs);
   inst.status = "ACTIVE";
-  inst.agent_connected = true;
+  if (existing) {
+    // Re-registration (e.g. the MPS capability changed): the connection and fault holds stay as they are.
+    for (auto& g : inst.gpus)
+      for (const auto& old : existing->gpus)
+        if (old.id == g.id) g.held = old.held;
+  } else {
+    inst.agent_connected = !UsesChannel(inst);  // a channel agent is connected once it says hello
+  }
   ++inst.version;
   state_.PutInstance(inst);
   if (existing) state_.RebuildReservations();  // the GPU list may have changed under held reservations
@@ -959,6 +996,7 @@ Status ControlPlane::SubmitTaskStateChange(const Json& in, Ctx& ctx) {
   if (status != "PENDING" && status != "RUNNING" && status != "STOPPED")
     return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   GP_ASSIGN(reason, OptString(in, "reason"));
+  GP_ASSIGN(stop_code, OptString(in, "stopCode"));  // ours: the agent names why a task stopped
   GP_ASSIGN(task, ResolveTask(cluster->name, ref));
   // Containers reported with the task.
   if (in.contains("containers") && in["containers"].is_array()) {
@@ -988,7 +1026,9 @@ Status ControlPlane::SubmitTaskStateChange(const Json& in, Ctx& ctx) {
     ctx.batch.PutTask(*task);
   } else if (status == "STOPPED") {
     if (task->stop_code.empty()) {
-      task->stop_code = task->last_status == "PENDING" ? "TaskFailedToStart" : "EssentialContainerExited";
+      task->stop_code = stop_code && !stop_code->empty() ? *stop_code
+                        : task->last_status == "PENDING" ? "TaskFailedToStart"
+                                                         : "EssentialContainerExited";
     }
     if (reason && !reason->empty()) task->stopped_reason = *reason;
     FinishStop(*task, ctx);
@@ -1078,6 +1118,173 @@ Status ControlPlane::ExplainPlacement(const Json& in, Ctx& ctx) {
              {"instances", instances}};
   if (!chosen.empty()) ctx.out["chosenContainerInstanceArn"] = chosen;
   return Status::Ok();
+}
+
+
+// ---- the agent channel -----------------------------------------------------------------------------------
+
+void ControlPlane::SetAgentNotifier(Notifier notifier) {
+  std::lock_guard lock(mu_);
+  notifier_ = std::move(notifier);
+}
+
+Status ControlPlane::CheckAgentInstance(const std::string& instance_arn) const {
+  std::lock_guard lock(mu_);
+  const ContainerInstance* inst = state_.FindInstance(instance_arn);
+  if (!inst || inst->status == "INACTIVE")
+    return Status::InvalidParameter("containerInstance " + instance_arn.substr(0, 300) + " is not registered");
+  return Status::Ok();
+}
+
+// AssignmentFor renders what an agent needs to start a task: per container the command, the definition's and
+// the override's environment (the agent adds the MPS variables, which win), limits and GPUs.
+Json ControlPlane::AssignmentFor(const Task& task) const {
+  const TaskDefinition* td = nullptr;
+  auto ref = TaskDefinitionRefFrom(options_.arn, task.task_definition_arn);
+  if (ref.ok()) td = state_.FindTaskDefinition(ref->family, ref->revision);
+  Json containers = Json::array();
+  for (const Container& c : task.containers) {
+    Json j = {{"name", c.name}, {"image", c.image}, {"essential", c.essential}, {"gpuIds", c.gpu_ids}};
+    if (c.mps) {
+      j["mps"] = {{"memory", c.mps->memory_mib}};
+      if (c.mps->max_compute_percent) j["mps"]["maxComputePercent"] = *c.mps->max_compute_percent;
+    }
+    const ContainerDefinition* cd = nullptr;
+    if (td)
+      for (const auto& d : td->containers)
+        if (d.name == c.name) cd = &d;
+    const ContainerOverride* co = nullptr;
+    for (const auto& o : task.overrides.container_overrides)
+      if (o.name == c.name) co = &o;
+    if (cd) {
+      j["entryPoint"] = cd->entry_point;
+      j["command"] = cd->command;
+      j["environment"] = ToJson(cd->environment, false);
+      j["cpu"] = cd->cpu;
+      if (cd->memory) j["memory"] = *cd->memory;
+      if (cd->memory_reservation) j["memoryReservation"] = *cd->memory_reservation;
+    }
+    if (co) {
+      if (co->command) j["command"] = *co->command;
+      j["overrideEnvironment"] = ToJson(co->environment, false);
+      if (co->cpu) j["cpu"] = *co->cpu;
+      if (co->memory) j["memory"] = *co->memory;
+      if (co->memory_reservation) j["memoryReservation"] = *co->memory_reservation;
+    }
+    containers.push_back(std::move(j));
+  }
+  return {{"taskArn", task.arn}, {"cluster", task.cluster}, {"taskDefinitionArn", task.task_definition_arn},
+          {"desiredStatus", task.desired_status}, {"containers", containers}};
+}
+
+void ControlPlane::AgentHello(const std::string& instance_arn, const Json& hello, Done done) {
+  Run([&](Ctx& ctx) -> Status {
+    ContainerInstance* inst = state_.FindInstance(instance_arn);
+    if (!inst || inst->status == "INACTIVE") return Status::InvalidParameter("instance is not registered");
+    Json assign = Json::array(), stop = Json::array();
+    std::set<std::string> reported;
+    if (hello.contains("tasks") && hello["tasks"].is_array()) {
+      for (const Json& rt : hello["tasks"]) {
+        GP_ASSIGN(arn, OptString(rt, "taskArn"));
+        GP_ASSIGN(status, OptString(rt, "status"));
+        if (!arn || !status) continue;
+        reported.insert(*arn);
+        Task* t = state_.FindTask(*arn);
+        if (!t || t->container_instance_arn != instance_arn) {
+          if (*status != "STOPPED") stop.push_back({{"taskArn", *arn}, {"reason", "the server does not know this task"}});
+          continue;
+        }
+        if (t->last_status == "STOPPED") {
+          if (*status != "STOPPED") stop.push_back({{"taskArn", *arn}, {"reason", "the task was stopped while the agent was away"}});
+          continue;
+        }
+        // Apply what the agent reports, as a state change.
+        Json change = rt;
+        change["task"] = *arn;
+        change["cluster"] = t->cluster;
+        GP_TRY(SubmitTaskStateChange(change, ctx));
+        if (t->last_status != "STOPPED" && t->desired_status == "STOPPED")
+          stop.push_back({{"taskArn", *arn}, {"reason", t->stopped_reason}});
+      }
+    }
+    for (const std::string& arn : std::vector<std::string>(state_.LoadOf(instance_arn).task_arns)) {
+      if (reported.count(arn)) continue;
+      Task* t = state_.FindTask(arn);
+      if (!t) continue;
+      if (t->desired_status == "STOPPED" || t->last_status == "RUNNING") {
+        // Not on the agent any more: it ended while the agent was away or its state was lost.
+        if (t->stop_code.empty()) t->stop_code = "TaskFailedToStart";
+        if (t->stopped_reason.empty()) t->stopped_reason = "the agent no longer runs this task (its state was lost)";
+        FinishStop(*t, ctx);
+      } else {
+        assign.push_back(AssignmentFor(*t));  // the agent never got it
+      }
+    }
+    inst->agent_connected = true;
+    if (hello.contains("impaired") && hello["impaired"].is_boolean()) inst->impaired = hello["impaired"];
+    ++inst->version;
+    ctx.batch.PutInstance(*inst);
+    ctx.out = {{"type", "welcome"}, {"assign", assign}, {"stop", stop}};
+    return Status::Ok();
+  }, std::move(done));
+}
+
+void ControlPlane::AgentStateChange(const std::string& instance_arn, const Json& change, Done done) {
+  Run([&](Ctx& ctx) -> Status {
+    GP_ASSIGN(arn, OptString(change, "taskArn"));
+    if (!arn) return Status::InvalidParameter("taskArn is required");
+    Task* t = state_.FindTask(*arn);
+    if (!t || t->container_instance_arn != instance_arn)
+      return Status::InvalidParameter("task " + arn->substr(0, 300) + " is not on this instance");
+    Json body = change;
+    body["task"] = *arn;
+    body["cluster"] = t->cluster;
+    GP_TRY(SubmitTaskStateChange(body, ctx));
+    ctx.out = {{"type", "ack"}};
+    return Status::Ok();
+  }, std::move(done));
+}
+
+void ControlPlane::AgentHeartbeat(const std::string& instance_arn, const Json& hb, Done done) {
+  Run([&](Ctx& ctx) -> Status {
+    ContainerInstance* inst = state_.FindInstance(instance_arn);
+    if (!inst) return Status::InvalidParameter("instance is not registered");
+    bool changed = !inst->agent_connected;
+    inst->agent_connected = true;
+    if (hb.contains("impaired") && hb["impaired"].is_boolean() && inst->impaired != hb["impaired"].get<bool>()) {
+      inst->impaired = hb["impaired"];
+      changed = true;
+    }
+    if (hb.contains("heldGpus") && hb["heldGpus"].is_array()) {
+      std::set<std::string> held;
+      for (const auto& g : hb["heldGpus"])
+        if (g.is_string()) held.insert(g.get<std::string>());
+      for (auto& g : inst->gpus) {
+        bool h = held.count(g.id) > 0;
+        if (g.held != h) {
+          g.held = h;
+          changed = true;
+        }
+      }
+    }
+    if (changed) {
+      ++inst->version;
+      ctx.batch.PutInstance(*inst);
+    }
+    ctx.out = {{"type", "ack"}};
+    return Status::Ok();
+  }, std::move(done));
+}
+
+void ControlPlane::AgentDisconnected(const std::string& instance_arn) {
+  Run([&](Ctx& ctx) -> Status {
+    ContainerInstance* inst = state_.FindInstance(instance_arn);
+    if (!inst || !inst->agent_connected) return Status::Ok();
+    inst->agent_connected = false;
+    ++inst->version;
+    ctx.batch.PutInstance(*inst);
+    return Status::Ok();
+  }, [](OperationResult) {});
 }
 
 // ---- metrics ---------------------------------------------------------------------------------------------

@@ -60,6 +60,26 @@ class ControlPlane {
   // Is the operation one we serve?
   static bool Knows(const std::string& operation);
 
+  // ---- the agent channel (api/agent_channel.h) reaches the control plane through these. Each runs
+  // serialized like an operation; `done` is called once its writes are durable.
+  using Notifier = std::function<void(const std::string& instance_arn, Json message)>;
+  // SetAgentNotifier: how assignments and stops reach agents. Set before serving.
+  void SetAgentNotifier(Notifier notifier);
+  // AgentHello reconciles what an agent reports it runs with what the server holds for its instance and
+  // answers the welcome: {"type":"welcome","assign":[...],"stop":[...]}. The instance becomes connected.
+  void AgentHello(const std::string& instance_arn, const Json& hello, Done done);
+  // AgentStateChange applies {"taskArn","status","reason","stopCode","containers":[...]}.
+  void AgentStateChange(const std::string& instance_arn, const Json& change, Done done);
+  // AgentHeartbeat applies {"impaired": bool, "heldGpus": [ids]}.
+  void AgentHeartbeat(const std::string& instance_arn, const Json& heartbeat, Done done);
+  // AgentDisconnected marks the instance's agent disconnected (channel closed or heartbeats missed).
+  void AgentDisconnected(const std::string& instance_arn);
+  // CheckAgentInstance: the instance exists and is registered (for the channel's upgrade check).
+  Status CheckAgentInstance(const std::string& instance_arn) const;
+  // The attribute an agent registers with to say it holds a channel; such an instance counts as
+  // disconnected until its agent says hello (after a server restart too).
+  static constexpr const char* kChannelAttribute = "gpupack.agent-channel";
+
   bool healthy() const { return !degraded_.load(); }
 
   // Prometheus text of the placement and inventory metrics.
@@ -104,6 +124,10 @@ class ControlPlane {
   Status SubmitContainerStateChange(const Json& in, Ctx& ctx);
   Status ExplainPlacement(const Json& in, Ctx& ctx);
 
+  // Run executes `op` serialized and answers through the commit path (shared by operations and agent calls).
+  void Run(const std::function<Status(Ctx&)>& op, Done done);
+  Json AssignmentFor(const Task& task) const;
+
   // helpers (mu_ held)
   Result<const Cluster*> ActiveCluster(const Json& in);
   Result<const TaskDefinition*> ResolveTaskDefinition(const std::string& ref);
@@ -126,6 +150,7 @@ class ControlPlane {
   Counters counters_;         // guarded by mu_
   EpochMs last_purge_ = 0;    // guarded by mu_
   std::atomic<bool> degraded_{false};
+  Notifier notifier_;
 };
 
 }  // namespace gpupack::api

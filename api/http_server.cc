@@ -22,6 +22,7 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -46,6 +47,8 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/websocket.hpp>
 #include <spdlog/spdlog.h>
 
 namespace gpupack::api {
@@ -53,6 +56,7 @@ namespace gpupack::api {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 
 const std::string* HttpRequest::Header(std::string_view lower_name) const {
@@ -180,6 +184,7 @@ struct Gate {
 };
 
 class Session;
+class WsSession;
 
 }  // namespace
 
@@ -204,6 +209,7 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> rejected_connections{0};
   std::atomic<uint64_t> bad_requests{0};
+  std::atomic<uint64_t> websockets_open{0};
 
   net::io_context ioc{options.threads};
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -212,6 +218,7 @@ struct HttpServer::Impl {
 
   std::mutex mu;  // guards the four members below
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
+  std::unordered_map<uint64_t, std::shared_ptr<WsSession>> ws_sessions;
   uint64_t next_session_id = 1;
   bool started = false;
   bool stopped = false;
@@ -250,6 +257,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnWrite(beast::error_code ec, std::size_t n);
   void LingerClose();
   void OnLinger(beast::error_code ec, std::size_t n);
+  bool TryUpgrade(http::request<http::string_body>& req, HttpRequest& request);
 
   // Guarded runs `f` and turns any exception into a log line and a closed connection: nothing escapes to an
   // io thread from here.
@@ -279,6 +287,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool awaiting_response_ = false;  // the Handler has the request; its Responder has not answered yet
   bool close_after_write_ = false;
   bool finished_ = false;
+  bool upgraded_ = false;  // stream_ was handed to a WsSession
   size_t lingered_bytes_ = 0;
   std::array<char, 4096> drain_{};
 };
@@ -318,6 +327,144 @@ class PendingResponse {
   std::shared_ptr<Gate> gate_;
   std::weak_ptr<Session> session_;
   std::atomic<bool> called_{false};
+};
+
+
+// WsSession serves one upgraded connection (the agent channel). Like Session, everything runs on its strand;
+// Send/Close come from any thread and post through the Gate.
+class WsSession : public WebSocketConnection, public std::enable_shared_from_this<WsSession> {
+ public:
+  WsSession(HttpServer::Impl& server, uint64_t id, beast::tcp_stream stream, const WebSocketHandler& handler,
+            std::string remote)
+      : server_(server), id_(id), ws_(std::move(stream)), handler_(handler), remote_(std::move(remote)) {}
+
+  void Run(http::request<http::string_body> req, HttpRequest request) {
+    request_ = std::move(request);
+    ws_.set_option(websocket::stream_base::timeout{std::chrono::seconds(10), handler_.idle_timeout, true});
+    ws_.read_message_max(handler_.max_message_bytes);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "gpupack"); }));
+    ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) { self->OnAccept(ec); });
+  }
+
+  void Send(std::string text) override {
+    std::lock_guard lock(server_.gate->mu);
+    if (!server_.gate->open) return;
+    net::post(ws_.get_executor(), [self = shared_from_this(), t = std::move(text)]() mutable {
+      self->Guarded("send", [&] {
+        if (self->finished_) return;
+        self->queue_.push_back(std::move(t));
+        if (!self->writing_) self->WriteNext();
+      });
+    });
+  }
+
+  void Close() override {
+    std::lock_guard lock(server_.gate->mu);
+    if (!server_.gate->open) return;
+    net::post(ws_.get_executor(), [self = shared_from_this()] {
+      self->Guarded("close", [&] {
+        if (self->finished_ || self->closing_) return;
+        self->closing_ = true;
+        if (self->writing_) return;  // closes after the queue drains
+        self->ws_.async_close(websocket::close_code::normal,
+                              [self](beast::error_code) { self->Finish(); });
+      });
+    });
+  }
+
+  const std::string& remote_address() const override { return remote_; }
+
+  // Finish ends the connection once: closes the socket, tells the handler, leaves the registry.
+  void Finish() {
+    if (finished_) return;
+    finished_ = true;
+    beast::error_code ec;
+    beast::get_lowest_layer(ws_).socket().close(ec);
+    if (opened_ && handler_.on_close) {
+      try {
+        handler_.on_close(shared_from_this());
+      } catch (const std::exception& e) {
+        spdlog::error("websocket {} ({}): on_close threw: {}", id_, remote_, e.what());
+      }
+    }
+    std::lock_guard lock(server_.mu);
+    if (server_.ws_sessions.erase(id_) > 0) --server_.websockets_open;
+  }
+
+ private:
+  template <typename F>
+  void Guarded(const char* where, F&& f) noexcept {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      spdlog::error("websocket {} ({}): {}: {}; closing it", id_, remote_, where, e.what());
+      Finish();
+    } catch (...) {
+      spdlog::error("websocket {} ({}): {}: unknown exception; closing it", id_, remote_, where);
+      Finish();
+    }
+  }
+
+  void OnAccept(beast::error_code ec) {
+    Guarded("accept", [&] {
+      if (ec) {
+        spdlog::info("websocket {} ({}): handshake failed: {}", id_, remote_, ec.message());
+        return Finish();
+      }
+      opened_ = true;
+      if (handler_.on_open) handler_.on_open(shared_from_this(), request_);
+      Read();
+    });
+  }
+
+  void Read() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    Guarded("read", [&] {
+      if (ec) {
+        if (ec != websocket::error::closed && ec != net::error::operation_aborted)
+          spdlog::info("websocket {} ({}): read ended: {}", id_, remote_, ec.message());
+        return Finish();
+      }
+      std::string message = beast::buffers_to_string(buffer_.data());
+      buffer_.consume(buffer_.size());
+      if (handler_.on_message) handler_.on_message(shared_from_this(), std::move(message));
+      if (!finished_) Read();
+    });
+  }
+
+  void WriteNext() {
+    if (queue_.empty()) {
+      writing_ = false;
+      if (closing_) ws_.async_close(websocket::close_code::normal, [self = shared_from_this()](beast::error_code) { self->Finish(); });
+      return;
+    }
+    writing_ = true;
+    ws_.text(true);
+    ws_.async_write(net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->Guarded("write", [&] {
+        if (ec) return self->Finish();
+        self->queue_.pop_front();
+        self->WriteNext();
+      });
+    });
+  }
+
+  HttpServer::Impl& server_;
+  const uint64_t id_;
+  websocket::stream<beast::tcp_stream> ws_;
+  const WebSocketHandler& handler_;
+  const std::string remote_;
+  HttpRequest request_;
+  beast::flat_buffer buffer_;
+  std::deque<std::string> queue_;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool opened_ = false;
+  bool finished_ = false;
 };
 
 void Session::Start() {
@@ -448,11 +595,6 @@ void Session::Dispatch() {
   keep_alive_ = req.keep_alive();
   head_ = req.method() == http::verb::head;
 
-  // WebSocket upgrade hook (the agent channel, DESIGN.md §6): this is where a later change checks
-  // `beast::websocket::is_upgrade(req)` and, if an upgrade handler accepts the request, hands over
-  // `stream_` (with any bytes left in `buffer_`) and `req` to a websocket session, calls Finish()-without-close
-  // (leave the registry, keep the socket) and returns instead of calling the Handler below.
-
   HttpRequest request;
   request.method = std::string(req.method_string());
   request.target = std::string(req.target());
@@ -463,8 +605,11 @@ void Session::Dispatch() {
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     request.headers.emplace_back(std::move(name), std::string(field.value()));
   }
-  request.body = std::move(req.body());
   request.remote_address = remote_;
+  if (websocket::is_upgrade(req)) {
+    if (TryUpgrade(req, request)) return;
+  }
+  request.body = std::move(req.body());
 
   ++server_.requests;
   awaiting_response_ = true;
@@ -478,6 +623,43 @@ void Session::Dispatch() {
     spdlog::error("http: connection {} ({}): handler threw an unknown exception", id_, remote_);
     pending->Respond(ErrorResponse(500, "ServerException", "internal error"));
   }
+}
+
+// TryUpgrade hands an upgrade request for a registered path to a WsSession: the socket moves over and this
+// Session leaves the registry without closing it. Returns false when the request is answered here instead
+// (unknown path, or the handler refused it); the caller then goes on with the normal HTTP answer or error.
+bool Session::TryUpgrade(http::request<http::string_body>& req, HttpRequest& request) {
+  std::string path(req.target().substr(0, req.target().find('?')));
+  auto it = server_.options.websockets.find(path);
+  if (it == server_.options.websockets.end()) {
+    Write(ErrorResponse(404, "ClientException", "no WebSocket endpoint at " + path.substr(0, 200)), /*close=*/true);
+    return true;
+  }
+  const WebSocketHandler& handler = it->second;
+  if (handler.accept) {
+    Status s = handler.accept(request);
+    if (!s.ok()) {
+      int status = s.code() == ErrorCode::kAccessDenied ? 403 : s.code() == ErrorCode::kServer ? 500 : 400;
+      Write(ErrorResponse(status, s.code() == ErrorCode::kAccessDenied ? "AccessDeniedException" : "ClientException",
+                          s.message()),
+            /*close=*/true);
+      return true;
+    }
+  }
+  std::shared_ptr<WsSession> ws;
+  {
+    std::lock_guard lock(server_.mu);
+    if (server_.stopped) return true;
+    const uint64_t id = server_.next_session_id++;
+    ws = std::make_shared<WsSession>(server_, id, std::move(stream_), handler, remote_);
+    server_.ws_sessions.emplace(id, ws);
+    ++server_.websockets_open;
+  }
+  upgraded_ = true;
+  finished_ = true;
+  server_.Unregister(id_);
+  ws->Run(std::move(req), std::move(request));
+  return true;
 }
 
 void Session::PostResponse(HttpResponse response) {
@@ -567,7 +749,7 @@ void Session::OnLinger(beast::error_code ec, std::size_t n) {
 }
 
 void Session::Finish() {
-  if (finished_) return;
+  if (finished_ || upgraded_) return;
   finished_ = true;
   awaiting_response_ = false;
   stream_.close();  // also cancels the timers and pending operations
@@ -754,7 +936,13 @@ void HttpServer::Stop() {
     for (auto& [id, session] : impl_->sessions) open.push_back(session);
   }
   for (auto& session : open) session->Finish();
-  spdlog::debug("http: stopped; closed {} open connections", open.size());
+  std::vector<std::shared_ptr<WsSession>> open_ws;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (auto& [id, ws] : impl_->ws_sessions) open_ws.push_back(ws);
+  }
+  for (auto& ws : open_ws) ws->Finish();
+  spdlog::debug("http: stopped; closed {} open connections and {} websockets", open.size(), open_ws.size());
 }
 
 HttpServer::Stats HttpServer::stats() const {
@@ -764,6 +952,7 @@ HttpServer::Stats HttpServer::stats() const {
   s.requests = impl_->requests.load();
   s.rejected_connections = impl_->rejected_connections.load();
   s.bad_requests = impl_->bad_requests.load();
+  s.websockets_open = impl_->websockets_open.load();
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,6 +59,30 @@ using Responder = std::function<void(HttpResponse)>;
 // and the request is answered 500 (unless the Responder was already called).
 using Handler = std::function<void(HttpRequest&&, Responder)>;
 
+// WebSocketConnection: one accepted WebSocket (the agent channel). Send and Close are thread-safe; messages go
+// out in the order Send was called. After the connection closed, Send does nothing.
+class WebSocketConnection {
+ public:
+  virtual ~WebSocketConnection() = default;
+  virtual void Send(std::string text) = 0;
+  virtual void Close() = 0;
+  virtual const std::string& remote_address() const = 0;
+};
+
+// WebSocketHandler serves the WebSocket upgrades of one path. `accept` decides on the upgrade request (a non-ok
+// Status is answered as an HTTP error in ECS's shape and the connection is not upgraded); the callbacks run on
+// the connection's strand, one at a time per connection: on_open once, on_message per text message, on_close
+// once when the connection ends for any reason (also after Close() and at Stop()).
+struct WebSocketHandler {
+  std::function<Status(const HttpRequest&)> accept;
+  std::function<void(const std::shared_ptr<WebSocketConnection>&, const HttpRequest&)> on_open;
+  std::function<void(const std::shared_ptr<WebSocketConnection>&, std::string message)> on_message;
+  std::function<void(const std::shared_ptr<WebSocketConnection>&)> on_close;
+  size_t max_message_bytes = 1 << 20;
+  // A peer that answers no ping for this long is disconnected (Beast's keep-alive pings at half of it).
+  std::chrono::milliseconds idle_timeout{30000};
+};
+
 struct HttpServerOptions {
   std::string host = "127.0.0.1";  // an IP literal (IPv4 or IPv6) or "localhost"; never resolved via DNS
   uint16_t port = 8080;            // 0 = any free port; port() tells which
@@ -74,6 +99,8 @@ struct HttpServerOptions {
   // Open connections at most; one more is accepted, answered 503 and closed (counted in rejected_connections).
   size_t max_connections = 4096;
   int threads = 2;  // io threads, >= 1
+  // WebSocket endpoints by path (e.g. "/agent/v1/channel"); an upgrade request for any other path is a 404.
+  std::map<std::string, WebSocketHandler> websockets;
 };
 
 // HttpServer listens on one address and serves HTTP/1.1 with keep-alive; pipelined requests are answered in
@@ -91,6 +118,7 @@ class HttpServer {
     uint64_t requests = 0;              // complete requests handed to the Handler
     uint64_t rejected_connections = 0;  // turned away at max_connections
     uint64_t bad_requests = 0;          // answered by the server itself: 400 malformed, 413 body, 431 headers
+    uint64_t websockets_open = 0;       // upgraded connections now open
   };
 
   // Create validates the options, binds and listens (connections queue in the kernel until Start). A bad

@@ -1,0 +1,666 @@
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/channel_client.h"
+#include "agent/environment.h"
+#include "agent/gpu_discovery.h"
+#include "agent/mps_daemon.h"
+#include "agent/runtime.h"
+
+namespace gpupack::agent {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kAgentVersion = "gpupack-agent 0.1.0";
+constexpr const char* kChannelAttribute = "gpupack.agent-channel";  // api/control_plane.h
+constexpr const char* kMpsCapability = "ecs.capability.gpu-sharing-mps";
+constexpr const char* kMpsDown = "MPS control daemon is not responding";
+
+// One container of a task as the agent tracks it.
+struct LocalContainer {
+  std::string name;
+  std::string runtime_id;
+  std::string status = "PENDING";  // PENDING | RUNNING | STOPPED
+  std::optional<int> exit_code;
+  std::string reason;
+  bool essential = true;
+  std::vector<std::string> gpu_ids;
+};
+
+// One task the agent was given; persisted until its STOPPED report is acknowledged.
+struct LocalTask {
+  std::string arn;
+  Json assignment;
+  std::string status = "PENDING";  // PENDING | RUNNING | STOPPED
+  std::string stop_code;
+  std::string reason;
+  std::vector<LocalContainer> containers;
+};
+
+Json ToJson(const LocalTask& t) {
+  Json cs = Json::array();
+  for (const auto& c : t.containers) {
+    Json j = {{"name", c.name}, {"runtimeId", c.runtime_id}, {"status", c.status}, {"reason", c.reason},
+              {"essential", c.essential}, {"gpuIds", c.gpu_ids}};
+    if (c.exit_code) j["exitCode"] = *c.exit_code;
+    cs.push_back(std::move(j));
+  }
+  return {{"taskArn", t.arn}, {"assignment", t.assignment}, {"status", t.status}, {"stopCode", t.stop_code},
+          {"reason", t.reason}, {"containers", cs}};
+}
+
+std::optional<LocalTask> FromJson(const Json& j) {
+  if (!j.is_object() || !j.contains("taskArn") || !j["taskArn"].is_string()) return std::nullopt;
+  LocalTask t;
+  t.arn = j["taskArn"];
+  t.assignment = j.value("assignment", Json::object());
+  t.status = j.value("status", "PENDING");
+  t.stop_code = j.value("stopCode", "");
+  t.reason = j.value("reason", "");
+  for (const auto& c : j.value("containers", Json::array())) {
+    LocalContainer lc;
+    lc.name = c.value("name", "");
+    lc.runtime_id = c.value("runtimeId", "");
+    lc.status = c.value("status", "PENDING");
+    lc.reason = c.value("reason", "");
+    lc.essential = c.value("essential", true);
+    lc.gpu_ids = c.value("gpuIds", std::vector<std::string>{});
+    if (c.contains("exitCode") && c["exitCode"].is_number_integer()) lc.exit_code = c["exitCode"].get<int>();
+    t.containers.push_back(std::move(lc));
+  }
+  return t;
+}
+
+std::string TaskId(const std::string& arn) { return arn.substr(arn.rfind('/') + 1); }
+
+// WriteFileAtomically writes via a temporary file and rename, so a crash leaves the old or the new content.
+bool WriteFileAtomically(const fs::path& path, const std::string& content) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << content;
+    out.flush();
+    if (!out) return false;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  return !ec;
+}
+
+std::vector<KeyValuePair> KeyValues(const Json& list) {
+  std::vector<KeyValuePair> out;
+  if (!list.is_array()) return out;
+  for (const auto& e : list)
+    if (e.is_object()) out.push_back({e.value("name", ""), e.value("value", "")});
+  return out;
+}
+
+int64_t HostMemoryMiB() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemTotal:") return kb / 1024;
+  return 0;
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "gpupack-agent";
+  return buf;
+}
+
+}  // namespace
+
+struct Agent::Impl {
+  AgentOptions options;
+  ServerEndpoint server;
+  std::unique_ptr<GpuDiscovery> gpus;
+  std::vector<GpuDevice> devices;
+  std::unique_ptr<MpsSupervisor> mps;
+  std::unique_ptr<Runtime> runtime;
+  RuntimeKind runtime_kind = RuntimeKind::kProcess;
+  bool fake_gpus = false;
+
+  // Worker-thread state.
+  std::string instance_arn;  // also read by instance_arn() after Start (set before the worker starts)
+  std::map<std::string, LocalTask> tasks;
+  std::unique_ptr<ChannelClient> channel;
+  std::map<int64_t, std::pair<std::string, std::string>> pending_acks;  // id -> (task ARN, status)
+  int64_t next_id = 1;
+  std::chrono::milliseconds heartbeat_interval{5000};
+  Clock::time_point next_heartbeat{}, next_probe{}, next_connect{};
+  std::chrono::milliseconds backoff{100};
+  std::set<std::string> held_gpus;
+  bool last_mps_serving = true;
+  bool registered_capability = false;
+
+  // Events from the channel's io thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Json> events;  // guarded by mu
+  bool stopping = false;    // guarded by mu
+  std::thread worker;
+
+  // ---- setup
+
+  Status Register() {
+    Json devices_json = Json::array();
+    for (const auto& d : devices)
+      devices_json.push_back({{"id", d.uuid}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", d.usable_mib}}}});
+    Json attrs = Json::array({{{"name", kChannelAttribute}, {"value", "v1"}}});
+    bool serving = mps->Probe() == MpsHealth::kServing;
+    if (serving) attrs.push_back({{"name", kMpsCapability}});
+    registered_capability = serving;
+    last_mps_serving = serving;
+    if (!devices.empty()) attrs.push_back({{"name", "gpupack.gpu-model"}, {"value", devices[0].name}});
+    for (const auto& [k, v] : options.attributes) attrs.push_back({{"name", k}, {"value", v}});
+    int64_t cpu = options.cpu > 0 ? options.cpu : static_cast<int64_t>(std::thread::hardware_concurrency()) * 1024;
+    int64_t mem = options.memory > 0 ? options.memory : HostMemoryMiB() * 95 / 100;
+    Json identity = {{"instanceId", options.name}};
+    if (!options.instance_type.empty()) identity["instanceType"] = options.instance_type;
+    Json body = {{"cluster", options.cluster},
+                 {"instanceIdentityDocument", identity.dump()},
+                 {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", cpu}},
+                                                 {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", mem}}})},
+                 {"platformDevices", devices_json},
+                 {"attributes", attrs},
+                 {"versionInfo", {{"agentVersion", kAgentVersion}}}};
+    if (!instance_arn.empty()) body["containerInstanceArn"] = instance_arn;
+    auto r = CallEcs(server, "RegisterContainerInstance", body);
+    if (!r.ok() && r.status().code() == ErrorCode::kClusterNotFound) {
+      // Like the ECS agent with the default cluster: create the cluster it was told to join.
+      auto created = CallEcs(server, "CreateCluster", Json{{"clusterName", options.cluster}});
+      if (!created.ok()) return created.status();
+      r = CallEcs(server, "RegisterContainerInstance", body);
+    }
+    if (!r.ok() && !instance_arn.empty() && r.status().code() == ErrorCode::kInvalidParameter) {
+      spdlog::warn("agent: the server no longer knows {}; registering as a new instance", instance_arn);
+      instance_arn.clear();
+      body.erase("containerInstanceArn");
+      r = CallEcs(server, "RegisterContainerInstance", body);
+    }
+    if (!r.ok()) return r.status();
+    instance_arn = (*r)["containerInstance"]["containerInstanceArn"];
+    WriteFileAtomically(fs::path(options.state_dir) / "instance.json", Json{{"containerInstanceArn", instance_arn}}.dump());
+    spdlog::info("agent: registered {} with {} GPU(s) in cluster {}", instance_arn, devices.size(), options.cluster);
+    return Status::Ok();
+  }
+
+  void LoadState() {
+    std::ifstream in(fs::path(options.state_dir) / "instance.json");
+    if (in) {
+      Json j = Json::parse(in, nullptr, false);
+      if (j.is_object() && j.contains("containerInstanceArn") && j["containerInstanceArn"].is_string())
+        instance_arn = j["containerInstanceArn"];
+    }
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(fs::path(options.state_dir) / "tasks", ec)) {
+      if (entry.path().extension() != ".json") continue;
+      std::ifstream f(entry.path());
+      auto t = FromJson(Json::parse(f, nullptr, false));
+      if (t) tasks[t->arn] = std::move(*t);
+      else spdlog::warn("agent: ignoring unreadable task record {}", entry.path().string());
+    }
+  }
+
+  void Persist(const LocalTask& t) {
+    WriteFileAtomically(fs::path(options.state_dir) / "tasks" / (TaskId(t.arn) + ".json"), ToJson(t).dump());
+  }
+
+  void Forget(const std::string& arn) {
+    std::error_code ec;
+    fs::remove(fs::path(options.state_dir) / "tasks" / (TaskId(arn) + ".json"), ec);
+    tasks.erase(arn);
+  }
+
+  // ---- the channel
+
+  void Post(Json event) {
+    {
+      std::lock_guard lock(mu);
+      events.push_back(std::move(event));
+    }
+    cv.notify_one();
+  }
+
+  void Connect() {
+    if (channel && channel->open()) return;
+    if (Clock::now() < next_connect) return;
+    channel.reset();
+    auto c = ChannelClient::Connect(server, "/agent/v1/channel?containerInstance=" + PercentEncode(instance_arn),
+                                    {[this](std::string m) {
+                                       Json j = Json::parse(m, nullptr, false);
+                                       if (j.is_object()) Post(std::move(j));
+                                     },
+                                     [this] { Post(Json{{"type", "_closed"}}); }});
+    if (!c.ok()) {
+      spdlog::warn("agent: channel: {}; retrying in {} ms", c.status().message(), backoff.count());
+      if (c.status().message().find("refused") != std::string::npos) {
+        // The server may have forgotten the instance (a new database): register again.
+        if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
+      }
+      next_connect = Clock::now() + backoff;
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      return;
+    }
+    channel = std::move(*c);
+    backoff = std::chrono::milliseconds(100);
+    pending_acks.clear();
+    Json reported = Json::array();
+    for (const auto& [arn, t] : tasks) reported.push_back(Report(t));
+    channel->Send(Json{{"type", "hello"}, {"tasks", reported}, {"impaired", mps->impaired()}}.dump());
+    spdlog::info("agent: channel open; reported {} task(s)", tasks.size());
+  }
+
+  Json Report(const LocalTask& t) {
+    Json containers = Json::array();
+    for (const auto& c : t.containers) {
+      Json j = {{"containerName", c.name}, {"status", c.status}};
+      if (c.exit_code) j["exitCode"] = *c.exit_code;
+      if (!c.reason.empty()) j["reason"] = c.reason;
+      containers.push_back(std::move(j));
+    }
+    Json r = {{"taskArn", t.arn}, {"status", t.status}, {"containers", containers}};
+    if (!t.reason.empty()) r["reason"] = t.reason;
+    if (!t.stop_code.empty()) r["stopCode"] = t.stop_code;
+    return r;
+  }
+
+  void SendState(const LocalTask& t) {
+    if (!channel || !channel->open()) return;  // the next hello reports it
+    Json m = Report(t);
+    m["type"] = "state";
+    m["id"] = next_id;
+    pending_acks[next_id++] = {t.arn, t.status};
+    channel->Send(m.dump());
+  }
+
+  void SendHeartbeat() {
+    next_heartbeat = Clock::now() + heartbeat_interval;
+    if (!channel || !channel->open()) return;
+    Json held = Json::array();
+    for (const auto& g : held_gpus) held.push_back(g);
+    channel->Send(Json{{"type", "heartbeat"}, {"id", next_id++}, {"impaired", mps->impaired()}, {"heldGpus", held}}.dump());
+  }
+
+  void Handle(const Json& m) {
+    std::string type = m.value("type", "");
+    if (type == "_closed") {
+      spdlog::warn("agent: channel closed; reconnecting");
+      channel.reset();
+      next_connect = Clock::now() + backoff;
+    } else if (type == "welcome") {
+      if (m.contains("heartbeatIntervalMs") && m["heartbeatIntervalMs"].is_number_integer())
+        heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(50, m["heartbeatIntervalMs"].get<int64_t>()));
+      for (const auto& s : m.value("stop", Json::array())) StopTask(s.value("taskArn", ""), s.value("reason", ""), "");
+      for (const auto& a : m.value("assign", Json::array())) StartTask(a);
+      // Containers the runtime runs that belong to no task we know are orphans: stop them.
+      if (auto listed = runtime->List(); listed.ok()) {
+        for (const auto& c : *listed)
+          if (!tasks.count(c.task_arn)) {
+            spdlog::info("agent: stopping orphan container {} of unknown task {}", c.id, c.task_arn);
+            (void)runtime->Stop(c.id, options.stop_grace);
+            (void)runtime->Remove(c.id);
+          }
+      }
+      SendHeartbeat();
+    } else if (type == "assign") {
+      StartTask(m.value("task", Json::object()));
+    } else if (type == "stop") {
+      StopTask(m.value("taskArn", ""), m.value("reason", "Task stopped by user"), "UserInitiated");
+    } else if (type == "ack" || type == "error") {
+      if (!m.contains("id") || !m["id"].is_number_integer()) return;
+      auto it = pending_acks.find(m["id"].get<int64_t>());
+      if (it == pending_acks.end()) return;
+      auto [arn, status] = it->second;
+      pending_acks.erase(it);
+      if (type == "error") spdlog::warn("agent: server refused the report for {}: {}", arn, m.value("message", ""));
+      auto t = tasks.find(arn);
+      if (status == "STOPPED" && t != tasks.end() && t->second.status == "STOPPED") Forget(arn);
+    }
+  }
+
+  // ---- tasks
+
+  // Fail ends a task that could not start: stops what did start, reports STOPPED with TaskFailedToStart.
+  void Fail(LocalTask& t, const std::string& reason) {
+    spdlog::warn("agent: task {} failed to start: {}", t.arn, reason);
+    for (auto& c : t.containers) {
+      if (!c.runtime_id.empty() && c.status == "RUNNING") {
+        (void)runtime->Stop(c.runtime_id, options.stop_grace);
+        (void)runtime->Remove(c.runtime_id);
+      }
+      c.status = "STOPPED";
+      if (c.reason.empty()) c.reason = reason;
+    }
+    t.status = "STOPPED";
+    t.stop_code = "TaskFailedToStart";
+    t.reason = reason;
+    Persist(t);
+    SendState(t);
+  }
+
+  void StartTask(const Json& a) {
+    std::string arn = a.value("taskArn", "");
+    if (arn.empty() || tasks.count(arn)) return;  // never start a task twice
+    LocalTask t;
+    t.arn = arn;
+    t.assignment = a;
+    for (const auto& c : a.value("containers", Json::array())) {
+      LocalContainer lc;
+      lc.name = c.value("name", "");
+      lc.essential = c.value("essential", true);
+      lc.gpu_ids = c.value("gpuIds", std::vector<std::string>{});
+      t.containers.push_back(std::move(lc));
+    }
+    Persist(t);  // from here a restarted agent knows the task and will not start it again
+    auto& task = tasks[arn] = std::move(t);
+    if (a.value("desiredStatus", "RUNNING") == "STOPPED") return Fail(task, "stopped before it started");
+
+    const Json& containers = a["containers"];
+    bool shared = false;
+    for (const auto& c : containers) shared = shared || c.contains("mps");
+    if (shared) {
+      // A container started without the daemon would silently run without limits.
+      if (mps->Probe() != MpsHealth::kServing) return Fail(task, kMpsDown);
+    }
+    for (const auto& c : task.containers)
+      for (const auto& g : c.gpu_ids)
+        if (held_gpus.count(g)) return Fail(task, "GPU " + g + " is held after a fault until its MPS server is healthy");
+
+    for (size_t i = 0; i < containers.size(); ++i) {
+      const Json& c = containers[i];
+      GpuAssignment gpu;
+      gpu.gpu_uuids = c.value("gpuIds", std::vector<std::string>{});
+      if (c.contains("mps")) {
+        MpsSharing m;
+        m.memory_mib = c["mps"].value("memory", 0);
+        if (c["mps"].contains("maxComputePercent")) m.max_compute_percent = c["mps"]["maxComputePercent"].get<int>();
+        gpu.mps = m;
+      }
+      ContainerSpec spec;
+      spec.task_arn = arn;
+      spec.container_name = task.containers[i].name;
+      spec.image = c.value("image", "");
+      spec.entry_point = c.value("entryPoint", std::vector<std::string>{});
+      spec.command = c.value("command", std::vector<std::string>{});
+      spec.environment = ContainerEnvironment(KeyValues(c.value("environment", Json::array())),
+                                              KeyValues(c.value("overrideEnvironment", Json::array())), gpu,
+                                              options.mps_pipe_dir, runtime_kind);
+      spec.mps_pipe_dir = gpu.mps ? options.mps_pipe_dir : "";
+      spec.cpu = c.value("cpu", 0);
+      if (c.contains("memory")) spec.memory = c["memory"].get<int64_t>();
+      if (c.contains("memoryReservation")) spec.memory_reservation = c["memoryReservation"].get<int64_t>();
+      auto id = runtime->Start(spec);
+      if (!id.ok()) {
+        task.containers[i].reason = "CannotStartContainerError: " + id.status().message();
+        return Fail(task, "CannotStartContainerError: " + id.status().message());
+      }
+      task.containers[i].runtime_id = *id;
+      task.containers[i].status = "RUNNING";
+      Persist(task);
+    }
+    task.status = "RUNNING";
+    Persist(task);
+    SendState(task);
+    spdlog::info("agent: task {} RUNNING", arn);
+  }
+
+  // StopTask stops every container of a task (SIGTERM, grace, SIGKILL) and reports STOPPED.
+  void StopTask(const std::string& arn, const std::string& reason, const std::string& stop_code) {
+    auto it = tasks.find(arn);
+    if (it == tasks.end()) {
+      // Unknown here (already gone): tell the server it is stopped so it releases the memory.
+      if (!arn.empty()) {
+        LocalTask gone;
+        gone.arn = arn;
+        gone.status = "STOPPED";
+        gone.reason = reason;
+        gone.stop_code = stop_code;
+        SendState(gone);
+      }
+      return;
+    }
+    LocalTask& t = it->second;
+    if (t.status == "STOPPED") return SendState(t);
+    for (auto& c : t.containers) {
+      if (c.runtime_id.empty() || c.status == "STOPPED") {
+        c.status = "STOPPED";
+        continue;
+      }
+      (void)runtime->Stop(c.runtime_id, options.stop_grace);
+      if (auto st = runtime->Inspect(c.runtime_id); st.ok()) {
+        c.exit_code = st->exit_code;
+        if (c.reason.empty()) c.reason = st->reason;
+      }
+      (void)runtime->Remove(c.runtime_id);
+      c.status = "STOPPED";
+    }
+    t.status = "STOPPED";
+    if (t.stop_code.empty()) t.stop_code = stop_code;
+    if (t.reason.empty()) t.reason = reason;
+    Persist(t);
+    SendState(t);
+    spdlog::info("agent: task {} STOPPED ({})", arn, reason);
+  }
+
+  // Monitor inspects running containers: an essential container's exit stops its task.
+  void Monitor() {
+    std::vector<std::string> to_stop;
+    for (auto& [arn, t] : tasks) {
+      if (t.status != "RUNNING") continue;
+      bool changed = false;
+      for (auto& c : t.containers) {
+        if (c.status != "RUNNING") continue;
+        auto st = runtime->Inspect(c.runtime_id);
+        if (!st.ok() || st->state == ContainerState::kRunning) continue;
+        c.status = "STOPPED";
+        c.exit_code = st->exit_code;
+        c.reason = st->state == ContainerState::kMissing ? "the container disappeared" : st->reason;
+        changed = true;
+        if (c.essential) {
+          t.stop_code = "EssentialContainerExited";
+          t.reason = "Essential container in task exited";
+          to_stop.push_back(arn);
+        }
+      }
+      if (changed) {
+        Persist(t);
+        if (std::find(to_stop.begin(), to_stop.end(), arn) == to_stop.end()) SendState(t);
+      }
+    }
+    for (const auto& arn : to_stop) StopTask(arn, "Essential container in task exited", "EssentialContainerExited");
+  }
+
+  // CheckMps probes the daemon on schedule; health changes re-register the capability attribute and send a
+  // heartbeat at once so the server stops (or resumes) placing here.
+  void CheckMps() {
+    if (Clock::now() < next_probe) return;
+    next_probe = Clock::now() + options.mps_probe_interval;
+    bool was_impaired = mps->impaired();
+    bool serving = mps->Probe() == MpsHealth::kServing;
+    if (serving != last_mps_serving) {
+      last_mps_serving = serving;
+      spdlog::warn("agent: MPS control daemon is {}", serving ? "serving again" : "not responding");
+    }
+    if (was_impaired != mps->impaired()) {
+      spdlog::warn("agent: instance {} impaired", mps->impaired() ? "is" : "is no longer");
+      SendHeartbeat();
+    }
+    if (serving != registered_capability) {  // ecs.capability.gpu-sharing-mps only while the daemon answers
+      if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
+    }
+  }
+
+  // CheckGpuFaults: a GPU whose MPS server faulted (simulated GPUs: the file <pipe>/fake-gpu-fault-<uuid>)
+  // takes down every client on it; stop exactly the tasks on that GPU and hold it until it is healthy.
+  void CheckGpuFaults() {
+    if (!fake_gpus) return;  // real MPS fault detection comes with the GPU validation work
+    for (const auto& d : devices) {
+      bool faulted = fs::exists(fs::path(options.mps_pipe_dir) / ("fake-gpu-fault-" + d.uuid));
+      bool held = held_gpus.count(d.uuid) > 0;
+      if (faulted && !held) {
+        held_gpus.insert(d.uuid);
+        spdlog::error("agent: GPU {} hit a fatal error; stopping its tasks and holding it", d.uuid);
+        std::vector<std::string> victims;
+        for (const auto& [arn, t] : tasks)
+          if (t.status != "STOPPED")
+            for (const auto& c : t.containers)
+              if (std::find(c.gpu_ids.begin(), c.gpu_ids.end(), d.uuid) != c.gpu_ids.end()) {
+                victims.push_back(arn);
+                break;
+              }
+        for (const auto& arn : victims) {
+          tasks[arn].stop_code = "InfrastructureHealth";
+          tasks[arn].reason = "GPU " + d.uuid +
+                              " hit a fatal error: its MPS server faulted and every client on it failed; the agent "
+                              "stopped the task and holds the GPU until MPS is healthy again";
+          StopTask(arn, tasks[arn].reason, "InfrastructureHealth");
+        }
+        SendHeartbeat();
+      } else if (!faulted && held && mps->Probe() == MpsHealth::kServing) {
+        held_gpus.erase(d.uuid);
+        spdlog::info("agent: GPU {} is healthy again; releasing it", d.uuid);
+        SendHeartbeat();
+      }
+    }
+  }
+
+  void Adopt() {
+    // Containers that ended while the agent was away are noticed by the first Monitor(); tasks whose
+    // containers the runtime no longer has at all are stopped with that reason.
+    for (auto& [arn, t] : tasks)
+      if (t.status == "PENDING") {
+        // The agent died while starting it: some containers may run. Stop them; the task failed to start.
+        Fail(t, "the agent restarted while starting the task");
+      }
+  }
+
+  void Loop() {
+    Adopt();
+    for (;;) {
+      std::deque<Json> batch;
+      {
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, options.monitor_interval, [this] { return stopping || !events.empty(); });
+        if (stopping) break;
+        batch.swap(events);
+      }
+      try {
+        for (const auto& e : batch) Handle(e);
+        Connect();
+        Monitor();
+        CheckMps();
+        CheckGpuFaults();
+        if (Clock::now() >= next_heartbeat) SendHeartbeat();
+      } catch (const std::exception& e) {
+        spdlog::error("agent: worker: {}", e.what());
+      }
+    }
+    if (options.stop_tasks_on_exit) {
+      std::vector<std::string> arns;
+      for (const auto& [arn, t] : tasks) arns.push_back(arn);
+      for (const auto& arn : arns) StopTask(arn, "the agent was shut down", "UserInitiated");
+      // Give the reports a moment to reach the server.
+      for (int i = 0; i < 20 && channel && channel->open() && !pending_acks.empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+        std::deque<Json> batch;
+        {
+          std::lock_guard lock(mu);
+          batch.swap(events);
+        }
+        for (const auto& e : batch) Handle(e);
+      }
+    }
+    channel.reset();
+  }
+};
+
+Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Agent::~Agent() { Stop(); }
+
+Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
+  auto impl = std::make_unique<Impl>();
+  if (options.name.empty()) options.name = HostName();
+  auto server = ServerEndpoint::Parse(options.server);
+  if (!server.ok()) return server.status();
+  impl->server = *server;
+  auto gpus = MakeGpuDiscovery(options.gpus, options.name);
+  if (!gpus.ok()) return gpus.status();
+  impl->gpus = std::move(*gpus);
+  impl->fake_gpus = options.gpus.rfind("fake:", 0) == 0;
+  std::error_code ec;
+  fs::create_directories(fs::path(options.state_dir) / "tasks", ec);
+  if (ec) return Status::InvalidParameter("--state-dir " + options.state_dir + ": " + ec.message());
+  MpsOptions mps;
+  mps.control_program = options.mps_control_program;
+  mps.pipe_dir = options.mps_pipe_dir;
+  mps.log_dir = options.mps_pipe_dir + "/log";
+  impl->mps = impl->fake_gpus ? MakeFakeMps(mps) : MakeMpsControlDaemon(mps);
+  if (options.runtime == "process") {
+    auto rt = MakeProcessRuntime({options.state_dir + "/runtime", options.state_dir + "/logs"});
+    if (!rt.ok()) return rt.status();
+    impl->runtime = std::move(*rt);
+    impl->runtime_kind = RuntimeKind::kProcess;
+  } else if (options.runtime == "docker") {
+    auto rt = MakeDockerRuntime({options.docker_socket, options.name});
+    if (!rt.ok()) return rt.status();
+    impl->runtime = std::move(*rt);
+    impl->runtime_kind = RuntimeKind::kDocker;
+  } else {
+    return Status::InvalidParameter("--runtime must be process or docker (got " + options.runtime + ")");
+  }
+  impl->options = std::move(options);
+  return std::unique_ptr<Agent>(new Agent(std::move(impl)));
+}
+
+Status Agent::Start() {
+  Impl& a = *impl_;
+  auto devices = a.gpus->Discover();
+  if (!devices.ok()) return devices.status();
+  a.devices = *devices;
+  if (Status s = a.mps->Start(); !s.ok())
+    spdlog::warn("agent: MPS control daemon did not start: {} (shared tasks will be refused until it does)", s.message());
+  a.LoadState();
+  if (Status s = a.Register(); !s.ok()) return s;
+  a.next_probe = Clock::now() + a.options.mps_probe_interval;
+  a.worker = std::thread([&a] { a.Loop(); });
+  return Status::Ok();
+}
+
+void Agent::Stop() {
+  Impl& a = *impl_;
+  {
+    std::lock_guard lock(a.mu);
+    if (a.stopping) return;
+    a.stopping = true;
+  }
+  a.cv.notify_all();
+  if (a.worker.joinable()) a.worker.join();
+  if (Status s = a.mps->Stop(); !s.ok()) spdlog::warn("agent: MPS quit: {}", s.message());
+}
+
+std::string Agent::instance_arn() const { return impl_->instance_arn; }
+
+}  // namespace gpupack::agent

@@ -1,0 +1,63 @@
+// Agent: the node agent (DESIGN §6). Discovers GPUs, supervises the MPS daemon, registers the instance, holds
+// the channel to the server, and runs each assigned task through a runtime with the MPS limits injected.
+//
+// Threads: one worker thread owns every task and talks to the runtime, the MPS supervisor and the channel;
+// the channel's io thread only queues messages for it. Nothing else touches the task table.
+//
+// State survives a restart of the agent in `state_dir`: instance.json (the container instance ARN, so a
+// restarted agent re-registers the same instance) and tasks/<id>.json (every task not yet reported STOPPED and
+// acknowledged). The runtime keeps its own records of running containers there too.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "scheduler/status.h"
+
+namespace gpupack::agent {
+
+struct AgentOptions {
+  std::string server = "http://127.0.0.1:8080";
+  std::string cluster = "default";
+  std::string gpus = "nvml";            // nvml | fake:SPEC
+  std::string runtime = "process";      // process | docker
+  std::string docker_socket = "/var/run/docker.sock";
+  std::string mps_pipe_dir = "/run/gpupack-mps";
+  std::string mps_control_program = "nvidia-cuda-mps-control";
+  std::string state_dir = "/var/lib/gpupack-agent";
+  std::vector<std::pair<std::string, std::string>> attributes;
+  std::string instance_type;
+  std::string name;                     // this agent's name (seeds fake GPU UUIDs; docker label); default hostname
+  int64_t cpu = 0;                      // CPU units to register; 0 = nproc x 1024
+  int64_t memory = 0;                   // MiB to register; 0 = MemTotal minus 5%
+  std::chrono::milliseconds stop_grace{10000};        // SIGTERM -> SIGKILL
+  std::chrono::milliseconds monitor_interval{100};    // how often running containers are inspected
+  std::chrono::milliseconds mps_probe_interval{5000};
+  bool stop_tasks_on_exit = false;      // gpupack up: Ctrl-C stops the tasks too
+};
+
+class Agent {
+ public:
+  static Result<std::unique_ptr<Agent>> Create(AgentOptions options);
+  ~Agent();  // Stop()
+
+  // Start discovers GPUs, starts (or adopts) the MPS daemon, registers with the server and starts the worker.
+  // Fails when the server cannot be reached or refuses the registration.
+  Status Start();
+  // Stop ends the worker and the channel and quits the MPS daemon this agent started. Containers keep running
+  // unless stop_tasks_on_exit (a restarted agent re-adopts them).
+  void Stop();
+
+  std::string instance_arn() const;
+
+  struct Impl;
+
+ private:
+  explicit Agent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpupack::agent

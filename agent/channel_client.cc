@@ -1,0 +1,226 @@
+#include <utility>  // before any Asio header: Boost 1.74 + GCC 12 (DESIGN.md §3)
+
+#include "agent/channel_client.h"
+
+#include <atomic>
+#include <deque>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <spdlog/spdlog.h>
+
+namespace gpupack::agent {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = net::ip::tcp;
+
+Result<ServerEndpoint> ServerEndpoint::Parse(const std::string& url) {
+  std::string rest = url;
+  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  else if (rest.find("://") != std::string::npos)
+    return Status::InvalidParameter("--server must be an http:// URL, e.g. http://127.0.0.1:8080 (got " + url + ")");
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= rest.size())
+    return Status::InvalidParameter("--server needs HOST:PORT, e.g. http://127.0.0.1:8080 (got " + url + ")");
+  ServerEndpoint e;
+  e.host = rest.substr(0, colon);
+  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(rest.substr(colon + 1));
+  } catch (...) {
+    port = -1;
+  }
+  if (port <= 0 || port > 65535) return Status::InvalidParameter("--server port must be 1..65535 (got " + url + ")");
+  e.port = static_cast<uint16_t>(port);
+  return e;
+}
+
+std::string ServerEndpoint::Url() const {
+  return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::string PercentEncode(const std::string& s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+Result<tcp::endpoint> Resolve(net::io_context& ioc, const ServerEndpoint& server) {
+  beast::error_code ec;
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(server.host, std::to_string(server.port), ec);
+  if (ec || results.empty()) return Status::Server("cannot resolve " + server.host + ": " + ec.message());
+  return results.begin()->endpoint();
+}
+
+}  // namespace
+
+Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation, const Json& body,
+                     std::chrono::milliseconds timeout) {
+  net::io_context ioc;
+  auto ep = Resolve(ioc, server);
+  if (!ep.ok()) return ep.status();
+  beast::tcp_stream stream(ioc);
+  stream.expires_after(timeout);
+  beast::error_code ec;
+  stream.connect(*ep, ec);
+  if (ec) return Status::Server("cannot reach the server at " + server.Url() + ": " + ec.message());
+  http::request<http::string_body> req{http::verb::post, "/", 11};
+  req.set(http::field::host, server.host);
+  req.set(http::field::content_type, "application/x-amz-json-1.1");
+  req.set("X-Amz-Target", "AmazonEC2ContainerServiceV20141113." + operation);
+  req.body() = body.dump();
+  req.prepare_payload();
+  http::write(stream, req, ec);
+  if (ec) return Status::Server(operation + ": sending failed: " + ec.message());
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(16 << 20);
+  http::read(stream, buffer, parser, ec);
+  if (ec) return Status::Server(operation + ": no answer from " + server.Url() + ": " + ec.message());
+  auto res = parser.release();
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  Json j = Json::parse(res.body(), nullptr, false);
+  if (res.result_int() != 200) {
+    std::string type = j.is_object() && j.contains("__type") ? j["__type"].get<std::string>() : "HTTP " + std::to_string(res.result_int());
+    std::string msg = j.is_object() && j.contains("message") ? j["message"].get<std::string>() : res.body().substr(0, 200);
+    ErrorCode code = type == "InvalidParameterException" ? ErrorCode::kInvalidParameter
+                     : type == "ClusterNotFoundException" ? ErrorCode::kClusterNotFound
+                     : res.result_int() >= 500          ? ErrorCode::kServer
+                                                        : ErrorCode::kClient;
+    return Status(code, operation + ": " + type + ": " + msg);
+  }
+  if (j.is_discarded()) return Status::Server(operation + ": the server's answer is not JSON");
+  return j;
+}
+
+// ---- the channel ---------------------------------------------------------------------------------------
+
+struct ChannelClient::Impl {
+  net::io_context ioc;
+  websocket::stream<beast::tcp_stream> ws{ioc};
+  beast::flat_buffer buffer;
+  Callbacks callbacks;
+  std::deque<std::string> queue;  // io thread only
+  bool writing = false;           // io thread only
+  std::atomic<bool> is_open{false};
+  std::atomic<bool> closed_called{false};
+  std::thread thread;
+
+  void Read() {
+    ws.async_read(buffer, [this](beast::error_code ec, std::size_t) {
+      if (ec) return Closed();
+      std::string text = beast::buffers_to_string(buffer.data());
+      buffer.consume(buffer.size());
+      try {
+        if (callbacks.on_message) callbacks.on_message(std::move(text));
+      } catch (const std::exception& e) {
+        spdlog::error("agent channel: message handler threw: {}", e.what());
+      }
+      Read();
+    });
+  }
+  void WriteNext() {
+    if (queue.empty() || !is_open) {
+      writing = false;
+      return;
+    }
+    writing = true;
+    ws.async_write(net::buffer(queue.front()), [this](beast::error_code ec, std::size_t) {
+      if (ec) return Closed();
+      queue.pop_front();
+      WriteNext();
+    });
+  }
+  void Closed() {
+    is_open = false;
+    beast::error_code ec;
+    beast::get_lowest_layer(ws).socket().close(ec);
+    if (!closed_called.exchange(true) && callbacks.on_close) callbacks.on_close();
+  }
+};
+
+ChannelClient::ChannelClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<ChannelClient>> ChannelClient::Connect(const ServerEndpoint& server, const std::string& target,
+                                                              Callbacks callbacks, std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->callbacks = std::move(callbacks);
+  auto ep = Resolve(impl->ioc, server);
+  if (!ep.ok()) return ep.status();
+  auto& tcp_layer = beast::get_lowest_layer(impl->ws);
+  tcp_layer.expires_after(timeout);
+  beast::error_code ec;
+  tcp_layer.connect(*ep, ec);
+  if (ec) return Status::Server("cannot reach the server at " + server.Url() + ": " + ec.message());
+  tcp_layer.socket().set_option(tcp::no_delay(true), ec);
+  impl->ws.handshake(server.host + ":" + std::to_string(server.port), target, ec);
+  if (ec) return Status::Server("the server refused the agent channel: " + ec.message());
+  tcp_layer.expires_never();
+  impl->ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
+  impl->ws.read_message_max(16 << 20);
+  impl->ws.text(true);
+  impl->is_open = true;
+  Impl* raw = impl.get();
+  raw->Read();
+  raw->thread = std::thread([raw] {
+    try {
+      raw->ioc.run();
+    } catch (const std::exception& e) {
+      spdlog::error("agent channel: io thread: {}", e.what());
+      raw->Closed();
+    }
+  });
+  return std::unique_ptr<ChannelClient>(new ChannelClient(std::move(impl)));
+}
+
+ChannelClient::~ChannelClient() {
+  Close();
+  // Give the close handshake a moment (bounded), then stop the io thread regardless.
+  for (int i = 0; i < 50 && !impl_->closed_called.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  impl_->ioc.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+  if (!impl_->closed_called.exchange(true) && impl_->callbacks.on_close) impl_->callbacks.on_close();
+}
+
+void ChannelClient::Send(std::string text) {
+  net::post(impl_->ioc, [impl = impl_.get(), t = std::move(text)]() mutable {
+    if (!impl->is_open) return;
+    impl->queue.push_back(std::move(t));
+    if (!impl->writing) impl->WriteNext();
+  });
+}
+
+void ChannelClient::Close() {
+  net::post(impl_->ioc, [impl = impl_.get()] {
+    if (!impl->is_open) return;
+    impl->is_open = false;
+    impl->ws.async_close(websocket::close_code::normal, [impl](beast::error_code) { impl->Closed(); });
+  });
+}
+
+bool ChannelClient::open() const { return impl_->is_open; }
+
+}  // namespace gpupack::agent

@@ -1,0 +1,62 @@
+// The agent's two ways to the server: a small ECS JSON client (RegisterContainerInstance) and the WebSocket
+// channel. Boost.Beast stays inside channel_client.cc.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/status.h"
+
+namespace gpupack::agent {
+
+using Json = nlohmann::json;
+
+// ServerEndpoint: "http://HOST:PORT" parsed.
+struct ServerEndpoint {
+  std::string host;
+  uint16_t port = 0;
+  static Result<ServerEndpoint> Parse(const std::string& url);
+  std::string Url() const;
+};
+
+// CallEcs POSTs one ECS operation and returns the response body; an ECS error comes back as a Status with the
+// error's __type and message. Bounded by `timeout`.
+Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation, const Json& body,
+                     std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+
+// ChannelClient: one WebSocket to the server. Messages arrive on the client's own io thread through
+// on_message; on_close is called once when the connection ends. Send and Close are thread-safe.
+class ChannelClient {
+ public:
+  struct Callbacks {
+    std::function<void(std::string)> on_message;
+    std::function<void()> on_close;
+  };
+  // Connect opens the WebSocket at `target` (e.g. "/agent/v1/channel?containerInstance=...") or fails within
+  // `timeout`.
+  static Result<std::unique_ptr<ChannelClient>> Connect(const ServerEndpoint& server, const std::string& target,
+                                                        Callbacks callbacks,
+                                                        std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+  ~ChannelClient();  // closes and joins the io thread; on_close has been called when it returns
+  ChannelClient(const ChannelClient&) = delete;
+  ChannelClient& operator=(const ChannelClient&) = delete;
+
+  void Send(std::string text);
+  void Close();
+  bool open() const;
+
+  struct Impl;
+
+ private:
+  explicit ChannelClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// PercentEncode for query values (ARNs carry ':' and '/').
+std::string PercentEncode(const std::string& s);
+
+}  // namespace gpupack::agent

@@ -1,0 +1,293 @@
+// DockerRuntime: containers through the Docker Engine API (DESIGN.md §6), over the engine's unix socket.
+//
+// Every container gpupack creates is named `gpupack-<task id>-<container>` (sanitized) and carries the labels
+// gpupack.task (task ARN), gpupack.container (container name) and gpupack.agent (this agent's label), so a
+// restarted agent finds its own containers with one list-by-label call and two agents on one engine keep
+// apart. The runtime id is the engine's container id. Images are not pulled: a missing image is an error that
+// carries the engine's message (it becomes TaskFailedToStart).
+//
+// Thread-compatible (the agent's one worker thread calls it); it holds no state besides its options, so a new
+// instance after an agent restart sees everything an earlier one created.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/docker_client.h"
+#include "agent/runtime.h"
+
+namespace gpupack::agent {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kLabelTask[] = "gpupack.task";
+constexpr char kLabelContainer[] = "gpupack.container";
+constexpr char kLabelAgent[] = "gpupack.agent";
+
+// SanitizedName keeps [A-Za-z0-9_.-] and turns anything else into '_' (Docker's container name alphabet).
+std::string SanitizedName(std::string_view raw) {
+  std::string out;
+  for (char c : raw.substr(0, 200)) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+              c == '-';
+    out.push_back(ok ? c : '_');
+  }
+  return out;
+}
+
+std::string TaskIdOf(const std::string& task_arn) {
+  auto slash = task_arn.rfind('/');
+  return slash == std::string::npos ? task_arn : task_arn.substr(slash + 1);
+}
+
+// ValidId accepts what the engine hands out as ids and names, so a caller cannot smuggle in a path or query.
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 256) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '-';
+  });
+}
+
+std::optional<std::pair<int, int>> ParseVersion(const std::string& text) {
+  int major = 0, minor = 0;
+  if (std::sscanf(text.c_str(), "%d.%d", &major, &minor) != 2) return std::nullopt;
+  return std::make_pair(major, minor);
+}
+
+std::string JsonString(const Json& object, const char* key) {
+  if (!object.is_object()) return {};
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// StatusOf maps an inspect answer's State object onto ContainerStatus.
+ContainerStatus StatusOf(const Json& state) {
+  ContainerStatus status;
+  const std::string phase = JsonString(state, "Status");
+  const bool running = state.is_object() && state.value("Running", false);
+  if (running || phase == "running" || phase == "paused" || phase == "restarting") {
+    status.state = ContainerState::kRunning;
+    return status;
+  }
+  status.state = ContainerState::kExited;
+  if (phase == "created") {
+    status.reason = "container was created but never started";
+    return status;
+  }
+  if (state.is_object() && state.contains("ExitCode") && state["ExitCode"].is_number_integer()) {
+    status.exit_code = state["ExitCode"].get<int>();
+  }
+  if (state.is_object() && state.value("OOMKilled", false)) {
+    status.reason = "OOMKilled";
+  } else if (std::string error = JsonString(state, "Error"); !error.empty()) {
+    status.reason = error;
+  }
+  return status;
+}
+
+class DockerRuntime final : public Runtime {
+ public:
+  DockerRuntime(DockerRuntimeOptions options, std::string api_version)
+      : options_(std::move(options)),
+        client_(DockerClientOptions{options_.socket_path, options_.request_timeout, options_.max_response_bytes}),
+        prefix_("/v" + api_version) {}
+
+  std::string Name() const override { return "docker"; }
+
+  Result<std::string> Start(const ContainerSpec& spec) override {
+    if (spec.image.empty()) return Status::InvalidParameter("container " + spec.container_name + " has no image");
+    Json body = CreateBody(spec);
+    if (body.is_null()) {
+      return Status::InvalidParameter("container " + spec.container_name +
+                                      ": environment variable with an empty name or a '=' in its name");
+    }
+    const std::string name = "gpupack-" + SanitizedName(TaskIdOf(spec.task_arn) + "-" + spec.container_name);
+    auto created = Call("POST", "/containers/create?name=" + UrlEncode(name), body.dump());
+    if (!created.ok()) return created.status();
+    if (created->status != 201) {
+      if (created->status == 404) {
+        return Status::Client("docker: image " + spec.image + " is not available: " + EngineMessage(*created));
+      }
+      return EngineError("cannot create container " + name, *created);
+    }
+    auto json = Json::parse(created->body, nullptr, false);
+    std::string id = JsonString(json, "Id");
+    if (!ValidId(id)) return Status::Server("docker: create of " + name + " answered no container id");
+
+    auto started = Call("POST", "/containers/" + id + "/start");
+    if (!started.ok() || (started->status != 204 && started->status != 304)) {
+      Status why = started.ok() ? EngineError("cannot start container " + name, *started) : started.status();
+      if (Status removed = Remove(id); !removed.ok()) {
+        spdlog::warn("docker: removing container {} that failed to start: {}", name, removed.message());
+      }
+      return why;
+    }
+    return id;
+  }
+
+  Result<ContainerStatus> Inspect(const std::string& id) override {
+    if (!ValidId(id)) return Status::InvalidParameter("docker: invalid container id '" + id + "'");
+    auto answer = Call("GET", "/containers/" + id + "/json");
+    if (!answer.ok()) return answer.status();
+    if (answer->status == 404) {
+      return ContainerStatus{ContainerState::kMissing, std::nullopt, "no such container"};
+    }
+    if (answer->status != 200) return EngineError("cannot inspect container " + id, *answer);
+    auto json = Json::parse(answer->body, nullptr, false);
+    if (!json.is_object()) return Status::Server("docker: inspect of " + id + " answered no JSON object");
+    return StatusOf(json.contains("State") ? json["State"] : Json());
+  }
+
+  Status Stop(const std::string& id, std::chrono::milliseconds grace) override {
+    if (!ValidId(id)) return Status::InvalidParameter("docker: invalid container id '" + id + "'");
+    const int64_t seconds = grace.count() <= 0 ? 0 : (grace.count() + 999) / 1000;  // the engine counts seconds
+    // The engine sends the stop signal, waits `seconds`, then SIGKILL, and answers when the container is gone.
+    auto stopped = Call("POST", "/containers/" + id + "/stop?t=" + std::to_string(seconds), {},
+                        options_.request_timeout + std::chrono::seconds(seconds));
+    if (!stopped.ok()) return stopped.status();
+    if (stopped->status == 404) return Status::Ok();  // idempotent: nothing left to stop
+    if (stopped->status != 204 && stopped->status != 304) {
+      return EngineError("cannot stop container " + id, *stopped);
+    }
+    auto status = Inspect(id);
+    if (!status.ok()) return status.status();
+    if (status->state != ContainerState::kRunning) return Status::Ok();
+    auto killed = Call("POST", "/containers/" + id + "/kill?signal=SIGKILL");
+    if (!killed.ok()) return killed.status();
+    if (killed->status == 204 || killed->status == 404 || killed->status == 409) return Status::Ok();
+    return EngineError("cannot kill container " + id, *killed);
+  }
+
+  Status Remove(const std::string& id) override {
+    if (!ValidId(id)) return Status::InvalidParameter("docker: invalid container id '" + id + "'");
+    auto removed = Call("DELETE", "/containers/" + id + "?force=true");
+    if (!removed.ok()) return removed.status();
+    if (removed->status == 204 || removed->status == 404) return Status::Ok();
+    return EngineError("cannot remove container " + id, *removed);
+  }
+
+  Result<std::vector<RuntimeContainer>> List() override {
+    Json filters = {{"label", Json::array({std::string(kLabelAgent) + "=" + options_.agent_label})}};
+    auto answer = Call("GET", "/containers/json?all=1&filters=" + UrlEncode(filters.dump()));
+    if (!answer.ok()) return answer.status();
+    if (answer->status != 200) return EngineError("cannot list containers", *answer);
+    auto json = Json::parse(answer->body, nullptr, false);
+    if (!json.is_array()) return Status::Server("docker: container list answered no JSON array");
+    std::vector<RuntimeContainer> out;
+    for (const Json& item : json) {
+      RuntimeContainer container;
+      container.id = JsonString(item, "Id");
+      const Json labels = item.is_object() && item.contains("Labels") ? item["Labels"] : Json();
+      if (!ValidId(container.id) || JsonString(labels, kLabelAgent) != options_.agent_label) continue;
+      container.task_arn = JsonString(labels, kLabelTask);
+      container.container_name = JsonString(labels, kLabelContainer);
+      if (JsonString(item, "State") == "running") {
+        container.status.state = ContainerState::kRunning;
+      } else {
+        auto status = Inspect(container.id);  // the list has no exit code
+        if (!status.ok()) return status.status();
+        if (status->state == ContainerState::kMissing) continue;  // removed meanwhile
+        container.status = std::move(*status);
+      }
+      out.push_back(std::move(container));
+    }
+    return out;
+  }
+
+ private:
+  Result<DockerResponse> Call(std::string_view method, const std::string& path, std::string_view body = {},
+                              std::optional<std::chrono::milliseconds> timeout = std::nullopt) const {
+    return client_.Request(method, prefix_ + path, body, timeout);
+  }
+
+  static Status EngineError(const std::string& what, const DockerResponse& response) {
+    std::string message = "docker: " + what + ": " + EngineMessage(response);
+    if (response.status == 409) return Status::Conflict(std::move(message));
+    if (response.status >= 400 && response.status < 500) return Status::Client(std::move(message));
+    return Status::Server(std::move(message));
+  }
+
+  // CreateBody renders POST /containers/create's body; null when the environment has an invalid name.
+  Json CreateBody(const ContainerSpec& spec) const {
+    // The environment: a later duplicate wins, in the order of first appearance.
+    std::vector<std::string> names;
+    std::map<std::string, std::string> values;
+    for (const KeyValuePair& kv : spec.environment) {
+      if (kv.name.empty() || kv.name.find('=') != std::string::npos) return Json();
+      if (values.emplace(kv.name, kv.value).second) {
+        names.push_back(kv.name);
+      } else {
+        values[kv.name] = kv.value;
+      }
+    }
+    Json env = Json::array();
+    for (const std::string& name : names) env.push_back(name + "=" + values[name]);
+
+    Json host = {{"IpcMode", "host"}, {"NetworkMode", options_.network_mode}};
+    if (!spec.mps_pipe_dir.empty()) host["Binds"] = Json::array({spec.mps_pipe_dir + ":" + spec.mps_pipe_dir});
+    constexpr int64_t kMiB = 1024 * 1024;
+    if (spec.memory && *spec.memory > 0) host["Memory"] = *spec.memory * kMiB;
+    if (spec.memory_reservation && *spec.memory_reservation > 0) {
+      host["MemoryReservation"] = *spec.memory_reservation * kMiB;
+    }
+    if (spec.cpu > 0) host["CpuShares"] = std::max<int64_t>(spec.cpu, 2);  // the kernel's minimum weight is 2
+
+    Json body = {{"Image", spec.image},
+                 {"Env", env},
+                 {"Labels",
+                  {{kLabelTask, spec.task_arn},
+                   {kLabelContainer, spec.container_name},
+                   {kLabelAgent, options_.agent_label}}},
+                 {"HostConfig", host}};
+    // Only what the task sets: an Entrypoint without Cmd runs without the image's Cmd (as ECS and docker do).
+    if (!spec.command.empty()) body["Cmd"] = spec.command;
+    if (!spec.entry_point.empty()) body["Entrypoint"] = spec.entry_point;
+    return body;
+  }
+
+  DockerRuntimeOptions options_;
+  DockerClient client_;
+  std::string prefix_;  // "/v1.41"
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> MakeDockerRuntime(DockerRuntimeOptions options) {
+  if (options.agent_label.empty()) {
+    return Status::InvalidParameter("docker runtime: agent_label is required (it keeps agents apart)");
+  }
+  auto wanted = ParseVersion(options.api_version);
+  if (!wanted) {
+    return Status::InvalidParameter("docker runtime: invalid api_version '" + options.api_version + "'");
+  }
+
+  // Negotiate: the wanted version when the engine serves it, the engine's minimum when that is newer.
+  DockerClient client({options.socket_path, options.request_timeout, options.max_response_bytes});
+  auto answer = client.Request("GET", "/version");
+  if (!answer.ok()) return answer.status();
+  if (answer->status != 200) {
+    return Status::Server("docker engine at " + options.socket_path + ": version: " + EngineMessage(*answer));
+  }
+  auto json = Json::parse(answer->body, nullptr, false);
+  auto newest = ParseVersion(JsonString(json, "ApiVersion"));
+  auto oldest = ParseVersion(JsonString(json, "MinAPIVersion"));
+  if (!newest) {
+    return Status::Server("docker engine at " + options.socket_path + ": version answered no ApiVersion");
+  }
+  std::string version = options.api_version;
+  if (*newest < *wanted) {
+    return Status::Unsupported("docker engine at " + options.socket_path + " serves API " +
+                               JsonString(json, "ApiVersion") + ", gpupack needs " + options.api_version);
+  }
+  if (oldest && *oldest > *wanted) version = JsonString(json, "MinAPIVersion");
+  spdlog::info("docker runtime: engine {} at {}, API v{}", JsonString(json, "Version"), options.socket_path,
+               version);
+  return std::unique_ptr<Runtime>(std::make_unique<DockerRuntime>(std::move(options), std::move(version)));
+}
+
+}  // namespace gpupack::agent

@@ -1,0 +1,70 @@
+// GPU discovery: the GPUs of this host (NVML loaded at run time, or fakes for hosts without GPUs), and the
+// per-process GPU memory the watchdog reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/model.h"
+#include "scheduler/status.h"
+
+namespace gpupack::agent {
+
+struct GpuDevice {
+  int index = 0;          // NVML index
+  std::string uuid;       // "GPU-8c5b..." as NVML reports it; ECS's gpuId
+  std::string name;       // "NVIDIA H200"
+  MiB total_mib = 0;      // total memory
+  MiB reserved_mib = 0;   // reserved by the driver/firmware (nvmlDeviceGetMemoryInfo_v2 `reserved`)
+  MiB usable_mib = 0;     // total - reserved: what the agent registers as gpuInfo.memoryInMiB
+  int sm_count = 0;       // multiprocessors, 0 when unknown
+};
+
+// Memory one process uses on one GPU (NVML's running compute processes; under MPS the MPS clients).
+struct GpuProcess {
+  uint32_t pid = 0;
+  std::string gpu_uuid;
+  MiB used_mib = 0;
+};
+
+// GpuDiscovery is the narrow interface over NVML. Implementations are thread-compatible.
+class GpuDiscovery {
+ public:
+  virtual ~GpuDiscovery() = default;
+  virtual std::string Describe() const = 0;  // "nvml (driver 550.54)" / "fake:2x22587"
+  virtual Result<std::vector<GpuDevice>> Discover() = 0;
+  // Processes using each GPU with their memory, for the watchdog (DESIGN §6 "Limits that hold").
+  virtual Result<std::vector<GpuProcess>> Processes() = 0;
+};
+
+// MakeGpuDiscovery parses the agent's --gpus flag: "nvml" (dlopen libnvidia-ml.so.1; an error that says so
+// when it is missing or has no GPUs) or "fake:SPEC" where SPEC is "<count>x<MiB>[,<count>x<MiB>...]", e.g.
+// "2x22587" or "1x81559,1x22587". Fake UUIDs are deterministic: "GPU-fake0000-0000-0000-0000-00000000000N"
+// prefixed by a host seed so two fake agents on one machine differ (`seed` is e.g. the agent's name).
+// agent/fake_gpus.h has the details (FakeGpuUuid, the processes file named by $GPUPACK_FAKE_GPU_DIR).
+// A bad flag or SPEC is an InvalidParameter error that names the problem.
+Result<std::unique_ptr<GpuDiscovery>> MakeGpuDiscovery(const std::string& flag, const std::string& seed);
+
+// NvmlAvailable probes dlopen(NvmlLibraryPath()) + nvmlInit without keeping it.
+bool NvmlAvailable();
+
+// kNvmlLibraryEnv names an environment variable that overrides the library NVML is loaded from (a path for
+// dlopen); unset or empty means "libnvidia-ml.so.1" found by the dynamic loader. Tests point it at a fake.
+inline constexpr char kNvmlLibraryEnv[] = "GPUPACK_NVML_LIBRARY";
+inline constexpr char kNvmlDefaultLibrary[] = "libnvidia-ml.so.1";
+std::string NvmlLibraryPath();
+
+// MakeNvmlDiscovery loads NVML from `library` (a dlopen name or path), initializes it and keeps it initialized
+// for the object's life (nvmlShutdown and dlclose in the destructor). An error when the library is missing,
+// lacks a function gpupack needs, fails nvmlInit, or reports 0 GPUs. MakeGpuDiscovery("nvml") calls it with
+// NvmlLibraryPath().
+//   Discover: usable_mib = floor((total - reserved) bytes / MiB) from nvmlDeviceGetMemoryInfo_v2 (v1, with
+//             reserved 0, when the driver lacks _v2); sm_count from nvmlDeviceGetAttributes_v2, else 0.
+//   Processes: per GPU, the union of nvmlDeviceGetComputeRunningProcesses_v3 and
+//             nvmlDeviceGetMPSComputeRunningProcesses_v3 (_v2 when _v3 is missing), one entry per (pid, GPU)
+//             with the larger memory; memory NVML cannot report counts as 0. Sorted by GPU index, then pid.
+Result<std::unique_ptr<GpuDiscovery>> MakeNvmlDiscovery(const std::string& library);
+
+}  // namespace gpupack::agent

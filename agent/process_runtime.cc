@@ -1,0 +1,813 @@
+// ProcessRuntime: containers as plain processes (DESIGN.md §6), for hosts without a container engine and for
+// tests.
+//
+// Shape of one container. Start double-forks: the short-lived middle process forks the *monitor* and exits at
+// once (Start reaps it), so the monitor is reparented to init (or the nearest subreaper) and the agent never
+// has to reap it, before or after an agent restart; no SIGCHLD handler is involved. The monitor calls setsid(),
+// points its own stdio at /dev/null (it never holds the agent's terminal or pipes open), closes every other
+// inherited descriptor, then forks and execs the workload:
+//
+//   agent ── Start ──fork──> middle ──fork──> monitor (setsid; own session) ──fork+exec──> workload
+//                            (exits)          waits for it, records its exit     (own process group,
+//                                                                                 pgid = its pid)
+//
+// The workload gets argv = entry_point + command, exactly spec.environment as its environment (nothing of the
+// agent's), /dev/null as stdin and <log_dir>/<task id>/<container>.log (appended) as stdout and stderr. It sits
+// in its own process group so that Stop signals it and everything it spawned, but not the monitor, which
+// survives to record the exit status. The program is looked up like execvp does, on the PATH of
+// spec.environment, or the agent's PATH when the container sets none.
+//
+// The monitor reports to Start over a CLOEXEC pipe: the workload writes errno to a second CLOEXEC pipe when its
+// exec fails (EOF there means the exec succeeded), and the monitor forwards the outcome only after it has
+// written the state file, so Start returns with the container visible to Inspect and List.
+//
+// State on disk, <state_dir>/<id>.json, written only by the monitor, atomically (a temporary file, then
+// rename()); not fsync'ed, because the processes it describes do not outlive the host either:
+//   {"version":1,"id":...,"task_arn":...,"container_name":...,"argv0":...,"log_path":...,
+//    "state":"running"|"exited","monitor_pid":M,"monitor_start_time":MT,"pid":P,"start_time":T
+//    [,"exit_code":C,"signal":S]}
+// start_time is field 22 of /proc/<pid>/stat (clock ticks since boot): a pid is the recorded process only if its
+// start time still matches, so a reused pid is never mistaken for (or signalled as) the container.
+//
+// After fork in a possibly multi-threaded agent, the middle process, the monitor and the workload only make
+// async-signal-safe calls: everything (argv, envp, candidate paths, the JSON text) is prepared before fork.
+//
+// Thread-compatible (the agent's one worker thread calls it). It keeps no state in memory: a new instance on the
+// same state_dir (after the agent was killed, even with -9) lists, inspects and stops what an earlier one
+// started and reads its exit code once it exits.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/runtime.h"
+
+namespace gpupack::agent {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+// How long Stop and Inspect wait for the monitor to record an exit it is about to record.
+constexpr auto kRecordWait = std::chrono::seconds(2);
+
+// ---- Async-signal-safe helpers (also used after fork) ------------------------------------------------------
+
+// Buf appends text into fixed memory without allocating.
+struct Buf {
+  char* data;
+  size_t capacity;
+  size_t size = 0;
+  bool overflow = false;
+
+  void Append(const char* text, size_t n) {
+    if (size + n + 1 > capacity) {
+      overflow = true;
+      return;
+    }
+    std::memcpy(data + size, text, n);
+    size += n;
+    data[size] = '\0';
+  }
+  void Append(const char* text) { Append(text, std::strlen(text)); }
+  void AppendInt(long long value) {
+    char digits[24];
+    int n = 0;
+    unsigned long long v = value < 0 ? 0ULL - static_cast<unsigned long long>(value) : value;
+    do {
+      digits[n++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v != 0);
+    if (value < 0) digits[n++] = '-';
+    char out[24];
+    for (int i = 0; i < n; ++i) out[i] = digits[n - 1 - i];
+    Append(out, n);
+  }
+};
+
+bool WriteAll(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// ProcStat is what /proc/<pid>/stat says about a process: its state letter and its start time (field 22).
+struct ProcStat {
+  bool exists = false;
+  char state = 0;
+  unsigned long long start_time = 0;
+};
+
+ProcStat ReadProcStat(pid_t pid) {
+  char path[48];
+  Buf b{path, sizeof path};
+  b.Append("/proc/");
+  b.AppendInt(pid);
+  b.Append("/stat");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char text[2048];
+  size_t size = 0;
+  while (size < sizeof text) {
+    ssize_t n = read(fd, text + size, sizeof text - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    size += static_cast<size_t>(n);
+  }
+  close(fd);
+  // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so fields count from the last ')'.
+  size_t close_paren = size;
+  for (size_t i = size; i > 0; --i) {
+    if (text[i - 1] == ')') {
+      close_paren = i - 1;
+      break;
+    }
+  }
+  if (close_paren == size) return {};
+  ProcStat stat;
+  int field = 2;  // the ')' ends field 2
+  size_t i = close_paren + 1;
+  while (i < size) {
+    while (i < size && text[i] == ' ') ++i;
+    if (i >= size) break;
+    ++field;
+    size_t start = i;
+    while (i < size && text[i] != ' ' && text[i] != '\n') ++i;
+    if (field == 3) stat.state = text[start];
+    if (field == 22) {
+      unsigned long long v = 0;
+      for (size_t k = start; k < i; ++k) {
+        if (text[k] < '0' || text[k] > '9') return {};
+        v = v * 10 + static_cast<unsigned long long>(text[k] - '0');
+      }
+      stat.start_time = v;
+      stat.exists = true;
+      return stat;
+    }
+    if (i < size && text[i] == '\n') break;
+  }
+  return {};
+}
+
+// ---- What the forked processes need, prepared before fork ----------------------------------------------------
+
+// Report is one message to Start on the report pipe (8 bytes: atomic on a pipe).
+struct Report {
+  int32_t kind;
+  int32_t value;
+};
+enum ReportKind : int32_t {
+  kMonitorPid = 1,   // from the middle process
+  kWorkloadPid = 2,  // from the monitor, right after fork
+  kExecResult = 3,   // from the monitor: 0 = running and recorded, else the exec's errno
+  kFailedFork = 4,   // value: errno
+  kFailedPipe = 5,
+  kFailedState = 6,  // the state file could not be written
+};
+
+struct Launch {
+  std::vector<std::string> argv_storage;
+  std::vector<char*> argv;
+  std::vector<std::string> env_storage;
+  std::vector<char*> envp;
+  std::vector<std::string> candidates;  // paths to try, in order (execvp's search)
+  std::string state_path;
+  std::string temp_path;
+  std::string json_prefix;  // the record's first fields, ending in ','
+  std::vector<char> buffer;  // room to render the record in the monitor
+  int log_fd = -1;
+  int null_fd = -1;
+  int report_fd = -1;
+};
+
+void Send(int fd, int32_t kind, int32_t value) {
+  Report report{kind, value};
+  WriteAll(fd, &report, sizeof report);
+}
+
+// WriteRecord renders and atomically replaces the state file. exit_code < 0: still running.
+bool WriteRecord(Launch& l, pid_t monitor, unsigned long long monitor_start, pid_t pid,
+                 unsigned long long start_time, int exit_code, int signal_number) {
+  Buf b{l.buffer.data(), l.buffer.size()};
+  b.Append(l.json_prefix.c_str());
+  b.Append(exit_code < 0 ? "\"state\":\"running\"" : "\"state\":\"exited\"");
+  b.Append(",\"monitor_pid\":");
+  b.AppendInt(monitor);
+  b.Append(",\"monitor_start_time\":");
+  b.AppendInt(static_cast<long long>(monitor_start));
+  b.Append(",\"pid\":");
+  b.AppendInt(pid);
+  b.Append(",\"start_time\":");
+  b.AppendInt(static_cast<long long>(start_time));
+  if (exit_code >= 0) {
+    b.Append(",\"exit_code\":");
+    b.AppendInt(exit_code);
+    b.Append(",\"signal\":");
+    b.AppendInt(signal_number);
+  }
+  b.Append("}\n");
+  if (b.overflow) {
+    errno = ENAMETOOLONG;
+    return false;
+  }
+  int fd = open(l.temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  bool ok = WriteAll(fd, b.data, b.size);
+  int saved = errno;
+  close(fd);
+  if (!ok) {
+    errno = saved;
+    return false;
+  }
+  return rename(l.temp_path.c_str(), l.state_path.c_str()) == 0;
+}
+
+// CloseAllBut closes every descriptor >= 3 except the listed ones.
+void CloseAllBut(int a, int b) {
+  int keep[2] = {std::min(a, b), std::max(a, b)};
+  unsigned int from = 3;
+  for (int fd : keep) {
+    if (fd < static_cast<int>(from)) continue;
+    if (static_cast<unsigned int>(fd) > from) {
+      if (close_range(from, static_cast<unsigned int>(fd) - 1, 0) != 0) {
+        for (unsigned int f = from; f < static_cast<unsigned int>(fd); ++f) close(static_cast<int>(f));
+      }
+    }
+    from = static_cast<unsigned int>(fd) + 1;
+  }
+  if (close_range(from, ~0U, 0) != 0) {
+    struct rlimit limit {};
+    rlim_t max = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) max = limit.rlim_cur;
+    for (rlim_t f = from; f < max; ++f) close(static_cast<int>(f));
+  }
+}
+
+void ResetSignals() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);  // fails harmlessly for KILL, STOP, ...
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+[[noreturn]] void RunWorkload(Launch& l, int error_fd) {
+  setpgid(0, 0);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGPIPE, &dfl, nullptr);  // the monitor ignores it; the program starts with defaults
+  if (dup2(l.log_fd, STDOUT_FILENO) < 0 || dup2(l.log_fd, STDERR_FILENO) < 0) {
+    int err = errno;
+    WriteAll(error_fd, &err, sizeof err);
+    _exit(127);
+  }
+  // execvp's search: EACCES is remembered while other candidates are tried; other errors end the search.
+  int err = ENOENT;
+  bool denied = false;
+  for (const std::string& path : l.candidates) {
+    execve(path.c_str(), l.argv.data(), l.envp.data());
+    err = errno;
+    if (err == EACCES) {
+      denied = true;
+    } else if (err != ENOENT && err != ENOTDIR && err != ESTALE && err != ENODEV && err != ETIMEDOUT) {
+      break;
+    }
+  }
+  if (denied && (err == ENOENT || err == ENOTDIR || err == ESTALE || err == ENODEV || err == ETIMEDOUT)) {
+    err = EACCES;
+  }
+  WriteAll(error_fd, &err, sizeof err);
+  _exit(127);
+}
+
+[[noreturn]] void RunMonitor(Launch& l) {
+  setsid();
+  prctl(PR_SET_NAME, "gpupack-monitor", 0, 0, 0);
+  ResetSignals();  // SIGCHLD must not be ignored, or waitpid below would lose the status
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, nullptr);  // Start may have given up on the report pipe
+  dup2(l.null_fd, STDIN_FILENO);
+  dup2(l.null_fd, STDOUT_FILENO);
+  dup2(l.null_fd, STDERR_FILENO);
+  CloseAllBut(l.log_fd, l.report_fd);
+  const int report = l.report_fd;
+
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    Send(report, kFailedPipe, errno);
+    _exit(1);
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    Send(report, kFailedFork, errno);
+    _exit(1);
+  }
+  if (pid == 0) {
+    close(exec_pipe[0]);
+    close(report);
+    RunWorkload(l, exec_pipe[1]);
+  }
+  close(exec_pipe[1]);
+  close(l.log_fd);
+  Send(report, kWorkloadPid, pid);
+
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = read(exec_pipe[0], &exec_errno, sizeof exec_errno);
+  } while (n < 0 && errno == EINTR);
+  close(exec_pipe[0]);
+  int status = 0;
+  if (n == static_cast<ssize_t>(sizeof exec_errno)) {  // exec failed: no record, Start reports the error
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    Send(report, kExecResult, exec_errno == 0 ? EIO : exec_errno);
+    _exit(0);
+  }
+
+  const pid_t self = getpid();
+  const unsigned long long self_start = ReadProcStat(self).start_time;
+  const unsigned long long start_time = ReadProcStat(pid).start_time;  // fork time; exec keeps it
+  if (!WriteRecord(l, self, self_start, pid, start_time, -1, 0)) {
+    int err = errno;
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    Send(report, kFailedState, err);
+    _exit(1);
+  }
+  Send(report, kExecResult, 0);
+  close(report);
+
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) _exit(1);
+  }
+  int exit_code = 0;
+  int signal_number = 0;
+  if (WIFSIGNALED(status)) {
+    signal_number = WTERMSIG(status);
+    exit_code = 128 + signal_number;
+  } else if (WIFEXITED(status)) {
+    exit_code = WEXITSTATUS(status);
+  }
+  WriteRecord(l, self, self_start, pid, start_time, exit_code, signal_number);
+  _exit(0);
+}
+
+// ---- The agent side ---------------------------------------------------------------------------------------
+
+bool IsNameChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+         c == '-';
+}
+
+// Sanitized keeps [A-Za-z0-9_.-], turns anything else (and a leading '.') into '_', and bounds the length.
+std::string Sanitized(std::string_view raw) {
+  std::string out;
+  for (char c : raw.substr(0, 200)) out.push_back(IsNameChar(c) ? c : '_');
+  if (out.empty()) out = "_";
+  if (out[0] == '.') out[0] = '_';
+  return out;
+}
+
+bool ValidId(const std::string& id) {
+  return !id.empty() && id.size() <= 255 && id[0] != '.' && std::all_of(id.begin(), id.end(), IsNameChar);
+}
+
+std::string TaskIdOf(const std::string& task_arn) {
+  auto slash = task_arn.rfind('/');
+  return slash == std::string::npos ? task_arn : task_arn.substr(slash + 1);
+}
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+// AboveStdio moves a descriptor to >= 3 (an agent started with a closed stdio must not hand it out as 0..2).
+int AboveStdio(int fd) {
+  if (fd < 0 || fd > 2) return fd;
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  close(fd);
+  return moved;
+}
+
+bool Alive(pid_t pid, unsigned long long start_time) {
+  if (pid <= 0) return false;
+  ProcStat stat = ReadProcStat(pid);
+  return stat.exists && stat.start_time == start_time && stat.state != 'Z' && stat.state != 'X';
+}
+
+// Record is a parsed state file.
+struct Record {
+  std::string id;
+  std::string task_arn;
+  std::string container_name;
+  std::string argv0;
+  bool exited = false;
+  pid_t monitor_pid = 0;
+  unsigned long long monitor_start_time = 0;
+  pid_t pid = 0;
+  unsigned long long start_time = 0;
+  std::optional<int> exit_code;
+  int signal_number = 0;
+};
+
+// Observation is a record together with the status read from it and from the processes it names.
+struct Observation {
+  Record record;
+  ContainerStatus status;
+};
+
+class ProcessRuntime final : public Runtime {
+ public:
+  explicit ProcessRuntime(ProcessRuntimeOptions options) : options_(std::move(options)) {}
+
+  std::string Name() const override { return "process"; }
+
+  Result<std::string> Start(const ContainerSpec& spec) override {
+    const std::string task_id = Sanitized(TaskIdOf(spec.task_arn));
+    const std::string container = Sanitized(spec.container_name);
+    const std::string id = Sanitized(task_id + "-" + container);
+    if (spec.entry_point.empty() && spec.command.empty()) {
+      return Status::InvalidParameter("container " + spec.container_name + " has no entryPoint and no command");
+    }
+    auto existing = ReadRecord(id);
+    if (!existing.ok()) return existing.status();
+    if (existing->has_value()) {
+      return Status::Conflict("process runtime: container " + id + " already exists (remove it first)");
+    }
+
+    Launch l;
+    l.argv_storage = spec.entry_point;
+    l.argv_storage.insert(l.argv_storage.end(), spec.command.begin(), spec.command.end());
+    for (std::string& arg : l.argv_storage) l.argv.push_back(arg.data());
+    l.argv.push_back(nullptr);
+    const std::string& argv0 = l.argv_storage.front();
+    if (argv0.empty()) {
+      return Status::InvalidParameter("container " + spec.container_name + ": empty program name");
+    }
+
+    // The environment: a later duplicate wins, in the order of first appearance.
+    std::vector<std::string> names;
+    std::map<std::string, std::string> values;
+    for (const KeyValuePair& kv : spec.environment) {
+      if (kv.name.empty() || kv.name.find('=') != std::string::npos) {
+        return Status::InvalidParameter("container " + spec.container_name +
+                                        ": invalid environment variable name '" + kv.name + "'");
+      }
+      if (values.emplace(kv.name, kv.value).second) {
+        names.push_back(kv.name);
+      } else {
+        values[kv.name] = kv.value;
+      }
+    }
+    for (const std::string& name : names) l.env_storage.push_back(name + "=" + values[name]);
+    for (std::string& entry : l.env_storage) l.envp.push_back(entry.data());
+    l.envp.push_back(nullptr);
+
+    if (argv0.find('/') != std::string::npos) {
+      l.candidates.push_back(argv0);
+    } else {
+      std::string path;
+      if (auto it = values.find("PATH"); it != values.end()) {
+        path = it->second;
+      } else if (const char* agent_path = std::getenv("PATH"); agent_path != nullptr) {
+        path = agent_path;
+      } else {
+        path = "/usr/local/bin:/usr/bin:/bin";
+      }
+      std::stringstream dirs(path);
+      std::string dir;
+      while (std::getline(dirs, dir, ':')) l.candidates.push_back((dir.empty() ? "." : dir) + "/" + argv0);
+      if (!path.empty() && path.back() == ':') l.candidates.push_back("./" + argv0);
+      if (l.candidates.empty()) l.candidates.push_back(argv0);
+    }
+
+    const fs::path log_dir = fs::path(options_.log_dir) / task_id;
+    const std::string log_path = (log_dir / (container + ".log")).string();
+    std::error_code ec;
+    fs::create_directories(log_dir, ec);
+    if (ec) return Status::Server("process runtime: cannot create " + log_dir.string() + ": " + ec.message());
+
+    l.state_path = StatePath(id);
+    l.temp_path = (fs::path(options_.state_dir) / ("." + id + ".tmp")).string();
+    Json head = {{"version", 1},         {"id", id},       {"task_arn", spec.task_arn},
+                 {"container_name", spec.container_name}, {"argv0", argv0}, {"log_path", log_path}};
+    l.json_prefix = head.dump();
+    l.json_prefix.back() = ',';  // the monitor appends the rest of the object
+    l.buffer.resize(l.json_prefix.size() + 512);
+
+    l.log_fd = AboveStdio(open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (l.log_fd < 0) {
+      return Status::Server("process runtime: cannot open " + log_path + ": " + ErrnoText(errno));
+    }
+    l.null_fd = AboveStdio(open("/dev/null", O_RDWR | O_CLOEXEC));
+    int report[2];
+    if (l.null_fd < 0 || pipe2(report, O_CLOEXEC) != 0) {
+      int err = errno;
+      close(l.log_fd);
+      if (l.null_fd >= 0) close(l.null_fd);
+      return Status::Server("process runtime: cannot prepare " + id + ": " + ErrnoText(err));
+    }
+    report[0] = AboveStdio(report[0]);
+    report[1] = AboveStdio(report[1]);
+    l.report_fd = report[1];
+
+    pid_t middle = fork();
+    if (middle == 0) {
+      close(report[0]);
+      pid_t monitor = fork();
+      if (monitor == 0) RunMonitor(l);
+      if (monitor < 0) {
+        Send(l.report_fd, kFailedFork, errno);
+        _exit(1);
+      }
+      Send(l.report_fd, kMonitorPid, monitor);
+      _exit(0);
+    }
+    const int fork_errno = errno;
+    close(report[1]);
+    close(l.log_fd);
+    close(l.null_fd);
+    if (middle < 0) {
+      close(report[0]);
+      return Status::Server("process runtime: cannot fork: " + ErrnoText(fork_errno));
+    }
+    int ignored = 0;
+    while (waitpid(middle, &ignored, 0) < 0 && errno == EINTR) {
+    }
+    return AwaitStart(report[0], id, argv0);
+  }
+
+  Result<ContainerStatus> Inspect(const std::string& id) override {
+    if (!ValidId(id)) return Status::InvalidParameter("process runtime: invalid container id '" + id + "'");
+    auto seen = Observe(id);
+    if (!seen.ok()) return seen.status();
+    if (!seen->has_value()) return ContainerStatus{ContainerState::kMissing, std::nullopt, "no such container"};
+    return (*seen)->status;
+  }
+
+  Status Stop(const std::string& id, std::chrono::milliseconds grace) override {
+    if (!ValidId(id)) return Status::InvalidParameter("process runtime: invalid container id '" + id + "'");
+    auto read = ReadRecord(id);
+    if (!read.ok()) return read.status();
+    if (!read->has_value() || (*read)->exited) return Status::Ok();  // idempotent
+    const Record record = **read;
+    if (Alive(record.pid, record.start_time)) {
+      kill(-record.pid, SIGTERM);  // the workload's process group: the program and what it spawned
+      const auto deadline = Clock::now() + grace;
+      while (Clock::now() < deadline && Alive(record.pid, record.start_time)) {
+        std::this_thread::sleep_for(kPollInterval);
+      }
+      // Whatever is left of the group (the program, or children that outlived it) is killed. The group id stays
+      // taken while any member lives, so this cannot hit an unrelated process group.
+      if (kill(-record.pid, SIGKILL) != 0 && errno != ESRCH) {
+        return Status::Server("process runtime: cannot kill " + id + ": " + ErrnoText(errno));
+      }
+      const auto killed_by = Clock::now() + kRecordWait;  // SIGKILL is delivered, the exit takes a moment
+      while (Clock::now() < killed_by && Alive(record.pid, record.start_time)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    // Let the monitor record the exit, so that Inspect right after Stop tells the exit code.
+    auto seen = Observe(id);
+    return seen.ok() ? Status::Ok() : seen.status();
+  }
+
+  Status Remove(const std::string& id) override {
+    if (!ValidId(id)) return Status::InvalidParameter("process runtime: invalid container id '" + id + "'");
+    auto seen = Observe(id);
+    if (!seen.ok()) return seen.status();
+    if (!seen->has_value()) return Status::Ok();
+    if ((*seen)->status.state == ContainerState::kRunning) {
+      return Status::Conflict("process runtime: container " + id + " is running; stop it first");
+    }
+    std::error_code ec;
+    fs::remove(StatePath(id), ec);
+    if (ec) return Status::Server("process runtime: cannot remove " + StatePath(id) + ": " + ec.message());
+    return Status::Ok();
+  }
+
+  Result<std::vector<RuntimeContainer>> List() override {
+    std::vector<std::string> ids;
+    std::error_code ec;
+    for (fs::directory_iterator it(options_.state_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.size() > 5 && name.ends_with(".json") && ValidId(name.substr(0, name.size() - 5))) {
+        ids.push_back(name.substr(0, name.size() - 5));
+      }
+    }
+    if (ec) return Status::Server("process runtime: cannot list " + options_.state_dir + ": " + ec.message());
+    std::sort(ids.begin(), ids.end());
+    std::vector<RuntimeContainer> out;
+    for (const std::string& id : ids) {
+      auto seen = Observe(id);
+      if (!seen.ok()) {
+        spdlog::warn("process runtime: skipping {}: {}", id, seen.status().message());
+        continue;
+      }
+      if (!seen->has_value()) continue;  // removed meanwhile
+      const Record& r = (*seen)->record;
+      out.push_back(RuntimeContainer{r.id, r.task_arn, r.container_name, (*seen)->status});
+    }
+    return out;
+  }
+
+ private:
+  std::string StatePath(const std::string& id) const {
+    return (fs::path(options_.state_dir) / (id + ".json")).string();
+  }
+
+  // AwaitStart reads the monitor's reports until the exec's outcome, for at most start_timeout.
+  Result<std::string> AwaitStart(int fd, const std::string& id, const std::string& argv0) {
+    pid_t monitor = 0, workload = 0;
+    std::string pending;
+    const auto deadline = Clock::now() + options_.start_timeout;
+    std::optional<Status> outcome;
+    while (!outcome) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        // The exec hangs (e.g. a stalled file system): take everything down so nothing runs unrecorded.
+        if (monitor > 0) kill(monitor, SIGKILL);
+        if (workload > 0) {
+          kill(-workload, SIGKILL);
+          kill(workload, SIGKILL);
+        }
+        std::error_code ec;
+        fs::remove(StatePath(id), ec);
+        outcome = Status::Server("process runtime: " + argv0 + " did not start within " +
+                                 std::to_string(options_.start_timeout.count()) + " ms");
+        break;
+      }
+      pollfd p{fd, POLLIN, 0};
+      int ready = poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) continue;
+      char chunk[256];
+      ssize_t n = read(fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        outcome = Status::Server("process runtime: the monitor of " + id + " exited before " + argv0 +
+                                 " started");
+        break;
+      }
+      pending.append(chunk, static_cast<size_t>(n));
+      while (pending.size() >= sizeof(Report)) {
+        Report r;
+        std::memcpy(&r, pending.data(), sizeof r);
+        pending.erase(0, sizeof r);
+        switch (r.kind) {
+          case kMonitorPid: monitor = r.value; break;
+          case kWorkloadPid: workload = r.value; break;
+          case kExecResult:
+            outcome = r.value == 0 ? Status::Ok()
+                                   : Status::Server("exec failed: " + ErrnoText(r.value) + ": " + argv0);
+            break;
+          case kFailedFork:
+            outcome = Status::Server("process runtime: cannot fork: " + ErrnoText(r.value));
+            break;
+          case kFailedPipe:
+            outcome = Status::Server("process runtime: cannot create a pipe: " + ErrnoText(r.value));
+            break;
+          case kFailedState:
+            outcome = Status::Server("process runtime: cannot write " + StatePath(id) + ": " + ErrnoText(r.value));
+            break;
+          default: break;
+        }
+        if (outcome) break;
+      }
+    }
+    close(fd);
+    if (!outcome->ok()) return *outcome;
+    return id;
+  }
+
+  // ReadRecord parses <state_dir>/<id>.json; nullopt when there is none.
+  Result<std::optional<Record>> ReadRecord(const std::string& id) const {
+    const std::string path = StatePath(id);
+    std::ifstream in(path);
+    if (!in) {
+      std::error_code ec;
+      if (!fs::exists(path, ec) && !ec) return std::optional<Record>();  // none, or removed meanwhile
+      return Status::Server("process runtime: cannot read " + path);
+    }
+    Json json = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_object()) return Status::Server("process runtime: " + StatePath(id) + " is not a JSON object");
+    Record r;
+    try {
+      r.id = json.value("id", id);
+      r.task_arn = json.value("task_arn", "");
+      r.container_name = json.value("container_name", "");
+      r.argv0 = json.value("argv0", "");
+      r.exited = json.value("state", "") == "exited";
+      r.monitor_pid = json.value("monitor_pid", 0);
+      r.monitor_start_time = json.value("monitor_start_time", 0ULL);
+      r.pid = json.value("pid", 0);
+      r.start_time = json.value("start_time", 0ULL);
+      if (json.contains("exit_code")) r.exit_code = json["exit_code"].get<int>();
+      r.signal_number = json.value("signal", 0);
+    } catch (const Json::exception& e) {
+      return Status::Server("process runtime: " + StatePath(id) + ": " + e.what());
+    }
+    return std::optional<Record>(std::move(r));
+  }
+
+  // Observe reads the record and tells the container's status from it and from what runs. When the record
+  // says running but the program is gone while its monitor lives, the monitor is recording the exit right now:
+  // Observe waits (bounded) for that record. A monitor writes the exit before it exits, so a record read after
+  // the monitor was seen gone is final: the status never comes from a record older than that observation.
+  Result<std::optional<Observation>> Observe(const std::string& id) const {
+    const auto deadline = Clock::now() + kRecordWait;
+    while (true) {
+      auto record = ReadRecord(id);
+      if (!record.ok()) return record.status();
+      if (!record->has_value()) return std::optional<Observation>();
+      const Record& r = **record;
+      if (r.exited) return Seen(r, ExitedStatus(r));
+      if (Alive(r.pid, r.start_time)) return Seen(r, Running());
+      ReapIfOurs(r.monitor_pid, r.monitor_start_time);
+      if (!Alive(r.monitor_pid, r.monitor_start_time)) {
+        auto final_record = ReadRecord(id);
+        if (!final_record.ok()) return final_record.status();
+        if (!final_record->has_value()) return std::optional<Observation>();
+        const Record& f = **final_record;
+        if (f.exited) return Seen(f, ExitedStatus(f));
+        return Seen(f, ContainerStatus{ContainerState::kExited, std::nullopt,
+                                       "exit status unknown: the process monitor is gone"});
+      }
+      if (Clock::now() >= deadline) return Seen(r, Running());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  // ReapIfOurs reaps a finished monitor when the agent happens to be its parent (the agent runs as PID 1 or as
+  // a child subreaper, so the double fork reparented the monitor to it). The start time check makes sure the
+  // zombie is that monitor and not another child of the agent that reused the pid.
+  static void ReapIfOurs(pid_t monitor, unsigned long long start_time) {
+    if (monitor <= 0) return;
+    ProcStat stat = ReadProcStat(monitor);
+    if (stat.exists && stat.start_time == start_time && stat.state == 'Z') waitpid(monitor, nullptr, WNOHANG);
+  }
+
+  static std::optional<Observation> Seen(const Record& r, ContainerStatus status) {
+    return Observation{r, std::move(status)};
+  }
+  static ContainerStatus Running() { return ContainerStatus{ContainerState::kRunning, std::nullopt, ""}; }
+
+  static ContainerStatus ExitedStatus(const Record& r) {
+    ContainerStatus status;
+    status.state = ContainerState::kExited;
+    status.exit_code = r.exit_code;
+    if (r.signal_number != 0) status.reason = "killed by signal " + std::to_string(r.signal_number);
+    return status;
+  }
+
+  ProcessRuntimeOptions options_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options) {
+  if (options.state_dir.empty() || options.log_dir.empty()) {
+    return Status::InvalidParameter("process runtime: state_dir and log_dir are required");
+  }
+  for (const std::string& dir : {options.state_dir, options.log_dir}) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return Status::Server("process runtime: cannot create " + dir + ": " + ec.message());
+  }
+  return std::unique_ptr<Runtime>(std::make_unique<ProcessRuntime>(std::move(options)));
+}
+
+}  // namespace gpupack::agent

@@ -1,0 +1,87 @@
+// Container runtimes behind one interface: `process` (fork/exec in its own process group) and `docker`
+// (Docker Engine API over its unix socket). The agent's per-task state machine drives them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/model.h"
+#include "scheduler/status.h"
+
+namespace gpupack::agent {
+
+// ContainerSpec: everything a runtime needs to start one container of a task.
+struct ContainerSpec {
+  std::string task_arn;
+  std::string container_name;
+  std::string image;                    // docker: the image; process: ignored
+  std::vector<std::string> entry_point; // process: argv = entry_point + command (at least one element)
+  std::vector<std::string> command;
+  std::vector<KeyValuePair> environment;  // final environment (MPS variables already injected)
+  std::string mps_pipe_dir;             // docker: bind-mounted at the same path; empty for non-GPU containers
+  int64_t cpu = 0;                      // CPU units (docker: CpuShares)
+  std::optional<MiB> memory;            // hard limit (docker: Memory)
+  std::optional<MiB> memory_reservation;
+};
+
+enum class ContainerState { kRunning, kExited, kMissing };
+
+struct ContainerStatus {
+  ContainerState state = ContainerState::kMissing;
+  std::optional<int> exit_code;  // when exited (128 + signal for a signal)
+  std::string reason;            // e.g. "OOMKilled", "killed by signal 9", "exec failed: No such file or directory"
+};
+
+// A container found by List(): what the runtime knows about a container this agent started earlier.
+struct RuntimeContainer {
+  std::string id;
+  std::string task_arn;
+  std::string container_name;
+  ContainerStatus status;
+};
+
+// Runtime: thread-compatible (the agent calls it from its one worker thread).
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual std::string Name() const = 0;  // "process" | "docker"
+  // Start creates and starts the container; returns its runtime id. A container that cannot start (no such
+  // executable, no such image) is an error whose message says why (it becomes TaskFailedToStart).
+  virtual Result<std::string> Start(const ContainerSpec& spec) = 0;
+  virtual Result<ContainerStatus> Inspect(const std::string& id) = 0;
+  // Stop sends SIGTERM (docker: stop with timeout), waits up to `grace`, then SIGKILL. Idempotent.
+  virtual Status Stop(const std::string& id, std::chrono::milliseconds grace) = 0;
+  // Remove forgets an exited container (docker: remove; process: delete its state files, keep its logs).
+  virtual Status Remove(const std::string& id) = 0;
+  // List returns every container this agent's runtime started and has not removed (for reconcile after a
+  // restart of the agent).
+  virtual Result<std::vector<RuntimeContainer>> List() = 0;
+};
+
+struct ProcessRuntimeOptions {
+  std::string state_dir;  // per-container state (pid, exit code) survives an agent restart here
+  std::string log_dir;    // <log_dir>/<task id>/<container>.log (stdout and stderr)
+  // How long Start waits to learn whether the program was executed (the exec itself; not the program's run).
+  std::chrono::milliseconds start_timeout{10000};
+};
+Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options);
+
+struct DockerRuntimeOptions {
+  std::string socket_path = "/var/run/docker.sock";
+  std::string agent_label;  // value of label gpupack.agent, so two agents on one engine keep apart (required)
+  // Engine API version used as the path prefix (/v1.41/...). An engine whose minimum is newer gets its minimum
+  // (the fields used here are unchanged since 1.41); an engine older than this is refused.
+  std::string api_version = "1.41";
+  std::string network_mode = "none";                  // HostConfig.NetworkMode of every container
+  std::chrono::milliseconds request_timeout{30000};  // per engine request (Stop adds its grace period)
+  size_t max_response_bytes = 16 << 20;               // larger engine responses are an error
+};
+Result<std::unique_ptr<Runtime>> MakeDockerRuntime(DockerRuntimeOptions options);
+
+}  // namespace gpupack::agent

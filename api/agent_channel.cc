@@ -1,0 +1,181 @@
+#include "api/agent_channel.h"
+
+#include <spdlog/spdlog.h>
+
+namespace gpupack::api {
+
+std::string InstanceArnFromQuery(const std::string& target) {
+  size_t q = target.find('?');
+  if (q == std::string::npos) return "";
+  std::string query = target.substr(q + 1);
+  size_t pos = 0;
+  while (pos <= query.size()) {
+    size_t amp = query.find('&', pos);
+    std::string pair = query.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
+    if (pair.rfind("containerInstance=", 0) == 0) {
+      std::string raw = pair.substr(18), out;
+      for (size_t i = 0; i < raw.size(); ++i) {
+        if (raw[i] == '%' && i + 2 < raw.size() + 0 && i + 2 <= raw.size() - 1 + 1) {
+          int v = 0;
+          if (std::sscanf(raw.substr(i + 1, 2).c_str(), "%2x", &v) == 1) {
+            out.push_back(static_cast<char>(v));
+            i += 2;
+            continue;
+          }
+        }
+        out.push_back(raw[i] == '+' ? ' ' : raw[i]);
+      }
+      return out;
+    }
+    if (amp == std::string::npos) break;
+    pos = amp + 1;
+  }
+  return "";
+}
+
+AgentChannel::AgentChannel(ControlPlane& control_plane, AgentChannelOptions options)
+    : cp_(control_plane), options_(options) {
+  cp_.SetAgentNotifier([this](const std::string& arn, Json message) { Push(arn, message); });
+  watchdog_ = std::thread([this] { Watchdog(); });
+}
+
+AgentChannel::~AgentChannel() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  watchdog_.join();
+  cp_.SetAgentNotifier(nullptr);
+}
+
+WebSocketHandler AgentChannel::Handler() {
+  WebSocketHandler h;
+  h.accept = [this](const HttpRequest& req) -> Status {
+    std::string arn = InstanceArnFromQuery(req.target);
+    if (arn.empty()) return Status::InvalidParameter("the agent channel needs ?containerInstance=<ARN>");
+    return cp_.CheckAgentInstance(arn);
+  };
+  h.on_open = [this](const std::shared_ptr<WebSocketConnection>& c, const HttpRequest& r) { OnOpen(c, r); };
+  h.on_message = [this](const std::shared_ptr<WebSocketConnection>& c, std::string m) { OnMessage(c, std::move(m)); };
+  h.on_close = [this](const std::shared_ptr<WebSocketConnection>& c) { OnClose(c); };
+  h.idle_timeout = options_.heartbeat_interval * options_.missed_heartbeats;
+  return h;
+}
+
+size_t AgentChannel::connected() const {
+  std::lock_guard lock(mu_);
+  return by_instance_.size();
+}
+
+void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req) {
+  std::string arn = InstanceArnFromQuery(req.target);
+  std::shared_ptr<WebSocketConnection> replaced;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_instance_.find(arn);
+    if (it != by_instance_.end()) {
+      replaced = peers_[it->second].conn;
+      peers_.erase(it->second);
+    }
+    peers_[conn.get()] = Peer{conn, arn, std::chrono::steady_clock::now(), false};
+    by_instance_[arn] = conn.get();
+  }
+  if (replaced) {
+    spdlog::info("agent channel: {} reconnected; closing its previous connection", arn);
+    replaced->Close();
+  }
+  spdlog::info("agent channel: {} connected from {}", arn, conn->remote_address());
+}
+
+void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, std::string text) {
+  std::string arn;
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it == peers_.end()) return;
+    it->second.last_seen = std::chrono::steady_clock::now();
+    arn = it->second.instance_arn;
+  }
+  Json msg = Json::parse(text, nullptr, false);
+  if (!msg.is_object() || !msg.contains("type") || !msg["type"].is_string()) {
+    conn->Send(Json{{"type", "error"}, {"message", "messages are JSON objects with a string 'type'"}}.dump());
+    return;
+  }
+  const std::string type = msg["type"];
+  Json id = msg.contains("id") ? msg["id"] : Json();
+  auto reply = [conn, id](OperationResult r) {
+    Json out = r.status.ok() ? r.body : Json{{"type", "error"}, {"message", r.status.message()}};
+    if (!id.is_null()) out["id"] = id;
+    conn->Send(out.dump(-1, ' ', false, Json::error_handler_t::replace));
+  };
+  if (type == "hello") {
+    cp_.AgentHello(arn, msg, [this, conn, reply](OperationResult r) {
+      if (r.status.ok()) {
+        r.body["heartbeatIntervalMs"] = options_.heartbeat_interval.count();
+        std::lock_guard lock(mu_);
+        auto it = peers_.find(conn.get());
+        if (it != peers_.end()) it->second.hello_done = true;
+      }
+      reply(std::move(r));
+    });
+  } else if (type == "state") {
+    cp_.AgentStateChange(arn, msg, reply);
+  } else if (type == "heartbeat") {
+    cp_.AgentHeartbeat(arn, msg, reply);
+  } else if (type == "ack") {
+    // acknowledgements of pushes: nothing to do; reconcile on reconnect covers anything lost
+  } else {
+    reply({Status::InvalidParameter("unknown message type '" + type.substr(0, 64) + "'"), {}});
+  }
+}
+
+void AgentChannel::OnClose(const std::shared_ptr<WebSocketConnection>& conn) {
+  std::string arn;
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it == peers_.end()) return;  // replaced by a newer connection: the instance stays connected
+    arn = it->second.instance_arn;
+    peers_.erase(it);
+    auto bi = by_instance_.find(arn);
+    if (bi != by_instance_.end() && bi->second == conn.get()) by_instance_.erase(bi);
+  }
+  spdlog::info("agent channel: {} disconnected", arn);
+  cp_.AgentDisconnected(arn);
+}
+
+void AgentChannel::Push(const std::string& instance_arn, const Json& message) {
+  std::shared_ptr<WebSocketConnection> conn;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_instance_.find(instance_arn);
+    if (it == by_instance_.end()) return;
+    conn = peers_[it->second].conn;
+  }
+  conn->Send(message.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+// Watchdog closes connections whose agent has been silent for missed_heartbeats intervals; closing marks the
+// instance disconnected (OnClose).
+void AgentChannel::Watchdog() {
+  std::unique_lock lock(mu_);
+  const auto window = options_.heartbeat_interval * options_.missed_heartbeats;
+  while (!stopping_) {
+    cv_.wait_for(lock, std::max(std::chrono::milliseconds(50), options_.heartbeat_interval / 4));
+    if (stopping_) break;
+    auto now = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<WebSocketConnection>> silent;
+    for (auto& [_, peer] : peers_)
+      if (now - peer.last_seen > window) silent.push_back(peer.conn);
+    lock.unlock();
+    for (auto& c : silent) {
+      spdlog::warn("agent channel: no heartbeat from {} for {} ms; disconnecting it", c->remote_address(),
+                   window.count());
+      c->Close();
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace gpupack::api
