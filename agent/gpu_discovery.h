@@ -41,8 +41,9 @@ class GpuDiscovery {
 
 // MakeGpuDiscovery parses the agent's --gpus flag: "nvml" (dlopen libnvidia-ml.so.1; an error that says so
 // when it is missing or has no GPUs) or "fake:SPEC" where SPEC is "<count>x<MiB>[,<count>x<MiB>...]", e.g.
-// "2x22587" or "1x81559,1x22587". Fake UUIDs are deterministic: "GPU-fake0000-0000-0000-0000-00000000000N"
-// prefixed by a host seed so two fake agents on one machine differ (`seed` is e.g. the agent's name).
+// "2x22587" or "1x81559,1x22587". Fake UUIDs are deterministic: "GPU-fakeHHHH-HHHH-HHHH-0000-00000000000N"
+// where the H digits come from a hash of a host seed so two fake agents on one machine differ (`seed` is e.g.
+// the agent's name; an empty seed gives "GPU-fake0000-0000-0000-0000-00000000000N").
 // agent/fake_gpus.h has the details (FakeGpuUuid, the processes file named by $GPUPACK_FAKE_GPU_DIR).
 // A bad flag or SPEC is an InvalidParameter error that names the problem.
 Result<std::unique_ptr<GpuDiscovery>> MakeGpuDiscovery(const std::string& flag, const std::string& seed);

@@ -14,8 +14,9 @@
 // The workload gets argv = entry_point + command, exactly spec.environment as its environment (nothing of the
 // agent's), /dev/null as stdin and <log_dir>/<task id>/<container>.log (appended) as stdout and stderr. It sits
 // in its own process group so that Stop signals it and everything it spawned, but not the monitor, which
-// survives to record the exit status. The program is looked up like execvp does, on the PATH of
-// spec.environment, or the agent's PATH when the container sets none.
+// survives to record the exit status; when the program exits, the monitor kills what is left of its group.
+// The program is looked up like execvp does, on the PATH of spec.environment, or the agent's PATH when the
+// container sets none.
 //
 // The monitor reports to Start over a CLOEXEC pipe: the workload writes errno to a second CLOEXEC pipe when its
 // exec fails (EOF there means the exec succeeded), and the monitor forwards the outcome only after it has
@@ -35,13 +36,11 @@
 // Thread-compatible (the agent's one worker thread calls it). It keeps no state in memory: a new instance on the
 // same state_dir (after the agent was killed, even with -9) lists, inspects and stops what an earlier one
 // started and reads its exit code once it exits.
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -372,6 +371,13 @@ void ResetSignals() {
   Send(report, kExecResult, 0);
   close(report);
 
+  // Wait for the exit without reaping: the zombie keeps the process group id taken, so whatever the program
+  // left running in its group is killed with certainty (a container engine ends a container this way too).
+  siginfo_t info{};
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0) {
+    if (errno != EINTR) break;
+  }
+  kill(-pid, SIGKILL);
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) _exit(1);
   }
@@ -522,8 +528,12 @@ class ProcessRuntime final : public Runtime {
 
     l.state_path = StatePath(id);
     l.temp_path = (fs::path(options_.state_dir) / ("." + id + ".tmp")).string();
-    Json head = {{"version", 1},         {"id", id},       {"task_arn", spec.task_arn},
-                 {"container_name", spec.container_name}, {"argv0", argv0}, {"log_path", log_path}};
+    Json head = {{"version", 1},
+                 {"id", id},
+                 {"task_arn", spec.task_arn},
+                 {"container_name", spec.container_name},
+                 {"argv0", argv0},
+                 {"log_path", log_path}};
     l.json_prefix = head.dump();
     l.json_prefix.back() = ',';  // the monitor appends the rest of the object
     l.buffer.resize(l.json_prefix.size() + 512);

@@ -71,14 +71,41 @@ const ContainerInstance* ClusterState::FindInstance(const std::string& arn) cons
 void ClusterState::PutInstance(ContainerInstance instance) {
   auto it = instances_.find(instance.arn);
   if (it != instances_.end()) {
+    IndexGpus(it->second, /*insert=*/false);
     *it->second.instance = std::move(instance);
+    IndexGpus(it->second, /*insert=*/true);
     return;
   }
   std::string arn = instance.arn;
   std::string cluster = instance.cluster;
   auto& slot = instances_[arn];
   slot.instance = std::make_unique<ContainerInstance>(std::move(instance));
-  by_cluster_[cluster].push_back(slot.instance.get());
+  auto& list = by_cluster_[cluster];
+  slot.seq = static_cast<uint32_t>(list.size());
+  list.push_back(slot.instance.get());
+  by_pointer_[slot.instance.get()] = &slot;
+  IndexGpus(slot, /*insert=*/true);
+}
+
+void ClusterState::IndexGpus(const InstanceSlot& slot, bool insert) {
+  auto& index = gpu_index_[slot.instance->cluster];
+  for (uint32_t i = 0; i < slot.instance->gpus.size(); ++i) {
+    GpuSlot key{slot.instance->gpus[i].remaining_memory_mib, slot.seq, i, slot.instance.get()};
+    if (insert) index.insert(key);
+    else index.erase(key);
+  }
+}
+
+const std::set<GpuSlot>& ClusterState::GpuIndex(const std::string& cluster) const {
+  static const std::set<GpuSlot> kNone;
+  auto it = gpu_index_.find(cluster);
+  return it == gpu_index_.end() ? kNone : it->second;
+}
+
+const InstanceLoad& ClusterState::LoadOf(const ContainerInstance& instance) const {
+  static const InstanceLoad kEmpty;
+  auto it = by_pointer_.find(&instance);
+  return it == by_pointer_.end() ? kEmpty : it->second->load;
 }
 
 const std::vector<ContainerInstance*>& ClusterState::InstancesOf(const std::string& cluster) const {
@@ -126,6 +153,7 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
   if (it == instances_.end()) return;
   ContainerInstance& inst = *it->second.instance;
   InstanceLoad& load = it->second.load;
+  IndexGpus(it->second, /*insert=*/false);
   inst.remaining.cpu -= sign * task.reserved.cpu;
   inst.remaining.memory -= sign * task.reserved.memory;
   for (const auto& r : task.gpu_reservations) {
@@ -148,6 +176,7 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
       }
     }
   }
+  IndexGpus(it->second, /*insert=*/true);
   if (sign > 0) {
     ++load.group_counts[task.group];
     load.task_arns.push_back(task.arn);
@@ -212,6 +241,8 @@ void ClusterState::RebuildReservations() {
     }
     slot.load = InstanceLoad{};
   }
+  for (auto& [_, index] : gpu_index_) index.clear();
+  for (const auto& [_, slot] : instances_) IndexGpus(slot, /*insert=*/true);
   for (const auto& [_, task] : tasks_)
     if (!task.resources_released) ApplyReservation(task, +1);
 }

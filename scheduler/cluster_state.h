@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,6 +33,21 @@ struct ClientTokenRecord {
   std::vector<std::string> task_arns;
   EpochMs created_at = 0;
   bool operator==(const ClientTokenRecord&) const = default;
+};
+
+// GpuSlot: one GPU in a cluster's best-fit index, ordered by remaining memory, then by the instance's
+// registration order, then by GPU position. Every GPU of every instance is in the index whatever its mode;
+// callers skip the ones that cannot take a task.
+struct GpuSlot {
+  MiB remaining = 0;
+  uint32_t seq = 0;  // registration order of the instance in its cluster
+  uint32_t gpu = 0;  // index into instance->gpus
+  const ContainerInstance* instance = nullptr;
+  bool operator<(const GpuSlot& o) const {
+    if (remaining != o.remaining) return remaining < o.remaining;
+    if (seq != o.seq) return seq < o.seq;
+    return gpu < o.gpu;
+  }
 };
 
 class ClusterState {
@@ -61,6 +77,10 @@ class ClusterState {
   // Instances of a cluster in registration order, INACTIVE ones included.
   const std::vector<ContainerInstance*>& InstancesOf(const std::string& cluster) const;
   const InstanceLoad& LoadOf(const std::string& instance_arn) const;
+  const InstanceLoad& LoadOf(const ContainerInstance& instance) const;  // no string hashing: for hot loops
+  // The cluster's GPUs ordered by remaining memory (best fit = lower_bound on the memory a task needs).
+  // Kept current by PutInstance, ReserveTask, ReleaseTask and RebuildReservations.
+  const std::set<GpuSlot>& GpuIndex(const std::string& cluster) const;
 
   // ---- tasks
   Task* FindTask(const std::string& arn);
@@ -93,13 +113,17 @@ class ClusterState {
   struct InstanceSlot {
     std::unique_ptr<ContainerInstance> instance;
     InstanceLoad load;
+    uint32_t seq = 0;
   };
   void ApplyReservation(const Task& task, int sign);
+  void IndexGpus(const InstanceSlot& slot, bool insert);
 
   std::map<std::string, Cluster> clusters_;
   std::map<std::string, std::map<int, TaskDefinition>> task_definitions_;  // family -> revision -> td
   std::unordered_map<std::string, InstanceSlot> instances_;                // arn -> instance
   std::unordered_map<std::string, std::vector<ContainerInstance*>> by_cluster_;
+  std::unordered_map<const ContainerInstance*, const InstanceSlot*> by_pointer_;
+  std::unordered_map<std::string, std::set<GpuSlot>> gpu_index_;  // cluster -> GPUs by remaining memory
   std::unordered_map<std::string, Task> tasks_;
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -214,7 +215,7 @@ class SpreadAttributeScorer : public Scorer {
     auto& counts = ctx.per_scorer[self];
     for (const ContainerInstance* inst : instances) {
       if (inst->status == "INACTIVE") continue;
-      const auto& load = state.LoadOf(inst->arn);
+      const auto& load = state.LoadOf(*inst);
       auto it = load.group_counts.find(*ctx.group);
       counts[ValueOf(*inst)] += it == load.group_counts.end() ? 0 : it->second;
     }
@@ -258,6 +259,7 @@ struct Placer::Compiled {
   bool spread_first = false;
   bool needs_random_key = false;
   bool random_only = false;  // the only strategy is random: PlaceOne may sample instead of scanning
+  bool gpu_binpack_first = false;  // the first strategy is binpack(gpuMemory): PlaceOne may use the GPU index
 };
 
 Placer::Placer(PlacementRequest request) : request_(std::move(request)), compiled_(std::make_unique<Compiled>()) {}
@@ -299,6 +301,7 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
   }
   c.spread_first = strategies.front().type == "spread";
   c.random_only = strategies.size() == 1 && strategies.front().type == "random";
+  c.gpu_binpack_first = strategies.front().type == "binpack" && strategies.front().field == "gpuMemory";
   return p;
 }
 
@@ -374,8 +377,6 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   Placement result;
   const auto& instances = state.InstancesOf(request_.cluster);
   const Compiled& c = *compiled_;
-  ScoreContext ctx = PrepareScorers(c, state, instances, request_.group);
-
   const uint64_t task_seed = Mix(request_.seed ^ Mix(static_cast<uint64_t>(task_index) + 1));
   // Fast path for random placement (the default): rejection sampling over the instance list is uniform over
   // the eligible instances, like the scan below, and touches a handful of instances when most are eligible.
@@ -386,13 +387,65 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
       const ContainerInstance* inst = instances[Mix(task_seed + static_cast<uint64_t>(k)) % instances.size()];
       if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
       FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst,
-                                   state.LoadOf(inst->arn), false);
+                                   state.LoadOf(*inst), false);
       if (!f.ok) continue;
       result.instance = inst;
       result.gpu_indices = std::move(f.fit.gpus);
       return result;
     }
   }
+  // Fast path for binpack(gpuMemory) first and a shared task: walk the cluster's GPUs in ascending remaining
+  // memory from the task's need. The first GPU whose instance passes every filter has the least memory left
+  // after placement, which is exactly the first score of the scan below; its ties (same remaining memory) are
+  // then decided by the other strategies and registration order, as in the scan.
+  if (c.gpu_binpack_first && request_.demand.gpu_kind == GpuKind::kShared) {
+    const auto& index = state.GpuIndex(request_.cluster);
+    std::vector<const ContainerInstance*> rejected;  // instances that failed a filter (small)
+    std::optional<MiB> tie_remaining;
+    std::vector<std::pair<const ContainerInstance*, GpuFit>> ties;
+    for (auto it = index.lower_bound(GpuSlot{request_.demand.gpu_memory, 0, 0, nullptr}); it != index.end(); ++it) {
+      if (tie_remaining && it->remaining != *tie_remaining) break;
+      const ContainerInstance* inst = it->instance;
+      const Gpu& g = inst->gpus[it->gpu];
+      if (g.remaining_memory_mib != it->remaining || !Shareable(g)) continue;
+      if (request_.compute_aware && g.compute_used_percent + request_.demand.gpu_compute > 100) continue;
+      if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
+      if (std::find(rejected.begin(), rejected.end(), inst) != rejected.end()) continue;
+      bool seen = false;
+      for (const auto& t : ties) seen = seen || t.first == inst;
+      if (seen) continue;
+      FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst,
+                                   state.LoadOf(*inst), false);
+      if (!f.ok) {
+        rejected.push_back(inst);
+        continue;
+      }
+      tie_remaining = it->remaining;
+      ties.emplace_back(inst, std::move(f.fit));
+      if (c.scorers.size() == 1) break;  // index order already breaks ties by registration order
+    }
+    if (!ties.empty()) {
+      ScoreContext ctx = PrepareScorers(c, state, instances, request_.group);
+      const uint64_t seed = task_seed;
+      size_t best = 0;
+      std::vector<double> best_scores, scores(c.scorers.size());
+      for (size_t k = 0; k < ties.size(); ++k) {
+        const ContainerInstance* inst = ties[k].first;
+        uint64_t key = c.needs_random_key ? Mix(seed ^ HashString(inst->arn)) : 0;
+        for (size_t i = 0; i < c.scorers.size(); ++i)
+          scores[i] = c.scorers[i]->Score(*inst, state.LoadOf(*inst), request_.demand, ties[k].second, key, ctx, i);
+        if (k == 0 || scores < best_scores) {
+          best = k;
+          best_scores = scores;
+        }
+      }
+      result.instance = ties[best].first;
+      result.gpu_indices = std::move(ties[best].second.gpus);
+      return result;
+    }
+    // Nothing fits: the scan below builds one failure per instance.
+  }
+  ScoreContext ctx = PrepareScorers(c, state, instances, request_.group);
   std::vector<double> best_scores, scores(c.scorers.size());
   const ContainerInstance* best = nullptr;
   GpuFit best_fit;
@@ -400,7 +453,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   for (const ContainerInstance* inst : instances) {
     if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
     any_candidate = true;
-    const InstanceLoad& load = state.LoadOf(inst->arn);
+    const InstanceLoad& load = state.LoadOf(*inst);
     FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst, load, false);
     if (!f.ok) continue;
     uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(inst->arn)) : 0;
@@ -424,7 +477,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   for (const ContainerInstance* inst : instances) {
     if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
     FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst,
-                                 state.LoadOf(inst->arn), true);
+                                 state.LoadOf(*inst), true);
     result.failures.push_back({inst->arn, f.reason ? f.reason : reason::kAttribute, f.detail});
   }
   return result;
@@ -440,7 +493,7 @@ std::vector<InstanceVerdict> Placer::Explain(const ClusterState& state, int task
   const TaskDemand& d = request_.demand;
   for (const ContainerInstance* inst : instances) {
     if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
-    const InstanceLoad& load = state.LoadOf(inst->arn);
+    const InstanceLoad& load = state.LoadOf(*inst);
     FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst, load, true);
     InstanceVerdict v;
     v.arn = inst->arn;

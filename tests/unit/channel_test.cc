@@ -94,6 +94,7 @@ class ChannelTest : public ::testing::Test {
     o.stop_grace = 300ms;
     o.monitor_interval = 20ms;
     o.mps_probe_interval = 50ms;
+    o.stop_tasks_on_exit = stop_tasks_on_exit_;  // so no test leaves processes behind
     return o;
   }
 
@@ -171,6 +172,7 @@ class ChannelTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  bool stop_tasks_on_exit_ = true;
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<agent::Agent> agent_;
 };
@@ -220,7 +222,9 @@ TEST_F(ChannelTest, StopTaskTerminatesTheProcess) {
 }
 
 TEST_F(ChannelTest, AgentRestartAdoptsRunningTasksWithoutStartingThemTwice) {
+  stop_tasks_on_exit_ = false;  // the first agent "dies": its tasks keep running
   StartAgent();
+  stop_tasks_on_exit_ = true;
   fs::path starts = dir_ / "starts";
   RegisterScript("once", "echo started >> " + starts.string() + "; exec sleep 60");
   std::string arn = Run("once");

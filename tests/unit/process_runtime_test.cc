@@ -1,0 +1,456 @@
+// The process runtime against real processes: /bin/sh, /usr/bin/env and /bin/sleep in a temporary directory.
+//
+// Waits are bounded by generous deadlines and only ever end early: no test fails because the machine is slow.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/runtime.h"
+
+namespace gpupack::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAreArray;
+
+constexpr auto kDeadline = std::chrono::seconds(30);
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// ProcState is the state letter of /proc/<pid>/stat, or 0 when there is no such process.
+char ProcState(pid_t pid) {
+  std::string stat = ReadText("/proc/" + std::to_string(pid) + "/stat");
+  auto paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() ? 0 : stat[paren + 2];
+}
+
+// ZombieChildren lists this process's children that nobody reaped.
+std::vector<pid_t> ZombieChildren() {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (!std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::string stat = ReadText(entry.path() / "stat");
+    auto paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid == getpid() && state == 'Z') out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+class ProcessRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gpupack-process-runtime-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+    options_.state_dir = (root_ / "state").string();
+    options_.log_dir = (root_ / "logs").string();
+    runtime_ = NewRuntime();
+  }
+
+  void TearDown() override {
+    // Nothing a test started outlives it.
+    if (auto runtime = MakeProcessRuntime(options_); runtime.ok()) {
+      if (auto list = (*runtime)->List(); list.ok()) {
+        for (const RuntimeContainer& c : *list) (void)(*runtime)->Stop(c.id, milliseconds(0));
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  std::unique_ptr<Runtime> NewRuntime() {
+    auto runtime = MakeProcessRuntime(options_);
+    EXPECT_TRUE(runtime.ok()) << runtime.status().message();
+    return runtime.ok() ? std::move(*runtime) : nullptr;
+  }
+
+  static ContainerSpec Spec(const std::string& task_id, const std::string& name, std::vector<std::string> argv,
+                            std::vector<KeyValuePair> env = {}) {
+    ContainerSpec spec;
+    spec.task_arn = "arn:aws:ecs:us-east-1:123456789012:task/default/" + task_id;
+    spec.container_name = name;
+    spec.entry_point = {argv.front()};
+    spec.command.assign(argv.begin() + 1, argv.end());
+    spec.environment = std::move(env);
+    return spec;
+  }
+
+  static ContainerSpec Shell(const std::string& task_id, const std::string& name, const std::string& script,
+                             std::vector<KeyValuePair> env = {}) {
+    return Spec(task_id, name, {"/bin/sh", "-c", script}, std::move(env));
+  }
+
+  std::string StartOk(const ContainerSpec& spec) {
+    auto id = runtime_->Start(spec);
+    EXPECT_TRUE(id.ok()) << id.status().message();
+    return id.ok() ? *id : std::string();
+  }
+
+  static ContainerStatus WaitExited(Runtime& runtime, const std::string& id) {
+    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    while (true) {
+      auto status = runtime.Inspect(id);
+      EXPECT_TRUE(status.ok()) << status.status().message();
+      if (!status.ok() || status->state != ContainerState::kRunning ||
+          std::chrono::steady_clock::now() > deadline) {
+        return status.ok() ? *status : ContainerStatus{};
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
+
+  // WaitForFile waits until `path` exists and contains `text`.
+  static bool WaitForText(const fs::path& path, const std::string& text) {
+    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (ReadText(path).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  }
+
+  fs::path LogOf(const std::string& task_id, const std::string& name) const {
+    return root_ / "logs" / task_id / (name + ".log");
+  }
+
+  fs::path root_;
+  ProcessRuntimeOptions options_;
+  std::unique_ptr<Runtime> runtime_;
+};
+
+TEST_F(ProcessRuntimeTest, EnvironmentIsExactlyTheSpecNothingInherited) {
+  ASSERT_EQ(setenv("GPUPACK_AGENT_ONLY", "must-not-leak", 1), 0);
+  // /usr/bin/env prints its environment to stdout, which is the container's log file.
+  ContainerSpec spec = Spec("t-env", "app", {"/usr/bin/env"},
+                            {{"CUDA_MPS_PIPE_DIRECTORY", "/run/gpupack/mps/pipe"},
+                             {"WITH_SPACES", "a b  c"},
+                             {"WITH_EQUALS", "x=y=z"},
+                             {"EMPTY", ""},
+                             {"OVERRIDDEN", "first"},
+                             {"OVERRIDDEN", "second"}});  // a later duplicate wins, at the first position
+  std::string id = StartOk(spec);
+  ContainerStatus status = WaitExited(*runtime_, id);
+  EXPECT_EQ(status.state, ContainerState::kExited);
+  EXPECT_EQ(status.exit_code, 0);
+  std::vector<std::string> lines;
+  std::istringstream log(ReadText(LogOf("t-env", "app")));
+  for (std::string line; std::getline(log, line);) lines.push_back(line);
+  EXPECT_THAT(lines, UnorderedElementsAreArray({"CUDA_MPS_PIPE_DIRECTORY=/run/gpupack/mps/pipe",
+                                                "WITH_SPACES=a b  c", "WITH_EQUALS=x=y=z", "EMPTY=",
+                                                "OVERRIDDEN=second"}));
+  unsetenv("GPUPACK_AGENT_ONLY");
+}
+
+TEST_F(ProcessRuntimeTest, StdoutAndStderrGoToTheLogUnderTheTaskId) {
+  std::string id = StartOk(Shell("0123abcd", "web", "echo to-stdout; echo to-stderr >&2"));
+  EXPECT_EQ(id, "0123abcd-web");
+  EXPECT_EQ(WaitExited(*runtime_, id).exit_code, 0);
+  EXPECT_EQ(ReadText(LogOf("0123abcd", "web")), "to-stdout\nto-stderr\n");
+}
+
+TEST_F(ProcessRuntimeTest, IdIsSanitized) {
+  ContainerSpec spec = Shell("task id", "a/b", "exit 0");
+  std::string id = StartOk(spec);
+  EXPECT_EQ(id, "task_id-a_b");
+  EXPECT_EQ(WaitExited(*runtime_, id).exit_code, 0);
+  EXPECT_TRUE(fs::exists(LogOf("task_id", "a_b")));
+}
+
+TEST_F(ProcessRuntimeTest, ExitCodes) {
+  struct Case {
+    std::string script;
+    int exit_code;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"exit 0", 0, ""},
+      {"exit 3", 3, ""},
+      {"exit 255", 255, ""},
+      {"kill -TERM $$", 128 + 15, "killed by signal 15"},  // 128 + signal, as a shell reports it
+      {"kill -KILL $$", 128 + 9, "killed by signal 9"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].script);
+    std::string id = StartOk(Shell("t-exit", "c" + std::to_string(i), cases[i].script));
+    ContainerStatus status = WaitExited(*runtime_, id);
+    EXPECT_EQ(status.state, ContainerState::kExited);
+    EXPECT_EQ(status.exit_code, cases[i].exit_code);
+    EXPECT_EQ(status.reason, cases[i].reason);
+  }
+}
+
+TEST_F(ProcessRuntimeTest, ExecFailureIsReportedAndLeavesNothingBehind) {
+  const fs::path not_executable = root_ / "data.txt";
+  std::ofstream(not_executable) << "not a program\n";
+  struct Case {
+    std::vector<std::string> argv;
+    std::vector<KeyValuePair> env;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"/nonexistent/prog", "arg"}, {}, "exec failed: No such file or directory: /nonexistent/prog"},
+      // Looked up on the container's PATH, not the agent's.
+      {{"gpupack-no-such-program"}, {}, "exec failed: No such file or directory: gpupack-no-such-program"},
+      {{"env"}, {{"PATH", (root_ / "empty-dir").string()}}, "exec failed: No such file or directory: env"},
+      {{not_executable.string()}, {}, "exec failed: Permission denied: " + not_executable.string()},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    auto id = runtime_->Start(Spec("t-fail", "app", c.argv, c.env));
+    ASSERT_FALSE(id.ok());
+    EXPECT_EQ(id.status().message(), c.message);
+    auto list = runtime_->List();
+    ASSERT_TRUE(list.ok());
+    EXPECT_THAT(*list, IsEmpty());  // no record: the same container can be started again
+  }
+  // A program found on the container's PATH runs.
+  std::string id = StartOk(Spec("t-fail", "app", {"env"}, {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_EQ(WaitExited(*runtime_, id).exit_code, 0);
+}
+
+TEST_F(ProcessRuntimeTest, StartRejectsInvalidSpecs) {
+  ContainerSpec no_argv = Spec("t-bad", "a", {"/bin/true"});
+  no_argv.entry_point.clear();
+  EXPECT_EQ(runtime_->Start(no_argv).status().code(), ErrorCode::kInvalidParameter);
+  EXPECT_EQ(runtime_->Start(Spec("t-bad", "b", {"/bin/true"}, {{"A=B", "c"}})).status().code(),
+            ErrorCode::kInvalidParameter);
+  EXPECT_EQ(runtime_->Start(Spec("t-bad", "c", {"/bin/true"}, {{"", "c"}})).status().code(),
+            ErrorCode::kInvalidParameter);
+  EXPECT_EQ(runtime_->Inspect("../state").status().code(), ErrorCode::kInvalidParameter);
+  EXPECT_EQ(runtime_->Stop("a/b", milliseconds(0)).code(), ErrorCode::kInvalidParameter);
+  EXPECT_EQ(runtime_->Remove(".hidden").code(), ErrorCode::kInvalidParameter);
+}
+
+TEST_F(ProcessRuntimeTest, StopSendsSigtermFirst) {
+  std::string id = StartOk(Spec("t-term", "app", {"/bin/sleep", "600"}));
+  ASSERT_EQ(runtime_->Inspect(id)->state, ContainerState::kRunning);
+  ASSERT_TRUE(runtime_->Stop(id, std::chrono::seconds(20)).ok());
+  // Right after Stop the exit is recorded.
+  auto status = runtime_->Inspect(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state, ContainerState::kExited);
+  EXPECT_EQ(status->exit_code, 128 + 15);
+  EXPECT_EQ(status->reason, "killed by signal 15");
+}
+
+TEST_F(ProcessRuntimeTest, StopEscalatesToSigkillAfterTheGracePeriod) {
+  // The shell ignores SIGTERM, and exec keeps the ignored disposition for sleep.
+  std::string id = StartOk(Shell("t-kill", "stubborn", "trap '' TERM; echo ready; exec sleep 600"));
+  ASSERT_TRUE(WaitForText(LogOf("t-kill", "stubborn"), "ready\n"));
+  const milliseconds grace(300);
+  const auto begin = std::chrono::steady_clock::now();
+  ASSERT_TRUE(runtime_->Stop(id, grace).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - begin, grace);
+  auto status = runtime_->Inspect(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state, ContainerState::kExited);
+  EXPECT_EQ(status->exit_code, 128 + 9);
+  EXPECT_EQ(status->reason, "killed by signal 9");
+  // Idempotent: stopping an exited container, or one that never existed, is fine.
+  EXPECT_TRUE(runtime_->Stop(id, grace).ok());
+  EXPECT_TRUE(runtime_->Stop("no-such-container", grace).ok());
+  EXPECT_EQ(runtime_->Inspect(id)->exit_code, 128 + 9);
+}
+
+TEST_F(ProcessRuntimeTest, StopKillsTheWholeProcessGroup) {
+  const fs::path pid_file = root_ / "grandchild.pid";
+  // A background child that ignores SIGTERM outlives the shell unless the group is killed.
+  std::string id = StartOk(Shell("t-group", "app",
+                                 "(trap '' TERM; exec sleep 600) & echo $! > \"$PID_FILE\"; wait",
+                                 {{"PID_FILE", pid_file.string()}}));
+  ASSERT_TRUE(WaitForText(pid_file, "\n"));
+  const pid_t grandchild = std::stoi(ReadText(pid_file));
+  ASSERT_TRUE(runtime_->Stop(id, milliseconds(200)).ok());
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (ProcState(grandchild) != 0 && ProcState(grandchild) != 'Z' &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const char state = ProcState(grandchild);
+  EXPECT_TRUE(state == 0 || state == 'Z') << "grandchild " << grandchild << " is still alive (" << state << ")";
+}
+
+TEST_F(ProcessRuntimeTest, WhatTheProgramLeftRunningEndsWithIt) {
+  const fs::path pid_file = root_ / "orphan.pid";
+  std::string id = StartOk(Shell("t-orphan", "app", "sleep 600 & echo $! > \"$PID_FILE\"",
+                                 {{"PID_FILE", pid_file.string()}}));
+  EXPECT_EQ(WaitExited(*runtime_, id).exit_code, 0);
+  ASSERT_TRUE(WaitForText(pid_file, "\n"));
+  const pid_t orphan = std::stoi(ReadText(pid_file));
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (ProcState(orphan) != 0 && ProcState(orphan) != 'Z' && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const char state = ProcState(orphan);
+  EXPECT_TRUE(state == 0 || state == 'Z') << "background process " << orphan << " is still alive";
+}
+
+TEST_F(ProcessRuntimeTest, ListRemoveAndConflicts) {
+  const fs::path flag = root_ / "flag";
+  const std::string wait_for_flag = "while [ ! -e \"$FLAG\" ]; do sleep 0.02; done; exit 4";
+  std::string a = StartOk(Shell("t-list", "a", wait_for_flag, {{"FLAG", flag.string()}}));
+  std::string b = StartOk(Shell("t-list", "b", "sleep 600"));
+
+  auto list = runtime_->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id, a);
+  EXPECT_EQ((*list)[0].task_arn, "arn:aws:ecs:us-east-1:123456789012:task/default/t-list");
+  EXPECT_EQ((*list)[0].container_name, "a");
+  EXPECT_EQ((*list)[0].status.state, ContainerState::kRunning);
+  EXPECT_EQ((*list)[1].id, b);
+
+  // Nothing is started twice, and a running container is not forgotten.
+  EXPECT_EQ(runtime_->Start(Shell("t-list", "a", "exit 0")).status().code(), ErrorCode::kConflict);
+  EXPECT_EQ(runtime_->Remove(a).code(), ErrorCode::kConflict);
+
+  std::ofstream(flag) << "go";
+  EXPECT_EQ(WaitExited(*runtime_, a).exit_code, 4);
+  ASSERT_TRUE(runtime_->Remove(a).ok());
+  EXPECT_TRUE(runtime_->Remove(a).ok());  // idempotent
+  EXPECT_EQ(runtime_->Inspect(a)->state, ContainerState::kMissing);
+  EXPECT_TRUE(fs::exists(LogOf("t-list", "a")));  // logs are kept
+  list = runtime_->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].id, b);
+
+  // Once removed, the same container can be started again.
+  std::string again = StartOk(Shell("t-list", "a", "exit 5"));
+  EXPECT_EQ(again, a);
+  EXPECT_EQ(WaitExited(*runtime_, again).exit_code, 5);
+  ASSERT_TRUE(runtime_->Stop(b, milliseconds(0)).ok());  // SIGTERM and, at once, SIGKILL: either one wins
+  EXPECT_THAT(runtime_->Inspect(b)->exit_code, ::testing::AnyOf(128 + 15, 128 + 9));
+  EXPECT_THAT(ZombieChildren(), IsEmpty());
+}
+
+TEST_F(ProcessRuntimeTest, AFreshRuntimeReadoptsWhatAKilledAgentStarted) {
+  const fs::path flag = root_ / "flag";
+  int ids_pipe[2];
+  ASSERT_EQ(pipe(ids_pipe), 0);
+  // The "agent": a child process that starts two containers and is killed with SIGKILL.
+  pid_t agent = fork();
+  ASSERT_GE(agent, 0);
+  if (agent == 0) {
+    close(ids_pipe[0]);
+    auto runtime = MakeProcessRuntime(options_);
+    if (!runtime.ok()) _exit(2);
+    auto a = (*runtime)->Start(Shell("t-adopt", "waits", "while [ ! -e \"$FLAG\" ]; do sleep 0.02; done; exit 7",
+                                     {{"FLAG", flag.string()}}));
+    auto b = (*runtime)->Start(Spec("t-adopt", "sleeps", {"/bin/sleep", "600"}));
+    if (!a.ok() || !b.ok()) _exit(3);
+    std::string ids = *a + "\n" + *b + "\n";
+    if (write(ids_pipe[1], ids.data(), ids.size()) != static_cast<ssize_t>(ids.size())) _exit(4);
+    raise(SIGKILL);
+  }
+  close(ids_pipe[1]);
+  std::string ids;
+  char chunk[256];
+  for (ssize_t n; (n = read(ids_pipe[0], chunk, sizeof chunk)) > 0;) ids.append(chunk, static_cast<size_t>(n));
+  close(ids_pipe[0]);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(agent, &wstatus, 0), agent);
+  ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) << "status " << wstatus << ", ids " << ids;
+  ASSERT_EQ(ids, "t-adopt-waits\nt-adopt-sleeps\n");
+
+  auto restarted = NewRuntime();
+  auto list = restarted->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id, "t-adopt-sleeps");
+  EXPECT_EQ((*list)[0].container_name, "sleeps");
+  EXPECT_EQ((*list)[0].status.state, ContainerState::kRunning);
+  EXPECT_EQ((*list)[1].id, "t-adopt-waits");
+  EXPECT_EQ((*list)[1].task_arn, "arn:aws:ecs:us-east-1:123456789012:task/default/t-adopt");
+  EXPECT_EQ((*list)[1].status.state, ContainerState::kRunning);
+
+  // The adopted container's exit code still arrives, and the other one can be stopped.
+  std::ofstream(flag) << "go";
+  EXPECT_EQ(WaitExited(*restarted, "t-adopt-waits").exit_code, 7);
+  ASSERT_TRUE(restarted->Stop("t-adopt-sleeps", std::chrono::seconds(20)).ok());
+  EXPECT_EQ(restarted->Inspect("t-adopt-sleeps")->exit_code, 128 + 15);
+  EXPECT_THAT(ZombieChildren(), IsEmpty());
+}
+
+TEST_F(ProcessRuntimeTest, AReusedPidIsNotTheContainer) {
+  // A record whose pid now belongs to another process (this test, started at another time): neither running
+  // nor signalled.
+  fs::create_directories(options_.state_dir);
+  std::ofstream(fs::path(options_.state_dir) / "t-reuse-app.json")
+      << R"({"version":1,"id":"t-reuse-app","task_arn":"arn:aws:ecs:us-east-1:1:task/c/t-reuse",)"
+      << R"("container_name":"app","argv0":"/bin/sleep","log_path":"/dev/null","state":"running",)"
+      << R"("monitor_pid":)" << getpid() << R"(,"monitor_start_time":1,"pid":)" << getpid()
+      << R"(,"start_time":1})";
+  auto status = runtime_->Inspect("t-reuse-app");
+  ASSERT_TRUE(status.ok()) << status.status().message();
+  EXPECT_EQ(status->state, ContainerState::kExited);
+  EXPECT_EQ(status->exit_code, std::nullopt);
+  EXPECT_THAT(status->reason, HasSubstr("exit status unknown"));
+  EXPECT_TRUE(runtime_->Stop("t-reuse-app", milliseconds(0)).ok());  // and this process is still here
+  EXPECT_TRUE(runtime_->Remove("t-reuse-app").ok());
+  EXPECT_THAT(*runtime_->List(), IsEmpty());
+}
+
+TEST_F(ProcessRuntimeTest, StartsWhileOtherThreadsAllocateAndOpenFiles) {
+  // The agent has other threads: the forked processes must not depend on locks those threads may hold, and
+  // descriptors they open must not leak into containers.
+  std::atomic<bool> done{false};
+  std::vector<std::thread> busy;
+  for (int t = 0; t < 2; ++t) {
+    busy.emplace_back([&] {
+      while (!done) {
+        std::vector<std::string> junk(64, std::string(256, 'x'));
+        std::ifstream("/proc/self/stat") >> junk[0];
+      }
+    });
+  }
+  std::vector<std::string> ids;
+  for (int i = 0; i < 10; ++i) {
+    // The container lists its open descriptors: 0, 1 and 2 only (3 is ls's own directory handle).
+    ids.push_back(StartOk(Spec("t-threads", "c" + std::to_string(i), {"/bin/ls", "/proc/self/fd"})));
+  }
+  done = true;
+  for (std::thread& t : busy) t.join();
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(WaitExited(*runtime_, ids[i]).exit_code, 0);
+    EXPECT_EQ(ReadText(LogOf("t-threads", "c" + std::to_string(i))), "0\n1\n2\n3\n");
+  }
+}
+
+TEST_F(ProcessRuntimeTest, MakeRequiresDirectories) {
+  EXPECT_EQ(MakeProcessRuntime({}).status().code(), ErrorCode::kInvalidParameter);
+  EXPECT_EQ(runtime_->Name(), "process");
+}
+
+}  // namespace
+}  // namespace gpupack::agent
