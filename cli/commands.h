@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -25,6 +26,62 @@ struct ServerFlags {
 void AddServerFlags(CLI::App& app, ServerFlags& flags);
 
 // RunServer runs until SIGINT/SIGTERM; returns the process exit status (0, 1 on failure, 2 on bad usage).
-int RunServer(const ServerFlags& flags, bool banner_for_up);
+int RunServer(const ServerFlags& flags);
+
+struct AgentFlags {
+  std::string server = "http://127.0.0.1:8080";
+  std::string cluster = "default";
+  std::string gpus = "nvml";
+  std::string runtime = "process";
+  std::string docker_socket = "/var/run/docker.sock";
+  std::string mps_pipe_dir = "/run/gpupack-mps";
+  std::string mps_control = "nvidia-cuda-mps-control";
+  std::string state_dir = "/var/lib/gpupack-agent";
+  std::vector<std::string> attributes;  // NAME=VALUE
+  std::string instance_type;
+  std::string name;
+  int64_t cpu = 0;
+  int64_t memory = 0;
+  int stop_grace_ms = 10000;
+  std::string log_level = "info";
+};
+
+void AddAgentFlags(CLI::App& app, AgentFlags& flags);
+int RunAgent(const AgentFlags& flags);
+
+struct UpFlags {
+  ServerFlags server;
+  int agents = 1;
+  std::string gpus = "fake:2x22587";
+  std::string dir = ".gpupack-up";
+};
+
+void AddUpFlags(CLI::App& app, UpFlags& flags);
+// RunUp: the server on its SQLite plus N agents with simulated GPUs and the process runtime, on loopback.
+int RunUp(const UpFlags& flags);
+
+// `gpupack plan`: the capacity planner (bench/, docs/planning.md).
+struct PlanFlags {
+  std::vector<std::string> inputs;  // fleet and workload files, told apart by content
+  std::string fleet;
+  std::string workload;
+  std::string protocol = "fgd";
+  std::vector<std::string> strategies;
+  std::string gpu_units = "auto";
+  std::string seeds = "42..51";
+  int demand = 130;
+  std::string format = "table";
+  std::string svg;
+  int jobs = 0;  // 0: one per hardware thread
+  bool at_once = false;
+  int buckets = 12;
+  std::vector<std::string> instance_types;
+  bool quiet = false;
+};
+
+void AddPlanFlags(CLI::App& app, PlanFlags& flags);
+
+// RunPlan prints the report on stdout; returns 0, 2 on bad usage or bad input, 1 on failure.
+int RunPlan(const PlanFlags& flags);
 
 }  // namespace gpupack::cli

@@ -27,10 +27,17 @@ int main(int argc, char** argv) {
   CLI::App* server = app.add_subcommand("server", "Run the control plane: ECS API, placement, state in SQLite");
   gpupack::cli::AddServerFlags(*server, server_flags);
 
-  CLI::App* up = app.add_subcommand("up", "Run a local cluster: the server on loopback with its SQLite database");
-  gpupack::cli::ServerFlags up_flags;
-  up_flags.db = "gpupack-up.db";
-  gpupack::cli::AddServerFlags(*up, up_flags);
+  gpupack::cli::AgentFlags agent_flags;
+  CLI::App* agent = app.add_subcommand("agent", "Run the node agent: GPUs, the MPS daemon, containers, the channel");
+  gpupack::cli::AddAgentFlags(*agent, agent_flags);
+
+  gpupack::cli::UpFlags up_flags;
+  CLI::App* up = app.add_subcommand("up", "Run a local cluster: the server on loopback plus agents with simulated GPUs");
+  gpupack::cli::AddUpFlags(*up, up_flags);
+
+  gpupack::cli::PlanFlags plan_flags;
+  CLI::App* plan = app.add_subcommand("plan", "Replay a workload against a fleet with the scheduler's own placement");
+  gpupack::cli::AddPlanFlags(*plan, plan_flags);
 
   try {
     app.parse(argc, argv);
@@ -44,7 +51,9 @@ int main(int argc, char** argv) {
     return Fail(std::string(e.what()) + " (see gpupack --help)", 2);
   }
 
-  if (*server) return gpupack::cli::RunServer(server_flags, /*banner_for_up=*/false);
-  if (*up) return gpupack::cli::RunServer(up_flags, /*banner_for_up=*/true);
+  if (*server) return gpupack::cli::RunServer(server_flags);
+  if (*agent) return gpupack::cli::RunAgent(agent_flags);
+  if (*up) return gpupack::cli::RunUp(up_flags);
+  if (*plan) return gpupack::cli::RunPlan(plan_flags);
   return Fail("no command given (see gpupack --help)", 2);
 }

@@ -1,16 +1,18 @@
 #include <csignal>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <regex>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/agent_channel.h"
 #include "api/control_plane.h"
 #include "api/ecs_handler.h"
 #include "api/http_server.h"
 #include "cli/commands.h"
+#include "cli/server_runtime.h"
 #include "storage/group_committer.h"
 #include "storage/sqlite_store.h"
 
@@ -34,103 +36,134 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
-int Usage(const std::string& message) {
-  std::fprintf(stderr, "gpupack: %s\n", message.c_str());
-  return 2;
-}
-
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
 }  // namespace
 
-int RunServer(const ServerFlags& f, bool banner_for_up) {
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "gpupack: %s\n", message.c_str());
+  return 2;
+}
+
+void WaitForSignal() {
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!g_stop) {
+    timespec nap{0, 100'000'000};
+    nanosleep(&nap, nullptr);
+  }
+}
+
+struct ServerRuntime::Impl {
+  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<GroupCommitter> committer;
+  std::unique_ptr<api::ControlPlane> control_plane;
+  std::unique_ptr<api::AgentChannel> channel;
+  std::unique_ptr<api::EcsHandler> handler;
+  std::unique_ptr<api::HttpServer> http;
+  std::string endpoint;
+};
+
+ServerRuntime::ServerRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ServerRuntime::~ServerRuntime() {
+  impl_->http->Stop();
+  impl_->channel.reset();
+  impl_->committer->Flush();
+}
+
+std::string ServerRuntime::endpoint() const { return impl_->endpoint; }
+
+std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* exit_code) {
+  auto usage = [&](const std::string& m) {
+    *exit_code = Usage(m);
+    return nullptr;
+  };
+  auto fail = [&](const std::string& m) {
+    std::fprintf(stderr, "gpupack: %s\n", m.c_str());
+    *exit_code = 1;
+    return nullptr;
+  };
   auto level = spdlog::level::from_str(f.log_level);
   if (level == spdlog::level::off && f.log_level != "off")
-    return Usage("--log-level must be one of trace, debug, info, warn, error, off");
+    return usage("--log-level must be one of trace, debug, info, warn, error, off");
   spdlog::set_level(level);
 
-  std::string host = f.listen, port_text;
   size_t colon = f.listen.rfind(':');
-  if (colon == std::string::npos) return Usage("--listen must be HOST:PORT, e.g. 127.0.0.1:8080");
-  host = f.listen.substr(0, colon);
-  port_text = f.listen.substr(colon + 1);
+  if (colon == std::string::npos) return usage("--listen must be HOST:PORT, e.g. 127.0.0.1:8080");
+  std::string host = f.listen.substr(0, colon), port_text = f.listen.substr(colon + 1);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   int port = -1;
   try {
     port = std::stoi(port_text);
   } catch (...) {
   }
-  if (port < 0 || port > 65535 || port_text.empty()) return Usage("--listen port must be 0..65535");
-  if (!std::regex_match(f.account_id, std::regex("[0-9]{12}"))) return Usage("--account-id must be 12 digits");
+  if (port < 0 || port > 65535 || port_text.empty()) return usage("--listen port must be 0..65535");
+  if (!std::regex_match(f.account_id, std::regex("[0-9]{12}"))) return usage("--account-id must be 12 digits");
   if (!std::regex_match(f.region, std::regex("[a-z]{2}(-[a-z]+)+-[0-9]+")))
-    return Usage("--region must look like us-east-1");
+    return usage("--region must look like us-east-1");
   if (!f.credentials.empty())
-    return Usage("--credentials: SigV4 authentication is not built yet; serve on loopback without it for now");
+    return usage("--credentials: SigV4 authentication is not built yet; serve on loopback without it for now");
   if (!IsLoopback(host) && !f.insecure_no_auth)
-    return Usage("refusing to listen on " + host +
+    return usage("refusing to listen on " + host +
                  " without authentication: anyone who reaches it could run tasks on your GPUs. Listen on "
                  "127.0.0.1, or pass --insecure-no-auth if the network is yours alone");
 
+  auto impl = std::make_unique<Impl>();
   auto store = SqliteStore::Open(f.db);
-  if (!store.ok()) {
-    std::fprintf(stderr, "gpupack: cannot open database %s: %s\n", f.db.c_str(), store.status().message().c_str());
-    return 1;
-  }
-  GroupCommitter committer(**store);
+  if (!store.ok()) return fail("cannot open database " + f.db + ": " + store.status().message());
+  impl->store = std::move(*store);
+  impl->committer = std::make_unique<GroupCommitter>(*impl->store);
   api::ControlPlaneOptions cp_options;
   cp_options.arn.region = f.region;
   cp_options.arn.account = f.account_id;
-  api::ControlPlane control_plane(cp_options, **store, committer);
-  if (Status s = control_plane.Load(); !s.ok()) {
-    std::fprintf(stderr, "gpupack: cannot load state from %s: %s\n", f.db.c_str(), s.message().c_str());
-    return 1;
-  }
-  api::EcsHandler handler(control_plane);
+  impl->control_plane = std::make_unique<api::ControlPlane>(cp_options, *impl->store, *impl->committer);
+  if (Status s = impl->control_plane->Load(); !s.ok()) return fail("cannot load state from " + f.db + ": " + s.message());
+  impl->channel = std::make_unique<api::AgentChannel>(*impl->control_plane, api::AgentChannelOptions{});
+  impl->handler = std::make_unique<api::EcsHandler>(*impl->control_plane);
   api::HttpServerOptions http;
   http.host = host;
   http.port = static_cast<uint16_t>(port);
   http.threads = std::max(1, f.threads);
-  auto server = api::HttpServer::Create(http, handler.AsHandler());
-  if (!server.ok()) {
-    std::fprintf(stderr, "gpupack: cannot listen on %s: %s\n", f.listen.c_str(), server.status().message().c_str());
-    return 1;
-  }
-  api::HttpServer* srv = server->get();
-  handler.SetExtraMetrics([srv, &committer] {
+  http.websockets[api::kAgentChannelPath] = impl->channel->Handler();
+  auto server = api::HttpServer::Create(http, impl->handler->AsHandler());
+  if (!server.ok()) return fail("cannot listen on " + f.listen + ": " + server.status().message());
+  impl->http = std::move(*server);
+  api::HttpServer* srv = impl->http.get();
+  GroupCommitter* committer = impl->committer.get();
+  api::AgentChannel* channel = impl->channel.get();
+  impl->handler->SetExtraMetrics([srv, committer, channel] {
     auto s = srv->stats();
-    auto c = committer.stats();
+    auto c = committer->stats();
     return "# TYPE gpupack_http_connections_open gauge\ngpupack_http_connections_open " +
            std::to_string(s.connections_open) + "\n# TYPE gpupack_http_requests_total counter\ngpupack_http_requests_total " +
-           std::to_string(s.requests) + "\n# TYPE gpupack_store_commits_total counter\ngpupack_store_commits_total " +
+           std::to_string(s.requests) + "\n# TYPE gpupack_agents_connected gauge\ngpupack_agents_connected " +
+           std::to_string(channel->connected()) + "\n# TYPE gpupack_store_commits_total counter\ngpupack_store_commits_total " +
            std::to_string(c.commits) + "\n# TYPE gpupack_store_batches_total counter\ngpupack_store_batches_total " +
            std::to_string(c.batches) + "\n";
   });
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   srv->Start();
-  std::string endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                         std::to_string(srv->port());
-  std::printf("gpupack %s %s\n", kVersion, banner_for_up ? "up: a local cluster" : "server");
-  std::printf("  ECS API   %s  (region %s, account %s)\n", endpoint.c_str(), f.region.c_str(), f.account_id.c_str());
+  impl->endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                   std::to_string(srv->port());
+  return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));
+}
+
+int RunServer(const ServerFlags& f) {
+  int code = 0;
+  auto server = ServerRuntime::Start(f, &code);
+  if (!server) return code;
+  std::printf("gpupack %s server\n", kVersion);
+  std::printf("  ECS API   %s  (region %s, account %s)\n", server->endpoint().c_str(), f.region.c_str(),
+              f.account_id.c_str());
   std::printf("  database  %s\n", f.db.c_str());
-  std::printf("  health    %s/healthz   metrics %s/metrics\n", endpoint.c_str(), endpoint.c_str());
-  if (banner_for_up) {
-    std::printf("\nPoint an AWS SDK or the AWS CLI at it:\n");
-    std::printf("  export AWS_ENDPOINT_URL_ECS=%s AWS_REGION=%s\n", endpoint.c_str(), f.region.c_str());
-    std::printf("  export AWS_ACCESS_KEY_ID=gpupack AWS_SECRET_ACCESS_KEY=gpupack\n");
-    std::printf("Ctrl-C stops it.\n");
-  }
+  std::printf("  health    %s/healthz   metrics %s/metrics\n", server->endpoint().c_str(), server->endpoint().c_str());
   std::fflush(stdout);
-  while (!g_stop) {
-    timespec nap{0, 100'000'000};
-    nanosleep(&nap, nullptr);
-  }
+  WaitForSignal();
   spdlog::info("shutting down");
-  srv->Stop();
-  committer.Flush();
+  server.reset();
   return 0;
 }
 

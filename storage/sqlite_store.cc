@@ -100,8 +100,8 @@ int QueryText(sqlite3* db, const char* sql, std::string* out) {
   return SQLITE_OK;
 }
 
-// Step binds nothing itself: it runs a prepared statement to completion and resets it (bindings cleared), so a
-// cached statement is ready for its next use whatever happened.
+// Use is one use of a cached prepared statement: bind, step, and on destruction reset it and clear its
+// bindings, so the statement is ready for its next use whatever happened.
 class Use {
  public:
   explicit Use(sqlite3_stmt* s) : s_(s) {}
@@ -240,7 +240,7 @@ struct SqliteStore::Db {
     return Status::Ok();
   }
 
-  // EndRead/Rollback close a transaction whatever state it is in; errors here have nothing left to undo.
+  // Rollback ends the open transaction, if any; an error here has nothing left to undo.
   void Rollback() {
     if (sqlite3_get_autocommit(conn.get()) == 0) Use(rollback.get()).Run();
   }

@@ -1,0 +1,134 @@
+// The planner's protocols, each a function of (scenario, strategies, options) -> report:
+//   fgd     the FGD paper's protocol: tasks sampled with replacement (by weight) until arrived GPU demand reaches
+//           demand_pct of capacity, no departures; the allocated share of GPU capacity as demand arrives.
+//   replay  arrivals and departures in time order; peak GPUs in use and refusals by reason over time.
+//   size    per instance type, the smallest count of it alone that places the workload with no refusal.
+// (bounds, the one-dimensional reference, is in bench/bounds.h.)
+//
+// Runs (a strategy x a seed, or a probe of the size search) are independent Simulations spread over `jobs`
+// threads; reports do not depend on the number of threads. `progress` is called from those threads, one call
+// at a time, after each run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/simulation.h"
+
+namespace gpupack::plan {
+
+// ProgressFn(done, total): runs finished so far.
+using ProgressFn = std::function<void(int done, int total)>;
+
+// Seeds 42..51, the paper's.
+std::vector<uint64_t> DefaultSeeds();
+// Parses "42..51", "7" or "1,2,5".
+Result<std::vector<uint64_t>> ParseSeeds(std::string_view text);
+
+// SampleArrivals draws the fgd arrival sequence for one seed: task indices, with replacement and in proportion to
+// weight, until arrived GPU demand reaches demand_pct percent of the scenario's GPUs. The same sequence is used
+// for every strategy. Empty when the workload asks for no GPU.
+std::vector<int> SampleArrivals(const Scenario& scenario, uint64_t seed, int demand_pct);
+
+struct FgdOptions {
+  int demand_pct = 130;
+  std::vector<uint64_t> seeds = DefaultSeeds();
+  int jobs = 1;
+  ProgressFn progress;
+};
+
+struct FgdRun {
+  uint64_t seed = 0;
+  std::vector<double> allocated_pct;  // index k: allocated share of GPU capacity once arrived demand reached k%
+  int arrivals = 0;
+  int placed = 0;
+  int refused = 0;
+};
+
+struct FgdStrategyResult {
+  std::string name;
+  std::vector<double> allocated_pct;  // mean over seeds, index = arrived demand in percent (0..demand_pct)
+  std::vector<FgdRun> runs;           // one per seed, in seed order
+  // 100 - allocated_pct at 100% and at demand_pct (the paper's "unallocated share of GPU capacity").
+  std::map<int, double> unallocated_pct_at;
+};
+
+struct FgdReport {
+  int demand_pct = 130;
+  std::vector<uint64_t> seeds;
+  std::vector<FgdStrategyResult> strategies;
+};
+
+Result<FgdReport> RunFgd(const Scenario& scenario, const std::vector<PlanStrategy>& strategies,
+                         const FgdOptions& options);
+
+struct ReplayOptions {
+  bool at_once = false;  // ignore times: every copy arrives in workload order, nothing departs
+  int buckets = 12;      // timeline buckets over the replayed span
+  uint64_t seed = 42;
+  int jobs = 1;
+  ProgressFn progress;
+};
+
+struct ReplayBucket {
+  int64_t start = 0;  // seconds (or arrival index when placed at once)
+  int64_t end = 0;
+  int arrivals = 0;
+  int peak_gpus_in_use = 0;
+  double peak_allocated_pct = 0;
+  std::map<std::string, int> refusals;  // by reason
+};
+
+struct ReplayStrategyResult {
+  std::string name;
+  int arrivals = 0;
+  int placed = 0;
+  int refused = 0;
+  int peak_gpus_in_use = 0;
+  int64_t peak_at = 0;
+  double peak_allocated_pct = 0;
+  std::map<std::string, int> refusals;  // by reason
+  std::vector<ReplayBucket> timeline;
+};
+
+struct ReplayReport {
+  bool timed = false;  // arrivals and departures in time; false: at once
+  std::vector<ReplayStrategyResult> strategies;
+};
+
+Result<ReplayReport> RunReplay(const Scenario& scenario, const std::vector<PlanStrategy>& strategies,
+                               const ReplayOptions& options);
+
+struct SizeOptions {
+  bool at_once = false;
+  uint64_t seed = 42;
+  int jobs = 1;
+  std::vector<std::string> instance_types;  // only these (by name); empty: every type of the fleet
+  ProgressFn progress;
+};
+
+struct SizeTypeResult {
+  std::string instance_type;
+  int gpus_per_instance = 0;
+  int count = 0;               // smallest count that places every task that can fit this type at all
+  int unplaceable_tasks = 0;   // arrivals that fit no empty instance of this type (left out of the search)
+  std::vector<std::string> unplaceable_examples;  // up to 3 task names
+};
+
+struct SizeStrategyResult {
+  std::string name;
+  std::vector<SizeTypeResult> types;
+};
+
+struct SizeReport {
+  bool timed = false;
+  std::vector<SizeStrategyResult> strategies;
+};
+
+Result<SizeReport> RunSize(const Scenario& scenario, const std::vector<PlanStrategy>& strategies,
+                           const SizeOptions& options);
+
+}  // namespace gpupack::plan

@@ -1,0 +1,445 @@
+#include "bench/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace gpupack::plan {
+
+using Json = nlohmann::ordered_json;
+
+Result<Format> ParseFormat(std::string_view text) {
+  if (text == "table") return Format::kTable;
+  if (text == "json") return Format::kJson;
+  if (text == "csv") return Format::kCsv;
+  return Status::InvalidParameter("--format must be table, json or csv, not '" + std::string(text) + "'");
+}
+
+namespace {
+
+// Round to 4 decimals so JSON and CSV carry no float noise.
+double R4(double v) { return std::round(v * 1e4) / 1e4; }
+
+std::string Fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string Pct(double v) { return Fixed(v, 2) + "%"; }
+
+// Thousands separators: 8152 -> "8,152".
+std::string Count(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string Basename(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string SeedsText(const std::vector<uint64_t>& seeds) {
+  if (seeds.empty()) return "";
+  bool contiguous = true;
+  for (size_t i = 1; i < seeds.size(); ++i) contiguous &= seeds[i] == seeds[i - 1] + 1;
+  if (contiguous && seeds.size() > 2) return std::to_string(seeds.front()) + ".." + std::to_string(seeds.back());
+  std::string out;
+  for (size_t i = 0; i < seeds.size(); ++i) out += (i ? "," : "") + std::to_string(seeds[i]);
+  return out;
+}
+
+// TextTable: columns right-aligned except the first.
+class TextTable {
+ public:
+  void Row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  std::string Str() const {
+    std::vector<size_t> width;
+    for (const auto& r : rows_)
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (width.size() <= i) width.push_back(0);
+        width[i] = std::max(width[i], r[i].size());
+      }
+    std::string out;
+    for (const auto& r : rows_) {
+      std::string line;
+      for (size_t i = 0; i < r.size(); ++i) {
+        std::string pad(width[i] - r[i].size(), ' ');
+        line += i == 0 ? r[i] + pad : "  " + pad + r[i];
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string Heading(const PlanContext& c) {
+  std::string s = "workload " + Basename(c.workload_source) + " (" + Count(c.tasks) + " tasks)";
+  if (!c.fleet_source.empty())
+    s += " on fleet " + Basename(c.fleet_source) + " (" + Count(c.instances) + " instances, " + Count(c.gpus) +
+         " GPUs, " + Count(c.instance_types) + " instance types)";
+  s += "; GPU units: " + c.units + (c.units == "milli" ? " (1000 per GPU)" : " (MiB)");
+  return s + "\n";
+}
+
+Json ContextJson(const PlanContext& c, const char* protocol) {
+  Json j;
+  j["protocol"] = protocol;
+  if (!c.fleet_source.empty())
+    j["fleet"] = {{"source", c.fleet_source}, {"instances", c.instances}, {"gpus", c.gpus},
+                  {"instanceTypes", c.instance_types}};
+  j["workload"] = {{"source", c.workload_source}, {"tasks", c.tasks}};
+  j["gpuUnits"] = c.units;
+  return j;
+}
+
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+std::string XmlEscape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out.push_back(ch);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- fgd --------------------------------------------------------------------------------------------------
+
+std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
+  if (format == Format::kJson) {
+    Json j = ContextJson(ctx, "fgd");
+    j["demandPct"] = r.demand_pct;
+    j["seeds"] = r.seeds;
+    j["strategies"] = Json::array();
+    for (const auto& s : r.strategies) {
+      Json js;
+      js["name"] = s.name;
+      js["points"] = Json::array();
+      for (size_t k = 0; k < s.allocated_pct.size(); ++k)
+        js["points"].push_back({{"arrivedDemandPct", static_cast<int>(k)}, {"allocatedPct", R4(s.allocated_pct[k])}});
+      js["unallocatedPctAt"] = Json::object();
+      for (const auto& [at, v] : s.unallocated_pct_at) js["unallocatedPctAt"][std::to_string(at)] = R4(v);
+      js["runs"] = Json::array();
+      for (const auto& run : s.runs) {
+        Json jr = {{"seed", run.seed}, {"arrivals", run.arrivals}, {"placed", run.placed}, {"refused", run.refused}};
+        jr["unallocatedPctAt"] = Json::object();
+        for (const auto& [at, v] : s.unallocated_pct_at) jr["unallocatedPctAt"][std::to_string(at)] = R4(100.0 - run.allocated_pct[at]);
+        js["runs"].push_back(std::move(jr));
+      }
+      j["strategies"].push_back(std::move(js));
+    }
+    return j.dump(2) + "\n";
+  }
+  if (format == Format::kCsv) {
+    std::string out = "strategy,arrivedDemandPct,allocatedPct\n";
+    for (const auto& s : r.strategies)
+      for (size_t k = 0; k < s.allocated_pct.size(); ++k)
+        out += CsvField(s.name) + "," + std::to_string(k) + "," + Fixed(s.allocated_pct[k], 4) + "\n";
+    return out;
+  }
+  std::string out = "fgd: " + Heading(ctx);
+  out += "tasks sampled with replacement until arrived GPU demand reached " + std::to_string(r.demand_pct) +
+         "% of capacity, no departures; mean of " + std::to_string(r.seeds.size()) + " seed(s) " + SeedsText(r.seeds) +
+         "\n\n";
+  std::vector<int> at;
+  for (int p : {25, 50, 75, 100}) if (p < r.demand_pct) at.push_back(p);
+  at.push_back(r.demand_pct);
+  TextTable t;
+  std::vector<std::string> head = {"strategy"};
+  for (int p : at) head.push_back("alloc@" + std::to_string(p) + "%");
+  for (const auto& [p, v] : r.strategies.empty() ? std::map<int, double>{} : r.strategies[0].unallocated_pct_at)
+    head.push_back("unalloc@" + std::to_string(p) + "%");
+  head.push_back("refused/run");
+  t.Row(head);
+  for (const auto& s : r.strategies) {
+    std::vector<std::string> row = {s.name};
+    for (int p : at) row.push_back(Pct(s.allocated_pct[p]));
+    for (const auto& [p, v] : s.unallocated_pct_at) row.push_back(Pct(v));
+    double refused = 0;
+    for (const auto& run : s.runs) refused += run.refused;
+    row.push_back(Fixed(s.runs.empty() ? 0 : refused / s.runs.size(), 1));
+    t.Row(row);
+  }
+  return out + t.Str();
+}
+
+// ---- replay -----------------------------------------------------------------------------------------------
+
+std::string Render(const PlanContext& ctx, const ReplayReport& r, Format format) {
+  if (format == Format::kJson) {
+    Json j = ContextJson(ctx, "replay");
+    j["timed"] = r.timed;
+    j["strategies"] = Json::array();
+    for (const auto& s : r.strategies) {
+      Json js = {{"name", s.name},
+                 {"arrivals", s.arrivals},
+                 {"placed", s.placed},
+                 {"refused", s.refused},
+                 {"peakGpusInUse", s.peak_gpus_in_use},
+                 {"peakAt", s.peak_at},
+                 {"peakAllocatedPct", R4(s.peak_allocated_pct)},
+                 {"refusalsByReason", Json::object()}};
+      for (const auto& [reason, n] : s.refusals) js["refusalsByReason"][reason] = n;
+      js["timeline"] = Json::array();
+      for (const auto& b : s.timeline) {
+        Json jb = {{"start", b.start},
+                   {"end", b.end},
+                   {"arrivals", b.arrivals},
+                   {"peakGpusInUse", b.peak_gpus_in_use},
+                   {"peakAllocatedPct", R4(b.peak_allocated_pct)},
+                   {"refusals", Json::object()}};
+        for (const auto& [reason, n] : b.refusals) jb["refusals"][reason] = n;
+        js["timeline"].push_back(std::move(jb));
+      }
+      j["strategies"].push_back(std::move(js));
+    }
+    return j.dump(2) + "\n";
+  }
+  std::set<std::string> reasons;
+  for (const auto& s : r.strategies)
+    for (const auto& [reason, n] : s.refusals) reasons.insert(reason);
+  if (format == Format::kCsv) {
+    std::string out = "strategy,start,end,arrivals,peakGpusInUse,peakAllocatedPct";
+    for (const auto& reason : reasons) out += "," + CsvField(reason);
+    out += "\n";
+    for (const auto& s : r.strategies)
+      for (const auto& b : s.timeline) {
+        out += CsvField(s.name) + "," + std::to_string(b.start) + "," + std::to_string(b.end) + "," +
+               std::to_string(b.arrivals) + "," + std::to_string(b.peak_gpus_in_use) + "," +
+               Fixed(b.peak_allocated_pct, 4);
+        for (const auto& reason : reasons) {
+          auto it = b.refusals.find(reason);
+          out += "," + std::to_string(it == b.refusals.end() ? 0 : it->second);
+        }
+        out += "\n";
+      }
+    return out;
+  }
+  std::string out = "replay: " + Heading(ctx);
+  out += r.timed ? "arrivals and departures in time order (seconds from the start of the workload)\n\n"
+                 : "every task at once in workload order, nothing departs\n\n";
+  TextTable t;
+  std::vector<std::string> head = {"strategy", "arrivals", "placed", "refused", "peak GPUs in use", "peak at",
+                                   "peak allocated"};
+  for (const auto& reason : reasons) head.push_back(reason);
+  t.Row(head);
+  for (const auto& s : r.strategies) {
+    std::vector<std::string> row = {s.name, Count(s.arrivals), Count(s.placed), Count(s.refused),
+                                    Count(s.peak_gpus_in_use), Count(s.peak_at), Pct(s.peak_allocated_pct)};
+    for (const auto& reason : reasons) {
+      auto it = s.refusals.find(reason);
+      row.push_back(Count(it == s.refusals.end() ? 0 : it->second));
+    }
+    t.Row(row);
+  }
+  out += t.Str();
+  for (const auto& s : r.strategies) {
+    out += "\n" + s.name + " over time:\n";
+    TextTable tl;
+    tl.Row({"from", "to", "arrivals", "peak GPUs in use", "peak allocated", "refused (by reason)"});
+    for (const auto& b : s.timeline) {
+      std::string ref;
+      for (const auto& [reason, n] : b.refusals) ref += (ref.empty() ? "" : ", ") + reason + " " + Count(n);
+      tl.Row({Count(b.start), Count(b.end), Count(b.arrivals), Count(b.peak_gpus_in_use), Pct(b.peak_allocated_pct),
+              ref.empty() ? "-" : ref});
+    }
+    out += tl.Str();
+  }
+  return out;
+}
+
+// ---- size -------------------------------------------------------------------------------------------------
+
+std::string Render(const PlanContext& ctx, const SizeReport& r, Format format) {
+  if (format == Format::kJson) {
+    Json j = ContextJson(ctx, "size");
+    j["timed"] = r.timed;
+    j["strategies"] = Json::array();
+    for (const auto& s : r.strategies) {
+      Json js = {{"name", s.name}, {"instanceTypes", Json::array()}};
+      for (const auto& t : s.types)
+        js["instanceTypes"].push_back({{"name", t.instance_type},
+                                       {"gpusPerInstance", t.gpus_per_instance},
+                                       {"count", t.count},
+                                       {"gpus", t.count * t.gpus_per_instance},
+                                       {"unplaceableTasks", t.unplaceable_tasks},
+                                       {"unplaceableExamples", t.unplaceable_examples}});
+      j["strategies"].push_back(std::move(js));
+    }
+    return j.dump(2) + "\n";
+  }
+  if (format == Format::kCsv) {
+    std::string out = "strategy,instanceType,gpusPerInstance,count,gpus,unplaceableTasks\n";
+    for (const auto& s : r.strategies)
+      for (const auto& t : s.types)
+        out += CsvField(s.name) + "," + CsvField(t.instance_type) + "," + std::to_string(t.gpus_per_instance) + "," +
+               std::to_string(t.count) + "," + std::to_string(t.count * t.gpus_per_instance) + "," +
+               std::to_string(t.unplaceable_tasks) + "\n";
+    return out;
+  }
+  std::string out = "size: " + Heading(ctx);
+  out += std::string("the smallest count of each instance type, alone, that places the workload with no refusal (") +
+         (r.timed ? "arrivals and departures in time order" : "every task at once") + ")\n\n";
+  TextTable t;
+  t.Row({"strategy", "instance type", "count", "GPUs", "tasks that never fit"});
+  for (const auto& s : r.strategies)
+    for (const auto& ty : s.types) {
+      std::string never = Count(ty.unplaceable_tasks);
+      if (!ty.unplaceable_examples.empty()) {
+        never += " (";
+        for (size_t i = 0; i < ty.unplaceable_examples.size(); ++i)
+          never += (i ? ", " : "") + ty.unplaceable_examples[i];
+        never += ty.unplaceable_tasks > static_cast<int>(ty.unplaceable_examples.size()) ? ", ...)" : ")";
+      }
+      t.Row({s.name, ty.instance_type, Count(ty.count), Count(static_cast<int64_t>(ty.count) * ty.gpus_per_instance),
+             never});
+    }
+  return out + t.Str();
+}
+
+// ---- bounds -----------------------------------------------------------------------------------------------
+
+std::string Render(const PlanContext& ctx, const BoundsReport& r, Format format) {
+  if (format == Format::kJson) {
+    Json j = ContextJson(ctx, "bounds");
+    j["capacity"] = r.capacity;
+    j["items"] = r.items;
+    j["wholeItems"] = r.whole;
+    j["fractionalItems"] = r.fractional;
+    j["skippedItems"] = r.skipped;
+    j["L1"] = r.l1;
+    j["L2"] = r.l2;
+    j["ffd"] = r.ffd;
+    j["bestFit"] = r.best_fit;
+    j["firstFit"] = r.first_fit;
+    return j.dump(2) + "\n";
+  }
+  if (format == Format::kCsv) {
+    std::string out = "metric,value\n";
+    for (const auto& [k, v] : std::vector<std::pair<const char*, int64_t>>{
+             {"capacity", r.capacity}, {"items", r.items}, {"wholeItems", r.whole}, {"fractionalItems", r.fractional},
+             {"skippedItems", r.skipped}, {"L1", r.l1}, {"L2", r.l2}, {"ffd", r.ffd}, {"bestFit", r.best_fit},
+             {"firstFit", r.first_fit}})
+      out += std::string(k) + "," + std::to_string(v) + "\n";
+    return out;
+  }
+  std::string out = "bounds: " + Heading(ctx);
+  out += "single-GPU tasks as items in bins of " + Count(r.capacity) + " units, all at once: " + Count(r.items) +
+         " items (" + Count(r.whole) + " whole GPUs, " + Count(r.fractional) + " shares); " + Count(r.skipped) +
+         " arrivals with no GPU or several left out\n\n";
+  TextTable t;
+  t.Row({"GPUs needed", ""});
+  t.Row({"L1 = ceil(sum / capacity)   (lower bound)", Count(r.l1)});
+  t.Row({"L2 Martello-Toth            (lower bound)", Count(r.l2)});
+  t.Row({"first-fit decreasing", Count(r.ffd)});
+  t.Row({"best fit, arrival order", Count(r.best_fit)});
+  t.Row({"first fit, arrival order", Count(r.first_fit)});
+  return out + t.Str();
+}
+
+// ---- SVG --------------------------------------------------------------------------------------------------
+
+std::string FgdSvg(const PlanContext& ctx, const FgdReport& r) {
+  const double W = 760, H = 500, left = 70, right = 20, top = 50, bottom = 60;
+  const double pw = W - left - right, ph = H - top - bottom;
+  const double xmax = r.demand_pct, ymax = 100;
+  auto X = [&](double v) { return left + pw * v / xmax; };
+  auto Y = [&](double v) { return top + ph * (1 - v / ymax); };
+  static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                  "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
+    << " " << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">"
+    << XmlEscape("GPU allocation as demand arrives: " + Basename(ctx.workload_source)) << "</text>\n";
+  s << "<text x=\"" << W / 2 << "\" y=\"39\" text-anchor=\"middle\" fill=\"#555\">"
+    << XmlEscape(Count(ctx.gpus) + " GPUs on " + Count(ctx.instances) + " instances, " + ctx.units +
+                 " units, mean of " + std::to_string(r.seeds.size()) + " seed(s) " + SeedsText(r.seeds))
+    << "</text>\n";
+  // Grid and ticks.
+  const int xstep = r.demand_pct > 200 ? 50 : 10;
+  for (int v = 0; v <= r.demand_pct; v += xstep) {
+    s << "<line x1=\"" << X(v) << "\" y1=\"" << Y(0) << "\" x2=\"" << X(v) << "\" y2=\"" << Y(ymax)
+      << "\" stroke=\"#eee\"/>\n";
+    s << "<line x1=\"" << X(v) << "\" y1=\"" << Y(0) << "\" x2=\"" << X(v) << "\" y2=\"" << Y(0) + 5
+      << "\" stroke=\"black\"/>\n";
+    s << "<text x=\"" << X(v) << "\" y=\"" << Y(0) + 19 << "\" text-anchor=\"middle\">" << v << "</text>\n";
+  }
+  for (int v = 0; v <= 100; v += 10) {
+    s << "<line x1=\"" << X(0) << "\" y1=\"" << Y(v) << "\" x2=\"" << X(xmax) << "\" y2=\"" << Y(v)
+      << "\" stroke=\"#eee\"/>\n";
+    s << "<line x1=\"" << X(0) - 5 << "\" y1=\"" << Y(v) << "\" x2=\"" << X(0) << "\" y2=\"" << Y(v)
+      << "\" stroke=\"black\"/>\n";
+    s << "<text x=\"" << X(0) - 8 << "\" y=\"" << Y(v) + 4 << "\" text-anchor=\"end\">" << v << "</text>\n";
+  }
+  // Axes and labels.
+  s << "<line x1=\"" << X(0) << "\" y1=\"" << Y(0) << "\" x2=\"" << X(xmax) << "\" y2=\"" << Y(0)
+    << "\" stroke=\"black\"/>\n";
+  s << "<line x1=\"" << X(0) << "\" y1=\"" << Y(0) << "\" x2=\"" << X(0) << "\" y2=\"" << Y(ymax)
+    << "\" stroke=\"black\"/>\n";
+  s << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 18
+    << "\" text-anchor=\"middle\">arrived GPU demand (% of GPU capacity)</text>\n";
+  s << "<text transform=\"translate(20," << top + ph / 2
+    << ") rotate(-90)\" text-anchor=\"middle\">allocated GPU capacity (%)</text>\n";
+  // y = x: everything that arrived is allocated.
+  double d = std::min<double>(xmax, ymax);
+  s << "<line x1=\"" << X(0) << "\" y1=\"" << Y(0) << "\" x2=\"" << X(d) << "\" y2=\"" << Y(d)
+    << "\" stroke=\"#999\" stroke-dasharray=\"4 4\"/>\n";
+  // One polyline per strategy.
+  for (size_t k = 0; k < r.strategies.size(); ++k) {
+    const auto& st = r.strategies[k];
+    s << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << kColors[k % 10] << "\" points=\"";
+    for (size_t p = 0; p < st.allocated_pct.size(); ++p)
+      s << (p ? " " : "") << Fixed(X(static_cast<double>(p)), 1) << "," << Fixed(Y(st.allocated_pct[p]), 1);
+    s << "\"><title>" << XmlEscape(st.name) << "</title></polyline>\n";
+  }
+  // Legend, lower right (the curves rise from the lower left and flatten at the top).
+  const double lx = X(xmax) - 300, ly0 = Y(0) - 22 * (r.strategies.size() + 1) - 10;
+  s << "<rect x=\"" << lx - 10 << "\" y=\"" << ly0 - 6 << "\" width=\"300\" height=\""
+    << 22 * (r.strategies.size() + 1) + 6 << "\" fill=\"white\" stroke=\"#ccc\"/>\n";
+  for (size_t k = 0; k < r.strategies.size(); ++k) {
+    const auto& st = r.strategies[k];
+    double y = ly0 + 22 * k + 10;
+    s << "<line x1=\"" << lx << "\" y1=\"" << y << "\" x2=\"" << lx + 26 << "\" y2=\"" << y << "\" stroke=\""
+      << kColors[k % 10] << "\" stroke-width=\"2\"/>\n";
+    std::string label = st.name;
+    auto it = st.unallocated_pct_at.find(r.demand_pct);
+    if (it != st.unallocated_pct_at.end()) label += "  (" + Pct(it->second) + " unallocated at " +
+                                                    std::to_string(r.demand_pct) + "%)";
+    s << "<text x=\"" << lx + 34 << "\" y=\"" << y + 4 << "\">" << XmlEscape(label) << "</text>\n";
+  }
+  double y = ly0 + 22 * r.strategies.size() + 10;
+  s << "<line x1=\"" << lx << "\" y1=\"" << y << "\" x2=\"" << lx + 26 << "\" y2=\"" << y
+    << "\" stroke=\"#999\" stroke-dasharray=\"4 4\"/>\n";
+  s << "<text x=\"" << lx + 34 << "\" y=\"" << y + 4 << "\">all arrived demand allocated</text>\n";
+  s << "</svg>\n";
+  return s.str();
+}
+
+}  // namespace gpupack::plan

@@ -1,0 +1,141 @@
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/agent.h"
+#include "cli/commands.h"
+#include "cli/server_runtime.h"
+
+namespace gpupack::cli {
+
+void AddAgentFlags(CLI::App& app, AgentFlags& f) {
+  app.add_option("--server", f.server, "the gpupack server's URL")->capture_default_str();
+  app.add_option("--cluster", f.cluster, "cluster to register in")->capture_default_str();
+  app.add_option("--gpus", f.gpus, "nvml, or fake:SPEC for simulated GPUs (e.g. fake:2x22587)")->capture_default_str();
+  app.add_option("--runtime", f.runtime, "process or docker")->capture_default_str();
+  app.add_option("--docker-socket", f.docker_socket, "Docker Engine socket (docker runtime)")->capture_default_str();
+  app.add_option("--mps-pipe-dir", f.mps_pipe_dir, "CUDA_MPS_PIPE_DIRECTORY of the MPS daemon this agent runs")
+      ->capture_default_str();
+  app.add_option("--mps-control", f.mps_control, "the MPS control program")->capture_default_str();
+  app.add_option("--state-dir", f.state_dir, "where the agent keeps its tasks across restarts")->capture_default_str();
+  app.add_option("--attribute", f.attributes, "NAME=VALUE instance attribute (repeatable)");
+  app.add_option("--instance-type", f.instance_type, "instance type (becomes ecs.instance-type)");
+  app.add_option("--name", f.name, "this agent's name (default: the host name)");
+  app.add_option("--cpu", f.cpu, "CPU units to offer (default: cores x 1024)");
+  app.add_option("--memory", f.memory, "MiB of host memory to offer (default: 95% of MemTotal)");
+  app.add_option("--stop-grace-ms", f.stop_grace_ms, "SIGTERM to SIGKILL grace")->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+}
+
+namespace {
+
+Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
+  agent::AgentOptions o;
+  o.server = f.server;
+  o.cluster = f.cluster;
+  o.gpus = f.gpus;
+  o.runtime = f.runtime;
+  o.docker_socket = f.docker_socket;
+  o.mps_pipe_dir = f.mps_pipe_dir;
+  o.mps_control_program = f.mps_control;
+  o.state_dir = f.state_dir;
+  o.instance_type = f.instance_type;
+  o.name = f.name;
+  o.cpu = f.cpu;
+  o.memory = f.memory;
+  o.stop_grace = std::chrono::milliseconds(f.stop_grace_ms);
+  for (const auto& a : f.attributes) {
+    size_t eq = a.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::InvalidParameter("--attribute must be NAME=VALUE (got '" + a + "')");
+    o.attributes.emplace_back(a.substr(0, eq), a.substr(eq + 1));
+  }
+  return o;
+}
+
+}  // namespace
+
+int RunAgent(const AgentFlags& f) {
+  auto level = spdlog::level::from_str(f.log_level);
+  if (level == spdlog::level::off && f.log_level != "off")
+    return Usage("--log-level must be one of trace, debug, info, warn, error, off");
+  spdlog::set_level(level);
+  auto options = ToOptions(f);
+  if (!options.ok()) return Usage(options.status().message());
+  auto agent = agent::Agent::Create(*options);
+  if (!agent.ok()) return Usage(agent.status().message());
+  if (Status s = (*agent)->Start(); !s.ok()) {
+    std::fprintf(stderr, "gpupack: agent: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::printf("gpupack %s agent: %s in cluster %s via %s\n", kVersion, (*agent)->instance_arn().c_str(),
+              f.cluster.c_str(), f.server.c_str());
+  std::fflush(stdout);
+  WaitForSignal();
+  (*agent)->Stop();
+  return 0;
+}
+
+void AddUpFlags(CLI::App& app, UpFlags& f) {
+  f.server.db = "";  // default: <dir>/gpupack.db
+  AddServerFlags(app, f.server);
+  app.add_option("--agents", f.agents, "number of local agents")->capture_default_str()->check(CLI::Range(0, 64));
+  app.add_option("--gpus", f.gpus, "simulated GPUs per agent (fake:SPEC)")->capture_default_str();
+  app.add_option("--dir", f.dir, "where the database, agent state and task logs live")->capture_default_str();
+}
+
+int RunUp(const UpFlags& f) {
+  if (f.gpus.rfind("fake:", 0) != 0 && f.gpus != "nvml")
+    return Usage("--gpus must be fake:SPEC (e.g. fake:2x22587) or nvml");
+  std::error_code ec;
+  std::filesystem::create_directories(f.dir, ec);
+  if (ec) return Usage("--dir " + f.dir + ": " + ec.message());
+  ServerFlags sf = f.server;
+  if (sf.db.empty()) sf.db = f.dir + "/gpupack.db";
+  int code = 0;
+  auto server = ServerRuntime::Start(sf, &code);
+  if (!server) return code;
+  std::vector<std::unique_ptr<agent::Agent>> agents;
+  for (int i = 0; i < f.agents; ++i) {
+    AgentFlags af;
+    af.server = server->endpoint();
+    af.gpus = f.gpus;
+    af.name = "local-" + std::to_string(i);
+    af.state_dir = f.dir + "/agent-" + std::to_string(i);
+    af.mps_pipe_dir = std::filesystem::absolute(f.dir + "/agent-" + std::to_string(i) + "/mps").string();
+    af.cpu = 4096;
+    af.memory = 16384;
+    af.log_level = sf.log_level;
+    auto options = ToOptions(af);
+    options->stop_tasks_on_exit = true;
+    auto a = agent::Agent::Create(*options);
+    if (!a.ok()) return Usage(a.status().message());
+    if (Status s = (*a)->Start(); !s.ok()) {
+      std::fprintf(stderr, "gpupack: agent %d: %s\n", i, s.message().c_str());
+      return 1;
+    }
+    agents.push_back(std::move(*a));
+  }
+  std::printf("gpupack %s up: a local cluster\n", kVersion);
+  std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, process runtime)\n", server->endpoint().c_str(),
+              f.agents, f.gpus.c_str());
+  std::printf("  data      %s\n", f.dir.c_str());
+  std::printf("\nPoint an AWS SDK or the AWS CLI at it:\n");
+  std::printf("  export AWS_ENDPOINT_URL_ECS=%s AWS_REGION=%s\n", server->endpoint().c_str(), sf.region.c_str());
+  std::printf("  export AWS_ACCESS_KEY_ID=gpupack AWS_SECRET_ACCESS_KEY=gpupack\n");
+  std::printf("  aws ecs describe-container-instances --cluster default --container-instances %s\n",
+              agents.empty() ? "<arn>" : agents[0]->instance_arn().c_str());
+  std::printf("Ctrl-C stops everything.\n");
+  std::fflush(stdout);
+  WaitForSignal();
+  for (auto& a : agents) a->Stop();
+  agents.clear();
+  server.reset();
+  return 0;
+}
+
+}  // namespace gpupack::cli

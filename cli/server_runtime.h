@@ -1,0 +1,33 @@
+// ServerRuntime: the server's parts wired together (store, committer, control plane, agent channel, HTTP), for
+// `gpupack server` and `gpupack up`.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace gpupack::cli {
+
+class ServerRuntime {
+ public:
+  // Start validates the flags (bad usage -> exit code 2 in *exit_code), opens the database and listens.
+  // Returns null on failure with *exit_code set and the reason printed on stderr.
+  static std::unique_ptr<ServerRuntime> Start(const ServerFlags& flags, int* exit_code);
+  ~ServerRuntime();  // stops serving, flushes pending commits
+  std::string endpoint() const;  // http://HOST:PORT
+
+  struct Impl;
+
+ private:
+  explicit ServerRuntime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Installs SIGINT/SIGTERM handlers and waits until one arrives.
+void WaitForSignal();
+
+// Usage prints "gpupack: <message>" and returns 2.
+int Usage(const std::string& message);
+
+}  // namespace gpupack::cli
