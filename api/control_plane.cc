@@ -1014,6 +1014,10 @@ Status ControlPlane::SubmitTaskStateChange(const Json& in, Ctx& ctx) {
     }
   }
   if (task->last_status == "STOPPED") {  // late or repeated report: nothing moves, memory stays released
+    if (in.contains("containers")) {  // but the exit codes and reasons applied above are persisted too
+      ++task->version;
+      ctx.batch.PutTask(*task);
+    }
     ctx.out["acknowledgment"] = "ACK";
     return Status::Ok();
   }

@@ -16,6 +16,10 @@ EcsError ToEcsError(ErrorCode code) {
     case ErrorCode::kUnsupportedFeature: return {400, "UnsupportedFeatureException"};
     case ErrorCode::kUnknownOperation: return {400, "UnknownOperationException"};
     case ErrorCode::kServer: return {500, "ServerException"};
+    case ErrorCode::kUnrecognizedClient: return {400, "UnrecognizedClientException"};
+    case ErrorCode::kInvalidSignature: return {400, "InvalidSignatureException"};
+    case ErrorCode::kIncompleteSignature: return {400, "IncompleteSignatureException"};
+    case ErrorCode::kMissingAuthenticationToken: return {403, "MissingAuthenticationTokenException"};
   }
   return {500, "ServerException"};
 }

@@ -720,6 +720,8 @@ Result<Input> ParseCsv(std::string_view text, const std::string& name) {
                         "(name,cpu_milli,memory_mib,num_gpu,gpu_milli,...), and the file is not JSON");
 }
 
+#undef GP_PLAN_TRY
+
 }  // namespace
 
 Result<Input> ParseInput(std::string_view text, const std::string& name) {

@@ -161,6 +161,20 @@ Result<FgdReport> RunFgd(const Scenario& sc, const std::vector<PlanStrategy>& st
   FgdReport report;
   report.demand_pct = opt.demand_pct;
   report.seeds = opt.seeds;
+  // The expected sequence length is target / (mean GPU demand of an arrival); refuse absurd ones up front.
+  double total_weight = 0, weighted_demand = 0;
+  for (size_t i = 0; i < sc.tasks.size(); ++i) {
+    total_weight += sc.workload->tasks[i].weight;
+    weighted_demand += sc.workload->tasks[i].weight * sc.tasks[i].gpu_demand;
+  }
+  if (weighted_demand > 0) {
+    const double expected = opt.demand_pct / 100.0 * sc.gpu_count * total_weight / weighted_demand;
+    if (expected > kMaxFgdArrivals)
+      return Status::InvalidParameter("fgd would sample about " + std::to_string(static_cast<int64_t>(expected)) +
+                                      " tasks per run (more than " + std::to_string(kMaxFgdArrivals) +
+                                      "): the workload's GPU needs are tiny next to the fleet; lower --demand or "
+                                      "use a smaller fleet");
+  }
   std::vector<std::vector<int>> sequences;
   for (uint64_t seed : opt.seeds) {
     sequences.push_back(SampleArrivals(sc, seed, opt.demand_pct));
@@ -224,8 +238,9 @@ Result<ReplayReport> RunReplay(const Scenario& sc, const std::vector<PlanStrateg
   report.timed = !opt.at_once && sc.workload->HasTimes();
   const std::vector<Event> events = BuildEvents(sc, report.timed);
   if (events.empty()) return Status::InvalidParameter("the workload has no task to replay");
-  const int buckets = std::max(1, opt.buckets);
   const int64_t t0 = events.front().time, t1 = events.back().time;
+  // No more buckets than distinct seconds (or arrival indexes) in the span.
+  const int buckets = static_cast<int>(std::clamp<int64_t>(t1 - t0 + 1, 1, std::max(1, opt.buckets)));
   const int64_t width = std::max<int64_t>(1, (t1 - t0 + buckets) / buckets);
   report.strategies.resize(strategies.size());
   Status st = ParallelFor(
@@ -247,42 +262,46 @@ Result<ReplayReport> RunReplay(const Scenario& sc, const std::vector<PlanStrateg
         std::vector<int64_t> task_of(events.size(), -1);
         const double gpus = std::max(1, (*sim)->gpu_count());
         int arrival_index = 0;
+        int bucket = 0, in_use = 0;
+        double alloc = 0;
+        // A bucket starts with the state the one before it ended with; its peaks grow with every event in it.
+        auto enter = [&](int b) {
+          while (bucket < b) {
+            ReplayBucket& next = res.timeline[++bucket];
+            next.peak_gpus_in_use = std::max(next.peak_gpus_in_use, in_use);
+            next.peak_allocated_pct = std::max(next.peak_allocated_pct, alloc);
+          }
+        };
         for (const Event& e : events) {
-          int b = static_cast<int>(std::min<int64_t>(buckets - 1, (e.time - t0) / width));
-          ReplayBucket& bucket = res.timeline[b];
+          const int b = static_cast<int>(std::min<int64_t>(buckets - 1, (e.time - t0) / width));
+          enter(b);
+          ReplayBucket& cur = res.timeline[b];
           if (e.kind == 1) {
             auto out = (*sim)->Arrive(e.task, arrival_index++);
             ++res.arrivals;
-            ++bucket.arrivals;
+            ++cur.arrivals;
             if (out.placed) {
               ++res.placed;
               task_of[e.occurrence] = out.task_id;
             } else {
               ++res.refused;
               ++res.refusals[out.reason];
-              ++bucket.refusals[out.reason];
+              ++cur.refusals[out.reason];
             }
           } else if (task_of[e.occurrence] >= 0) {
             (*sim)->Depart(task_of[e.occurrence]);
           }
-          const int in_use = (*sim)->gpus_in_use();
-          const double alloc = 100.0 * (*sim)->allocated_gpus() / gpus;
-          bucket.peak_gpus_in_use = std::max(bucket.peak_gpus_in_use, in_use);
-          bucket.peak_allocated_pct = std::max(bucket.peak_allocated_pct, alloc);
+          in_use = (*sim)->gpus_in_use();
+          alloc = 100.0 * (*sim)->allocated_gpus() / gpus;
+          cur.peak_gpus_in_use = std::max(cur.peak_gpus_in_use, in_use);
+          cur.peak_allocated_pct = std::max(cur.peak_allocated_pct, alloc);
           if (in_use > res.peak_gpus_in_use) {
             res.peak_gpus_in_use = in_use;
             res.peak_at = e.time;
           }
           res.peak_allocated_pct = std::max(res.peak_allocated_pct, alloc);
         }
-        // A bucket with no event holds what the one before it ended with (a lower bound of its peak).
-        for (int b = 1; b < buckets; ++b) {
-          auto& cur = res.timeline[b];
-          if (cur.arrivals == 0 && cur.peak_gpus_in_use == 0 && cur.peak_allocated_pct == 0) {
-            cur.peak_gpus_in_use = res.timeline[b - 1].peak_gpus_in_use;
-            cur.peak_allocated_pct = res.timeline[b - 1].peak_allocated_pct;
-          }
-        }
+        enter(buckets - 1);
         return Status::Ok();
       },
       opt.progress);
@@ -355,7 +374,8 @@ Result<SizeReport> RunSize(const Scenario& sc, const std::vector<PlanStrategy>& 
         res.instance_type = sc.fleet->types[type].name;
         res.gpus_per_instance = sc.fleet->types[type].gpus;
         // Shapes that one empty instance of this type refuses are never placed on it: leave their tasks out.
-        std::vector<char> shape_fits(sc.shapes.size(), -1), skip(sc.tasks.size(), 0);
+        std::vector<int8_t> shape_fits(sc.shapes.size(), -1);
+        std::vector<char> skip(sc.tasks.size(), 0);
         for (size_t t = 0; t < sc.tasks.size(); ++t) {
           int shape = sc.tasks[t].shape;
           if (shape_fits[shape] < 0) {

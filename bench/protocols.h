@@ -33,6 +33,9 @@ Result<std::vector<uint64_t>> ParseSeeds(std::string_view text);
 // for every strategy. Empty when the workload asks for no GPU.
 std::vector<int> SampleArrivals(const Scenario& scenario, uint64_t seed, int demand_pct);
 
+// The most arrivals one fgd run may sample (the openb default list needs about 11,000).
+inline constexpr int kMaxFgdArrivals = 10'000'000;
+
 struct FgdOptions {
   int demand_pct = 130;
   std::vector<uint64_t> seeds = DefaultSeeds();

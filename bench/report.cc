@@ -365,7 +365,7 @@ std::string Render(const PlanContext& ctx, const BoundsReport& r, Format format)
 // ---- SVG --------------------------------------------------------------------------------------------------
 
 std::string FgdSvg(const PlanContext& ctx, const FgdReport& r) {
-  const double W = 760, H = 500, left = 70, right = 20, top = 50, bottom = 60;
+  const double W = 820, H = 520, left = 70, right = 20, top = 50, bottom = 60;
   const double pw = W - left - right, ph = H - top - bottom;
   const double xmax = r.demand_pct, ymax = 100;
   auto X = [&](double v) { return left + pw * v / xmax; };
@@ -419,22 +419,30 @@ std::string FgdSvg(const PlanContext& ctx, const FgdReport& r) {
       s << (p ? " " : "") << Fixed(X(static_cast<double>(p)), 1) << "," << Fixed(Y(st.allocated_pct[p]), 1);
     s << "\"><title>" << XmlEscape(st.name) << "</title></polyline>\n";
   }
-  // Legend, lower right (the curves rise from the lower left and flatten at the top).
-  const double lx = X(xmax) - 300, ly0 = Y(0) - 22 * (r.strategies.size() + 1) - 10;
-  s << "<rect x=\"" << lx - 10 << "\" y=\"" << ly0 - 6 << "\" width=\"300\" height=\""
-    << 22 * (r.strategies.size() + 1) + 6 << "\" fill=\"white\" stroke=\"#ccc\"/>\n";
-  for (size_t k = 0; k < r.strategies.size(); ++k) {
-    const auto& st = r.strategies[k];
+  // Legend, lower right (the curves rise from the lower left and flatten at the top); sized to its longest
+  // label at about 6.8 px per character of the 12 px font.
+  std::vector<std::string> labels;
+  size_t longest = std::string("all arrived demand allocated").size();
+  for (const auto& st : r.strategies) {
+    std::string label = st.name;
+    auto it = st.unallocated_pct_at.find(r.demand_pct);
+    if (it != st.unallocated_pct_at.end())
+      label += ": " + Pct(it->second) + " unallocated at " + std::to_string(r.demand_pct) + "%";
+    longest = std::max(longest, label.size());
+    labels.push_back(std::move(label));
+  }
+  const double lw = 48 + 6.8 * static_cast<double>(longest);
+  const double lh = 22.0 * static_cast<double>(labels.size() + 1) + 6;
+  const double lx = X(xmax) - lw - 10, ly0 = Y(0) - lh - 14;
+  s << "<rect x=\"" << lx - 10 << "\" y=\"" << ly0 - 6 << "\" width=\"" << lw << "\" height=\"" << lh
+    << "\" fill=\"white\" stroke=\"#ccc\"/>\n";
+  for (size_t k = 0; k < labels.size(); ++k) {
     double y = ly0 + 22 * k + 10;
     s << "<line x1=\"" << lx << "\" y1=\"" << y << "\" x2=\"" << lx + 26 << "\" y2=\"" << y << "\" stroke=\""
       << kColors[k % 10] << "\" stroke-width=\"2\"/>\n";
-    std::string label = st.name;
-    auto it = st.unallocated_pct_at.find(r.demand_pct);
-    if (it != st.unallocated_pct_at.end()) label += "  (" + Pct(it->second) + " unallocated at " +
-                                                    std::to_string(r.demand_pct) + "%)";
-    s << "<text x=\"" << lx + 34 << "\" y=\"" << y + 4 << "\">" << XmlEscape(label) << "</text>\n";
+    s << "<text x=\"" << lx + 34 << "\" y=\"" << y + 4 << "\">" << XmlEscape(labels[k]) << "</text>\n";
   }
-  double y = ly0 + 22 * r.strategies.size() + 10;
+  double y = ly0 + 22 * labels.size() + 10;
   s << "<line x1=\"" << lx << "\" y1=\"" << y << "\" x2=\"" << lx + 26 << "\" y2=\"" << y
     << "\" stroke=\"#999\" stroke-dasharray=\"4 4\"/>\n";
   s << "<text x=\"" << lx + 34 << "\" y=\"" << y + 4 << "\">all arrived demand allocated</text>\n";

@@ -22,6 +22,11 @@ enum class ErrorCode {
   kUnsupportedFeature,   // UnsupportedFeatureException (400)
   kUnknownOperation,     // UnknownOperationException (400)
   kServer,               // ServerException (500)
+  // SigV4 authentication refusals (api/sigv4.h):
+  kUnrecognizedClient,          // UnrecognizedClientException (400): unknown access key id
+  kInvalidSignature,            // InvalidSignatureException (400): wrong signature, scope, date window
+  kIncompleteSignature,         // IncompleteSignatureException (400): garbled Authorization or date
+  kMissingAuthenticationToken,  // MissingAuthenticationTokenException (403): no Authorization at all
 };
 
 class [[nodiscard]] Status {

@@ -157,6 +157,27 @@ TEST(PlannerInputTest, JsonErrorsNameFileLineAndField) {
   ExpectInputError(R"({"nodes": []})", "x.json", {"x.json:1:", "instanceTypes", "tasks"});
 }
 
+// Every strict prefix of a valid JSON fleet (a file cut short) is refused with a message that starts with the
+// file name and a line number; a cut pod list is either a shorter valid list or refused the same way.
+TEST(PlannerInputTest, TruncatedFilesAreRefusedWithALine) {
+  const std::string fleet = R"({"instanceTypes": [
+  {"name": "g5", "count": 2, "cpu": 49152, "memory": 188416, "gpus": 4, "gpuMemory": 22587,
+   "attributes": {"zone": "a", "flag": null}}]})";
+  ASSERT_TRUE(ParseInput(fleet, "f.json").ok());
+  for (size_t n = 0; n < fleet.size(); ++n) {
+    auto in = ParseInput(fleet.substr(0, n), "f.json");
+    ASSERT_FALSE(in.ok()) << n;
+    EXPECT_EQ(in.status().message().rfind("f.json:", 0), 0u) << n << ": " << in.status().message();
+  }
+  const std::string pods = Pods().Add("p0", 1, 500).Add("p1", 2, 1000).Str();
+  for (size_t n = 0; n < pods.size(); ++n) {
+    auto in = ParseInput(pods.substr(0, n), "p.csv");
+    if (!in.ok()) {
+      EXPECT_EQ(in.status().message().rfind("p.csv:", 0), 0u) << n << ": " << in.status().message();
+    }
+  }
+}
+
 // ---- the openb mapping ------------------------------------------------------------------------------------
 
 TEST(OpenbMappingTest, CpuUnits) {
@@ -483,6 +504,13 @@ TEST(ReplayTest, DeparturesFreeCapacity) {
   ASSERT_EQ(s.timeline.size(), 4u);
   EXPECT_EQ(s.timeline[0].arrivals, 3);
   EXPECT_EQ(s.timeline[0].refusals.at("RESOURCE:GPU"), 1);
+  // [6,12) starts with a and b (2 GPUs) and ends with d alone; [12,18) has no event and holds d's GPU;
+  // [18,24) starts with it and ends empty when d departs at 20.
+  EXPECT_EQ(s.timeline[1].peak_gpus_in_use, 2);
+  EXPECT_EQ(s.timeline[2].arrivals, 0);
+  EXPECT_EQ(s.timeline[2].peak_gpus_in_use, 1);
+  EXPECT_DOUBLE_EQ(s.timeline[2].peak_allocated_pct, 50.0);
+  EXPECT_EQ(s.timeline[3].peak_gpus_in_use, 1);
 }
 
 TEST(SizeTest, SmallestCountPerInstanceType) {

@@ -1,0 +1,807 @@
+#include "api/sigv4.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+namespace gpupack::api {
+namespace {
+
+using std::chrono::sys_seconds;
+
+constexpr size_t kMaxAuthorizationBytes = 4096;
+constexpr size_t kMaxSignedHeaders = 64;
+constexpr size_t kMaxHeaderNameBytes = 128;
+constexpr size_t kMaxAccessKeyIdBytes = 128;
+constexpr size_t kMaxSecretBytes = 1024;
+constexpr size_t kMaxScopePartBytes = 64;
+constexpr size_t kMaxCredentialsFileBytes = 1 << 20;
+constexpr size_t kMaxEchoBytes = 100;
+constexpr size_t kMaxCanonicalInMessage = 8192;
+
+constexpr std::string_view kInvalidSignatureMessage =
+    "The request signature we calculated does not match the signature you provided. Check your AWS Secret "
+    "Access Key and signing method. Consult the service documentation for details.";
+constexpr std::string_view kInvalidTokenMessage = "The security token included in the request is invalid.";
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsAlnum(char c) { return IsDigit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool IsUnreserved(char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.' || c == '~'; }
+bool IsLowerHex(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f'); }
+char ToLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = ToLower(c);
+  return out;
+}
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (ToLower(a[i]) != ToLower(b[i])) return false;
+  }
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Echo makes client-supplied text safe and short for an error message: printable ASCII only, at most 100 bytes.
+std::string Echo(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMaxEchoBytes; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+  }
+  if (s.size() > kMaxEchoBytes) out += "...";
+  return out;
+}
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(n * 2, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 0xf];
+  }
+  return out;
+}
+
+std::string HmacSha256(std::string_view key, std::string_view data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int len = 0;
+  const unsigned char* ok = HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+                                 reinterpret_cast<const unsigned char*>(data.data()), data.size(), md.data(), &len);
+  if (ok == nullptr) return std::string();  // only on allocation failure; the signature then never matches
+  return std::string(reinterpret_cast<const char*>(md.data()), len);
+}
+
+int HexValue(char c) {
+  if (IsDigit(c)) return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// PercentDecode decodes %XX escapes; a '%' not followed by two hex digits stays literal, '+' stays '+'.
+std::string PercentDecode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      const int hi = HexValue(s[i + 1]);
+      const int lo = HexValue(s[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+int Digits(std::string_view s, size_t pos, size_t n) {
+  int v = 0;
+  for (size_t i = pos; i < pos + n; ++i) {
+    if (i >= s.size() || !IsDigit(s[i])) return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v;
+}
+
+std::optional<sys_seconds> MakeTime(int y, int mo, int d, int h, int mi, int se) {
+  if (y < 1970 || mo < 1 || d < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || se < 0 || se > 59) {
+    return std::nullopt;
+  }
+  const std::chrono::year_month_day ymd{std::chrono::year{y}, std::chrono::month{static_cast<unsigned>(mo)},
+                                        std::chrono::day{static_cast<unsigned>(d)}};
+  if (!ymd.ok()) return std::nullopt;
+  return sys_seconds{std::chrono::sys_days{ymd}} + std::chrono::hours{h} + std::chrono::minutes{mi} +
+         std::chrono::seconds{se};
+}
+
+std::string SkewText(std::chrono::seconds skew) {
+  if (skew.count() % 60 == 0) return std::to_string(skew.count() / 60) + " min.";
+  return std::to_string(skew.count()) + " sec.";
+}
+
+size_t CountHeader(const HttpRequest& req, std::string_view lower_name) {
+  size_t n = 0;
+  for (const auto& [name, value] : req.headers) {
+    if (IEquals(name, lower_name)) ++n;
+  }
+  return n;
+}
+
+const std::string* FindHeader(const HttpRequest& req, std::string_view lower_name) {
+  for (const auto& [name, value] : req.headers) {
+    if (IEquals(name, lower_name)) return &value;
+  }
+  return nullptr;
+}
+
+// SplitTarget splits a request target into the path and the raw query (an absolute-form target loses its
+// scheme and authority first).
+std::pair<std::string_view, std::string_view> SplitTarget(std::string_view target) {
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() >= scheme.size() && IEquals(target.substr(0, scheme.size()), scheme)) {
+      const size_t slash = target.find_first_of("/?", scheme.size());
+      target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
+      break;
+    }
+  }
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return {target, {}};
+  return {target.substr(0, q), target.substr(q + 1)};
+}
+
+bool IsTokenChar(char c) { return IsAlnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos; }
+
+Status Incomplete(std::string m) { return Status(ErrorCode::kIncompleteSignature, std::move(m)); }
+Status Invalid(std::string m) { return Status(ErrorCode::kInvalidSignature, std::move(m)); }
+SigV4Result Refused(Status s) { return {std::move(s), {}, {}}; }
+
+bool ValidAccessKeyId(std::string_view s) {
+  if (s.empty() || s.size() > kMaxAccessKeyIdBytes) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+bool ValidSecret(std::string_view s) {
+  if (s.empty() || s.size() > kMaxSecretBytes) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+}  // namespace
+
+// ---- Building blocks ------------------------------------------------------------------------------------------
+
+std::string HexSha256(std::string_view data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int len = 0;
+  if (EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr) != 1) return std::string();
+  return Hex(md.data(), len);
+}
+
+std::string FormatAmzDate(std::chrono::system_clock::time_point t) {
+  const auto secs = std::chrono::floor<std::chrono::seconds>(t);
+  const auto day = std::chrono::floor<std::chrono::days>(secs);
+  const std::chrono::year_month_day ymd{day};
+  const std::chrono::hh_mm_ss hms{secs - day};
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%04d%02u%02uT%02d%02d%02dZ", static_cast<int>(ymd.year()),
+                static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
+                static_cast<int>(hms.hours().count()), static_cast<int>(hms.minutes().count()),
+                static_cast<int>(hms.seconds().count()));
+  return buf;
+}
+
+std::optional<sys_seconds> ParseAmzDate(std::string_view s) {
+  if (s.size() != 16 || s[8] != 'T' || s[15] != 'Z') return std::nullopt;
+  const int y = Digits(s, 0, 4), mo = Digits(s, 4, 2), d = Digits(s, 6, 2);
+  const int h = Digits(s, 9, 2), mi = Digits(s, 11, 2), se = Digits(s, 13, 2);
+  return MakeTime(y, mo, d, h, mi, se);
+}
+
+std::optional<sys_seconds> ParseHttpDate(std::string_view s) {
+  // "Sun, 30 Aug 2015 12:36:00 GMT"
+  static constexpr std::array<std::string_view, 7> kDays = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
+  static constexpr std::array<std::string_view, 12> kMonths = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                               "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  if (s.size() != 29 || s.substr(3, 2) != ", " || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' || s[19] != ':' ||
+      s[22] != ':' || s.substr(25) != " GMT") {
+    return std::nullopt;
+  }
+  if (std::find(kDays.begin(), kDays.end(), s.substr(0, 3)) == kDays.end()) return std::nullopt;
+  const auto month = std::find(kMonths.begin(), kMonths.end(), s.substr(8, 3));
+  if (month == kMonths.end()) return std::nullopt;
+  const int mo = static_cast<int>(month - kMonths.begin()) + 1;
+  return MakeTime(Digits(s, 12, 4), mo, Digits(s, 5, 2), Digits(s, 17, 2), Digits(s, 20, 2), Digits(s, 23, 2));
+}
+
+std::string UriEncode(std::string_view s, bool keep_slash) {
+  static constexpr char kDigits[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    if (IsUnreserved(c) || (keep_slash && c == '/')) {
+      out += c;
+    } else {
+      const auto b = static_cast<unsigned char>(c);
+      out += '%';
+      out += kDigits[b >> 4];
+      out += kDigits[b & 0xf];
+    }
+  }
+  return out;
+}
+
+std::string CanonicalUri(std::string_view path) {
+  if (path.empty()) return "/";
+  std::vector<std::string_view> segments;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view seg = path.substr(start, end - start);
+    if (seg == "..") {
+      if (!segments.empty()) segments.pop_back();
+    } else if (!seg.empty() && seg != ".") {
+      segments.push_back(seg);
+    }
+    start = end + 1;
+  }
+  std::string normalized = path.front() == '/' ? "/" : "";
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (i > 0) normalized += '/';
+    normalized += segments[i];
+  }
+  if (!segments.empty() && path.back() == '/') normalized += '/';
+  if (normalized.empty()) normalized = "/";
+  return UriEncode(normalized, /*keep_slash=*/true);
+}
+
+std::string CanonicalQueryString(std::string_view raw_query) {
+  std::vector<std::pair<std::string, std::string>> params;
+  size_t start = 0;
+  while (start <= raw_query.size()) {
+    size_t end = raw_query.find('&', start);
+    if (end == std::string_view::npos) end = raw_query.size();
+    const std::string_view piece = raw_query.substr(start, end - start);
+    if (!piece.empty()) {
+      const size_t eq = piece.find('=');
+      const std::string_view name = piece.substr(0, eq);
+      const std::string_view value = eq == std::string_view::npos ? std::string_view() : piece.substr(eq + 1);
+      params.emplace_back(UriEncode(PercentDecode(name), false), UriEncode(PercentDecode(value), false));
+    }
+    start = end + 1;
+  }
+  std::sort(params.begin(), params.end());
+  std::string out;
+  for (const auto& [name, value] : params) {
+    if (!out.empty()) out += '&';
+    out += name;
+    out += '=';
+    out += value;
+  }
+  return out;
+}
+
+std::string CanonicalHeaderValue(std::string_view value) {
+  value = Trim(value);
+  std::string out;
+  out.reserve(value.size());
+  bool in_space = false;
+  for (const char c : value) {
+    if (IsSpace(c)) {
+      in_space = true;
+      continue;
+    }
+    if (in_space) out += ' ';
+    in_space = false;
+    out += c;
+  }
+  return out;
+}
+
+std::string CanonicalRequest(std::string_view method, std::string_view path, std::string_view query,
+                             const HeaderList& headers, const std::vector<std::string>& signed_headers,
+                             std::string_view payload_hash) {
+  std::string out;
+  out.append(method).append("\n");
+  out.append(CanonicalUri(path)).append("\n");
+  out.append(CanonicalQueryString(query)).append("\n");
+  std::string signed_list;
+  for (const std::string& name : signed_headers) {
+    out.append(name).append(":");
+    bool first = true;
+    for (const auto& [header_name, value] : headers) {
+      if (!IEquals(header_name, name)) continue;
+      if (!first) out += ',';
+      out += CanonicalHeaderValue(value);
+      first = false;
+    }
+    out += '\n';
+    if (!signed_list.empty()) signed_list += ';';
+    signed_list += name;
+  }
+  out.append("\n").append(signed_list).append("\n").append(payload_hash);
+  return out;
+}
+
+std::string CredentialScope(std::string_view date, std::string_view region, std::string_view service) {
+  std::string out;
+  out.append(date).append("/").append(region).append("/").append(service).append("/").append(kSigV4Terminator);
+  return out;
+}
+
+std::string StringToSign(std::string_view amz_date, std::string_view scope, std::string_view canonical_request) {
+  std::string out;
+  out.append(kSigV4Algorithm).append("\n").append(amz_date).append("\n").append(scope).append("\n");
+  out.append(HexSha256(canonical_request));
+  return out;
+}
+
+std::string SigningKey(std::string_view secret, std::string_view date, std::string_view region,
+                       std::string_view service) {
+  std::string key = "AWS4";
+  key.append(secret);
+  const std::string k_date = HmacSha256(key, date);
+  const std::string k_region = HmacSha256(k_date, region);
+  const std::string k_service = HmacSha256(k_region, service);
+  std::string k_signing = HmacSha256(k_service, kSigV4Terminator);
+  OPENSSL_cleanse(key.data(), key.size());
+  return k_signing;
+}
+
+std::string SignatureHex(std::string_view signing_key, std::string_view string_to_sign) {
+  const std::string mac = HmacSha256(signing_key, string_to_sign);
+  return Hex(reinterpret_cast<const unsigned char*>(mac.data()), mac.size());
+}
+
+// ---- Authorization header -------------------------------------------------------------------------------------
+
+Result<SigV4Authorization> ParseAuthorization(std::string_view header) {
+  if (header.size() > kMaxAuthorizationBytes) {
+    return Incomplete("Authorization header is longer than " + std::to_string(kMaxAuthorizationBytes) + " bytes.");
+  }
+  header = Trim(header);
+  size_t sp = 0;
+  while (sp < header.size() && !IsSpace(header[sp])) ++sp;
+  const std::string_view algorithm = header.substr(0, sp);
+  if (algorithm != kSigV4Algorithm) {
+    if (algorithm.empty()) return Incomplete("Authorization header is empty.");
+    return Incomplete("Unsupported AWS 'algorithm': '" + Echo(algorithm) + "'. Only " + std::string(kSigV4Algorithm) +
+                      " is accepted.");
+  }
+  std::string_view rest = header.substr(sp);
+
+  std::optional<std::string_view> credential, signed_headers, signature;
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t end = rest.find(',', start);
+    if (end == std::string_view::npos) end = rest.size();
+    const std::string_view piece = Trim(rest.substr(start, end - start));
+    start = end + 1;
+    if (piece.empty()) continue;
+    const size_t eq = piece.find('=');
+    if (eq == std::string_view::npos) {
+      return Incomplete("Authorization header component '" + Echo(piece) + "' is not Name=Value.");
+    }
+    const std::string_view name = Trim(piece.substr(0, eq));
+    const std::string_view value = Trim(piece.substr(eq + 1));
+    std::optional<std::string_view>* slot = nullptr;
+    if (name == "Credential") slot = &credential;
+    if (name == "SignedHeaders") slot = &signed_headers;
+    if (name == "Signature") slot = &signature;
+    if (slot == nullptr) {
+      return Incomplete("Authorization header has an unknown component '" + Echo(name) + "'.");
+    }
+    if (slot->has_value()) {
+      return Incomplete("Authorization header has '" + std::string(name) + "' twice.");
+    }
+    *slot = value;
+  }
+  std::string missing;
+  if (!credential) missing += "Authorization header requires 'Credential' parameter. ";
+  if (!signature) missing += "Authorization header requires 'Signature' parameter. ";
+  if (!signed_headers) missing += "Authorization header requires 'SignedHeaders' parameter. ";
+  if (!missing.empty()) return Incomplete(missing + "Authorization=" + Echo(header));
+
+  SigV4Authorization auth;
+  // Credential=AKID/YYYYMMDD/region/service/aws4_request
+  std::array<std::string_view, 5> parts;
+  size_t n = 0;
+  bool too_many = false;
+  start = 0;
+  while (start <= credential->size()) {
+    size_t end = credential->find('/', start);
+    if (end == std::string_view::npos) end = credential->size();
+    if (n == parts.size()) {
+      too_many = true;
+      break;
+    }
+    parts[n++] = credential->substr(start, end - start);
+    start = end + 1;
+  }
+  if (too_many || n != parts.size()) {
+    return Incomplete("Credential must be <access key id>/<YYYYMMDD>/<region>/<service>/aws4_request, got '" +
+                      Echo(*credential) + "'.");
+  }
+  if (!ValidAccessKeyId(parts[0])) {
+    return Incomplete("Credential has a malformed access key id '" + Echo(parts[0]) + "'.");
+  }
+  if (parts[1].size() != 8 || Digits(parts[1], 0, 8) < 0) {
+    return Incomplete("Credential date must be YYYYMMDD, got '" + Echo(parts[1]) + "'.");
+  }
+  for (size_t i = 2; i < parts.size(); ++i) {
+    if (parts[i].empty() || parts[i].size() > kMaxScopePartBytes) {
+      return Incomplete("Credential has an empty or overlong scope part in '" + Echo(*credential) + "'.");
+    }
+  }
+  auth.access_key_id = std::string(parts[0]);
+  auth.date = std::string(parts[1]);
+  auth.region = std::string(parts[2]);
+  auth.service = std::string(parts[3]);
+  auth.terminator = std::string(parts[4]);
+
+  // SignedHeaders=name;name;... lower case, sorted, unique.
+  start = 0;
+  while (start <= signed_headers->size()) {
+    size_t end = signed_headers->find(';', start);
+    if (end == std::string_view::npos) end = signed_headers->size();
+    const std::string_view name = signed_headers->substr(start, end - start);
+    start = end + 1;
+    if (name.empty() || name.size() > kMaxHeaderNameBytes ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return IsTokenChar(c) && ToLower(c) == c; })) {
+      return Incomplete("SignedHeaders must be lower-case header names separated by ';', got '" +
+                        Echo(*signed_headers) + "'.");
+    }
+    if (auth.signed_headers.size() == kMaxSignedHeaders) {
+      return Incomplete("SignedHeaders names more than " + std::to_string(kMaxSignedHeaders) + " headers.");
+    }
+    if (!auth.signed_headers.empty() && auth.signed_headers.back() >= name) {
+      return Incomplete("SignedHeaders must be sorted and without repeats, got '" + Echo(*signed_headers) + "'.");
+    }
+    auth.signed_headers.emplace_back(name);
+  }
+
+  if (signature->size() != 64 || !std::all_of(signature->begin(), signature->end(), IsLowerHex)) {
+    return Incomplete("Signature must be 64 lower-case hexadecimal digits, got '" + Echo(*signature) + "'.");
+  }
+  auth.signature = std::string(*signature);
+  return auth;
+}
+
+// ---- Signing --------------------------------------------------------------------------------------------------
+
+std::string AuthorizationHeader(const Credential& credential, std::string_view region, std::string_view service,
+                                std::string_view method, std::string_view path, std::string_view query,
+                                const HeaderList& headers, std::string_view body, std::string_view amz_date) {
+  std::set<std::string> names;
+  for (const auto& [name, value] : headers) names.insert(Lower(name));
+  const std::vector<std::string> signed_headers(names.begin(), names.end());
+  const std::string date = std::string(amz_date.substr(0, 8));
+  const std::string scope = CredentialScope(date, region, service);
+  const std::string canonical = CanonicalRequest(method, path, query, headers, signed_headers, HexSha256(body));
+  const std::string sts = StringToSign(amz_date, scope, canonical);
+  std::string key = SigningKey(credential.secret_access_key, date, region, service);
+  const std::string signature = SignatureHex(key, sts);
+  OPENSSL_cleanse(key.data(), key.size());
+
+  std::string out(kSigV4Algorithm);
+  out.append(" Credential=").append(credential.access_key_id).append("/").append(scope);
+  out.append(", SignedHeaders=");
+  for (size_t i = 0; i < signed_headers.size(); ++i) {
+    if (i > 0) out += ';';
+    out += signed_headers[i];
+  }
+  out.append(", Signature=").append(signature);
+  return out;
+}
+
+std::map<std::string, std::string> SignRequest(const Credential& credential, std::string_view region,
+                                               std::string_view service, std::string_view method, std::string_view path,
+                                               std::string_view query, const HeaderList& headers, std::string_view body,
+                                               std::chrono::system_clock::time_point now) {
+  static constexpr std::array<std::string_view, 8> kUnsigned = {
+      "authorization",   "connection",        "expect",     "user-agent",
+      "x-amzn-trace-id", "transfer-encoding", "x-amz-date", "x-amz-content-sha256"};
+  const std::string amz_date = FormatAmzDate(now);
+  const std::string payload_hash = HexSha256(body);
+  HeaderList to_sign;
+  for (const auto& [name, value] : headers) {
+    std::string lower = Lower(name);
+    if (std::find(kUnsigned.begin(), kUnsigned.end(), lower) != kUnsigned.end()) continue;
+    to_sign.emplace_back(std::move(lower), value);
+  }
+  to_sign.emplace_back("x-amz-date", amz_date);
+  to_sign.emplace_back("x-amz-content-sha256", payload_hash);
+  return {
+      {"Authorization", AuthorizationHeader(credential, region, service, method, path, query, to_sign, body, amz_date)},
+      {"X-Amz-Date", amz_date},
+      {"X-Amz-Content-Sha256", payload_hash}};
+}
+
+// ---- Verification ---------------------------------------------------------------------------------------------
+
+SigV4Verifier::SigV4Verifier(std::vector<Credential> credentials, std::string region, std::string service,
+                             std::chrono::seconds skew)
+    : region_(std::move(region)), service_(std::move(service)), skew_(std::max(skew, std::chrono::seconds{0})) {
+  for (Credential& c : credentials) {
+    std::string id = c.access_key_id;
+    by_access_key_.emplace(std::move(id), std::move(c));  // emplace keeps the first of two equal ids
+  }
+}
+
+SigV4Result SigV4Verifier::Authenticate(const HttpRequest& req, std::chrono::system_clock::time_point now) const {
+  // 1. The Authorization header, parsed.
+  const size_t authorizations = CountHeader(req, "authorization");
+  if (authorizations == 0) {
+    return Refused(Status(ErrorCode::kMissingAuthenticationToken, "Missing Authentication Token"));
+  }
+  if (authorizations > 1) return Refused(Incomplete("The request has more than one Authorization header."));
+  Result<SigV4Authorization> parsed = ParseAuthorization(*FindHeader(req, "authorization"));
+  if (!parsed.ok()) return Refused(parsed.status());
+  const SigV4Authorization& auth = *parsed;
+
+  // 2. The request time: X-Amz-Date, else Date.
+  std::string amz_date;
+  std::string date_header = "x-amz-date";
+  std::optional<sys_seconds> when;
+  if (const size_t n = CountHeader(req, "x-amz-date"); n > 1) {
+    return Refused(Incomplete("The request has more than one X-Amz-Date header."));
+  } else if (n == 1) {
+    amz_date = *FindHeader(req, "x-amz-date");
+    when = ParseAmzDate(amz_date);
+    if (!when) {
+      return Refused(Incomplete("Date must be in ISO-8601 'basic format'. Got '" + Echo(amz_date) +
+                                "'. See http://en.wikipedia.org/wiki/ISO_8601"));
+    }
+  } else if (const size_t d = CountHeader(req, "date"); d > 1) {
+    return Refused(Incomplete("The request has more than one Date header."));
+  } else if (d == 1) {
+    date_header = "date";
+    when = ParseHttpDate(*FindHeader(req, "date"));
+    if (!when) {
+      return Refused(Incomplete("Date header must be an HTTP date like 'Sun, 30 Aug 2015 12:36:00 GMT'. Got '" +
+                                Echo(*FindHeader(req, "date")) + "'."));
+    }
+    amz_date = FormatAmzDate(*when);
+  } else {
+    return Refused(
+        Incomplete("Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header. "
+                   "Authorization=" +
+                   Echo(*FindHeader(req, "authorization"))));
+  }
+
+  // 3. What must be signed.
+  const auto is_signed = [&auth](std::string_view name) {
+    return std::binary_search(auth.signed_headers.begin(), auth.signed_headers.end(), name);
+  };
+  if (!is_signed("host")) return Refused(Incomplete("'Host' must be a 'SignedHeader' in the AWS Authorization."));
+  if (!is_signed(date_header)) {
+    return Refused(Incomplete(std::string(date_header == "date" ? "'Date'" : "'X-Amz-Date'") +
+                              " must be a 'SignedHeader' in the AWS Authorization."));
+  }
+  if (CountHeader(req, "x-amz-target") > 0 && !is_signed("x-amz-target")) {
+    return Refused(Incomplete("'X-Amz-Target' must be a 'SignedHeader' in the AWS Authorization."));
+  }
+  for (const std::string& name : auth.signed_headers) {
+    if (CountHeader(req, name) == 0) {
+      return Refused(Invalid("SignedHeaders names '" + name + "', which the request does not carry."));
+    }
+  }
+
+  // 4. The credential scope.
+  if (auth.terminator != kSigV4Terminator) {
+    return Refused(Invalid("Credential should be scoped with a valid terminator: 'aws4_request', not '" +
+                           Echo(auth.terminator) + "'."));
+  }
+  if (auth.service != service_) {
+    return Refused(Invalid("Credential should be scoped to correct service: '" + service_ + "'."));
+  }
+  if (auth.region != region_) {
+    return Refused(Invalid("Credential should be scoped to a valid region, not '" + Echo(auth.region) +
+                           "'. This server's region is '" + region_ + "'."));
+  }
+  if (auth.date != std::string_view(amz_date).substr(0, 8)) {
+    return Refused(
+        Invalid("Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP: '" +
+                auth.date + "' != '" + amz_date.substr(0, 8) + "', from '" + amz_date + "'."));
+  }
+
+  // 5. The clock-skew window, to the second: now - skew <= request time <= now + skew.
+  const sys_seconds now_s = std::chrono::floor<std::chrono::seconds>(now);
+  if (*when < now_s - skew_) {
+    return Refused(Invalid("Signature expired: " + amz_date + " is now earlier than " + FormatAmzDate(now_s - skew_) +
+                           " (" + FormatAmzDate(now_s) + " - " + SkewText(skew_) + ")"));
+  }
+  if (*when > now_s + skew_) {
+    return Refused(Invalid("Signature not yet current: " + amz_date + " is still later than " +
+                           FormatAmzDate(now_s + skew_) + " (" + FormatAmzDate(now_s) + " + " + SkewText(skew_) + ")"));
+  }
+
+  // 6. Who signed it.
+  const auto key = by_access_key_.find(auth.access_key_id);
+  if (key == by_access_key_.end()) {
+    return Refused(Status(ErrorCode::kUnrecognizedClient, std::string(kInvalidTokenMessage)));
+  }
+  if (CountHeader(req, "x-amz-security-token") > 0) {
+    return Refused(Status(ErrorCode::kUnrecognizedClient,
+                          std::string(kInvalidTokenMessage) +
+                              " This server issues no session tokens: sign with a key from its credentials file only "
+                              "(unset AWS_SESSION_TOKEN)."));
+  }
+
+  // 7. The payload: its hash always comes from the body.
+  const std::string payload_hash = HexSha256(req.body);
+  if (const size_t n = CountHeader(req, "x-amz-content-sha256"); n > 1) {
+    return Refused(Incomplete("The request has more than one X-Amz-Content-Sha256 header."));
+  } else if (n == 1) {
+    const std::string& claimed = *FindHeader(req, "x-amz-content-sha256");
+    if (claimed == "UNSIGNED-PAYLOAD" || claimed.rfind("STREAMING-", 0) == 0) {
+      return Refused(Invalid("'" + Echo(claimed) + "' is not accepted by this service: sign the payload's SHA-256."));
+    }
+    if (claimed != payload_hash) {
+      return Refused(Invalid("The provided 'x-amz-content-sha256' header does not match what was computed."));
+    }
+  }
+
+  // 8. The signature, compared in constant time.
+  const auto [path, query] = SplitTarget(req.target);
+  const std::string canonical =
+      CanonicalRequest(req.method, path, query, req.headers, auth.signed_headers, payload_hash);
+  const std::string sts = StringToSign(amz_date, CredentialScope(auth.date, auth.region, auth.service), canonical);
+  std::string signing_key = SigningKey(key->second.secret_access_key, auth.date, auth.region, auth.service);
+  const std::string expected = SignatureHex(signing_key, sts);
+  OPENSSL_cleanse(signing_key.data(), signing_key.size());
+  if (expected.size() != auth.signature.size() ||
+      CRYPTO_memcmp(expected.data(), auth.signature.data(), expected.size()) != 0) {
+    std::string message(kInvalidSignatureMessage);
+    if (canonical.size() + sts.size() <= kMaxCanonicalInMessage) {
+      message += "\n\nThe Canonical String for this request should have been\n'" + canonical +
+                 "'\n\nThe String-to-Sign should have been\n'" + sts + "'\n";
+    }
+    return Refused(Invalid(std::move(message)));
+  }
+  return {Status::Ok(), key->second.access_key_id, key->second.profile};
+}
+
+// ---- Credentials file -----------------------------------------------------------------------------------------
+
+Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::string_view origin) {
+  const std::string where(origin);
+  struct Profile {
+    std::string name;
+    std::optional<std::string> id, secret;
+    int line = 0;
+  };
+  std::vector<Profile> profiles;
+  int line_no = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = Trim(text.substr(start, end - start));
+    start = end + 1;
+    ++line_no;
+    const std::string at = where + " line " + std::to_string(line_no) + ": ";
+    if (line.empty() || line.front() == '#' || line.front() == ';') continue;
+    if (line.front() == '[') {
+      if (line.back() != ']') return Status::InvalidParameter(at + "a section must look like [profile-name]");
+      const std::string name(Trim(line.substr(1, line.size() - 2)));
+      if (name.empty()) return Status::InvalidParameter(at + "empty profile name");
+      for (const Profile& p : profiles) {
+        if (p.name == name) {
+          return Status::InvalidParameter(at + "profile [" + Echo(name) + "] appears twice (first on line " +
+                                          std::to_string(p.line) + ")");
+        }
+      }
+      profiles.push_back({name, std::nullopt, std::nullopt, line_no});
+      continue;
+    }
+    // The line is never echoed: it may hold a secret.
+    const size_t eq = line.find('=');
+    if (eq == std::string_view::npos) {
+      return Status::InvalidParameter(at + "expected 'key = value', '[profile]' or a comment");
+    }
+    if (profiles.empty()) return Status::InvalidParameter(at + "a key outside any [profile] section");
+    const std::string key = Lower(Trim(line.substr(0, eq)));
+    const std::string_view value = Trim(line.substr(eq + 1));
+    Profile& p = profiles.back();
+    std::optional<std::string>* slot = nullptr;
+    if (key == "aws_access_key_id") slot = &p.id;
+    if (key == "aws_secret_access_key") slot = &p.secret;
+    if (slot == nullptr) continue;  // region, aws_session_token, ...: not ours
+    if (slot->has_value()) {
+      return Status::InvalidParameter(at + key + " given twice in profile [" + Echo(p.name) + "]");
+    }
+    if (slot == &p.id && !ValidAccessKeyId(value)) {
+      return Status::InvalidParameter(at + "aws_access_key_id must be 1 to 128 letters, digits, '-', '_' or '.'");
+    }
+    if (slot == &p.secret && !ValidSecret(value)) {
+      return Status::InvalidParameter(at +
+                                      "aws_secret_access_key must be 1 to 1024 printable characters "
+                                      "without spaces");
+    }
+    *slot = std::string(value);
+  }
+  if (profiles.empty()) {
+    return Status::InvalidParameter(where + ": no [profile] with aws_access_key_id and aws_secret_access_key");
+  }
+  std::vector<Credential> out;
+  for (Profile& p : profiles) {
+    if (!p.id || !p.secret) {
+      return Status::InvalidParameter(where + ": profile [" + Echo(p.name) + "] (line " + std::to_string(p.line) +
+                                      ") has no " + (p.id ? "aws_secret_access_key" : "aws_access_key_id"));
+    }
+    for (const Credential& c : out) {
+      if (c.access_key_id == *p.id) {
+        return Status::InvalidParameter(where + ": access key id '" + *p.id + "' appears in profiles [" +
+                                        Echo(c.profile) + "] and [" + Echo(p.name) + "]");
+      }
+    }
+    out.push_back({std::move(*p.id), std::move(*p.secret), std::move(p.name)});
+  }
+  return out;
+}
+
+Result<std::vector<Credential>> LoadCredentialsFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    return Status::InvalidParameter("cannot open credentials file " + path + ": " + std::strerror(errno));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status::InvalidParameter("cannot stat credentials file " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return Status::InvalidParameter("credentials file " + path + " is not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::InvalidParameter("credentials file " + path + " is readable or writable by group or others (mode " +
+                                    mode + "); run: chmod 600 " + path);
+  }
+  if (static_cast<size_t>(st.st_size) > kMaxCredentialsFileBytes) {
+    return Status::InvalidParameter("credentials file " + path + " is larger than 1 MiB");
+  }
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::InvalidParameter("cannot read credentials file " + path + ": " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxCredentialsFileBytes) {
+      return Status::InvalidParameter("credentials file " + path + " is larger than 1 MiB");
+    }
+  }
+  if (Trim(text).empty()) return Status::InvalidParameter("credentials file " + path + " is empty");
+  Result<std::vector<Credential>> parsed = ParseCredentials(text, "credentials file " + path);
+  OPENSSL_cleanse(text.data(), text.size());
+  return parsed;
+}
+
+}  // namespace gpupack::api

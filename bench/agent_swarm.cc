@@ -1,0 +1,738 @@
+// agent_swarm: N simulated node agents held by one `gpupack server`, and what the server spends on them. A
+// benchmark, never a test (STYLE 14): it prints figures and their setup. Figures: docs/benchmarks.md, section 4.
+//
+// Real agents are too heavy to run by the hundred on one host (each supervises an MPS daemon and forks
+// containers), so each simulated agent is only the channel protocol (docs/agent-channel.md) on a
+// ChannelClient: RegisterContainerInstance (8 GPUs, gpupack.agent-channel=v1), the WebSocket, hello, a
+// heartbeat every heartbeatIntervalMs (staggered across the agents), and an answer to every assign (a RUNNING
+// state report) and every stop (a STOPPED report). Nothing is forked.
+//
+// Phases, each bounded:
+//   start     the server (`gpupack server --listen 127.0.0.1:0 --log-level warn` on a fresh database in a
+//             temporary directory), or attach to one with --server URL --server-pid PID
+//   baseline  --baseline-s with no agent at all (what the idle server costs by itself)
+//   register  --agents instances through the ECS API (8 threads), then open their channels and say hello
+//   idle      hold every agent connected for --idle-s with heartbeats only
+//   driven    hold them for --hold-s while a driver thread calls RunTask at --rate per second and StopTask on
+//             each task --task-life-s after it was placed (so at most rate x life tasks run)
+// The server's CPU time (its threads' run time from /proc/PID/task/*/schedstat, in ns; utime + stime from
+// /proc/PID/stat, in 10 ms ticks, next to it) is taken over each phase; its VmRSS is sampled
+// every second and VmHWM read at the end (/proc/PID/status). The swarm's own CPU is printed too, because it
+// shares the machine with the server.
+//
+// Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]
+//                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--dir DIR] [--keep]
+// Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/channel_client.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using gpupack::agent::CallEcs;
+using gpupack::agent::ChannelClient;
+using gpupack::agent::PercentEncode;
+using gpupack::agent::ServerEndpoint;
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "agent_swarm: %s\n", message.c_str());
+  std::fflush(nullptr);
+  _exit(1);  // without running destructors under the channels' io threads
+}
+
+// ---- /proc -----------------------------------------------------------------------------------------------------
+
+struct ProcSample {
+  double cpu_s = 0;       // utime + stime (clock ticks: 10 ms)
+  double sched_s = 0;     // sum of the threads' run time from /proc/PID/task/*/schedstat (ns)
+  int64_t rss_kib = 0;    // VmRSS
+  int64_t hwm_kib = 0;    // VmHWM
+  int threads = 0;
+  int fds = 0;
+};
+
+ProcSample SampleProc(pid_t pid) {
+  ProcSample s;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');
+  if (paren != std::string::npos) {
+    std::istringstream fields(text.substr(paren + 2));
+    std::vector<std::string> f;
+    for (std::string x; fields >> x && f.size() < 13;) f.push_back(x);
+    if (f.size() >= 13) s.cpu_s = static_cast<double>(std::stoll(f[11]) + std::stoll(f[12])) / sysconf(_SC_CLK_TCK);
+  }
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    auto value = [&] { return std::atoll(line.c_str() + line.find(':') + 1); };
+    if (line.rfind("VmRSS:", 0) == 0) s.rss_kib = value();
+    else if (line.rfind("VmHWM:", 0) == 0) s.hwm_kib = value();
+    else if (line.rfind("Threads:", 0) == 0) s.threads = static_cast<int>(value());
+  }
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::ifstream in(it->path() / "schedstat");
+    long long run_ns = 0;
+    if (in >> run_ns) s.sched_s += run_ns / 1e9;
+  }
+  ec.clear();
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec))
+    ++s.fds;
+  return s;
+}
+
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+// ---- options ---------------------------------------------------------------------------------------------------
+
+struct Options {
+  std::string gpupack = "build-bench/gpupack";
+  std::string server;  // attach instead of starting one
+  pid_t server_pid = 0;
+  int agents = 200;
+  int baseline_s = 10;
+  int idle_s = 30;
+  int hold_s = 60;
+  double rate = 10;
+  double task_life_s = 5;
+  std::string dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  bool keep = false;
+};
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) Die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--gpupack") o.gpupack = next();
+    else if (a == "--server") o.server = next();
+    else if (a == "--server-pid") o.server_pid = std::atoi(next().c_str());
+    else if (a == "--agents") o.agents = std::atoi(next().c_str());
+    else if (a == "--baseline-s") o.baseline_s = std::atoi(next().c_str());
+    else if (a == "--idle-s") o.idle_s = std::atoi(next().c_str());
+    else if (a == "--hold-s") o.hold_s = std::atoi(next().c_str());
+    else if (a == "--rate") o.rate = std::atof(next().c_str());
+    else if (a == "--task-life-s") o.task_life_s = std::atof(next().c_str());
+    else if (a == "--dir") o.dir = next();
+    else if (a == "--keep") o.keep = true;
+    else if (a == "-h" || a == "--help") {
+      std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]\n"
+                  "                   [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--dir DIR] [--keep]\n"
+                  "defaults: build-bench/gpupack, 200 agents, 10 s with no agent, 30 s idle, 60 s driven,\n"
+                  "          10 RunTask/s, tasks live 5 s\n");
+      std::exit(0);
+    } else {
+      Die("unknown argument " + a + " (see --help)");
+    }
+  }
+  if (o.agents < 1 || o.agents > 5000) Die("--agents must be 1..5000");
+  if (o.baseline_s < 0 || o.baseline_s > 600 || o.idle_s < 0 || o.idle_s > 600 || o.hold_s < 0 || o.hold_s > 600) Die("--baseline-s, --idle-s and --hold-s must be 0..600");
+  if (o.rate < 0 || o.rate > 1000) Die("--rate must be 0..1000 per second");
+  if (o.task_life_s < 0 || o.task_life_s > 600) Die("--task-life-s must be 0..600");
+  if (!o.server.empty() && o.server_pid <= 0) Die("--server needs --server-pid (the process to measure)");
+  return o;
+}
+
+// ---- the server ------------------------------------------------------------------------------------------------
+
+// StartServer runs `gpupack server` on a fresh database in `dir`, its output in dir/server.out, and returns
+// its pid and endpoint (read from that output, bounded by 10 s).
+pid_t StartServer(const Options& o, const std::string& dir, std::string* endpoint, std::vector<std::string>* argv_out) {
+  std::vector<std::string> args = {o.gpupack, "server", "--listen", "127.0.0.1:0", "--db", dir + "/gpupack.db",
+                                   "--log-level", "warn"};
+  *argv_out = args;
+  std::string out_path = dir + "/server.out";
+  pid_t pid = fork();
+  if (pid < 0) Die("fork failed");
+  if (pid == 0) {
+    int fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 100; ++i) {
+    std::ifstream in(out_path);
+    for (std::string line; std::getline(in, line);) {
+      size_t api = line.find("ECS API"), http = line.find("http://");
+      if (api != std::string::npos && http != std::string::npos) {
+        *endpoint = line.substr(http, line.find(' ', http) - http);
+        return pid;
+      }
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) Die("the server exited; see " + out_path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(pid, SIGTERM);
+  Die("the server printed no endpoint within 10 s");
+}
+
+// ---- the simulated agents --------------------------------------------------------------------------------------
+
+struct TaskTimes {
+  Clock::time_point sent{}, answered{}, assigned{}, running_acked{}, stop_sent{}, stopped_acked{};
+};
+
+struct Swarm;
+
+struct SimAgent {
+  Swarm* swarm = nullptr;
+  int index = 0;
+  std::string arn;
+  std::unique_ptr<ChannelClient> client;
+  std::atomic<ChannelClient*> channel{nullptr};
+  std::mutex mu;
+  std::map<int64_t, std::pair<std::string, std::string>> pending;  // state id -> (task ARN, status); guarded by mu
+  std::atomic<int64_t> next_id{1};
+  std::atomic<bool> welcomed{false};
+  Clock::time_point next_heartbeat{};  // main thread only
+
+  void OnMessage(const std::string& text);
+  void SendState(const std::string& task_arn, const std::string& status, const Json& container_names);
+};
+
+struct Swarm {
+  std::atomic<int64_t> assigns{0}, stops{0}, state_acks{0}, heartbeats{0}, heartbeat_acks{0}, errors{0}, closes{0};
+  std::mutex mu;
+  std::string first_error;                            // guarded by mu
+  std::unordered_map<std::string, TaskTimes> times;   // guarded by mu
+
+  void Error(const std::string& message) {
+    ++errors;
+    std::lock_guard lock(mu);
+    if (first_error.empty()) first_error = message.substr(0, 300);
+  }
+  void Stamp(const std::string& arn, Clock::time_point TaskTimes::*field) {
+    auto now = Clock::now();
+    std::lock_guard lock(mu);
+    times[arn].*field = now;
+  }
+};
+
+void SimAgent::SendState(const std::string& task_arn, const std::string& status, const Json& container_names) {
+  ChannelClient* c = channel.load();
+  if (!c) return;
+  Json containers = Json::array();
+  for (const auto& name : container_names) {
+    Json ctr = {{"containerName", name}, {"status", status}};
+    if (status == "STOPPED") ctr["exitCode"] = 143;
+    containers.push_back(std::move(ctr));
+  }
+  int64_t id = next_id++;
+  Json m = {{"type", "state"}, {"id", id}, {"taskArn", task_arn}, {"status", status}, {"containers", containers}};
+  if (status == "STOPPED") {
+    m["stopCode"] = "UserInitiated";
+    m["reason"] = "Task stopped by user";
+  }
+  {
+    std::lock_guard lock(mu);
+    pending[id] = {task_arn, status};
+  }
+  c->Send(m.dump());
+}
+
+void SimAgent::OnMessage(const std::string& text) {
+  Json m = Json::parse(text, nullptr, false);
+  if (!m.is_object()) return swarm->Error("a message that is not a JSON object");
+  const std::string type = m.value("type", "");
+  auto assign = [this](const Json& task) {
+    ++swarm->assigns;
+    std::string task_arn = task.value("taskArn", "");
+    swarm->Stamp(task_arn, &TaskTimes::assigned);
+    Json names = Json::array();
+    for (const auto& c : task.value("containers", Json::array())) names.push_back(c.value("name", ""));
+    SendState(task_arn, "RUNNING", names);
+  };
+  auto stop = [this](const std::string& task_arn) {
+    ++swarm->stops;
+    SendState(task_arn, "STOPPED", Json::array({"main"}));
+  };
+  if (type == "welcome") {
+    for (const auto& s : m.value("stop", Json::array())) stop(s.value("taskArn", ""));
+    for (const auto& a : m.value("assign", Json::array())) assign(a);
+    welcomed = true;
+  } else if (type == "assign") {
+    assign(m.value("task", Json::object()));
+  } else if (type == "stop") {
+    stop(m.value("taskArn", ""));
+  } else if (type == "ack" || type == "error") {
+    if (type == "error") swarm->Error(m.value("message", "(no message)"));
+    if (!m.contains("id") || !m["id"].is_number_integer()) return;
+    std::pair<std::string, std::string> what;
+    {
+      std::lock_guard lock(mu);
+      auto it = pending.find(m["id"].get<int64_t>());
+      if (it == pending.end()) {
+        if (type == "ack") ++swarm->heartbeat_acks;
+        return;
+      }
+      what = it->second;
+      pending.erase(it);
+    }
+    if (type != "ack") return;
+    ++swarm->state_acks;
+    swarm->Stamp(what.first, what.second == "RUNNING" ? &TaskTimes::running_acked : &TaskTimes::stopped_acked);
+  }
+}
+
+// ParallelFor runs fn(i) for i in [0, n) on `threads` threads.
+template <typename Fn>
+void ParallelFor(int n, int threads, Fn fn) {
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) fn(i);
+    });
+  for (auto& t : pool) t.join();
+}
+
+Json RegisterBody(const std::string& cluster, int index) {
+  Json devices = Json::array();
+  for (int g = 0; g < 8; ++g) {
+    char uuid[64];
+    std::snprintf(uuid, sizeof uuid, "GPU-5a1f0000-%04x-4000-8000-%012x", index, g);
+    devices.push_back({{"id", uuid}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 81559}}}});
+  }
+  return {{"cluster", cluster},
+          {"instanceIdentityDocument", Json{{"instanceId", "swarm-" + std::to_string(index)}}.dump()},
+          {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 65536}},
+                                          {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 262144}}})},
+          {"platformDevices", devices},
+          {"attributes", Json::array({{{"name", "gpupack.agent-channel"}, {"value", "v1"}},
+                                      {{"name", "ecs.capability.gpu-sharing-mps"}},
+                                      {{"name", "gpupack.gpu-model"}, {"value", "simulated H100"}}})},
+          {"versionInfo", {{"agentVersion", "agent_swarm"}}}};
+}
+
+// ---- figures ---------------------------------------------------------------------------------------------------
+
+struct Quantiles {
+  size_t n = 0;
+  double p50 = 0, p90 = 0, p99 = 0, max = 0;
+};
+
+Quantiles Summarize(std::vector<double> v) {
+  Quantiles q;
+  q.n = v.size();
+  if (v.empty()) return q;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * v.size())) - 1)]; };
+  q.p50 = at(0.5);
+  q.p90 = at(0.9);
+  q.p99 = at(0.99);
+  q.max = v.back();
+  return q;
+}
+
+void PrintLatency(const char* name, const std::vector<double>& v, const char* note) {
+  Quantiles q = Summarize(v);
+  std::printf("  %-34s %6zu %8.1f %8.1f %8.1f %8.1f   %s\n", name, q.n, q.p50, q.p90, q.p99, q.max, note);
+}
+
+struct Phase {
+  explicit Phase(const char* n) : name(n) {}
+  const char* name;
+  double wall_s = 0, server_cpu_s = 0, server_ticks_s = 0, swarm_cpu_s = 0;
+  int64_t rss_min_kib = 0, rss_max_kib = 0;
+  std::string load_before, load_after;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = Parse(argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+
+  // ---- start (or attach)
+  std::string work;
+  std::vector<std::string> server_argv;
+  std::string endpoint = o.server;
+  pid_t server_pid = o.server_pid;
+  bool own_server = o.server.empty();
+  if (own_server) {
+    std::string tmpl = o.dir + "/gpupack-agent-swarm.XXXXXX";
+    if (!mkdtemp(tmpl.data())) Die("cannot create a temporary directory under " + o.dir);
+    work = tmpl;
+    server_pid = StartServer(o, work, &endpoint, &server_argv);
+  }
+  auto server = ServerEndpoint::Parse(endpoint);
+  if (!server.ok()) Die(server.status().message());
+  auto stop_server = [&] {
+    if (!own_server) return;
+    kill(server_pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100 && waitpid(server_pid, &status, WNOHANG) != server_pid; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!o.keep) fs::remove_all(work);
+    else std::fprintf(stderr, "kept %s\n", work.c_str());
+  };
+  auto check = [&](const auto& r, const std::string& what) {
+    if (!r.ok()) {
+      stop_server();
+      Die(what + ": " + r.status().message());
+    }
+  };
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ProcSample started = SampleProc(server_pid);
+  const std::string cluster = "swarm";
+  const std::string family = "swarm-shared-2g";
+  check(CallEcs(*server, "CreateCluster", Json{{"clusterName", cluster}}), "CreateCluster");
+  check(CallEcs(*server, "RegisterTaskDefinition",
+                Json{{"family", family},
+                     {"containerDefinitions",
+                      Json::array({{{"name", "main"}, {"image", "bench/infer:latest"}, {"essential", true}, {"cpu", 256},
+                                    {"memory", 1024}, {"entryPoint", {"/bin/sh", "-c"}}, {"command", {"exec sleep 30"}},
+                                    {"resourceRequirements",
+                                     Json::array({{{"type", "GPU"},
+                                                   {"sharingStrategy", {{"nvidiaMps", {{"memory", 2048}}}}}}})}}})}}),
+        "RegisterTaskDefinition");
+  ProcSample before = SampleProc(server_pid);
+  const std::string load_start = LoadAverage();
+  // Baseline: the server with no agent at all, for --baseline-s (its watchdog and idle threads).
+  const auto b0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(o.baseline_s));
+  const double baseline_wall_s = Seconds(Clock::now() - b0);
+  const double baseline_cpu_s = SampleProc(server_pid).sched_s - before.sched_s;
+
+  // ---- register and connect
+  Swarm swarm;
+  std::vector<std::unique_ptr<SimAgent>> agents;
+  for (int i = 0; i < o.agents; ++i) {
+    agents.push_back(std::make_unique<SimAgent>());
+    agents.back()->swarm = &swarm;
+    agents.back()->index = i;
+  }
+  std::atomic<int> register_failures{0}, connect_failures{0};
+  std::mutex fail_mu;
+  std::string first_failure;
+  auto fail = [&](std::atomic<int>& counter, const std::string& m) {
+    ++counter;
+    std::lock_guard lock(fail_mu);
+    if (first_failure.empty()) first_failure = m;
+  };
+  // Heartbeats: one thread for the whole swarm, from the first channel to shutdown. Each agent's first one is
+  // due a staggered fraction of the interval after its channel opened, like real agents that started apart.
+  const auto heartbeat_interval = std::chrono::milliseconds(5000);  // the server's (welcome.heartbeatIntervalMs)
+  std::atomic<bool> heartbeating{true};
+  std::thread heartbeater([&] {
+    while (heartbeating) {
+      auto now = Clock::now();
+      for (auto& a : agents) {
+        ChannelClient* c = a->channel.load();
+        if (!c) continue;
+        if (a->next_heartbeat == Clock::time_point{}) a->next_heartbeat = now + heartbeat_interval * a->index / o.agents;
+        if (now < a->next_heartbeat) continue;
+        a->next_heartbeat += heartbeat_interval;
+        ++swarm.heartbeats;
+        c->Send(Json{{"type", "heartbeat"}, {"id", a->next_id++}, {"impaired", false}, {"heldGpus", Json::array()}}.dump());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  auto stop_heartbeats = [&] {
+    heartbeating = false;
+    if (heartbeater.joinable()) heartbeater.join();
+  };
+
+  auto t_reg0 = Clock::now();
+  ParallelFor(o.agents, 8, [&](int i) {
+    auto r = CallEcs(*server, "RegisterContainerInstance", RegisterBody(cluster, i));
+    if (!r.ok()) return fail(register_failures, r.status().message());
+    agents[i]->arn = (*r)["containerInstance"]["containerInstanceArn"];
+  });
+  auto t_reg1 = Clock::now();
+  if (register_failures) {
+    stop_heartbeats();
+    stop_server();
+    Die(std::to_string(register_failures.load()) + " registrations failed; first: " + first_failure);
+  }
+  ParallelFor(o.agents, 8, [&](int i) {
+    SimAgent* a = agents[i].get();
+    auto c = ChannelClient::Connect(*server, "/agent/v1/channel?containerInstance=" + PercentEncode(a->arn),
+                                    {[a](std::string m) { a->OnMessage(m); }, [a] { ++a->swarm->closes; }});
+    if (!c.ok()) return fail(connect_failures, c.status().message());
+    a->client = std::move(*c);
+    a->channel = a->client.get();
+    a->client->Send(Json{{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}}.dump());
+  });
+  if (connect_failures) {
+    stop_heartbeats();
+    stop_server();
+    Die(std::to_string(connect_failures.load()) + " channels failed to open; first: " + first_failure);
+  }
+  int welcomed = 0;
+  for (int i = 0; i < 600; ++i) {  // bounded: 60 s
+    welcomed = 0;
+    for (auto& a : agents) welcomed += a->welcomed ? 1 : 0;
+    if (welcomed == o.agents) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto t_conn1 = Clock::now();
+  if (welcomed != o.agents) {
+    stop_heartbeats();
+    stop_server();
+    Die("only " + std::to_string(welcomed) + " of " + std::to_string(o.agents) + " agents were welcomed within 60 s");
+  }
+  // hold runs the heartbeats for `seconds`, sampling the server once a second.
+  auto hold = [&](Phase& p, int seconds) {
+    p.load_before = LoadAverage();
+    ProcSample s0 = SampleProc(server_pid);
+    double self0 = SelfCpuSeconds();
+    p.rss_min_kib = p.rss_max_kib = s0.rss_kib;
+    auto t0 = Clock::now(), end = t0 + std::chrono::seconds(seconds), next_sample = t0 + std::chrono::seconds(1);
+    while (Clock::now() < end) {
+      if (Clock::now() >= next_sample) {
+        next_sample += std::chrono::seconds(1);
+        int64_t rss = SampleProc(server_pid).rss_kib;
+        p.rss_min_kib = std::min(p.rss_min_kib, rss);
+        p.rss_max_kib = std::max(p.rss_max_kib, rss);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ProcSample s1 = SampleProc(server_pid);
+    p.wall_s = Seconds(Clock::now() - t0);
+    p.server_cpu_s = s1.sched_s - s0.sched_s;
+    p.server_ticks_s = s1.cpu_s - s0.cpu_s;
+    p.swarm_cpu_s = SelfCpuSeconds() - self0;
+    p.load_after = LoadAverage();
+  };
+
+  ProcSample connected = SampleProc(server_pid);
+  Phase idle("idle (heartbeats only)");
+  hold(idle, o.idle_s);
+  const int64_t heartbeats_idle = swarm.heartbeats;
+
+  // ---- driven: RunTask at o.rate per second, StopTask o.task_life_s after each placement
+  std::atomic<bool> driving{true};
+  std::atomic<int64_t> run_ok{0}, run_failed{0}, stop_calls{0}, call_errors{0};
+  std::string first_failure_reason;
+  std::thread driver([&] {
+    if (o.rate <= 0) return;
+    std::deque<std::pair<Clock::time_point, std::string>> live;  // placement time, task ARN
+    const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / o.rate));
+    const auto life = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.task_life_s));
+    auto stop_one = [&](const std::string& arn) {
+      swarm.Stamp(arn, &TaskTimes::stop_sent);
+      ++stop_calls;
+      if (!CallEcs(*server, "StopTask", Json{{"cluster", cluster}, {"task", arn}, {"reason", "agent_swarm"}}).ok())
+        ++call_errors;
+    };
+    auto next = Clock::now();
+    while (driving) {
+      std::this_thread::sleep_until(next);
+      next += period;
+      if (!driving) break;
+      while (!live.empty() && Clock::now() - live.front().first >= life) {
+        stop_one(live.front().second);
+        live.pop_front();
+      }
+      auto sent = Clock::now();
+      auto r = CallEcs(*server, "RunTask", Json{{"cluster", cluster}, {"taskDefinition", family}, {"count", 1}});
+      auto answered = Clock::now();
+      if (!r.ok()) {
+        ++call_errors;
+        continue;
+      }
+      const Json& tasks = (*r)["tasks"];
+      if (!tasks.is_array() || tasks.empty()) {
+        ++run_failed;
+        if (first_failure_reason.empty()) first_failure_reason = (*r)["failures"].dump().substr(0, 300);
+        continue;
+      }
+      ++run_ok;
+      std::string arn = tasks[0]["taskArn"];
+      {
+        std::lock_guard lock(swarm.mu);
+        auto& t = swarm.times[arn];
+        t.sent = sent;
+        t.answered = answered;
+      }
+      live.emplace_back(answered, arn);
+    }
+    for (const auto& [_, arn] : live) stop_one(arn);  // leave nothing running
+  });
+  Phase driven("driven (heartbeats + RunTask/StopTask)");
+  hold(driven, o.hold_s);
+  driving = false;
+  driver.join();
+  // Let the last STOPPED reports come back (bounded: 10 s of heartbeats).
+  for (int i = 0; i < 1000 && swarm.state_acks < swarm.assigns + swarm.stops && !swarm.errors; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ProcSample end = SampleProc(server_pid);
+
+  // ---- verify: every instance still connected, as the server sees it
+  int connected_now = 0, described = 0;
+  for (int i = 0; i < o.agents; i += 100) {
+    Json arns = Json::array();
+    for (int j = i; j < std::min(o.agents, i + 100); ++j) arns.push_back(agents[j]->arn);
+    auto d = CallEcs(*server, "DescribeContainerInstances", Json{{"cluster", cluster}, {"containerInstances", arns}});
+    if (!d.ok()) continue;
+    for (const auto& ci : (*d)["containerInstances"]) {
+      ++described;
+      connected_now += ci.value("agentConnected", false) ? 1 : 0;
+    }
+  }
+  const int64_t closes_before_shutdown = swarm.closes;
+  const double swarm_rss_mib = SampleProc(getpid()).rss_kib / 1024.0;
+  const int swarm_threads = SampleProc(getpid()).threads;
+
+  // ---- latency of the pipeline, as the simulated agents saw it
+  std::vector<double> answer_ms, assign_ms, running_ms, stop_ms;
+  {
+    std::lock_guard lock(swarm.mu);
+    for (const auto& [arn, t] : swarm.times) {
+      if (t.sent == Clock::time_point{}) continue;
+      answer_ms.push_back(Millis(t.answered - t.sent));
+      if (t.assigned != Clock::time_point{}) assign_ms.push_back(Millis(t.assigned - t.sent));
+      if (t.running_acked != Clock::time_point{} && t.assigned != Clock::time_point{})
+        running_ms.push_back(Millis(t.running_acked - t.assigned));
+      if (t.stopped_acked != Clock::time_point{} && t.stop_sent != Clock::time_point{})
+        stop_ms.push_back(Millis(t.stopped_acked - t.stop_sent));
+    }
+  }
+
+  stop_heartbeats();
+  for (auto& a : agents) a->channel = nullptr;
+  ParallelFor(o.agents, 8, [&](int i) { agents[i]->client.reset(); });
+  stop_server();
+
+  // ---- report
+  auto mib = [](int64_t kib) { return kib / 1024.0; };
+  auto cores = [](const Phase& p) { return p.wall_s > 0 ? p.server_cpu_s / p.wall_s : 0; };
+  char when[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::printf("gpupack agents held by one server (%s)\n", when);
+  std::printf("command          %s\n", command_line.c_str());
+  std::printf("machine          %u CPUs, %s; load average %s at the start\n", std::thread::hardware_concurrency(),
+              CpuModel().c_str(), load_start.c_str());
+  if (own_server) {
+    std::string s;
+    for (const auto& a : server_argv) s += a + " ";
+    std::printf("server           %s(pid %d)\n", s.c_str(), server_pid);
+  } else {
+    std::printf("server           %s (pid %d, attached)\n", endpoint.c_str(), server_pid);
+  }
+  std::printf("agents           %d simulated (ChannelClient, 8 GPUs x 81,559 MiB, 65,536 CPU, 262,144 MiB each), "
+              "heartbeat every %lld ms, staggered\n",
+              o.agents, static_cast<long long>(heartbeat_interval.count()));
+  std::printf("register         %.1f s for %d RegisterContainerInstance (8 threads); channels open and welcomed "
+              "%.1f s later\n",
+              Seconds(t_reg1 - t_reg0), o.agents, Seconds(t_conn1 - t_reg1));
+  std::printf("driver           RunTask count=1 at %.1f/s (one connection per call), StopTask %.1f s after each; "
+              "shared task, nvidiaMps 2,048 MiB\n\n",
+              o.rate, o.task_life_s);
+
+  std::printf("server memory    VmRSS %.1f MiB started, %.1f MiB before registering, %.1f MiB with all %d connected "
+              "(%.1f KiB per agent), %.1f MiB at the end; VmHWM %.1f MiB\n",
+              mib(started.rss_kib), mib(before.rss_kib), mib(connected.rss_kib), o.agents,
+              static_cast<double>(connected.rss_kib - before.rss_kib) / o.agents, mib(end.rss_kib), mib(end.hwm_kib));
+  std::printf("server process   %d threads, %d open fds with all connected\n", connected.threads, connected.fds);
+  std::printf("\n%-40s %7s %11s %8s %10s %16s %10s  %s\n", "phase", "wall s", "server CPU", "cores", "(ticks)",
+              "VmRSS MiB min-max", "swarm CPU", "load average before -> after");
+  std::printf("%-40s %7.1f %10.3fs %8.4f\n", "baseline (no agent)", baseline_wall_s, baseline_cpu_s,
+              baseline_wall_s > 0 ? baseline_cpu_s / baseline_wall_s : 0.0);
+  for (const Phase* p : {&idle, &driven})
+    std::printf("%-40s %7.1f %10.3fs %8.4f %9.2fs %8.1f-%-7.1f %9.2fs  %s -> %s\n", p->name, p->wall_s, p->server_cpu_s,
+                cores(*p), p->server_ticks_s, mib(p->rss_min_kib), mib(p->rss_max_kib), p->swarm_cpu_s,
+                p->load_before.c_str(), p->load_after.c_str());
+  std::printf("                 server CPU: the threads' run time from schedstat (ns); (ticks): utime+stime from stat, "
+              "10 ms steps\n");
+  std::printf("\nheartbeats       %lld during idle (%.1f/s), %lld in all, %lld acked\n",
+              static_cast<long long>(heartbeats_idle), idle.wall_s > 0 ? heartbeats_idle / idle.wall_s : 0.0,
+              static_cast<long long>(swarm.heartbeats.load()), static_cast<long long>(swarm.heartbeat_acks.load()));
+  if (idle.wall_s > 0 && heartbeats_idle > 0)
+  {
+    const double base_cores = baseline_wall_s > 0 ? baseline_cpu_s / baseline_wall_s : 0.0;
+    const double held_cpu_s = idle.server_cpu_s - base_cores * idle.wall_s;  // above the no-agent baseline
+    std::printf("idle cost        %.1f µs of server CPU per heartbeat (idle CPU above the baseline / heartbeats), "
+                "%.4f cores per 1,000 agents\n",
+                1e6 * held_cpu_s / heartbeats_idle, 1000.0 * held_cpu_s / idle.wall_s / o.agents);
+  }
+  std::printf("tasks            %lld placed, %lld placement failures, %lld StopTask, %lld API errors; agents got "
+              "%lld assign and %lld stop, %lld state reports acked\n",
+              static_cast<long long>(run_ok.load()), static_cast<long long>(run_failed.load()),
+              static_cast<long long>(stop_calls.load()), static_cast<long long>(call_errors.load()),
+              static_cast<long long>(swarm.assigns.load()), static_cast<long long>(swarm.stops.load()),
+              static_cast<long long>(swarm.state_acks.load()));
+  if (!first_failure_reason.empty()) std::printf("                 first placement failure: %s\n", first_failure_reason.c_str());
+  std::printf("connections      %d of %d instances agentConnected at the end (DescribeContainerInstances, %d described); "
+              "%lld channels closed before shutdown; %lld error messages%s%s\n",
+              connected_now, o.agents, described, static_cast<long long>(closes_before_shutdown),
+              static_cast<long long>(swarm.errors.load()), swarm.first_error.empty() ? "" : ", first: ",
+              swarm.first_error.c_str());
+  std::printf("swarm itself     VmRSS %.1f MiB, %d threads (one io thread per ChannelClient)\n\n", swarm_rss_mib,
+              swarm_threads);
+  std::printf("  %-34s %6s %8s %8s %8s %8s\n", "driven phase, ms", "n", "p50", "p90", "p99", "max");
+  PrintLatency("RunTask answered", answer_ms, "placement durable (new TCP connection per call)");
+  PrintLatency("RunTask sent -> assign at agent", assign_ms, "pushed after the commit");
+  PrintLatency("assign -> RUNNING report acked", running_ms, "report applied and durable");
+  PrintLatency("StopTask sent -> STOPPED acked", stop_ms, "push, report, commit");
+  return 0;
+}

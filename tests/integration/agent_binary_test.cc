@@ -1,0 +1,249 @@
+// The real binaries: `gpupack server` and `gpupack agent` as separate processes on loopback, killed with
+// SIGKILL and restarted. Simulated GPUs; the process runtime, or the docker runtime against a real engine when
+// GPUPACK_DOCKER_SOCKET names one.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "agent/channel_client.h"
+
+namespace gpupack {
+namespace {
+
+namespace fs = std::filesystem;
+using agent::Json;
+using namespace std::chrono_literals;
+
+// Child is one process of ours, killed (SIGKILL unless stopped gracefully) when the test ends.
+class Child {
+ public:
+  Child(std::vector<std::string> argv, const fs::path& log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* out = freopen(log.c_str(), "a", stdout);
+      (void)out;
+      dup2(fileno(stdout), 2);
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Child() { Kill(SIGKILL); }
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+int FreePort() {
+  // Bind port 0 through a throwaway server socket to learn a free port.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+class AgentBinaryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gpupack-bin-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    port_ = FreePort();
+    url_ = "http://127.0.0.1:" + std::to_string(port_);
+  }
+  void TearDown() override {
+    // Stop every task first so no test leaves processes or containers behind.
+    if (server_ && agent_) {
+      auto list = Call("ListTasks", Json::object(), false);
+      if (list.contains("taskArns"))
+        for (const auto& arn : list["taskArns"]) Call("StopTask", {{"task", arn}}, false);
+      for (int i = 0; i < 100; ++i) {
+        auto l = Call("ListTasks", Json::object(), false);
+        if (!l.contains("taskArns") || l["taskArns"].empty()) break;
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+    agent_.reset();
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void StartServer() {
+    server_ = std::make_unique<Child>(std::vector<std::string>{GPUPACK_BIN, "server", "--listen",
+                                                                "127.0.0.1:" + std::to_string(port_), "--db",
+                                                                (dir_ / "state.db").string(), "--log-level", "warn"},
+                                      dir_ / "server.log");
+    for (int i = 0; i < 250; ++i) {
+      auto r = agent::CallEcs(*agent::ServerEndpoint::Parse(url_), "ListClusters", Json::object(), 1000ms);
+      if (r.ok()) return;
+      std::this_thread::sleep_for(20ms);
+    }
+    FAIL() << "server did not come up";
+  }
+
+  void StartAgent(const std::string& runtime = "process") {
+    std::vector<std::string> argv = {GPUPACK_BIN, "agent", "--server", url_, "--gpus", "fake:2x22587", "--runtime",
+                                     runtime, "--state-dir", (dir_ / "agent").string(), "--mps-pipe-dir",
+                                     (dir_ / "mps").string(), "--name", "node-a", "--cpu", "4096", "--memory", "8192",
+                                     "--stop-grace-ms", "500", "--log-level", "warn"};
+    if (runtime == "docker") {
+      argv.push_back("--docker-socket");
+      argv.push_back(std::getenv("GPUPACK_DOCKER_SOCKET"));
+    }
+    agent_ = std::make_unique<Child>(argv, dir_ / "agent.log");
+    WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  }
+
+  Json Call(const std::string& op, const Json& body, bool expect_ok = true) {
+    auto r = agent::CallEcs(*agent::ServerEndpoint::Parse(url_), op, body, 3000ms);
+    if (expect_ok) {
+      EXPECT_TRUE(r.ok()) << op << ": " << r.status().message();
+    }
+    return r.ok() ? *r : Json();
+  }
+
+  Json WaitTask(const std::string& arn, const std::function<bool(const Json&)>& pred) {
+    Json t;
+    for (int i = 0; i < 500 && !arn.empty(); ++i) {
+      auto d = agent::CallEcs(*agent::ServerEndpoint::Parse(url_), "DescribeTasks", {{"tasks", Json::array({arn})}}, 1000ms);
+      if (d.ok() && !(*d)["tasks"].empty()) {
+        t = (*d)["tasks"][0];
+        if (pred(t)) return t;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "task never reached the expected state; last seen: " << t.dump();
+    return t;
+  }
+
+  Json WaitInstance(const std::function<bool(const Json&)>& pred) {
+    Json ci;
+    for (int i = 0; i < 500; ++i) {
+      auto list = agent::CallEcs(*agent::ServerEndpoint::Parse(url_), "ListContainerInstances", Json::object(), 1000ms);
+      if (list.ok() && !(*list)["containerInstanceArns"].empty()) {
+        auto d = agent::CallEcs(*agent::ServerEndpoint::Parse(url_), "DescribeContainerInstances",
+                                {{"containerInstances", (*list)["containerInstanceArns"]}}, 1000ms);
+        if (d.ok()) {
+          ci = (*d)["containerInstances"][0];
+          if (pred(ci)) return ci;
+        }
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "instance never reached the expected state; last seen: " << ci.dump();
+    return ci;
+  }
+
+  void RegisterScript(const std::string& family, const std::string& script) {
+    Call("RegisterTaskDefinition",
+         {{"family", family},
+          {"containerDefinitions",
+           Json::array({{{"name", "main"}, {"image", "gpupack-test/busybox:latest"}, {"memory", 64},
+                         {"entryPoint", {"/bin/sh", "-c"}}, {"command", {script}},
+                         {"resourceRequirements",
+                          Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
+  }
+
+  std::string Run(const std::string& family) {
+    Json r = Call("RunTask", {{"taskDefinition", family}});
+    EXPECT_EQ(r["tasks"].size(), 1u) << r.dump();
+    return r["tasks"].empty() ? "" : r["tasks"][0]["taskArn"].get<std::string>();
+  }
+
+  int Lines(const fs::path& file) {
+    std::ifstream in(file);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) ++n;
+    return n;
+  }
+
+  fs::path dir_;
+  int port_ = 0;
+  std::string url_;
+  std::unique_ptr<Child> server_, agent_;
+};
+
+TEST_F(AgentBinaryTest, AgentKilledWithSigkillRestartsWithoutStartingTasksTwice) {
+  StartServer();
+  StartAgent();
+  fs::path starts = dir_ / "starts";
+  RegisterScript("once", "echo started >> " + starts.string() + "; exec sleep 60");
+  std::string arn = Run("once");
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  agent_->Kill(SIGKILL);
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == false; });
+  StartAgent();
+  std::this_thread::sleep_for(500ms);
+  Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  EXPECT_EQ(Lines(starts), 1);
+  Call("StopTask", {{"task", arn}});
+  Json stopped = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(stopped["containers"][0]["exitCode"], 143);  // SIGTERM reached the adopted process
+}
+
+TEST_F(AgentBinaryTest, ServerKilledWithSigkillWhileTasksRunReconciles) {
+  StartServer();
+  StartAgent();
+  RegisterScript("long", "exec sleep 60");
+  RegisterScript("short", "sleep 1; exit 4");
+  std::string long_arn = Run("long");
+  std::string short_arn = Run("short");
+  WaitTask(long_arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  server_->Kill(SIGKILL);
+  std::this_thread::sleep_for(1500ms);  // the short task exits while the server is down
+  StartServer();
+  Json s = WaitTask(short_arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(s["containers"][0]["exitCode"], 4);
+  EXPECT_EQ(s["stopCode"], "EssentialContainerExited");
+  WaitTask(long_arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  Json ci = WaitInstance([](const Json& c) {
+    return c["agentConnected"] == true &&
+           c["gpuDevices"][0]["remainingMemoryInMiB"].get<int>() + c["gpuDevices"][1]["remainingMemoryInMiB"].get<int>() ==
+               2 * 22587 - 4096;  // only the long task holds memory
+  });
+  EXPECT_EQ(ci["runningTasksCount"], 1);
+}
+
+TEST_F(AgentBinaryTest, DockerRuntimeRunsTheTaskInARealEngine) {
+  if (!std::getenv("GPUPACK_DOCKER_SOCKET"))
+    GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (../shared/recipes/docker-engine.sh start DIR prints it) to run this";
+  StartServer();
+  StartAgent("docker");
+  RegisterScript("dockerenv", "echo $NVIDIA_VISIBLE_DEVICES $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; ls -d $CUDA_MPS_PIPE_DIRECTORY || exit 9; exit 5");
+  std::string arn = Run("dockerenv");
+  Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(t["containers"][0]["exitCode"], 5) << t.dump();  // the pipe directory was mounted (ls succeeded)
+  EXPECT_EQ(t["stopCode"], "EssentialContainerExited");
+}
+
+}  // namespace
+}  // namespace gpupack
