@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "api/ecs_handler.h"  // kMaxJsonDepth
+
 namespace gpupack::api {
 
 std::string InstanceArnFromQuery(const std::string& target) {
@@ -97,7 +99,18 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
     it->second.last_seen = std::chrono::steady_clock::now();
     arn = it->second.instance_arn;
   }
-  Json msg = Json::parse(text, nullptr, false);
+  // Nesting is limited as for request bodies (kMaxJsonDepth): copying or printing a deeper document (the id is
+  // echoed, hello's tasks are copied) recurses once per level and a 1 MiB message would overflow the stack.
+  bool too_deep = false;
+  Json msg = Json::parse(text, [&too_deep](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  }, /*allow_exceptions=*/false);
+  if (too_deep) {
+    conn->Send(Json{{"type", "error"}, {"message", "messages nest at most " + std::to_string(kMaxJsonDepth) +
+                                                       " levels deep"}}.dump());
+    return;
+  }
   if (!msg.is_object() || !msg.contains("type") || !msg["type"].is_string()) {
     conn->Send(Json{{"type", "error"}, {"message", "messages are JSON objects with a string 'type'"}}.dump());
     return;

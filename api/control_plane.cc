@@ -783,11 +783,19 @@ Status ControlPlane::RegisterContainerInstance(const Json& in, Ctx& ctx) {
   if (inst.ec2_instance_id.empty()) inst.ec2_instance_id = "i-" + inst.id.substr(0, 17);
   if (!inst.instance_type.empty()) attrs.push_back({"ecs.instance-type", inst.instance_type});
   SortAttributes(attrs);
-  // Re-registration keeps the tasks: GPUs that still hold reservations must still be there.
+  // Re-registration keeps the tasks: GPUs that still hold reservations must still be there, and a shared one
+  // still large enough for the memory its tasks declared (else its remaining memory would go negative).
   if (existing) {
-    for (const auto& g : existing->gpus)
+    for (const auto& g : existing->gpus) {
       if (g.container_count > 0 && !ids.count(g.id))
         return Status::InvalidParameter("GPU " + g.id + " holds running tasks and cannot disappear on re-registration");
+      const MiB held = g.total_memory_mib - g.remaining_memory_mib;
+      for (const auto& now : gpus)
+        if (g.mode == GpuMode::kMps && now.id == g.id && now.total_memory_mib < held)
+          return Status::InvalidParameter("GPU " + g.id + " holds " + std::to_string(held) +
+                                          " MiB declared by running tasks and cannot shrink to " +
+                                          std::to_string(now.total_memory_mib) + " MiB on re-registration");
+    }
   }
   inst.registered = total;
   inst.remaining = total;

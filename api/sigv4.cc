@@ -133,8 +133,12 @@ std::optional<sys_seconds> MakeTime(int y, int mo, int d, int h, int mi, int se)
   const std::chrono::year_month_day ymd{std::chrono::year{y}, std::chrono::month{static_cast<unsigned>(mo)},
                                         std::chrono::day{static_cast<unsigned>(d)}};
   if (!ymd.ok()) return std::nullopt;
-  return sys_seconds{std::chrono::sys_days{ymd}} + std::chrono::hours{h} + std::chrono::minutes{mi} +
-         std::chrono::seconds{se};
+  const sys_seconds t = sys_seconds{std::chrono::sys_days{ymd}} + std::chrono::hours{h} + std::chrono::minutes{mi} +
+                        std::chrono::seconds{se};
+  // Past system_clock's range (the year 2262) the time would overflow when formatted or compared; no request is
+  // signed that far ahead.
+  if (t > std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::time_point::max())) return std::nullopt;
+  return t;
 }
 
 std::string SkewText(std::chrono::seconds skew) {
