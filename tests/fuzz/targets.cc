@@ -22,8 +22,8 @@
 #include "api/codec.h"
 #include "api/control_plane.h"
 #include "api/ecs_handler.h"
-#include "api/sigv4.h"
 #include "api/http_server.h"
+#include "api/sigv4.h"
 #include "scheduler/placement.h"
 #include "scheduler/query.h"
 #include "scheduler/validation.h"
@@ -300,7 +300,7 @@ OperationResult Wait(Start&& start) {
 // Harness: the fixture described in targets.h, the step interpreter and the invariant checks.
 class Harness {
  public:
-  // Harness loads the fixture (built once per process, see Image()) into a fresh store and control plane.
+  // Harness loads the fixture (built once per process, see TheImage()) into a fresh store and control plane.
   explicit Harness(bool with_channel) : committer_(store_), cp_(Options(7), store_, committer_) {
     const Image& image = TheImage();
     WriteBatch batch;
@@ -422,7 +422,8 @@ class Harness {
   }
 
   // Message sends one text message from the agent and checks the replies: every message but an "ack" gets
-  // exactly one answer (welcome, ack or error) carrying the message's id; pushes (assign, stop) may come too.
+  // exactly one answer (welcome, ack or error) carrying the message's id, an error when the message is not a
+  // typed JSON object within the nesting limit; pushes (assign, stop) may come too.
   void Message(const std::string& text) {
     if (!conn_) return;
     Json parsed = ParseJson(text);  // with the server's nesting limit: a deeper message is answered an error
@@ -446,6 +447,8 @@ class Harness {
                               out["message"].get<std::string>().empty()))
         Fail("a channel error without a message", s);
       if (!id.is_null() && (!out.contains("id") || out["id"] != id)) Fail("a channel answer lost the message id", s);
+      if (!typed && type != "error")  // not JSON, no string type, or nested deeper than kMaxJsonDepth
+        Fail("a channel message that is not a typed JSON object within the nesting limit was not refused", s);
       if (type == "error" && out["message"].get<std::string>().rfind("internal error", 0) == 0)
         Fail("a channel message raised an internal error", text + "\n-> " + s);
     }
