@@ -151,6 +151,9 @@ struct Agent::Impl {
   Clock::time_point next_heartbeat{}, next_probe{}, next_connect{};
   std::chrono::milliseconds backoff{100};
   std::set<std::string> held_gpus;
+  std::map<std::string, int> watchdog_strikes;  // task ARN -> readings in a row over its limits
+  Clock::time_point next_watchdog{}, next_fault_check{}, next_recovery_check{};
+  bool watchdog_warned = false;
   bool last_mps_serving = true;
   bool registered_capability = false;
 
@@ -407,6 +410,8 @@ struct Agent::Impl {
       spec.environment = ContainerEnvironment(KeyValues(c.value("environment", Json::array())),
                                               KeyValues(c.value("overrideEnvironment", Json::array())), gpu,
                                               options.mps_pipe_dir, runtime_kind);
+      if (runtime_kind == RuntimeKind::kProcess)
+        spec.environment = WithHostDefaults(std::move(spec.environment), [](const char* n) { return std::getenv(n); });
       spec.mps_pipe_dir = gpu.mps ? options.mps_pipe_dir : "";
       spec.cpu = c.value("cpu", 0);
       if (c.contains("memory")) spec.memory = c["memory"].get<int64_t>();
@@ -512,14 +517,157 @@ struct Agent::Impl {
     }
   }
 
-  // CheckGpuFaults: a GPU whose MPS server faulted (simulated GPUs: the file <pipe>/fake-gpu-fault-<uuid>)
-  // takes down every client on it; stop exactly the tasks on that GPU and hold it until it is healthy.
+  // ---- the GPU memory watchdog (DESIGN §6 "Limits that hold")
+
+  // Watchdog reads every GPU process's memory, attributes each process to a container through the runtime,
+  // and stops a task whose container, `watchdog_strikes` readings in a row, uses more memory than it declared
+  // on its shared GPU or uses a GPU it was not given. Dedicated GPUs are the task's own: no memory limit.
+  void Watchdog() {
+    if (options.watchdog_interval.count() <= 0 || Clock::now() < next_watchdog) return;
+    next_watchdog = Clock::now() + options.watchdog_interval;
+    bool any_running = false;
+    for (const auto& [arn, t] : tasks) any_running = any_running || t.status == "RUNNING";
+    if (!any_running) {
+      watchdog_strikes.clear();
+      return;
+    }
+    auto processes = gpus->Processes();
+    if (!processes.ok()) {
+      if (!watchdog_warned) spdlog::warn("agent: watchdog cannot read GPU processes: {}", processes.status().message());
+      watchdog_warned = true;
+      return;
+    }
+    watchdog_warned = false;
+    std::vector<uint32_t> pids;
+    for (const auto& p : *processes) pids.push_back(p.pid);
+    const auto owners = runtime->Owners(pids);
+    // runtime id -> {GPU UUID -> MiB}
+    std::map<std::string, std::map<std::string, MiB>> used;
+    for (const auto& p : *processes)
+      if (auto it = owners.find(p.pid); it != owners.end()) used[it->second][p.gpu_uuid] += p.used_mib;
+
+    std::vector<std::pair<std::string, std::string>> to_stop;  // (task ARN, reason)
+    std::set<std::string> over;
+    for (auto& [arn, t] : tasks) {
+      if (t.status != "RUNNING") continue;
+      const Json& assigned = t.assignment.contains("containers") ? t.assignment["containers"] : Json::array();
+      for (size_t i = 0; i < t.containers.size(); ++i) {
+        LocalContainer& c = t.containers[i];
+        if (c.status != "RUNNING") continue;
+        auto u = used.find(c.runtime_id);
+        if (u == used.end()) continue;
+        std::optional<MiB> declared;
+        if (i < assigned.size() && assigned[i].contains("mps") && assigned[i]["mps"].is_object())
+          declared = assigned[i]["mps"].value("memory", MiB{0});
+        std::string violation;
+        for (const auto& [gpu, mib] : u->second) {
+          bool given = std::find(c.gpu_ids.begin(), c.gpu_ids.end(), gpu) != c.gpu_ids.end();
+          if (!given) {
+            violation = "container " + c.name + " uses " + std::to_string(mib) + " MiB on GPU " + gpu +
+                        ", a GPU it was not given";
+          } else if (declared && mib > *declared) {
+            violation = "container " + c.name + " uses " + std::to_string(mib) + " MiB on GPU " + gpu +
+                        ", more than the " + std::to_string(*declared) + " MiB it declared";
+          }
+          if (!violation.empty()) break;
+        }
+        if (violation.empty()) continue;
+        over.insert(arn);
+        if (++watchdog_strikes[arn] >= std::max(1, options.watchdog_strikes)) {
+          c.reason = "GpuMemoryLimitExceeded: " + violation;
+          to_stop.emplace_back(arn, "GPU memory limit exceeded: " + violation +
+                                        " (its MPS limits were lifted from inside the container); the agent's "
+                                        "watchdog stopped the task");
+        }
+        break;
+      }
+    }
+    for (auto it = watchdog_strikes.begin(); it != watchdog_strikes.end();)
+      it = over.count(it->first) ? std::next(it) : watchdog_strikes.erase(it);
+    for (const auto& [arn, reason] : to_stop) {
+      spdlog::warn("agent: watchdog: task {}: {}", arn, reason);
+      watchdog_strikes.erase(arn);
+      tasks[arn].stop_code = "EssentialContainerExited";  // as ECS reports a container the OOM killer ended
+      tasks[arn].reason = reason;
+      StopTask(arn, reason, "EssentialContainerExited");
+    }
+  }
+
+  // ---- GPU faults (DESIGN §6 "Faults")
+
+  // FaultedGpus: the GPUs that hit a fatal error since the last look. Simulated GPUs: the file
+  // <pipe>/fake-gpu-fault-<uuid> exists. Real ones: a fatal Xid event from NVML, or (checked on the MPS probe's
+  // schedule, for drivers without events) an MPS server in FAULT state, which names the GPUs of its clients.
+  std::set<std::string> FaultedGpus() {
+    std::set<std::string> out;
+    if (fake_gpus) {
+      for (const auto& d : devices)
+        if (fs::exists(fs::path(options.mps_pipe_dir) / ("fake-gpu-fault-" + d.uuid))) out.insert(d.uuid);
+      return out;
+    }
+    for (const auto& e : gpus->CriticalErrors()) {
+      spdlog::warn("agent: GPU {} reported Xid {}{}", e.gpu_uuid, e.xid, IsFatalXid(e.xid) ? " (fatal)" : "");
+      if (IsFatalXid(e.xid) && !e.gpu_uuid.empty()) out.insert(e.gpu_uuid);
+    }
+    if (Clock::now() >= next_fault_check) {
+      next_fault_check = Clock::now() + options.mps_probe_interval;
+      for (const auto& gpu : MpsFaultedGpus()) out.insert(gpu);
+    }
+    return out;
+  }
+
+  // MpsFaultedGpus asks the control daemon for its servers' status; a FAULT server's clients name the GPUs.
+  std::set<std::string> MpsFaultedGpus() {
+    std::set<std::string> out;
+    auto list = mps->Send("get_server_list");
+    if (!list.ok()) return out;
+    std::vector<int> faulted;
+    for (int server : ParseMpsServerList(*list)) {
+      auto status = mps->Send("get_server_status " + std::to_string(server));
+      if (status.ok() && MpsServerFaulted(*status)) faulted.push_back(server);
+    }
+    if (faulted.empty()) return out;
+    auto ps = mps->Send("ps");
+    if (!ps.ok()) return out;
+    for (const auto& row : ParseMpsPs(*ps))
+      if (std::find(faulted.begin(), faulted.end(), row.server_pid) != faulted.end())
+        for (const auto& d : devices)
+          if (MpsDeviceMatches(row.device, d.uuid)) out.insert(d.uuid);
+    return out;
+  }
+
+  // GpuRecovered: a held GPU is released once nothing is left on it and MPS serves again. Simulated GPUs: the
+  // fault file is gone and the daemon answers. Real ones: the daemon answers, no server is in FAULT, no MPS
+  // client runs on the GPU any more (the server takes new clients only then) and none of our tasks holds it.
+  bool GpuRecovered(const std::string& uuid) {
+    if (fake_gpus) {
+      return !fs::exists(fs::path(options.mps_pipe_dir) / ("fake-gpu-fault-" + uuid)) &&
+             mps->Probe() == MpsHealth::kServing;
+    }
+    for (const auto& [arn, t] : tasks)
+      if (t.status != "STOPPED")
+        for (const auto& c : t.containers)
+          if (std::find(c.gpu_ids.begin(), c.gpu_ids.end(), uuid) != c.gpu_ids.end()) return false;
+    if (mps->Probe() != MpsHealth::kServing) return false;
+    if (!MpsFaultedGpus().empty()) return false;
+    auto ps = mps->Send("ps");
+    if (!ps.ok()) return false;
+    for (const auto& row : ParseMpsPs(*ps))
+      if (MpsDeviceMatches(row.device, uuid)) return false;
+    return true;
+  }
+
+  // CheckGpuFaults: a GPU that faulted takes down every MPS client on it: stop exactly the tasks on that GPU
+  // (with a reason naming it) and hold it until it has recovered; other GPUs are untouched.
   void CheckGpuFaults() {
-    if (!fake_gpus) return;  // real MPS fault detection comes with the GPU validation work
+    const std::set<std::string> faulted = FaultedGpus();
+    // Real GPUs: recovery asks the control daemon, so it is checked at most every 500 ms, for every held GPU.
+    const bool recovery_due = fake_gpus || Clock::now() >= next_recovery_check;
+    if (recovery_due && !fake_gpus && !held_gpus.empty())
+      next_recovery_check = Clock::now() + std::chrono::milliseconds(500);
     for (const auto& d : devices) {
-      bool faulted = fs::exists(fs::path(options.mps_pipe_dir) / ("fake-gpu-fault-" + d.uuid));
       bool held = held_gpus.count(d.uuid) > 0;
-      if (faulted && !held) {
+      if (faulted.count(d.uuid) && !held) {
         held_gpus.insert(d.uuid);
         spdlog::error("agent: GPU {} hit a fatal error; stopping its tasks and holding it", d.uuid);
         std::vector<std::string> victims;
@@ -538,10 +686,12 @@ struct Agent::Impl {
           StopTask(arn, tasks[arn].reason, "InfrastructureHealth");
         }
         SendHeartbeat();
-      } else if (!faulted && held && mps->Probe() == MpsHealth::kServing) {
-        held_gpus.erase(d.uuid);
-        spdlog::info("agent: GPU {} is healthy again; releasing it", d.uuid);
-        SendHeartbeat();
+      } else if (held && !faulted.count(d.uuid) && recovery_due) {
+        if (GpuRecovered(d.uuid)) {
+          held_gpus.erase(d.uuid);
+          spdlog::info("agent: GPU {} is healthy again; releasing it", d.uuid);
+          SendHeartbeat();
+        }
       }
     }
   }
@@ -569,9 +719,10 @@ struct Agent::Impl {
       try {
         for (const auto& e : batch) Handle(e);
         Connect();
+        CheckGpuFaults();  // before Monitor: tasks a fault ended are stopped with the fault as their reason
         Monitor();
         CheckMps();
-        CheckGpuFaults();
+        Watchdog();
         if (Clock::now() >= next_heartbeat) SendHeartbeat();
       } catch (const std::exception& e) {
         spdlog::error("agent: worker: {}", e.what());

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/docker_client.h"
+#include "agent/proc_tree.h"
 #include "agent/runtime.h"
 
 namespace gpupack::agent {
@@ -169,6 +170,25 @@ class DockerRuntime final : public Runtime {
     if (!removed.ok()) return removed.status();
     if (removed->status == 204 || removed->status == 404) return Status::Ok();
     return EngineError("cannot remove container " + id, *removed);
+  }
+
+  std::map<uint32_t, std::string> Owners(const std::vector<uint32_t>& pids) override {
+    std::map<uint32_t, std::string> out;
+    if (pids.empty()) return out;
+    auto listed = List();
+    if (!listed.ok()) return out;
+    std::vector<std::string> running;
+    for (const auto& c : *listed)
+      if (c.status.state == ContainerState::kRunning && c.id.size() >= 12) running.push_back(c.id);
+    for (uint32_t pid : pids) {
+      const std::string cgroup = ReadProcCgroup(static_cast<int>(pid));
+      for (const auto& id : running)
+        if (cgroup.find(id) != std::string::npos) {
+          out[pid] = id;
+          break;
+        }
+    }
+    return out;
   }
 
   Result<std::vector<RuntimeContainer>> List() override {

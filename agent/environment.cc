@@ -87,4 +87,14 @@ std::vector<KeyValuePair> ContainerEnvironment(const std::vector<KeyValuePair>& 
   return std::move(env).Take();
 }
 
+std::vector<KeyValuePair> WithHostDefaults(std::vector<KeyValuePair> env,
+                                           const std::function<const char*(const char*)>& lookup) {
+  for (const char* name : kInheritedHostVariables) {
+    bool set = std::any_of(env.begin(), env.end(), [&](const KeyValuePair& kv) { return kv.name == name; });
+    if (set) continue;
+    if (const char* value = lookup(name); value != nullptr) env.push_back({name, value});
+  }
+  return env;
+}
+
 }  // namespace gpupack::agent

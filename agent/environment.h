@@ -2,6 +2,7 @@
 // overrides', then the MPS variables, which win over anything the task tried to set. Pure functions.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,5 +39,15 @@ std::vector<KeyValuePair> ContainerEnvironment(const std::vector<KeyValuePair>& 
                                                const std::vector<KeyValuePair>& override_env,
                                                const GpuAssignment& gpus, const std::string& mps_pipe_dir,
                                                RuntimeKind runtime);
+
+// The agent's own variables a `process` container inherits when its task does not set them: a host program
+// needs a PATH and a HOME, and CUDA programs need the LD_LIBRARY_PATH the host set up for the driver. Docker
+// containers get their image's environment instead, so this applies to the process runtime only.
+inline constexpr const char* kInheritedHostVariables[] = {"PATH", "HOME", "LANG", "LC_ALL", "TZ",
+                                                          "LD_LIBRARY_PATH"};
+// WithHostDefaults appends each kInheritedHostVariables entry that `env` lacks and `lookup` (getenv in the
+// agent) knows. The MPS variables are never inherited: ContainerEnvironment alone decides them.
+std::vector<KeyValuePair> WithHostDefaults(std::vector<KeyValuePair> env,
+                                           const std::function<const char*(const char*)>& lookup);
 
 }  // namespace gpupack::agent

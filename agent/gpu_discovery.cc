@@ -15,6 +15,7 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "agent/fake_gpus.h"
 
@@ -31,6 +32,7 @@ constexpr Return kSuccess = 0;
 constexpr Return kErrorNotSupported = 3;
 constexpr Return kErrorInsufficientSize = 7;
 constexpr Return kErrorFunctionNotFound = 13;
+constexpr Return kErrorTimeout = 10;
 constexpr Return kErrorArgumentVersionMismatch = 25;
 
 struct DeviceOpaque;
@@ -72,6 +74,18 @@ struct DeviceAttributes {  // nvmlDeviceAttributes_t
   unsigned long long memorySizeMB;
 };
 
+struct EventSetOpaque;
+using EventSet = EventSetOpaque*;  // nvmlEventSet_t
+struct EventData {  // nvmlEventData_t
+  Device device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+constexpr unsigned long long kEventTypeXidCriticalError = 0x8;  // nvmlEventTypeXidCriticalError
+
+static_assert(sizeof(EventData) == 32);
 static_assert(sizeof(Memory) == 24);
 static_assert(sizeof(MemoryV2) == 40);
 static_assert(sizeof(ProcessInfo) == 24);
@@ -92,6 +106,10 @@ using GetMemoryInfoV2Fn = Return (*)(Device, MemoryV2*);
 using GetAttributesFn = Return (*)(Device, DeviceAttributes*);
 using GetProcessesFn = Return (*)(Device, unsigned int*, ProcessInfo*);
 using GetDriverVersionFn = Return (*)(char*, unsigned int);
+using EventSetCreateFn = Return (*)(EventSet*);
+using EventSetFreeFn = Return (*)(EventSet);
+using RegisterEventsFn = Return (*)(Device, unsigned long long, EventSet);
+using EventSetWaitFn = Return (*)(EventSet, EventData*, unsigned int);
 
 }  // namespace nvml
 
@@ -117,6 +135,7 @@ class NvmlLibrary {
   }
 
   ~NvmlLibrary() {
+    if (event_set_ != nullptr && event_set_free_) event_set_free_(event_set_);
     if (initialized_) shutdown_();
     dlclose(handle_);
   }
@@ -218,8 +237,62 @@ class NvmlLibrary {
     return Status::Ok();
   }
 
+  // CriticalErrors subscribes every GPU to Xid critical-error events on the first call, then drains what has
+  // arrived. A driver without events (or one that refuses them, e.g. in some containers) yields nothing.
+  std::vector<GpuCriticalError> CriticalErrors() {
+    std::vector<GpuCriticalError> out;
+    if (!events_tried_) {
+      events_tried_ = true;
+      if (Status s = Subscribe(); !s.ok()) {
+        spdlog::warn("nvml: no GPU error events ({}); faults are noticed through the MPS server's status only",
+                     s.message());
+        if (event_set_ != nullptr) event_set_free_(event_set_);
+        event_set_ = nullptr;
+      }
+    }
+    if (event_set_ == nullptr) return out;
+    for (int i = 0; i < 256; ++i) {  // bounded: a storm of events is drained over several calls
+      nvml::EventData data{};
+      nvml::Return r = event_set_wait_(event_set_, &data, 0);
+      if (r == nvml::kErrorTimeout) break;
+      if (r != nvml::kSuccess) {
+        spdlog::warn("nvml: nvmlEventSetWait_v2: {}", Error(r));
+        break;
+      }
+      auto it = uuid_of_.find(data.device);
+      out.push_back({it != uuid_of_.end() ? it->second : "", data.eventData});
+    }
+    return out;
+  }
+
  private:
   NvmlLibrary(std::string path, void* handle) : path_(std::move(path)), handle_(handle) {}
+
+  Status Subscribe() {
+    if (!event_set_create_ || !event_set_free_ || !register_events_ || !event_set_wait_) {
+      return Status::Unsupported("the driver's NVML lacks the event functions");
+    }
+    if (nvml::Return r = event_set_create_(&event_set_); r != nvml::kSuccess) {
+      event_set_ = nullptr;
+      return Status::Unsupported("nvmlEventSetCreate: " + Error(r));
+    }
+    auto count = DeviceCount();
+    if (!count.ok()) return count.status();
+    for (unsigned int i = 0; i < *count; ++i) {
+      nvml::Device dev = nullptr;
+      if (nvml::Return r = get_handle_(i, &dev); r != nvml::kSuccess) {
+        return Status::Server("nvmlDeviceGetHandleByIndex_v2: " + Error(r));
+      }
+      auto uuid = String(get_uuid_, dev, nvml::kUuidBufferSize, "nvmlDeviceGetUUID", i);
+      if (!uuid.ok()) return uuid.status();
+      uuid_of_[dev] = *uuid;
+      if (nvml::Return r = register_events_(dev, nvml::kEventTypeXidCriticalError, event_set_);
+          r != nvml::kSuccess) {
+        return Status::Unsupported("nvmlDeviceRegisterEvents(" + std::to_string(i) + "): " + Error(r));
+      }
+    }
+    return Status::Ok();
+  }
 
   template <typename F>
   F Symbol(const char* name) const {
@@ -238,6 +311,10 @@ class NvmlLibrary {
     get_memory_v1_ = Symbol<nvml::GetMemoryInfoFn>("nvmlDeviceGetMemoryInfo");
     get_attributes_ = Symbol<nvml::GetAttributesFn>("nvmlDeviceGetAttributes_v2");
     driver_version_ = Symbol<nvml::GetDriverVersionFn>("nvmlSystemGetDriverVersion");
+    event_set_create_ = Symbol<nvml::EventSetCreateFn>("nvmlEventSetCreate");
+    event_set_free_ = Symbol<nvml::EventSetFreeFn>("nvmlEventSetFree");
+    register_events_ = Symbol<nvml::RegisterEventsFn>("nvmlDeviceRegisterEvents");
+    event_set_wait_ = Symbol<nvml::EventSetWaitFn>("nvmlEventSetWait_v2");
     // _v3 and _v2 fill the same nvmlProcessInfo_t; prefer _v3, which newer drivers document.
     compute_processes_ = Symbol<nvml::GetProcessesFn>("nvmlDeviceGetComputeRunningProcesses_v3");
     compute_processes_name_ = "nvmlDeviceGetComputeRunningProcesses_v3";
@@ -319,6 +396,13 @@ class NvmlLibrary {
   const char* compute_processes_name_ = "";
   nvml::GetProcessesFn mps_processes_ = nullptr;
   const char* mps_processes_name_ = "";
+  nvml::EventSetCreateFn event_set_create_ = nullptr;
+  nvml::EventSetFreeFn event_set_free_ = nullptr;
+  nvml::RegisterEventsFn register_events_ = nullptr;
+  nvml::EventSetWaitFn event_set_wait_ = nullptr;
+  bool events_tried_ = false;
+  nvml::EventSet event_set_ = nullptr;
+  std::map<nvml::Device, std::string> uuid_of_;
 };
 
 // NvmlDiscovery: the GPUs NVML reports. Thread-compatible.
@@ -354,12 +438,14 @@ class NvmlDiscovery final : public GpuDiscovery {
     return out;
   }
 
+  std::vector<GpuCriticalError> CriticalErrors() override { return lib_->CriticalErrors(); }
+
   Status NoGpus() const {
     return Status::Unsupported("NVML reports 0 GPUs on this host (" + Describe() +
                                "). Use --gpus fake:2x22587 on a host without GPUs");
   }
 
-  const NvmlLibrary& lib() const { return *lib_; }
+  NvmlLibrary& lib() const { return *lib_; }
 
  private:
   std::unique_ptr<NvmlLibrary> lib_;
@@ -394,6 +480,16 @@ uint64_t Fnv1a64(const std::string& s) {
 }  // namespace
 
 // ---- Public functions ---------------------------------------------------------------------------------------
+
+bool IsFatalXid(uint64_t xid) {
+  switch (xid) {
+    case 13: case 31: case 43: case 48: case 63: case 64: case 74: case 79: case 92: case 94: case 95:
+    case 119: case 120:
+      return true;
+    default:
+      return false;
+  }
+}
 
 std::string NvmlLibraryPath() {
   const char* env = std::getenv(kNvmlLibraryEnv);

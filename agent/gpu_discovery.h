@@ -29,6 +29,20 @@ struct GpuProcess {
   MiB used_mib = 0;
 };
 
+// A fatal GPU error NVML reported (an Xid "critical error" event), e.g. Xid 31 when a kernel touched an illegal
+// address. Under MPS such an error reaches every client on that GPU.
+struct GpuCriticalError {
+  std::string gpu_uuid;
+  uint64_t xid = 0;
+};
+
+// IsFatalXid: the Xids the agent treats as a fault of the whole GPU (every MPS client on it fails, the MPS
+// server refuses new clients until they have all exited): 13 graphics engine exception, 31 MMU fault (illegal
+// address), 43 GPU stopped processing, 48 double-bit ECC, 63/64 ECC page retirement or row remap events, 74 NVLink
+// error, 79 fallen off the bus, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC error, 119/120 GSP
+// errors. Others (e.g. 45, the clean-up after a process was killed) are logged and ignored.
+bool IsFatalXid(uint64_t xid);
+
 // GpuDiscovery is the narrow interface over NVML. Implementations are thread-compatible.
 class GpuDiscovery {
  public:
@@ -37,6 +51,9 @@ class GpuDiscovery {
   virtual Result<std::vector<GpuDevice>> Discover() = 0;
   // Processes using each GPU with their memory, for the watchdog (DESIGN §6 "Limits that hold").
   virtual Result<std::vector<GpuProcess>> Processes() = 0;
+  // CriticalErrors returns the critical-error events seen since the last call, without waiting. The first call
+  // subscribes (NVML event set); a platform that cannot deliver events answers empty, once logged.
+  virtual std::vector<GpuCriticalError> CriticalErrors() { return {}; }
 };
 
 // MakeGpuDiscovery parses the agent's --gpus flag: "nvml" (dlopen libnvidia-ml.so.1; an error that says so
@@ -66,6 +83,8 @@ std::string NvmlLibraryPath();
 //   Processes: per GPU, the union of nvmlDeviceGetComputeRunningProcesses_v3 and
 //             nvmlDeviceGetMPSComputeRunningProcesses_v3 (_v2 when _v3 is missing), one entry per (pid, GPU)
 //             with the larger memory; memory NVML cannot report counts as 0. Sorted by GPU index, then pid.
+//   CriticalErrors: nvmlEventSetCreate + nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError) on every GPU at
+//             the first call, then nvmlEventSetWait_v2 with a 0 ms timeout until it times out.
 Result<std::unique_ptr<GpuDiscovery>> MakeNvmlDiscovery(const std::string& library);
 
 }  // namespace gpupack::agent

@@ -480,4 +480,86 @@ std::unique_ptr<MpsSupervisor> MakeMpsControlDaemon(MpsOptions options) {
 
 std::unique_ptr<MpsSupervisor> MakeFakeMps(MpsOptions options) { return std::make_unique<FakeMps>(std::move(options)); }
 
+// ---- Parsing the control daemon's answers ----
+
+namespace {
+
+bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+// Words splits on blanks, newlines included (an answer like "FAULT\n" is one word).
+std::vector<std::string_view> Words(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && IsBlank(line[i])) ++i;
+    size_t start = i;
+    while (i < line.size() && !IsBlank(line[i])) ++i;
+    if (i > start) out.push_back(line.substr(start, i - start));
+  }
+  return out;
+}
+
+std::vector<std::string_view> Lines(std::string_view text) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool ParsePid(std::string_view s, int& out) {
+  if (s.empty() || s.size() > 9) return false;
+  int v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v <= 0) return false;
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+std::vector<int> ParseMpsServerList(std::string_view text) {
+  std::vector<int> out;
+  for (std::string_view line : Lines(text)) {
+    auto words = Words(line);
+    int pid = 0;
+    if (words.size() == 1 && ParsePid(words[0], pid)) out.push_back(pid);
+  }
+  return out;
+}
+
+std::vector<MpsClientRow> ParseMpsPs(std::string_view text) {
+  std::vector<MpsClientRow> out;
+  for (std::string_view line : Lines(text)) {
+    auto words = Words(line);
+    MpsClientRow row;
+    int id = 0;
+    if (words.size() < 4 || !ParsePid(words[0], row.pid) || !ParsePid(words[1], id) ||
+        !ParsePid(words[2], row.server_pid)) {
+      continue;  // the header, or not a client row
+    }
+    row.device = std::string(words[3]);
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+bool MpsDeviceMatches(std::string_view cell, std::string_view uuid) {
+  if (cell.empty()) return false;
+  if (cell == uuid) return true;
+  return cell.size() >= 12 && uuid.size() > cell.size() && uuid.substr(0, cell.size()) == cell;
+}
+
+bool MpsServerFaulted(std::string_view status_answer) {
+  auto words = Words(status_answer);
+  return !words.empty() && words[0] == "FAULT";
+}
+
 }  // namespace gpupack::agent

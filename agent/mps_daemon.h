@@ -5,6 +5,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "scheduler/status.h"
 
@@ -64,6 +66,25 @@ std::unique_ptr<MpsSupervisor> MakeMpsControlDaemon(MpsOptions options);
 // file says serving; after Stop (or Send("quit")) probes are kNotServing until the next Start. Send answers
 // "100.0\n" to get_default_active_thread_percentage and "" to anything else.
 inline constexpr char kFakeMpsHealthFile[] = "fake-mps-health";
+
+// ---- Reading the control daemon's answers (used for fault handling; pure functions) ----
+
+// ParseMpsServerList reads `get_server_list`: one MPS server pid per line. Lines that are not a pid are skipped.
+std::vector<int> ParseMpsServerList(std::string_view text);
+
+// One row of `ps`: "PID ID SERVER DEVICE NAMESPACE COMMAND", DEVICE being the GPU's UUID cut to 22 characters.
+struct MpsClientRow {
+  int pid = 0;
+  int server_pid = 0;
+  std::string device;  // a prefix of the GPU's UUID, as the daemon prints it
+};
+// ParseMpsPs reads `ps`; the header and malformed rows are skipped.
+std::vector<MpsClientRow> ParseMpsPs(std::string_view text);
+// MpsDeviceMatches: whether a `ps` DEVICE cell names the GPU with this UUID (an exact match or a prefix of at
+// least 12 characters).
+bool MpsDeviceMatches(std::string_view cell, std::string_view uuid);
+// MpsServerFaulted: whether `get_server_status <pid>` answered FAULT (anything else, e.g. ACTIVE, is not).
+bool MpsServerFaulted(std::string_view status_answer);
 std::unique_ptr<MpsSupervisor> MakeFakeMps(MpsOptions options);
 
 }  // namespace gpupack::agent

@@ -58,6 +58,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/proc_tree.h"
 #include "agent/runtime.h"
 
 namespace gpupack::agent {
@@ -654,7 +655,47 @@ class ProcessRuntime final : public Runtime {
     return out;
   }
 
+  std::map<uint32_t, std::string> Owners(const std::vector<uint32_t>& pids) override {
+    std::map<uint32_t, std::string> out;
+    if (pids.empty()) return out;
+    // The running containers' workload pids (their process groups) and monitor pids (their sessions).
+    std::map<int, std::string> by_group, by_session;
+    std::error_code ec;
+    for (fs::directory_iterator it(options_.state_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.size() <= 5 || !name.ends_with(".json")) continue;
+      auto record = ReadRecord(name.substr(0, name.size() - 5));
+      if (!record.ok() || !record->has_value() || (*record)->exited) continue;
+      const Record& r = **record;
+      if (!Alive(r.pid, r.start_time)) continue;
+      by_group[r.pid] = r.id;
+      if (Alive(r.monitor_pid, r.monitor_start_time)) by_session[r.monitor_pid] = r.id;
+    }
+    if (by_group.empty()) return out;
+    for (uint32_t pid : pids) {
+      int p = static_cast<int>(pid);
+      for (int depth = 0; depth < 64 && p > 1; ++depth) {  // bounded walk up the tree
+        auto ids = ReadProcIds(p);
+        if (!ids) break;
+        const std::string* owner = Lookup(by_group, ids->pgrp);
+        if (owner == nullptr) owner = Lookup(by_group, ids->pid);
+        if (owner == nullptr) owner = Lookup(by_session, ids->session);
+        if (owner != nullptr) {
+          out[pid] = *owner;
+          break;
+        }
+        p = ids->ppid;
+      }
+    }
+    return out;
+  }
+
  private:
+  static const std::string* Lookup(const std::map<int, std::string>& m, int key) {
+    auto it = m.find(key);
+    return it == m.end() ? nullptr : &it->second;
+  }
+
   std::string StatePath(const std::string& id) const {
     return (fs::path(options_.state_dir) / (id + ".json")).string();
   }

@@ -548,12 +548,15 @@ Json ToJson(const ContainerInstance& inst) {
     attrs.push_back(std::move(j));
   }
   Json gpus = Json::array();
-  for (const auto& g : inst.gpus)
-    gpus.push_back({{"gpuId", g.id},
-                    {"sharingMode", GpuModeName(g.mode)},
-                    {"totalMemoryInMiB", g.total_memory_mib},
-                    {"remainingMemoryInMiB", g.remaining_memory_mib},
-                    {"containerCount", g.container_count}});
+  for (const auto& g : inst.gpus) {
+    Json gpu = {{"gpuId", g.id},
+                {"sharingMode", GpuModeName(g.mode)},
+                {"totalMemoryInMiB", g.total_memory_mib},
+                {"remainingMemoryInMiB", g.remaining_memory_mib},
+                {"containerCount", g.container_count}};
+    if (g.held) gpu["heldAfterFault"] = true;  // the agent holds it until its MPS server is healthy again
+    gpus.push_back(std::move(gpu));
+  }
   Json out = {{"containerInstanceArn", inst.arn},
               {"ec2InstanceId", inst.ec2_instance_id},
               {"version", inst.version},
@@ -570,6 +573,10 @@ Json ToJson(const ContainerInstance& inst) {
               {"tags", Json::array()},
               {"gpuDevices", gpus}};
   if (!inst.status_reason.empty()) out["statusReason"] = inst.status_reason;
+  // ECS's instance health: the agent reports the instance impaired when its MPS control daemon stops answering.
+  const char* health = inst.impaired ? "IMPAIRED" : "OK";
+  out["healthStatus"] = {{"overallStatus", health},
+                         {"details", Json::array({{{"type", "CONTAINER_RUNTIME"}, {"status", health}}})}};
   return out;
 }
 

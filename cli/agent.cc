@@ -28,6 +28,13 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--cpu", f.cpu, "CPU units to offer (default: cores x 1024)");
   app.add_option("--memory", f.memory, "MiB of host memory to offer (default: 95% of MemTotal)");
   app.add_option("--stop-grace-ms", f.stop_grace_ms, "SIGTERM to SIGKILL grace")->capture_default_str();
+  app.add_option("--watchdog-ms", f.watchdog_ms,
+                 "how often the GPU memory watchdog reads NVML (0 turns it off; see docs/operations.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600 * 1000));
+  app.add_option("--mps-probe-ms", f.mps_probe_ms, "how often the MPS control daemon is probed")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 3600 * 1000));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
 }
 
@@ -48,6 +55,8 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.cpu = f.cpu;
   o.memory = f.memory;
   o.stop_grace = std::chrono::milliseconds(f.stop_grace_ms);
+  o.watchdog_interval = std::chrono::milliseconds(f.watchdog_ms);
+  o.mps_probe_interval = std::chrono::milliseconds(f.mps_probe_ms);
   for (const auto& a : f.attributes) {
     size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0)

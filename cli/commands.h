@@ -43,6 +43,8 @@ struct AgentFlags {
   int64_t cpu = 0;
   int64_t memory = 0;
   int stop_grace_ms = 10000;
+  int watchdog_ms = 1000;
+  int mps_probe_ms = 5000;
   std::string log_level = "info";
 };
 

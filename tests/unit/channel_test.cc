@@ -6,13 +6,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
 #include "agent/channel_client.h"
+#include "agent/fake_gpus.h"
 #include "api/agent_channel.h"
 #include "api/control_plane.h"
 #include "api/ecs_handler.h"
@@ -74,11 +77,14 @@ class ChannelTest : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    // The simulated GPUs read <dir_>/fake-gpu-processes.json on every call: the watchdog's input.
+    setenv(agent::kFakeGpuDirEnv, dir_.c_str(), 1);
     server_ = std::make_unique<TestServer>((dir_ / "state.db").string());
   }
   void TearDown() override {
     agent_.reset();
     server_.reset();
+    unsetenv(agent::kFakeGpuDirEnv);
     fs::remove_all(dir_);
   }
 
@@ -94,6 +100,7 @@ class ChannelTest : public ::testing::Test {
     o.stop_grace = 300ms;
     o.monitor_interval = 20ms;
     o.mps_probe_interval = 50ms;
+    o.watchdog_interval = watchdog_interval_;
     o.stop_tasks_on_exit = stop_tasks_on_exit_;  // so no test leaves processes behind
     return o;
   }
@@ -171,7 +178,49 @@ class ChannelTest : public ::testing::Test {
     return env;
   }
 
+  // SetGpuProcesses replaces what the simulated GPUs report (atomically: the agent may read at any moment).
+  // Each entry: {pid, GPU UUID, MiB}.
+  void SetGpuProcesses(const std::vector<std::tuple<int, std::string, int>>& processes) {
+    Json list = Json::array();
+    for (const auto& [pid, gpu, mib] : processes) list.push_back({{"pid", pid}, {"gpuUuid", gpu}, {"usedMiB", mib}});
+    const fs::path tmp = dir_ / "fake-gpu-processes.json.tmp";
+    std::ofstream(tmp) << list.dump();
+    fs::rename(tmp, dir_ / agent::kFakeGpuProcessesFile);
+  }
+
+  // ReadPid waits (bounded) for `file` to hold a full line and returns the number on it, 0 if it never does.
+  int ReadPid(const fs::path& file) {
+    for (int i = 0; i < 500; ++i) {
+      std::ifstream in(file);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (text.find('\n') != std::string::npos) return std::stoi(text);
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << file << " never held a pid";
+    return 0;
+  }
+
+  // WaitGone waits (bounded) until a process has exited: no such process, or a zombie nobody reaped yet.
+  static bool WaitGone(int pid) {
+    for (int i = 0; i < 500; ++i) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      size_t paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  // A script whose shell starts a child (in the shell's process group), writes the child's pid to `pid_file`
+  // and waits: GPU memory is then "used" by that child, so attribution goes through the process tree.
+  static std::string ChildScript(const fs::path& pid_file) {
+    return "sleep 60 & echo $! > " + pid_file.string() + ".tmp; mv " + pid_file.string() + ".tmp " +
+           pid_file.string() + "; wait";
+  }
+
   fs::path dir_;
+  std::chrono::milliseconds watchdog_interval_ = 20ms;
   bool stop_tasks_on_exit_ = true;
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<agent::Agent> agent_;
@@ -338,6 +387,166 @@ TEST_F(ChannelTest, GpuFaultStopsExactlyTheTasksOnThatGpu) {
   }
   ASSERT_EQ(ok["tasks"].size(), 1u);
   EXPECT_EQ(ok["tasks"][0]["containers"][0]["gpuIds"][0], gpu_a);
+}
+
+// ---- The GPU memory watchdog (DESIGN §6 "Limits that hold") -------------------------------------------------
+
+TEST_F(ChannelTest, WatchdogStopsATaskOverItsGpuMemoryAndLeavesItsNeighbourAlone) {
+  StartAgent();
+  RegisterScript("greedy", ChildScript(dir_ / "greedy.pid"), 4096);
+  RegisterScript("polite", ChildScript(dir_ / "polite.pid"), 4096);
+  std::string greedy = Run("greedy");
+  std::string polite = Run("polite");
+  Json tg = WaitTask(greedy, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  Json tp = WaitTask(polite, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  const int greedy_child = ReadPid(dir_ / "greedy.pid");
+  const int polite_child = ReadPid(dir_ / "polite.pid");
+  ASSERT_GT(greedy_child, 0);
+  ASSERT_GT(polite_child, 0);
+  const std::string gpu_g = tg["containers"][0]["gpuIds"][0];
+  const std::string gpu_p = tp["containers"][0]["gpuIds"][0];
+  // The greedy task's child lifted its MPS limit and uses 5,000 MiB of the 4,096 it declared; the polite one
+  // uses 1,000 of its 4,096. An unrelated process (this test) uses a lot on the same GPU: nobody's task.
+  SetGpuProcesses({{greedy_child, gpu_g, 5000}, {polite_child, gpu_p, 1000}, {getpid(), gpu_g, 9000}});
+  Json stopped = WaitTask(greedy, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(stopped["stopCode"], "EssentialContainerExited");
+  const std::string reason = stopped.value("stoppedReason", "");
+  EXPECT_NE(reason.find("GPU memory limit exceeded"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("5000 MiB"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("4096 MiB"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(gpu_g), std::string::npos) << reason;
+  const std::string creason = stopped["containers"][0].value("reason", "");
+  EXPECT_EQ(creason.rfind("GpuMemoryLimitExceeded", 0), 0u) << creason;
+  EXPECT_TRUE(WaitGone(greedy_child)) << "the stopped task's child " << greedy_child << " is still alive";
+  // The neighbour runs on, and only its memory is still held.
+  WaitInstance([](const Json& c) {
+    const int remaining =
+        c["gpuDevices"][0]["remainingMemoryInMiB"].get<int>() + c["gpuDevices"][1]["remainingMemoryInMiB"].get<int>();
+    return remaining == 2 * 22587 - 4096;
+  });
+  Json dp = server_->Call("DescribeTasks", {{"tasks", Json::array({polite})}});
+  EXPECT_EQ(dp["tasks"][0]["lastStatus"], "RUNNING");
+  EXPECT_EQ(kill(polite_child, 0), 0);
+  server_->Call("StopTask", {{"task", polite}});
+  WaitTask(polite, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+}
+
+TEST_F(ChannelTest, WatchdogStopsATaskUsingAGpuItWasNotGiven) {
+  StartAgent();
+  RegisterScript("stray", ChildScript(dir_ / "stray.pid"), 4096);
+  std::string arn = Run("stray");
+  Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  const int child = ReadPid(dir_ / "stray.pid");
+  ASSERT_GT(child, 0);
+  const std::string mine = t["containers"][0]["gpuIds"][0];
+  Json ci = WaitInstance([](const Json&) { return true; });
+  std::string other;
+  for (const auto& g : ci["gpuDevices"])
+    if (g["gpuId"] != mine) other = g["gpuId"];
+  ASSERT_FALSE(other.empty());
+  // Well within its memory, but on the other GPU (it ignored CUDA_VISIBLE_DEVICES).
+  SetGpuProcesses({{child, mine, 100}, {child, other, 10}});
+  Json stopped = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(stopped["stopCode"], "EssentialContainerExited");
+  const std::string reason = stopped.value("stoppedReason", "");
+  EXPECT_NE(reason.find("a GPU it was not given"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(other), std::string::npos) << reason;
+  EXPECT_EQ(stopped["containers"][0].value("reason", "").rfind("GpuMemoryLimitExceeded", 0), 0u);
+  WaitInstance([](const Json& c) { return c["gpuDevices"][0]["remainingMemoryInMiB"] == 22587 &&
+                                          c["gpuDevices"][1]["remainingMemoryInMiB"] == 22587; });
+}
+
+TEST_F(ChannelTest, WatchdogLeavesATaskAtItsLimitAloneAndSumsItsProcesses) {
+  StartAgent();
+  RegisterScript("exact", "echo $$ > " + (dir_ / "exact-shell.pid").string() + "; " + ChildScript(dir_ / "exact.pid"),
+                 4096);
+  RegisterScript("witness", ChildScript(dir_ / "witness.pid"), 1024);
+  std::string exact = Run("exact");
+  Json te = WaitTask(exact, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  const int shell = ReadPid(dir_ / "exact-shell.pid");
+  const int child = ReadPid(dir_ / "exact.pid");
+  ASSERT_GT(shell, 0);
+  ASSERT_GT(child, 0);
+  const std::string gpu = te["containers"][0]["gpuIds"][0];
+  // Two processes of the task: 3,000 + 1,096 = exactly the 4,096 MiB it declared.
+  SetGpuProcesses({{shell, gpu, 3000}, {child, gpu, 1096}});
+  // A witness over its limit, started afterwards: once the watchdog has stopped it, it has read the exact task
+  // at least as many times, and left it alone.
+  std::string witness = Run("witness");
+  Json tw = WaitTask(witness, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  const int witness_child = ReadPid(dir_ / "witness.pid");
+  ASSERT_GT(witness_child, 0);
+  SetGpuProcesses({{shell, gpu, 3000}, {child, gpu, 1096},
+                   {witness_child, tw["containers"][0]["gpuIds"][0].get<std::string>(), 2048}});
+  WaitTask(witness, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  for (int i = 0; i < 10; ++i) {  // and several more readings
+    std::this_thread::sleep_for(20ms);
+    Json d = server_->Call("DescribeTasks", {{"tasks", Json::array({exact})}});
+    ASSERT_EQ(d["tasks"][0]["lastStatus"], "RUNNING") << d.dump();
+  }
+  // One MiB more across its two processes is over.
+  SetGpuProcesses({{shell, gpu, 3000}, {child, gpu, 1097}});
+  Json stopped = WaitTask(exact, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  const std::string reason = stopped.value("stoppedReason", "");
+  EXPECT_NE(reason.find("4097 MiB"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("4096 MiB"), std::string::npos) << reason;
+}
+
+TEST_F(ChannelTest, WatchdogSetsNoMemoryLimitOnADedicatedGpuButPolicesItsOtherGpus) {
+  StartAgent();
+  Json c = {{"name", "main"}, {"image", "busybox"}, {"memory", 64}, {"entryPoint", {"/bin/sh", "-c"}},
+            {"command", {ChildScript(dir_ / "whole.pid")}},
+            {"resourceRequirements", Json::array({{{"type", "GPU"}, {"value", "1"}}})}};
+  server_->Call("RegisterTaskDefinition", {{"family", "whole"}, {"containerDefinitions", Json::array({c})}});
+  std::string arn = Run("whole");
+  Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  const int child = ReadPid(dir_ / "whole.pid");
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(t["containers"][0]["gpuIds"].size(), 1u) << t.dump();
+  const std::string mine = t["containers"][0]["gpuIds"][0];
+  Json ci = WaitInstance([](const Json&) { return true; });
+  std::string other;
+  for (const auto& g : ci["gpuDevices"])
+    if (g["gpuId"] != mine) other = g["gpuId"];
+  ASSERT_FALSE(other.empty());
+  // All of its own GPU: no limit on a dedicated GPU.
+  SetGpuProcesses({{child, mine, 22587}});
+  for (int i = 0; i < 10; ++i) {
+    std::this_thread::sleep_for(20ms);
+    Json d = server_->Call("DescribeTasks", {{"tasks", Json::array({arn})}});
+    ASSERT_EQ(d["tasks"][0]["lastStatus"], "RUNNING") << d.dump();
+  }
+  // The GPU it was not given is another matter.
+  SetGpuProcesses({{child, mine, 22587}, {child, other, 1}});
+  Json stopped = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  const std::string reason = stopped.value("stoppedReason", "");
+  EXPECT_NE(reason.find("a GPU it was not given"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(other), std::string::npos) << reason;
+}
+
+TEST_F(ChannelTest, WatchdogOffStopsNothing) {
+  watchdog_interval_ = 0ms;
+  StartAgent();
+  RegisterScript("greedy", ChildScript(dir_ / "greedy.pid"), 4096);
+  std::string arn = Run("greedy");
+  Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  const int child = ReadPid(dir_ / "greedy.pid");
+  ASSERT_GT(child, 0);
+  const std::string gpu = t["containers"][0]["gpuIds"][0];
+  Json ci = WaitInstance([](const Json&) { return true; });
+  std::string other;
+  for (const auto& g : ci["gpuDevices"])
+    if (g["gpuId"] != gpu) other = g["gpuId"];
+  SetGpuProcesses({{child, gpu, 20000}, {child, other, 20000}});
+  // Many times the watchdog interval the other tests use (20 ms) and its two strikes.
+  for (int i = 0; i < 15; ++i) {
+    std::this_thread::sleep_for(20ms);
+    Json d = server_->Call("DescribeTasks", {{"tasks", Json::array({arn})}});
+    ASSERT_EQ(d["tasks"][0]["lastStatus"], "RUNNING") << d.dump();
+  }
+  EXPECT_EQ(kill(child, 0), 0);
+  server_->Call("StopTask", {{"task", arn}});
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
 }
 
 TEST_F(ChannelTest, ContainerThatCannotStartFailsTheTask) {

@@ -1,6 +1,13 @@
 // ContainerEnvironment as a table: (definition env, overrides, GPU assignment, runtime) -> the exact environment.
 #include "agent/environment.h"
 
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace gpupack::agent {
@@ -165,6 +172,92 @@ INSTANTIATE_TEST_SUITE_P(
         // Nothing at all, no GPU, process.
         Case{"Empty", {}, {}, NoGpu(), RuntimeKind::kProcess, {{"CUDA_VISIBLE_DEVICES", ""}}}),
     [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// ---- WithHostDefaults: what a process container inherits from the agent ------------------------------------
+
+// A host whose lookup knows every name it is asked for ("host:<name>") and records the questions.
+struct FullHost {
+  std::vector<std::string> asked;
+  std::deque<std::string> values;  // the returned pointers stay valid
+  std::function<const char*(const char*)> Lookup() {
+    return [this](const char* name) -> const char* {
+      asked.push_back(name);
+      values.push_back(std::string("host:") + name);
+      return values.back().c_str();
+    };
+  }
+};
+
+TEST(WithHostDefaultsTest, AddsEveryListedNameTheTaskLacksAfterTheTasksOwn) {
+  FullHost host;
+  Env got = WithHostDefaults({{"A", "1"}}, host.Lookup());
+  Env want = {{"A", "1"},
+              {"PATH", "host:PATH"},
+              {"HOME", "host:HOME"},
+              {"LANG", "host:LANG"},
+              {"LC_ALL", "host:LC_ALL"},
+              {"TZ", "host:TZ"},
+              {"LD_LIBRARY_PATH", "host:LD_LIBRARY_PATH"}};
+  EXPECT_EQ(got, want);
+}
+
+TEST(WithHostDefaultsTest, NeverOverridesATasksValueEvenAnEmptyOne) {
+  FullHost host;
+  Env env = {{"HOME", "/task/home"}, {"PATH", ""}, {"LD_LIBRARY_PATH", "/task/lib"}};
+  Env got = WithHostDefaults(env, host.Lookup());
+  Env want = {{"HOME", "/task/home"}, {"PATH", ""}, {"LD_LIBRARY_PATH", "/task/lib"},
+              {"LANG", "host:LANG"},  {"LC_ALL", "host:LC_ALL"}, {"TZ", "host:TZ"}};
+  EXPECT_EQ(got, want);
+  // Each name appears once.
+  for (const char* name : {"HOME", "PATH", "LD_LIBRARY_PATH"}) {
+    EXPECT_EQ(std::count_if(got.begin(), got.end(), [&](const KeyValuePair& kv) { return kv.name == name; }), 1)
+        << name;
+  }
+}
+
+TEST(WithHostDefaultsTest, AsksOnlyForTheListedNamesAndNeverAddsMpsOrGpuVariables) {
+  FullHost host;
+  Env got = WithHostDefaults({}, host.Lookup());
+  std::vector<std::string> listed(std::begin(kInheritedHostVariables), std::end(kInheritedHostVariables));
+  for (const auto& name : host.asked) EXPECT_NE(std::find(listed.begin(), listed.end(), name), listed.end()) << name;
+  for (const auto& kv : got) {
+    EXPECT_NE(kv.name.rfind("CUDA_", 0), 0u) << kv.name;
+    EXPECT_NE(kv.name.rfind("NVIDIA_", 0), 0u) << kv.name;
+  }
+  EXPECT_EQ(got.size(), listed.size());
+}
+
+TEST(WithHostDefaultsTest, KeepsTheMpsEnvironmentExactlyAsContainerEnvironmentMadeIt) {
+  // The agent's own environment has MPS variables (e.g. it was started inside an MPS client's shell): none of
+  // them reach the container, and ContainerEnvironment's values stay.
+  Env mps = ContainerEnvironment({{"A", "1"}}, {}, Shared(4096, 50), kPipe, RuntimeKind::kProcess);
+  auto lookup = [](const char* name) -> const char* {
+    std::string n = name;
+    if (n == "CUDA_MPS_PIPE_DIRECTORY") return "/tmp/nvidia-mps";
+    if (n == "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") return "0=99999M";
+    if (n == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") return "100";
+    if (n == "CUDA_MPS_LOG_DIRECTORY") return "/var/log/nvidia-mps";
+    if (n == "CUDA_VISIBLE_DEVICES") return "0,1,2,3";
+    if (n == "PATH") return "/usr/bin:/bin";
+    return nullptr;
+  };
+  Env got = WithHostDefaults(mps, lookup);
+  Env want = mps;
+  want.push_back({"PATH", "/usr/bin:/bin"});
+  EXPECT_EQ(got, want);
+}
+
+TEST(WithHostDefaultsTest, SkipsNamesTheHostDoesNotKnow) {
+  auto lookup = [](const char* name) -> const char* {
+    std::string n = name;
+    if (n == "HOME") return "/root";
+    if (n == "TZ") return "";  // known and empty: inherited as empty
+    return nullptr;
+  };
+  EXPECT_EQ(WithHostDefaults({{"A", "1"}}, lookup), (Env{{"A", "1"}, {"HOME", "/root"}, {"TZ", ""}}));
+  EXPECT_EQ(WithHostDefaults({}, [](const char*) -> const char* { return nullptr; }), Env{});
+  EXPECT_EQ(WithHostDefaults({{"B", "2"}}, [](const char*) -> const char* { return nullptr; }), (Env{{"B", "2"}}));
+}
 
 }  // namespace
 }  // namespace gpupack::agent

@@ -9,7 +9,12 @@
 //      MPS clients:       2001 (4100 MiB: the larger one wins), 2002 (1024.5 MiB)
 //   1: "NVIDIA A10G", total 23028 MiB, reserved 440.5 MiB, 80 SMs
 //      compute processes: 3001 (memory not available)
+//
+// Events (not in the legacy build): nvmlEventSetCreate/Free, nvmlDeviceRegisterEvents and nvmlEventSetWait_v2
+// over one queue per event set; FakeNvmlPushXid(device, xid) queues an Xid critical-error event on every set
+// that registered that device for it. Waiting on an empty set answers NVML_ERROR_TIMEOUT at once.
 #include <cstring>
+#include <deque>
 #include <vector>
 
 namespace {
@@ -18,7 +23,9 @@ using Return = int;
 constexpr Return kSuccess = 0;
 constexpr Return kErrorUninitialized = 1;
 constexpr Return kErrorInvalidArgument = 2;
+constexpr Return kErrorNotSupported = 3;
 constexpr Return kErrorInsufficientSize = 7;
+constexpr Return kErrorTimeout = 10;
 constexpr Return kErrorArgumentVersionMismatch = 25;
 
 constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
@@ -41,6 +48,23 @@ struct DeviceAttributes {
   unsigned long long memorySizeMB;
 };
 
+constexpr unsigned long long kEventTypeXidCriticalError = 0x8;
+
+struct EventData {  // nvmlEventData_t
+  void* device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+static_assert(sizeof(EventData) == 32);
+
+// One nvmlEventSet_t: which devices it listens to (with their event masks) and what has arrived.
+struct EventSet {
+  unsigned long long masks[2] = {0, 0};
+  std::deque<EventData> queue;
+};
+
 struct FakeDevice {
   const char* uuid;
   const char* name;
@@ -59,6 +83,9 @@ struct State {
   unsigned int growth = 0;
   unsigned int compute_calls = 0;      // compute listing calls on GPU 0
   FakeDevice devices[2];
+  std::vector<EventSet*> event_sets;   // live sets
+  Return register_result = kSuccess;   // nvmlDeviceRegisterEvents answers this when not success
+  int register_calls = 0;
 };
 
 State& S() {
@@ -69,8 +96,11 @@ State& S() {
 void Reset() {
   State& s = S();
   const int refs = s.init_refs;
+  std::vector<EventSet*> sets = std::move(s.event_sets);  // sets the library still holds stay valid
+  for (EventSet* set : sets) *set = EventSet{};
   s = State{};
   s.init_refs = refs;
+  s.event_sets = std::move(sets);
   constexpr unsigned long long kNA = ~0ULL;
   s.devices[0] = {"GPU-11111111-2222-3333-4444-555555555555", "NVIDIA H200", 143771 * kMiB, 551 * kMiB, 132,
                   {{1000, 600 * kMiB, 0, 0}, {2001, 4096 * kMiB, 0, 0}},
@@ -158,7 +188,9 @@ NVML_EXPORT const char* nvmlErrorString(Return r) {
     case kErrorUninitialized: return "Uninitialized";
     case kErrorInvalidArgument: return "Invalid Argument";
     case 9: return "Driver Not Loaded";
+    case kErrorNotSupported: return "Not Supported";
     case kErrorInsufficientSize: return "Insufficient Size";
+    case kErrorTimeout: return "Timeout";
     case kErrorArgumentVersionMismatch: return "Argument version mismatch";
     default: return "Unknown Error";
   }
@@ -241,6 +273,59 @@ NVML_EXPORT Return nvmlDeviceGetMPSComputeRunningProcesses_v3(void* device, unsi
     for (unsigned int i = 0; i < S().extra_mps_clients; ++i) list.push_back({5000 + i, (i + 1) * kMiB, 0, 0});
   }
   return List(std::move(list), count, infos);
+}
+
+// ---- Events ----
+
+NVML_EXPORT void FakeNvmlPushXid(unsigned int index, unsigned long long xid) {
+  if (index >= 2) return;
+  for (EventSet* set : S().event_sets) {
+    if (set->masks[index] & kEventTypeXidCriticalError) {
+      set->queue.push_back({&S().devices[index], kEventTypeXidCriticalError, xid, 0xFFFFFFFFu, 0xFFFFFFFFu});
+    }
+  }
+}
+NVML_EXPORT void FakeNvmlSetRegisterEventsResult(int r) { S().register_result = r; }
+NVML_EXPORT int FakeNvmlRegisterEventsCalls() { return S().register_calls; }
+NVML_EXPORT int FakeNvmlEventSets() { return static_cast<int>(S().event_sets.size()); }
+
+NVML_EXPORT Return nvmlEventSetCreate(EventSet** set) {
+  if (S().init_refs == 0) return kErrorUninitialized;
+  if (set == nullptr) return kErrorInvalidArgument;
+  *set = new EventSet;
+  S().event_sets.push_back(*set);
+  return kSuccess;
+}
+
+NVML_EXPORT Return nvmlEventSetFree(EventSet* set) {
+  auto& sets = S().event_sets;
+  for (auto it = sets.begin(); it != sets.end(); ++it) {
+    if (*it == set) {
+      sets.erase(it);
+      delete set;
+      return kSuccess;
+    }
+  }
+  return kErrorInvalidArgument;
+}
+
+NVML_EXPORT Return nvmlDeviceRegisterEvents(void* device, unsigned long long types, EventSet* set) {
+  if (S().init_refs == 0) return kErrorUninitialized;
+  ++S().register_calls;
+  FakeDevice* d = Dev(device);
+  if (d == nullptr || set == nullptr) return kErrorInvalidArgument;
+  if (S().register_result != kSuccess) return S().register_result;
+  set->masks[d - S().devices] |= types;
+  return kSuccess;
+}
+
+NVML_EXPORT Return nvmlEventSetWait_v2(EventSet* set, EventData* data, unsigned int /*timeoutms*/) {
+  if (S().init_refs == 0) return kErrorUninitialized;
+  if (set == nullptr || data == nullptr) return kErrorInvalidArgument;
+  if (set->queue.empty()) return kErrorTimeout;
+  *data = set->queue.front();
+  set->queue.pop_front();
+  return kSuccess;
 }
 
 #endif  // FAKE_NVML_LEGACY

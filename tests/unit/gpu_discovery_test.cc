@@ -280,6 +280,12 @@ class FakeNvml {
   void SetGrowth(unsigned step, unsigned cap) { Call<void (*)(unsigned, unsigned)>("FakeNvmlSetGrowth")(step, cap); }
   unsigned ComputeCalls() { return Call<unsigned (*)()>("FakeNvmlComputeCalls")(); }
   int InitRefs() { return Call<int (*)()>("FakeNvmlInitRefs")(); }
+  void PushXid(unsigned device, unsigned long long xid) {
+    Call<void (*)(unsigned, unsigned long long)>("FakeNvmlPushXid")(device, xid);
+  }
+  void SetRegisterEventsResult(int r) { Call<void (*)(int)>("FakeNvmlSetRegisterEventsResult")(r); }
+  int RegisterEventsCalls() { return Call<int (*)()>("FakeNvmlRegisterEventsCalls")(); }
+  int EventSets() { return Call<int (*)()>("FakeNvmlEventSets")(); }
 
  private:
   void* handle_;
@@ -434,6 +440,92 @@ TEST_F(NvmlTest, LibraryPathFromEnvironment) {
   }
 }
 
+// ---- Critical-error events (Xids) ----
+
+TEST_F(NvmlTest, CriticalErrorsReturnsPushedXidsWithTheirGpuAndDrainsThem) {
+  auto d = MakeNvmlDiscovery(GPUPACK_FAKE_NVML);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_TRUE((*d)->CriticalErrors().empty());  // subscribes; nothing has happened yet
+  EXPECT_EQ(nvml_.EventSets(), 1);
+  EXPECT_EQ(nvml_.RegisterEventsCalls(), 2);  // both GPUs
+  nvml_.PushXid(1, 31);
+  nvml_.PushXid(0, 79);
+  nvml_.PushXid(1, 45);
+  auto errors = (*d)->CriticalErrors();
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_EQ(errors[0].gpu_uuid, kA10G);
+  EXPECT_EQ(errors[0].xid, 31u);
+  EXPECT_EQ(errors[1].gpu_uuid, kH200);
+  EXPECT_EQ(errors[1].xid, 79u);
+  EXPECT_EQ(errors[2].gpu_uuid, kA10G);
+  EXPECT_EQ(errors[2].xid, 45u);
+  EXPECT_TRUE((*d)->CriticalErrors().empty());  // drained
+  // Later events arrive on later calls, without subscribing again.
+  nvml_.PushXid(0, 13);
+  errors = (*d)->CriticalErrors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].gpu_uuid, kH200);
+  EXPECT_EQ(errors[0].xid, 13u);
+  EXPECT_EQ(nvml_.EventSets(), 1);
+  EXPECT_EQ(nvml_.RegisterEventsCalls(), 2);
+  // Processes still work alongside.
+  EXPECT_TRUE((*d)->Processes().ok());
+}
+
+TEST_F(NvmlTest, AStormOfEventsIsDrainedOverSeveralCallsWithoutLosingAny) {
+  auto d = MakeNvmlDiscovery(GPUPACK_FAKE_NVML);
+  ASSERT_TRUE(d.ok());
+  (void)(*d)->CriticalErrors();
+  for (int i = 0; i < 1000; ++i) nvml_.PushXid(i % 2, 31);
+  size_t total = 0;
+  int calls = 0;
+  for (; calls < 100; ++calls) {
+    auto errors = (*d)->CriticalErrors();
+    if (errors.empty()) break;
+    total += errors.size();
+  }
+  EXPECT_EQ(total, 1000u);
+  EXPECT_LT(calls, 100);
+}
+
+TEST_F(NvmlTest, EventSetIsFreedWithTheDiscovery) {
+  {
+    auto d = MakeNvmlDiscovery(GPUPACK_FAKE_NVML);
+    ASSERT_TRUE(d.ok());
+    (void)(*d)->CriticalErrors();
+    EXPECT_EQ(nvml_.EventSets(), 1);
+  }
+  EXPECT_EQ(nvml_.EventSets(), 0);
+  EXPECT_EQ(nvml_.InitRefs(), 0);
+}
+
+TEST_F(NvmlTest, RefusedEventRegistrationYieldsNoErrorsAndDoesNotFail) {
+  nvml_.SetRegisterEventsResult(3);  // NVML_ERROR_NOT_SUPPORTED, as in some containers
+  auto d = MakeNvmlDiscovery(GPUPACK_FAKE_NVML);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE((*d)->CriticalErrors().empty());
+  EXPECT_EQ(nvml_.EventSets(), 0);  // the half-made set is freed
+  const int calls = nvml_.RegisterEventsCalls();
+  nvml_.PushXid(0, 31);
+  EXPECT_TRUE((*d)->CriticalErrors().empty());
+  EXPECT_EQ(nvml_.RegisterEventsCalls(), calls);  // tried once, not on every call
+  auto gpus = (*d)->Discover();
+  ASSERT_TRUE(gpus.ok());
+  EXPECT_EQ(gpus->size(), 2u);
+}
+
+TEST(IsFatalXidTest, GpuWideFaultsAreFatalOthersAreNot) {
+  for (uint64_t xid : {31u, 13u, 43u, 79u, 48u, 94u, 95u}) EXPECT_TRUE(IsFatalXid(xid)) << xid;
+  for (uint64_t xid : {0u, 45u, 1u, 8u, 1000u}) EXPECT_FALSE(IsFatalXid(xid)) << xid;
+  EXPECT_FALSE(IsFatalXid(~0ULL));
+}
+
+TEST(FakeGpusTest, FakeGpusReportNoCriticalErrors) {
+  auto d = MakeGpuDiscovery("fake:2x22587", "s");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE((*d)->CriticalErrors().empty());
+}
+
 // An old driver: no nvmlDeviceGetMemoryInfo_v2, no attributes, no MPS listing, only the _v2 compute listing.
 TEST(NvmlLegacyTest, FallsBackToTheOlderFunctions) {
   FakeNvml legacy(GPUPACK_FAKE_NVML_LEGACY);
@@ -452,6 +544,23 @@ TEST(NvmlLegacyTest, FallsBackToTheOlderFunctions) {
   ASSERT_EQ(p->size(), 3u);  // compute processes only: 1000, 2001 (4096 MiB) and 3001
   EXPECT_EQ((*p)[1].pid, 2001u);
   EXPECT_EQ((*p)[1].used_mib, 4096);
+}
+
+// An old driver without the event functions: no critical errors, no failure, and the rest keeps working.
+TEST(NvmlLegacyTest, NoEventFunctionsMeansNoCriticalErrors) {
+  FakeNvml legacy(GPUPACK_FAKE_NVML_LEGACY);
+  void* handle = dlopen(GPUPACK_FAKE_NVML_LEGACY, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr);
+  EXPECT_EQ(dlsym(handle, "nvmlEventSetCreate"), nullptr);  // the premise: the legacy library lacks them
+  EXPECT_EQ(dlsym(handle, "FakeNvmlPushXid"), nullptr);
+  dlclose(handle);
+  auto d = MakeNvmlDiscovery(GPUPACK_FAKE_NVML_LEGACY);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_TRUE((*d)->CriticalErrors().empty());
+  EXPECT_TRUE((*d)->CriticalErrors().empty());
+  auto p = (*d)->Processes();
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->size(), 3u);
 }
 
 }  // namespace

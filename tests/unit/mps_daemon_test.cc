@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -31,6 +33,7 @@ using std::chrono::milliseconds;
 //   $T/start-fails          -d fails with exit 1
 //   $T/start-never-serves   -d succeeds without creating <pipe>/control
 //   $T/exit-at-once         exits 3 before reading stdin
+//   $T/answers/<command>    the answer to that command, verbatim
 constexpr char kScript[] = R"(#!/bin/sh
 T='@T@'
 P="$CUDA_MPS_PIPE_DIRECTORY"
@@ -51,6 +54,7 @@ while IFS= read -r cmd; do
   fi
   if [ -f "$T/exit0-cannot-find" ]; then echo "Cannot find MPS control daemon process"; exit 0; fi
   if [ ! -f "$P/control" ]; then echo "Cannot find MPS control daemon process"; exit 1; fi
+  if [ -f "$T/answers/$cmd" ]; then cat "$T/answers/$cmd"; continue; fi
   case "$cmd" in
     get_default_active_thread_percentage) echo "100.0" ;;
     quit) rm -f "$P/control" ;;
@@ -496,6 +500,149 @@ TEST_F(FakeMpsTest, StartFailsWhileDownAndStopQuits) {
 TEST_F(FakeMpsTest, RefusesTheDefaultPipeDirectory) {
   options_.pipe_dir = "/tmp/nvidia-mps";
   EXPECT_EQ(MakeFakeMps(options_)->Start().code(), ErrorCode::kInvalidParameter);
+}
+
+// ---- Parsing the control daemon's answers -----------------------------------------------------------------
+// The real answers below are what nvidia-cuda-mps-control printed on an H200 (driver 580) with two clients.
+
+constexpr char kRealPs[] =
+    "PID       ID        SERVER         DEVICE                    NAMESPACE      COMMAND\n"
+    "445       1         484            GPU-33a20bea-234b-1d40    4026531836     python3\n"
+    "446       2         484            GPU-33a20bea-234b-1d40    4026531836     python3\n";
+constexpr char kRealUuid[] = "GPU-33a20bea-234b-1d40-9972-0f3a2161ddaf";
+
+TEST(ParseMpsServerListTest, RealAnswer) { EXPECT_EQ(ParseMpsServerList("484\n"), std::vector<int>{484}); }
+
+TEST(ParseMpsServerListTest, SeveralServersWithAndWithoutTrailingNewlineOrCarriageReturns) {
+  EXPECT_EQ(ParseMpsServerList("484\n512\n"), (std::vector<int>{484, 512}));
+  EXPECT_EQ(ParseMpsServerList("484\n512"), (std::vector<int>{484, 512}));
+  EXPECT_EQ(ParseMpsServerList("  484 \r\n\r\n512\r\n"), (std::vector<int>{484, 512}));
+}
+
+TEST(ParseMpsServerListTest, MalformedLinesAreSkipped) {
+  EXPECT_TRUE(ParseMpsServerList("").empty());
+  EXPECT_TRUE(ParseMpsServerList("\n\n").empty());
+  EXPECT_TRUE(ParseMpsServerList("Cannot find MPS control daemon process\n").empty());
+  EXPECT_TRUE(ParseMpsServerList("abc\n").empty());
+  EXPECT_TRUE(ParseMpsServerList("-484\n").empty());
+  EXPECT_TRUE(ParseMpsServerList("0\n").empty());
+  EXPECT_TRUE(ParseMpsServerList("484x\n").empty());
+  EXPECT_TRUE(ParseMpsServerList("484 512\n").empty());  // two words is not one pid
+  EXPECT_TRUE(ParseMpsServerList("99999999999999999999\n").empty());  // would overflow an int
+  EXPECT_TRUE(ParseMpsServerList("2147483648\n").empty());
+  // Garbage around a good line does not hide it.
+  EXPECT_EQ(ParseMpsServerList("junk\n484\n-1\n"), std::vector<int>{484});
+}
+
+TEST(ParseMpsPsTest, RealAnswer) {
+  auto rows = ParseMpsPs(kRealPs);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].pid, 445);
+  EXPECT_EQ(rows[0].server_pid, 484);
+  EXPECT_EQ(rows[0].device, "GPU-33a20bea-234b-1d40");
+  EXPECT_EQ(rows[1].pid, 446);
+  EXPECT_EQ(rows[1].server_pid, 484);
+  EXPECT_EQ(rows[1].device, "GPU-33a20bea-234b-1d40");
+}
+
+TEST(ParseMpsPsTest, CommandWithSpacesAndTabsAndCarriageReturns) {
+  auto rows = ParseMpsPs("PID ID SERVER DEVICE NAMESPACE COMMAND\r\n"
+                         "7\t3\t9\tGPU-aaaaaaaa-bbbb-cccc\t1\tpython3 train.py --x\r\n");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].pid, 7);
+  EXPECT_EQ(rows[0].server_pid, 9);
+  EXPECT_EQ(rows[0].device, "GPU-aaaaaaaa-bbbb-cccc");
+}
+
+TEST(ParseMpsPsTest, MalformedInputGivesNoRows) {
+  EXPECT_TRUE(ParseMpsPs("").empty());
+  EXPECT_TRUE(ParseMpsPs("\n").empty());
+  EXPECT_TRUE(ParseMpsPs(std::string(kRealPs).substr(0, std::string(kRealPs).find('\n') + 1)).empty());  // header only
+  EXPECT_TRUE(ParseMpsPs("Cannot find MPS control daemon process\n").empty());
+  EXPECT_TRUE(ParseMpsPs("\x01\x02 garbage \xff\xfe\n").empty());
+  EXPECT_TRUE(ParseMpsPs("445       1         484\n").empty());      // truncated: no DEVICE
+  EXPECT_TRUE(ParseMpsPs("445\n").empty());
+  EXPECT_TRUE(ParseMpsPs("-445 1 484 GPU-33a20bea-234b-1d40 1 python3\n").empty());  // negative pid
+  EXPECT_TRUE(ParseMpsPs("445 1 -484 GPU-33a20bea-234b-1d40 1 python3\n").empty());  // negative server
+  EXPECT_TRUE(ParseMpsPs("0 1 484 GPU-33a20bea-234b-1d40 1 python3\n").empty());
+  EXPECT_TRUE(ParseMpsPs("99999999999999999999 1 484 GPU-33a20bea-234b-1d40 1 python3\n").empty());  // huge
+  EXPECT_TRUE(ParseMpsPs("445 1 99999999999999999999 GPU-33a20bea-234b-1d40 1 python3\n").empty());
+  EXPECT_TRUE(ParseMpsPs("445 x 484 GPU-33a20bea-234b-1d40 1 python3\n").empty());
+}
+
+TEST(ParseMpsPsTest, GoodRowsSurviveBadNeighbours) {
+  std::string text = std::string("garbage\n445 1\n") + kRealPs + "-1 2 3 GPU-x 1 y\n";
+  auto rows = ParseMpsPs(text);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].pid, 445);
+  EXPECT_EQ(rows[1].pid, 446);
+  // A truncated last row (the answer cut mid-line) is skipped, the full rows before it kept.
+  std::string cut = std::string(kRealPs).substr(0, std::string(kRealPs).rfind("484"));
+  rows = ParseMpsPs(cut);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].pid, 445);
+}
+
+TEST(MpsDeviceMatchesTest, TheCutUuidOfTheRealAnswerNamesTheGpu) {
+  EXPECT_TRUE(MpsDeviceMatches("GPU-33a20bea-234b-1d40", kRealUuid));
+  EXPECT_TRUE(MpsDeviceMatches(kRealUuid, kRealUuid));  // a daemon that prints the whole UUID
+  for (const auto& row : ParseMpsPs(kRealPs)) EXPECT_TRUE(MpsDeviceMatches(row.device, kRealUuid));
+}
+
+TEST(MpsDeviceMatchesTest, OtherGpusAndShortOrEmptyCellsDoNotMatch) {
+  EXPECT_FALSE(MpsDeviceMatches("GPU-33a20bea-234b-1d40", "GPU-33a20bea-234b-1d41-9972-0f3a2161ddaf"));
+  EXPECT_FALSE(MpsDeviceMatches("GPU-33a20bea-234b-1d40", "GPU-fakeffff-ffff-ffff-0000-000000000000"));
+  EXPECT_FALSE(MpsDeviceMatches("", kRealUuid));
+  EXPECT_FALSE(MpsDeviceMatches("GPU-", kRealUuid));      // too short to name one GPU
+  EXPECT_FALSE(MpsDeviceMatches("GPU-33a20be", kRealUuid));  // 11 characters
+  EXPECT_TRUE(MpsDeviceMatches("GPU-33a20bea", kRealUuid));  // 12
+  EXPECT_FALSE(MpsDeviceMatches(kRealUuid, "GPU-33a20bea-234b-1d40"));  // the cell is longer than the UUID
+  EXPECT_FALSE(MpsDeviceMatches("GPU-33a20bea-234b-1d40", ""));
+  EXPECT_FALSE(MpsDeviceMatches("33a20bea-234b-1d40-99", kRealUuid));  // not a prefix
+}
+
+// The daemon's answers as Send returns them (with their trailing newlines) feed the parsers: a FAULT server
+// found through get_server_list, get_server_status and ps names the real GPU.
+TEST_F(MpsControlDaemonTest, SentAnswersFeedTheParsers) {
+  fs::create_directories(dir_ + "/answers");
+  std::ofstream(dir_ + "/answers/get_server_list") << "484\n";
+  std::ofstream(dir_ + "/answers/get_server_status 484") << "FAULT\n";
+  std::ofstream(dir_ + "/answers/get_server_status 512") << "ACTIVE\n";
+  std::ofstream(dir_ + "/answers/ps") << kRealPs;
+  auto mps = Make();
+  ASSERT_TRUE(mps->Start().ok());
+  auto list = mps->Send("get_server_list");
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  EXPECT_EQ(ParseMpsServerList(*list), std::vector<int>{484});
+  auto faulted = mps->Send("get_server_status 484");
+  ASSERT_TRUE(faulted.ok()) << faulted.status().message();
+  EXPECT_EQ(*faulted, "FAULT\n");
+  EXPECT_TRUE(MpsServerFaulted(*faulted));
+  auto active = mps->Send("get_server_status 512");
+  ASSERT_TRUE(active.ok());
+  EXPECT_FALSE(MpsServerFaulted(*active));
+  auto ps = mps->Send("ps");
+  ASSERT_TRUE(ps.ok());
+  auto rows = ParseMpsPs(*ps);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].server_pid, 484);
+  EXPECT_TRUE(MpsDeviceMatches(rows[0].device, kRealUuid));
+}
+
+TEST(MpsServerFaultedTest, ActiveIsNotFaultAndFaultIs) {
+  EXPECT_FALSE(MpsServerFaulted("ACTIVE\n"));  // the real answer
+  EXPECT_FALSE(MpsServerFaulted("INIT\n"));
+  EXPECT_TRUE(MpsServerFaulted("FAULT\n"));
+  EXPECT_TRUE(MpsServerFaulted("FAULT"));
+  EXPECT_TRUE(MpsServerFaulted("  FAULT \r\n"));
+}
+
+TEST(MpsServerFaultedTest, MalformedAnswersAreNotFault) {
+  EXPECT_FALSE(MpsServerFaulted(""));
+  EXPECT_FALSE(MpsServerFaulted("\n"));
+  EXPECT_FALSE(MpsServerFaulted("FAULTY\n"));
+  EXPECT_FALSE(MpsServerFaulted("Cannot find MPS control daemon process\n"));
+  EXPECT_FALSE(MpsServerFaulted("Server 484 not found\n"));
 }
 
 }  // namespace

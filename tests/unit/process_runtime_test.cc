@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "agent/proc_tree.h"
 #include "agent/runtime.h"
 
 namespace gpupack::agent {
@@ -450,6 +452,137 @@ TEST_F(ProcessRuntimeTest, StartsWhileOtherThreadsAllocateAndOpenFiles) {
 TEST_F(ProcessRuntimeTest, MakeRequiresDirectories) {
   EXPECT_EQ(MakeProcessRuntime({}).status().code(), ErrorCode::kInvalidParameter);
   EXPECT_EQ(runtime_->Name(), "process");
+}
+
+// ---- Owners: which container a process (a pid NVML reported) belongs to -------------------------------------
+
+// ReadPid waits for `path` to hold a line and returns the number on it (0 when it never does).
+pid_t ReadPid(const fs::path& path) {
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::string text = ReadText(path);
+    if (text.find('\n') != std::string::npos) return static_cast<pid_t>(std::stol(text));
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return 0;
+}
+
+// Gone says whether a process has exited (or is a zombie nobody reaped yet).
+bool WaitGone(pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const char state = ProcState(pid);
+    if (state == 0 || state == 'Z') return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return false;
+}
+
+TEST_F(ProcessRuntimeTest, OwnersMapsTheWorkloadAndWhatItSpawnedAndNothingElse) {
+  const fs::path shell_file = root_ / "shell.pid", child_file = root_ / "child.pid";
+  const fs::path escaped_file = root_ / "escaped.pid", other_file = root_ / "other.pid";
+  // The workload (the shell), a child in its process group, and a child that left for its own session and
+  // process group (setsid): attributed through its parent, the shell.
+  std::string a = StartOk(Shell("t-own", "a",
+                                "echo $$ > \"$D/shell.pid\"; "
+                                "sleep 30 & echo $! > \"$D/child.pid\"; "
+                                "setsid sleep 30 & echo $! > \"$D/escaped.pid\"; wait",
+                                {{"D", root_.string()}}));
+  std::string b = StartOk(Shell("t-own", "b", "echo $$ > \"$D/other.pid\"; exec sleep 30",
+                                {{"D", root_.string()}}));
+  const pid_t shell = ReadPid(shell_file), child = ReadPid(child_file), escaped = ReadPid(escaped_file);
+  const pid_t other = ReadPid(other_file);
+  ASSERT_GT(shell, 0);
+  ASSERT_GT(child, 0);
+  ASSERT_GT(escaped, 0);
+  ASSERT_GT(other, 0);
+  // setsid has exec'd sleep (or is about to): wait until the escaped child really is in a session of its own.
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (getsid(escaped) != escaped && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_EQ(getsid(escaped), escaped);
+  ASSERT_NE(getpgid(escaped), shell);
+
+  const std::vector<uint32_t> pids = {static_cast<uint32_t>(shell),  static_cast<uint32_t>(child),
+                                      static_cast<uint32_t>(escaped), static_cast<uint32_t>(other),
+                                      static_cast<uint32_t>(getpid()), 1u, 0u, 0xFFFFFFFFu, 4194304u};
+  const std::map<uint32_t, std::string> want = {{static_cast<uint32_t>(shell), a},
+                                                {static_cast<uint32_t>(child), a},
+                                                {static_cast<uint32_t>(escaped), a},
+                                                {static_cast<uint32_t>(other), b}};
+  EXPECT_EQ(runtime_->Owners(pids), want);
+  // A fresh runtime on the same state (the agent restarted) knows the same.
+  EXPECT_EQ(NewRuntime()->Owners(pids), want);
+
+  EXPECT_THAT(runtime_->Owners({}), IsEmpty());
+  EXPECT_THAT(runtime_->Owners({static_cast<uint32_t>(getpid()), 1u}), IsEmpty());
+
+  // Once a container has exited its processes are no longer its own, even one that outlived it.
+  ASSERT_TRUE(runtime_->Stop(a, milliseconds(0)).ok());
+  ASSERT_TRUE(WaitGone(shell));
+  ASSERT_TRUE(WaitGone(child));
+  const std::map<uint32_t, std::string> after = {{static_cast<uint32_t>(other), b}};
+  EXPECT_EQ(runtime_->Owners(pids), after);
+  if (ProcState(escaped) != 0) kill(escaped, SIGKILL);  // it left the group Stop signalled
+  ASSERT_TRUE(runtime_->Stop(b, milliseconds(0)).ok());
+  EXPECT_THAT(runtime_->Owners(pids), IsEmpty());
+}
+
+TEST_F(ProcessRuntimeTest, OwnersWithoutContainersIsEmpty) {
+  EXPECT_THAT(runtime_->Owners({}), IsEmpty());
+  EXPECT_THAT(runtime_->Owners({static_cast<uint32_t>(getpid()), 1u}), IsEmpty());
+  // An exited container does not own its former pid.
+  const fs::path pid_file = root_ / "gone.pid";
+  std::string id = StartOk(Shell("t-gone", "app", "echo $$ > \"$F\"", {{"F", pid_file.string()}}));
+  const pid_t pid = ReadPid(pid_file);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExited(*runtime_, id).exit_code, 0);
+  EXPECT_THAT(runtime_->Owners({static_cast<uint32_t>(pid)}), IsEmpty());
+}
+
+// ---- ParseProcStat / ReadProcIds ----------------------------------------------------------------------------
+
+TEST(ProcTreeTest, ParsesACommandHoldingSpacesAndParentheses) {
+  // The command is "a b) (c) S 9 9 9": only the last ')' ends it.
+  auto ids = ParseProcStat("4242 (a b) (c) S 9 9 9) S 17 4242 4000 34816 4242 4194560 110 0 0 0\n");
+  ASSERT_TRUE(ids.has_value());
+  EXPECT_EQ(ids->pid, 4242);
+  EXPECT_EQ(ids->ppid, 17);
+  EXPECT_EQ(ids->pgrp, 4242);
+  EXPECT_EQ(ids->session, 4000);
+  auto sd = ParseProcStat("812 ((sd-pam)) S 811 811 811 0 -1 1077936448 50 0 0 0");
+  ASSERT_TRUE(sd.has_value());
+  EXPECT_EQ(sd->pid, 812);
+  EXPECT_EQ(sd->ppid, 811);
+  EXPECT_EQ(sd->pgrp, 811);
+  EXPECT_EQ(sd->session, 811);
+  auto open = ParseProcStat("5 (x (y) R 1 2 3 0");
+  ASSERT_TRUE(open.has_value());
+  EXPECT_EQ(open->pid, 5);
+  EXPECT_EQ(open->ppid, 1);
+  EXPECT_EQ(open->pgrp, 2);
+  EXPECT_EQ(open->session, 3);
+}
+
+TEST(ProcTreeTest, MalformedStatIsNullopt) {
+  for (const char* text : {"", "4242", "4242 (sleep)", "4242 (sleep) S", "4242 (sleep) S 1 2",
+                           "abc (sleep) S 1 2 3", "4242x (sleep) S 1 2 3", "(sleep) S 1 2 3",
+                           "4242 (sleep S 1 2 3", "4242 sleep) S 1 2 3", "4242 (sleep) S x 2 3",
+                           "4242 (sleep) S 1 2 3x", "4242 (sleep) S 1 99999999999 3"}) {
+    EXPECT_FALSE(ParseProcStat(text).has_value()) << text;
+  }
+}
+
+TEST(ProcTreeTest, ReadsThisProcess) {
+  auto ids = ReadProcIds(getpid());
+  ASSERT_TRUE(ids.has_value());
+  EXPECT_EQ(ids->pid, getpid());
+  EXPECT_EQ(ids->ppid, getppid());
+  EXPECT_EQ(ids->pgrp, getpgrp());
+  EXPECT_EQ(ids->session, getsid(0));
+  EXPECT_FALSE(ReadProcIds(0).has_value());
+  EXPECT_FALSE(ReadProcIds(-1).has_value());
 }
 
 }  // namespace
