@@ -7,6 +7,7 @@
 #   GPUPACK_BUILD_DIR    build directory, relative to the repository root (default: build)
 #   GPUPACK_BUILD_BENCH  ON also builds the Google Benchmark suites (default: OFF; they are never run here)
 #   GPUPACK_TEST_JOBS    ctest parallelism (default: 2)
+#   GPUPACK_GPU_TESTS    1 also runs the tests labelled `gpu` (they need an NVIDIA GPU and MPS; CI has none)
 # Extra arguments go to ctest, e.g. `scripts/test.sh -L sdk` or `scripts/test.sh -R restart`.
 set -euo pipefail
 
@@ -25,4 +26,6 @@ cmake -S . -B "$build" "${generator[@]}" -DGPUPACK_BUILD_TESTS=ON -DGPUPACK_BUIL
 cmake --build "$build" --parallel "$(nproc)"
 echo "test.sh: built in $(($(date +%s) - start)) s; running ctest"
 
-ctest --test-dir "$build" --output-on-failure --parallel "${GPUPACK_TEST_JOBS:-2}" "$@"
+gpu_filter=(-LE gpu)
+if [[ ${GPUPACK_GPU_TESTS:-0} == 1 ]]; then gpu_filter=(); export GPUPACK_GPU_TESTS; fi
+ctest --test-dir "$build" --output-on-failure --parallel "${GPUPACK_TEST_JOBS:-2}" "${gpu_filter[@]}" "$@"

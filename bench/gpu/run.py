@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""bench/gpu/run.py: gpupack on a real NVIDIA GPU, end to end through its own API (issue #5).
+
+Starts `gpupack server` (loopback, a fresh SQLite file) and `gpupack agent --gpus nvml --runtime process` (the agent
+starts and supervises its own MPS control daemon in a private pipe directory), runs bench/gpu/workload.py as
+gpupack tasks through RunTask, and records what each task measured, what the API said about it, and when.
+Results go to <out>/results.json (rewritten after every scenario, so a cut-short run keeps what it measured);
+bench/gpu/report.py turns them into docs/gpu-validation.md. bench/gpu/run.sh is the entry point.
+
+Never changes a GPU setting (compute mode, MIG, clocks), never resets the GPU; every MPS daemon it (or its agent)
+started is told to quit at the end, and the end checks that none is left.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOAD = os.path.join(HERE, "workload.py")
+TARGET = "AmazonEC2ContainerServiceV20141113."
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.work = os.path.abspath(args.work)
+        self.url = f"http://127.0.0.1:{args.port}/"
+        self.pipe = os.path.join(self.work, "mps")
+        self.state = os.path.join(self.work, "agent")
+        self.out = os.path.abspath(args.out)
+        self.results = {"started": time.time(), "scenarios": {}, "setup": {}}
+        self.server = None
+        self.agent = None
+        self.registered = set()
+
+    # ---- plumbing
+
+    def log(self, msg):
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def save(self):
+        os.makedirs(self.out, exist_ok=True)
+        with open(os.path.join(self.out, "results.json"), "w") as f:
+            json.dump(self.results, f, indent=1, sort_keys=True)
+
+    def ecs(self, op, body, check=True):
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST", headers={
+            "X-Amz-Target": TARGET + op, "Content-Type": "application/x-amz-json-1.1"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            answer = json.loads(e.read() or b"{}")
+            if check:
+                raise RuntimeError(f"{op}: HTTP {e.code}: {answer}")
+            return {"_error": answer, "_status": e.code}
+
+    def start_server(self):
+        db = os.path.join(self.work, "state.db")
+        self.server = subprocess.Popen(
+            [self.args.gpupack, "server", "--listen", f"127.0.0.1:{self.args.port}", "--db", db],
+            stdout=open(os.path.join(self.work, "server.log"), "a"), stderr=subprocess.STDOUT)
+        for _ in range(100):
+            try:
+                self.ecs("ListClusters", {})
+                return
+            except Exception:
+                time.sleep(0.1)
+        raise RuntimeError("the server did not answer within 10 s; see server.log")
+
+    def start_agent(self, watchdog_ms):
+        cmd = [self.args.gpupack, "agent", "--server", self.url.rstrip("/"), "--cluster", "gpu", "--gpus", "nvml",
+               "--runtime", "process", "--mps-pipe-dir", self.pipe, "--state-dir", self.state,
+               "--name", "gpu-node", "--stop-grace-ms", "2000", "--watchdog-ms", str(watchdog_ms),
+               "--mps-probe-ms", "1000", "--log-level", "info"]
+        self.agent = subprocess.Popen(cmd, stdout=open(os.path.join(self.work, "agent.log"), "a"),
+                                      stderr=subprocess.STDOUT)
+        for _ in range(200):
+            ci = self.instance(check=False)
+            if ci and ci.get("agentConnected") and ci.get("status") == "ACTIVE":
+                return ci
+            if self.agent.poll() is not None:
+                raise RuntimeError("the agent exited; see agent.log")
+            time.sleep(0.1)
+        raise RuntimeError("the agent did not connect within 20 s; see agent.log")
+
+    def stop_agent(self):
+        if self.agent and self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGTERM)
+            try:
+                self.agent.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+        self.agent = None
+
+    def instance(self, check=True):
+        arns = self.ecs("ListContainerInstances", {"cluster": "gpu"}, check=check).get("containerInstanceArns", [])
+        if not arns:
+            return None
+        return self.ecs("DescribeContainerInstances", {"cluster": "gpu", "containerInstances": arns},
+                        check=check)["containerInstances"][0]
+
+    def register(self, family, mps_memory=None, compute=None, dedicated=False):
+        if family in self.registered:
+            return
+        gpu = {"type": "GPU"}
+        if dedicated:
+            gpu["value"] = "1"
+        else:
+            mps = {"memory": mps_memory}
+            if compute:
+                mps["maxComputePercent"] = compute
+            gpu["sharingStrategy"] = {"nvidiaMps": mps}
+        c = {"name": "main", "image": "gpupack/workload", "cpu": 512, "memory": 4096, "essential": True,
+             "entryPoint": [sys.executable, WORKLOAD], "command": ["mem"], "resourceRequirements": [gpu]}
+        self.ecs("RegisterTaskDefinition", {"family": family, "containerDefinitions": [c]})
+        self.registered.add(family)
+
+    def run_task(self, family, command, check=True):
+        body = {"cluster": "gpu", "taskDefinition": family,
+                "overrides": {"containerOverrides": [{"name": "main", "command": command}]}}
+        r = self.ecs("RunTask", body)
+        if r.get("failures") or not r.get("tasks"):
+            if check:
+                raise RuntimeError(f"RunTask {family}: {r.get('failures')}")
+            return None, r.get("failures")
+        return r["tasks"][0]["taskArn"], None
+
+    def describe(self, arns):
+        return self.ecs("DescribeTasks", {"cluster": "gpu", "tasks": arns})["tasks"]
+
+    def wait(self, arns, status, timeout):
+        deadline = time.time() + timeout
+        while True:
+            tasks = self.describe(arns)
+            if all(t["lastStatus"] == status for t in tasks) or time.time() > deadline:
+                return tasks
+            time.sleep(0.2)
+
+    def output(self, arn):
+        """The JSON lines the task's workload printed (the process runtime's log of container `main`)."""
+        path = os.path.join(self.state, "logs", arn.rsplit("/", 1)[1], "main.log")
+        lines = []
+        try:
+            with open(path) as f:
+                for line in f:
+                    line = line.strip()
+                    if line.startswith("{"):
+                        try:
+                            lines.append(json.loads(line))
+                        except ValueError:
+                            pass
+        except OSError:
+            pass
+        return lines
+
+    def summary(self, arn):
+        t = self.describe([arn])[0]
+        c = t["containers"][0]
+        out = self.output(arn)
+        return {"taskArn": arn, "lastStatus": t["lastStatus"], "stopCode": t.get("stopCode"),
+                "stoppedReason": t.get("stoppedReason"), "exitCode": c.get("exitCode"), "reason": c.get("reason"),
+                "startedAt": t.get("startedAt"), "stoppedAt": t.get("stoppedAt"),
+                "result": out[-1] if out else None, "lines": out}
+
+    def run_and_collect(self, family, command, timeout):
+        arn, _ = self.run_task(family, command)
+        self.wait([arn], "STOPPED", timeout)
+        return self.summary(arn)
+
+    # ---- scenarios
+
+    def memory(self):
+        self.log("memory limits")
+        cases = [(4096, 256), (4096, 32), (32768, 256)]
+        arns = []
+        for mem, step in cases:
+            self.register(f"mem-{mem}", mps_memory=mem)
+            arns.append((mem, step, self.run_task(f"mem-{mem}", ["mem", "--step-mib", str(step)])[0]))
+        self.wait([a for _, _, a in arns], "STOPPED", 120)
+        self.results["scenarios"]["memory"] = [
+            {"declaredMiB": mem, "stepMiB": step, **self.summary(arn)} for mem, step, arn in arns]
+        self.save()
+
+    def compute(self):
+        self.log("compute limits, one task at a time")
+        rows = []
+        self.register("dedicated", dedicated=True)
+        rows.append({"case": "dedicated GPU (no MPS)", "percent": None,
+                     **self.run_and_collect("dedicated", ["compute", "--seconds", str(self.args.seconds)], 120)})
+        self.save()
+        for pct in (None, 75, 50, 25):
+            fam = f"mps-{pct or 'unset'}"
+            self.register(fam, mps_memory=16384, compute=pct)
+            rows.append({"case": f"MPS, maxComputePercent {pct or 'unset'}", "percent": pct,
+                         **self.run_and_collect(fam, ["compute", "--seconds", str(self.args.seconds)], 120)})
+            self.results["scenarios"]["compute"] = rows
+            self.save()
+
+    def neighbours(self):
+        self.log("neighbours placed together")
+        groups = [("2 x 50%", 2, 50), ("4 x 25%", 4, 25), ("2 x 75%", 2, 75), ("2 x unlimited", 2, None)]
+        out = []
+        for name, n, pct in groups:
+            fam = f"mps-{pct or 'unset'}"
+            self.register(fam, mps_memory=16384, compute=pct)
+            start_at = time.time() + self.args.barrier
+            arns = [self.run_task(fam, ["compute", "--seconds", str(self.args.seconds), "--start-at",
+                                        f"{start_at:.3f}", "--label", f"{name}#{i}"])[0] for i in range(n)]
+            self.wait(arns, "RUNNING", 60)
+            ci = self.instance()
+            tasks = self.wait(arns, "STOPPED", self.args.barrier + self.args.seconds + 90)
+            out.append({"group": name, "count": n, "percent": pct,
+                        "gpuDevicesWhileRunning": ci.get("gpuDevices"),
+                        "runningTasksCountWhileRunning": ci.get("runningTasksCount"),
+                        "tasks": [self.summary(t["taskArn"]) for t in tasks]})
+            self.results["scenarios"]["neighbours"] = out
+            self.save()
+
+    def bypass_without_watchdog(self):
+        """As on ECS: nothing checks; the bypassing task escapes its limits and starves a neighbour."""
+        self.log("bypass with the watchdog off")
+        self.register("mem-4096", mps_memory=4096)
+        res = {}
+        for how in ("delete", "raise"):
+            arn = self.run_task("mem-4096", ["bypass", "--how", how, "--hold-mib", "0", "--seconds",
+                                             str(self.args.seconds), "--linger", "120", "--label", f"bypass-{how}"])[0]
+            # Once it holds what it could take, probe what a well-behaved neighbour still gets.
+            deadline = time.time() + 90
+            while time.time() < deadline and not any(l.get("event") == "allocated" for l in self.output(arn)):
+                time.sleep(0.3)
+            probe = self.run_and_collect("mem-4096", ["mem", "--step-mib", "256", "--label", "neighbour"], 90)
+            while time.time() < deadline and not any("tflops" in l or l.get("ok") is False
+                                                      for l in self.output(arn)):
+                time.sleep(0.3)
+            self.ecs("StopTask", {"cluster": "gpu", "task": arn, "reason": "bypass measured"})
+            self.wait([arn], "STOPPED", 30)
+            res[how] = {"bypass": self.summary(arn), "neighbour": probe}
+            self.results["scenarios"]["bypassWithoutWatchdog"] = res
+            self.save()
+
+    def bypass_with_watchdog(self):
+        self.log("bypass with the watchdog on")
+        self.register("mem-4096", mps_memory=4096)
+        res = {}
+        for how in ("delete", "raise"):
+            neighbour = self.run_task("mem-4096", ["hold", "--hold-mib", "2048", "--size", "4096",
+                                                   "--seconds", "20", "--label", "neighbour"])[0]
+            self.wait([neighbour], "RUNNING", 30)
+            arn = self.run_task("mem-4096", ["bypass", "--how", how, "--hold-mib", "16384", "--size", "4096",
+                                             "--seconds", "30", "--linger", "60", "--label", f"bypass-{how}"])[0]
+            self.wait([arn], "STOPPED", 120)
+            bypass = self.summary(arn)
+            n = self.describe([neighbour])[0]
+            neighbour_during = n["lastStatus"]
+            self.wait([neighbour], "STOPPED", 90)
+            res[how] = {"bypass": bypass, "neighbourStatusWhenBypassStopped": neighbour_during,
+                        "neighbour": self.summary(neighbour)}
+            self.results["scenarios"]["bypassWithWatchdog"] = res
+            self.save()
+
+    def fault(self):
+        self.log("fatal GPU error under MPS")
+        self.register("mem-4096", mps_memory=4096)
+        neighbours = [self.run_task("mem-4096", ["hold", "--hold-mib", "1024", "--size", "4096", "--seconds", "60",
+                                                 "--label", f"neighbour#{i}"])[0] for i in range(2)]
+        self.wait(neighbours, "RUNNING", 30)
+        time.sleep(8)  # the neighbours are computing
+        crash = self.run_task("mem-4096", ["crash", "--delay", "6", "--label", "crash"])[0]
+        # Watch the GPU: held after the fault, a RunTask refused meanwhile, then released.
+        held_at = released_at = None
+        held_view = None
+        refused = []
+        t0 = time.time()
+        while time.time() - t0 < 90:
+            ci = self.instance()
+            held = any(g.get("heldAfterFault") for g in ci.get("gpuDevices", []))
+            if held and held_at is None:
+                held_at, held_view = time.time(), ci
+                arn, failures = self.run_task("mem-4096", ["mem", "--label", "while-held"], check=False)
+                refused.append(failures if failures else {"placed": arn})
+            if held_at is not None and not held:
+                released_at = time.time()
+                break
+            time.sleep(0.05)
+        self.wait([crash] + neighbours, "STOPPED", 60)
+        arn, failures = self.run_task("mem-4096", ["mem", "--step-mib", "1024", "--label", "after"], check=False)
+        after = None
+        if arn:
+            self.wait([arn], "STOPPED", 90)
+            after = self.summary(arn)
+        crash_sum = self.summary(crash)
+        crash_line = next((l for l in crash_sum["lines"] if l.get("event") == "launch"), {})
+        self.results["scenarios"]["fault"] = {
+            "crash": crash_sum, "neighbours": [self.summary(a) for a in neighbours],
+            "faultAt": crash_line.get("t"), "heldSeenAt": held_at, "releasedSeenAt": released_at,
+            "instanceWhileHeld": held_view, "runTaskWhileHeld": refused, "afterFailures": failures, "after": after}
+        self.save()
+
+    def mps_killed(self):
+        self.log("MPS control daemon killed")
+        self.register("mem-4096", mps_memory=4096)
+        pids = self.pids_of("nvidia-cuda-mps-control")
+        servers = self.pids_of("nvidia-cuda-mps-server")
+        for p in pids:
+            os.kill(p, signal.SIGKILL)
+        killed_at = time.time()
+        refused, _ = self.run_task("mem-4096", ["mem", "--step-mib", "1024", "--label", "while-down"], check=False)
+        refused_summary = None
+        if refused:
+            self.wait([refused], "STOPPED", 30)
+            refused_summary = self.summary(refused)
+        impaired = None
+        while time.time() - killed_at < 30:
+            ci = self.instance()
+            if ci.get("healthStatus", {}).get("overallStatus") == "IMPAIRED":
+                impaired = ci
+                break
+            time.sleep(0.3)
+        impaired_after = round(time.time() - killed_at, 1) if impaired else None
+        placement_while_impaired = self.ecs("RunTask", {"cluster": "gpu", "taskDefinition": "mem-4096"})
+        # The operator (systemd's gpupack-mps.service in deploy/) starts the daemon again; here we do.
+        for p in self.pids_of("nvidia-cuda-mps-server"):
+            os.kill(p, signal.SIGKILL)  # the orphaned server of the killed daemon: ours, no clients left
+        env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=self.pipe, CUDA_MPS_LOG_DIRECTORY=self.pipe + "/log")
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
+        restarted_at = time.time()
+        healthy = None
+        while time.time() - restarted_at < 30:
+            ci = self.instance()
+            if ci.get("healthStatus", {}).get("overallStatus") == "OK":
+                healthy = ci
+                break
+            time.sleep(0.3)
+        after = None
+        if healthy:
+            arn, _ = self.run_task("mem-4096", ["mem", "--step-mib", "1024", "--label", "after"], check=False)
+            if arn:
+                self.wait([arn], "STOPPED", 90)
+                after = self.summary(arn)
+        self.results["scenarios"]["mpsKilled"] = {
+            "killedControlPids": pids, "serverPidsBefore": servers, "refusedTask": refused_summary,
+            "impairedAfterSeconds": impaired_after, "healthWhileImpaired": (impaired or {}).get("healthStatus"),
+            "runTaskWhileImpaired": placement_while_impaired,
+            "healthyAfterRestartSeconds": round(time.time() - restarted_at, 1) if healthy else None,
+            "after": after}
+        self.save()
+
+    # ---- the whole run
+
+    @staticmethod
+    def pids_of(program):
+        """Live processes (not zombies) whose argv[0] is `program`, by /proc (pgrep -x sees only 15 characters,
+        the same for nvidia-cuda-mps-control and nvidia-cuda-mps-server)."""
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if os.path.basename(argv0) == program and state != "Z":
+                out.append(int(pid))
+        return out
+
+    def mps_processes(self):
+        return "; ".join(f"{p} {name}" for name in ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
+                         for p in self.pids_of(name))
+
+    def setup_facts(self):
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_mode,mig.mode.current,memory.total,"
+                            "clocks.max.sm", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        self.results["setup"] = {"nvidiaSmi": q, "gpupack": self.args.gpupack, "python": sys.version.split()[0],
+                                 "host": os.uname().nodename, "kernel": os.uname().release}
+        try:
+            import torch
+            self.results["setup"]["torch"] = torch.__version__
+        except Exception:
+            pass
+
+    def main(self):
+        os.makedirs(self.work, exist_ok=True)
+        self.setup_facts()
+        self.save()
+        self.start_server()
+        self.results["setup"]["computeModeBefore"] = self.results["setup"]["nvidiaSmi"]
+        only = set(self.args.only.split(",")) if self.args.only else None
+        want = lambda name: only is None or name in only
+        try:
+            if want("bypass0"):
+                self.start_agent(watchdog_ms=0)
+                self.bypass_without_watchdog()
+                self.stop_agent()
+            ci = self.start_agent(watchdog_ms=1000)
+            self.results["setup"]["instance"] = ci
+            for name, fn in (("memory", self.memory), ("compute", self.compute), ("neighbours", self.neighbours),
+                             ("bypass", self.bypass_with_watchdog), ("fault", self.fault),
+                             ("mps", self.mps_killed)):
+                if want(name):
+                    fn()
+        finally:
+            self.stop_agent()
+            if self.server and self.server.poll() is None:
+                self.server.send_signal(signal.SIGTERM)
+                self.server.wait(timeout=30)
+            left = self.mps_processes()
+            if left:
+                env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=self.pipe)
+                subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, timeout=10)
+                time.sleep(1)
+                left = self.mps_processes()
+            self.results["mpsProcessesLeft"] = left
+            after = subprocess.run(["nvidia-smi", "--query-gpu=compute_mode,mig.mode.current",
+                                    "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+            self.results["setup"]["computeModeAfter"] = after
+            self.results["finished"] = time.time()
+            self.save()
+            self.log(f"done; MPS processes left: {left or 'none'}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--gpupack", default="build/gpupack")
+    p.add_argument("--work", default="/tmp/gpupack-gpu")
+    p.add_argument("--out", default="bench/gpu/out")
+    p.add_argument("--port", type=int, default=18080)
+    p.add_argument("--seconds", type=float, default=6.0, help="measuring window of each compute task")
+    p.add_argument("--barrier", type=float, default=20.0, help="seconds from RunTask to a group's common start")
+    p.add_argument("--only", default="", help="comma list: bypass0,memory,compute,neighbours,bypass,fault,mps")
+    Run(p.parse_args()).main()
+
+
+if __name__ == "__main__":
+    main()
