@@ -549,9 +549,23 @@ struct Agent::Impl {
   void Adopt() {
     // Containers that ended while the agent was away are noticed by the first Monitor(); tasks whose
     // containers the runtime no longer has at all are stopped with that reason.
+    std::vector<RuntimeContainer> listed;
+    bool starting = false;
+    for (const auto& [arn, t] : tasks) starting = starting || t.status == "PENDING";
+    if (starting) {
+      if (auto l = runtime->List(); l.ok()) listed = std::move(*l);
+    }
     for (auto& [arn, t] : tasks)
       if (t.status == "PENDING") {
-        // The agent died while starting it: some containers may run. Stop them; the task failed to start.
+        // The agent died while starting it: some containers may run, even one whose id it had not recorded yet
+        // (killed between the runtime's Start and the Persist after it). Stop them all; the task failed to
+        // start. A container left running here would use its GPU with no reservation on the server.
+        for (auto& c : t.containers)
+          for (const auto& rc : listed)
+            if (c.runtime_id.empty() && rc.task_arn == arn && rc.container_name == c.name) {
+              c.runtime_id = rc.id;
+              c.status = "RUNNING";
+            }
         Fail(t, "the agent restarted while starting the task");
       }
   }
