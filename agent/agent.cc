@@ -146,6 +146,7 @@ struct Agent::Impl {
   std::map<std::string, LocalTask> tasks;
   std::unique_ptr<ChannelClient> channel;
   std::map<int64_t, std::pair<std::string, std::string>> pending_acks;  // id -> (task ARN, status)
+  std::set<std::string> hello_stopped;  // tasks the last hello reported STOPPED: the welcome acknowledges them
   int64_t next_id = 1;
   std::chrono::milliseconds heartbeat_interval{5000};
   Clock::time_point next_heartbeat{}, next_probe{}, next_connect{};
@@ -266,8 +267,12 @@ struct Agent::Impl {
     channel = std::move(*c);
     backoff = std::chrono::milliseconds(100);
     pending_acks.clear();
+    hello_stopped.clear();
     Json reported = Json::array();
-    for (const auto& [arn, t] : tasks) reported.push_back(Report(t));
+    for (const auto& [arn, t] : tasks) {
+      reported.push_back(Report(t));
+      if (t.status == "STOPPED") hello_stopped.insert(arn);
+    }
     channel->Send(Json{{"type", "hello"}, {"tasks", reported}, {"impaired", mps->impaired()}}.dump());
     spdlog::info("agent: channel open; reported {} task(s)", tasks.size());
   }
@@ -312,6 +317,11 @@ struct Agent::Impl {
     } else if (type == "welcome") {
       if (m.contains("heartbeatIntervalMs") && m["heartbeatIntervalMs"].is_number_integer())
         heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(50, m["heartbeatIntervalMs"].get<int64_t>()));
+      // The welcome comes once the hello's reports are durable on the server: a task the hello reported STOPPED
+      // is acknowledged like a STOPPED state report, so its record goes (else every later hello reports it again).
+      for (const auto& arn : hello_stopped)
+        if (auto t = tasks.find(arn); t != tasks.end() && t->second.status == "STOPPED") Forget(arn);
+      hello_stopped.clear();
       for (const auto& s : m.value("stop", Json::array())) StopTask(s.value("taskArn", ""), s.value("reason", ""), "");
       for (const auto& a : m.value("assign", Json::array())) StartTask(a);
       // Containers the runtime runs that belong to no task we know are orphans: stop them.

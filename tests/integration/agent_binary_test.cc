@@ -271,6 +271,25 @@ TEST_F(AgentBinaryTest, ServerKilledWithSigkillWhileTasksRunReconciles) {
   EXPECT_EQ(ci["runningTasksCount"], 1);
 }
 
+// Regression (seen in the state directory bench/crash_safety.mjs --keep leaves): a task whose STOPPED report
+// reached the server only in a hello (it ended while the channel was down) kept its record on the agent for
+// good, and every later hello reported it again. The welcome now acknowledges what the hello reported STOPPED.
+TEST_F(AgentBinaryTest, TaskReportedStoppedInAHelloIsForgottenOnceWelcomed) {
+  StartServer();
+  StartAgent();
+  RegisterScript("brief", "sleep 1; exit 3");
+  std::string arn = Run("brief");
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  server_->Kill(SIGKILL);
+  std::this_thread::sleep_for(1500ms);  // the task exits while the server is down: no channel to report on
+  StartServer();
+  Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(t["containers"][0]["exitCode"], 3);
+  fs::path record = dir_ / "agent" / "tasks" / (arn.substr(arn.rfind('/') + 1) + ".json");
+  for (int i = 0; i < 250 && fs::exists(record); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(fs::exists(record)) << "the agent still keeps the record of a task the server has STOPPED";
+}
+
 TEST_F(AgentBinaryTest, DockerRuntimeRunsTheTaskInARealEngine) {
   if (!std::getenv("GPUPACK_DOCKER_SOCKET"))
     GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (../shared/recipes/docker-engine.sh start DIR prints it) to run this";
