@@ -565,7 +565,14 @@ async function agentRounds(dir) {
     const where = `agent round ${round}`;
     const snap = await settle(where);
     for (const m of snap.missing) violation(where, `acknowledged task missing: ${m}`);
-    const started = readStarts(starts);
+    // A task is RUNNING once its shell is exec'ed; the shell's line in `starts` may come a moment later.
+    let started = readStarts(starts);
+    for (let i = 0; i < 30; ++i) { // bounded: 3 s
+      const late = [...marks].filter(([mark, arn]) => snap.tasks.get(arn)?.lastStatus === 'RUNNING' && !started.has(mark));
+      if (!late.length) break;
+      await sleep(100);
+      started = readStarts(starts);
+    }
     for (const [mark, arn] of marks) {
       const t = snap.tasks.get(arn);
       if (!t) {
@@ -626,6 +633,10 @@ async function agentRounds(dir) {
     if (![...tasks.values()].some((t) => t.lastStatus !== 'STOPPED')) break;
     await sleep(100);
   }
+  // Every task is STOPPED and acknowledged: the agent keeps no record of any (bounded: 5 s for the last acks).
+  const records = () => fs.readdirSync(path.join(dir, 'agent', 'tasks')).filter((f) => f.endsWith('.json'));
+  for (let i = 0; i < 50 && records().length; ++i) await sleep(100);
+  if (records().length) violation('agent cleanup', `the agent still keeps ${records().length} task record(s) after every task was STOPPED and acknowledged`);
   agent.child.kill('SIGTERM');
   const timer = setTimeout(() => agent.child.kill('SIGKILL'), 10000);
   await agent.exited;
