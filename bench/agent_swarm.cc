@@ -5,7 +5,9 @@
 // containers), so each simulated agent is only the channel protocol (docs/agent-channel.md) on a
 // ChannelClient: RegisterContainerInstance (8 GPUs, gpupack.agent-channel=v1), the WebSocket, hello, a
 // heartbeat every heartbeatIntervalMs (staggered across the agents), and an answer to every assign (a RUNNING
-// state report) and every stop (a STOPPED report). Nothing is forked.
+// state report) and every stop (a STOPPED report). Like a real agent it keeps every task until the server
+// acknowledged its STOPPED report, reports them all in each hello, and ignores an assign for a task it has.
+// Nothing is forked.
 //
 // Phases, each bounded:
 //   start     the server (`gpupack server --listen 127.0.0.1:0 --log-level warn` on a fresh database in a
@@ -14,15 +16,21 @@
 //   register  --agents instances through the ECS API (8 threads), then open their channels and say hello
 //   idle      hold every agent connected for --idle-s with heartbeats only
 //   driven    hold them for --hold-s while a driver thread calls RunTask at --rate per second and StopTask on
-//             each task --task-life-s after it was placed (so at most rate x life tasks run)
+//             each task --task-life-s after it was placed (so at most rate x life tasks run); with --churn R,
+//             R agents a second drop their channel meanwhile and reconnect --churn-down-ms later
+//   check     stop the churn and every task, wait for the agents to settle (bounded), then check through the
+//             API: no leaked reservation on any GPU, no lost state change, every instance connected; exit
+//             status 1 on a violation (docs/reliability.md, "1,000 agents with churn")
 // The server's CPU time (its threads' run time from /proc/PID/task/*/schedstat, in ns; utime + stime from
 // /proc/PID/stat, in 10 ms ticks, next to it) is taken over each phase; its VmRSS is sampled
 // every second and VmHWM read at the end (/proc/PID/status). The swarm's own CPU is printed too, because it
 // shares the machine with the server.
 //
 // Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]
-//                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--dir DIR] [--keep]
-// Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life.
+//                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R] [--churn-down-ms MS]
+//                    [--dir DIR] [--keep]
+// Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
+// no churn (200 ms away when churning).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
