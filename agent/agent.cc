@@ -146,6 +146,7 @@ struct Agent::Impl {
   std::map<std::string, LocalTask> tasks;
   std::unique_ptr<ChannelClient> channel;
   std::map<int64_t, std::pair<std::string, std::string>> pending_acks;  // id -> (task ARN, status)
+  std::set<std::string> hello_stopped;  // tasks the last hello reported STOPPED: the welcome acknowledges them
   int64_t next_id = 1;
   std::chrono::milliseconds heartbeat_interval{5000};
   Clock::time_point next_heartbeat{}, next_probe{}, next_connect{};
@@ -269,8 +270,12 @@ struct Agent::Impl {
     channel = std::move(*c);
     backoff = std::chrono::milliseconds(100);
     pending_acks.clear();
+    hello_stopped.clear();
     Json reported = Json::array();
-    for (const auto& [arn, t] : tasks) reported.push_back(Report(t));
+    for (const auto& [arn, t] : tasks) {
+      reported.push_back(Report(t));
+      if (t.status == "STOPPED") hello_stopped.insert(arn);
+    }
     channel->Send(Json{{"type", "hello"}, {"tasks", reported}, {"impaired", mps->impaired()}}.dump());
     spdlog::info("agent: channel open; reported {} task(s)", tasks.size());
   }
@@ -315,6 +320,11 @@ struct Agent::Impl {
     } else if (type == "welcome") {
       if (m.contains("heartbeatIntervalMs") && m["heartbeatIntervalMs"].is_number_integer())
         heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(50, m["heartbeatIntervalMs"].get<int64_t>()));
+      // The welcome comes once the hello's reports are durable on the server: a task the hello reported STOPPED
+      // is acknowledged like a STOPPED state report, so its record goes (else every later hello reports it again).
+      for (const auto& arn : hello_stopped)
+        if (auto t = tasks.find(arn); t != tasks.end() && t->second.status == "STOPPED") Forget(arn);
+      hello_stopped.clear();
       for (const auto& s : m.value("stop", Json::array())) StopTask(s.value("taskArn", ""), s.value("reason", ""), "");
       for (const auto& a : m.value("assign", Json::array())) StartTask(a);
       // Containers the runtime runs that belong to no task we know are orphans: stop them.
@@ -699,9 +709,23 @@ struct Agent::Impl {
   void Adopt() {
     // Containers that ended while the agent was away are noticed by the first Monitor(); tasks whose
     // containers the runtime no longer has at all are stopped with that reason.
+    std::vector<RuntimeContainer> listed;
+    bool starting = false;
+    for (const auto& [arn, t] : tasks) starting = starting || t.status == "PENDING";
+    if (starting) {
+      if (auto l = runtime->List(); l.ok()) listed = std::move(*l);
+    }
     for (auto& [arn, t] : tasks)
       if (t.status == "PENDING") {
-        // The agent died while starting it: some containers may run. Stop them; the task failed to start.
+        // The agent died while starting it: some containers may run, even one whose id it had not recorded yet
+        // (killed between the runtime's Start and the Persist after it). Stop them all; the task failed to
+        // start. A container left running here would use its GPU with no reservation on the server.
+        for (auto& c : t.containers)
+          for (const auto& rc : listed)
+            if (c.runtime_id.empty() && rc.task_arn == arn && rc.container_name == c.name) {
+              c.runtime_id = rc.id;
+              c.status = "RUNNING";
+            }
         Fail(t, "the agent restarted while starting the task");
       }
   }

@@ -17,6 +17,11 @@ struct ControlPlane::Ctx {
   Json out = Json::object();
   WriteBatch batch;
   std::vector<std::pair<std::string, Json>> pushes;  // (instance ARN, message) sent once the batch is durable
+  // A write's successful answer waits for every commit submitted before it, even when the write itself changes
+  // nothing: a RunTask that repeats a clientToken, a StopTask or STOPPED report repeated by a retry, answer from
+  // the memory state, which an earlier write still in commit may have changed; answered at once, a crash before
+  // that commit would undo what they acknowledged.
+  bool write = false;
 };
 
 namespace {
@@ -184,7 +189,11 @@ void ControlPlane::Execute(const std::string& operation, const Json& body, Done 
     return;
   }
   Handler handler = it->second;
-  Run([&](Ctx& ctx) { return (this->*handler)(body, ctx); }, std::move(done));
+  const bool read = operation.rfind("Describe", 0) == 0 || operation.rfind("List", 0) == 0 || operation == "ExplainPlacement";
+  Run([&](Ctx& ctx) {
+    ctx.write = !read;
+    return (this->*handler)(body, ctx);
+  }, std::move(done));
 }
 
 void ControlPlane::Run(const std::function<Status(Ctx&)>& op, Done done) {
@@ -197,7 +206,8 @@ void ControlPlane::Run(const std::function<Status(Ctx&)>& op, Done done) {
   } catch (const std::exception& e) {
     s = Status::Server(std::string("internal error: ") + e.what());
   }
-  if (!ctx.batch.empty() && degraded_.load()) {
+  const bool wait_durable = !ctx.batch.empty() || (ctx.write && s.ok());
+  if (wait_durable && degraded_.load()) {
     // The disk is behind memory; nothing more may be acknowledged until a restart reloads the durable state.
     done({Status::Server("the server could not persist an earlier change and refuses writes until restarted"), {}});
     return;
@@ -206,14 +216,15 @@ void ControlPlane::Run(const std::function<Status(Ctx&)>& op, Done done) {
     if (!notifier_) return;
     for (auto& [arn, message] : pushes) notifier_(arn, std::move(message));
   };
-  if (ctx.batch.empty()) {
+  if (!wait_durable) {
     lock.unlock();
     push(ctx.pushes);
     done({s, s.ok() ? std::move(ctx.out) : Json()});
     return;
   }
   // Writes (a failed RunTask writes nothing; a purge may ride along with a read) are answered once durable;
-  // agents hear of new assignments and stops only then, so they never act on a change that could be lost.
+  // agents hear of new assignments and stops only then, so they never act on a change that could be lost. A
+  // write with an empty batch goes through the committer too, as a barrier behind the commits before it.
   auto shared_done = std::make_shared<Done>(std::move(done));
   Json out = s.ok() ? std::move(ctx.out) : Json();
   committer_.Submit(std::move(ctx.batch), [this, shared_done, s, out = std::move(out), pushes = std::move(ctx.pushes),
@@ -1251,6 +1262,7 @@ void ControlPlane::AgentStateChange(const std::string& instance_arn, const Json&
     Json body = change;
     body["task"] = *arn;
     body["cluster"] = t->cluster;
+    ctx.write = true;  // the ack promises the report is durable, also when an earlier report is still in commit
     GP_TRY(SubmitTaskStateChange(body, ctx));
     ctx.out = {{"type", "ack"}};
     return Status::Ok();

@@ -5,7 +5,9 @@
 // containers), so each simulated agent is only the channel protocol (docs/agent-channel.md) on a
 // ChannelClient: RegisterContainerInstance (8 GPUs, gpupack.agent-channel=v1), the WebSocket, hello, a
 // heartbeat every heartbeatIntervalMs (staggered across the agents), and an answer to every assign (a RUNNING
-// state report) and every stop (a STOPPED report). Nothing is forked.
+// state report) and every stop (a STOPPED report). Like a real agent it keeps every task until the server
+// acknowledged its STOPPED report, reports them all in each hello, and ignores an assign for a task it has.
+// Nothing is forked.
 //
 // Phases, each bounded:
 //   start     the server (`gpupack server --listen 127.0.0.1:0 --log-level warn` on a fresh database in a
@@ -14,15 +16,21 @@
 //   register  --agents instances through the ECS API (8 threads), then open their channels and say hello
 //   idle      hold every agent connected for --idle-s with heartbeats only
 //   driven    hold them for --hold-s while a driver thread calls RunTask at --rate per second and StopTask on
-//             each task --task-life-s after it was placed (so at most rate x life tasks run)
+//             each task --task-life-s after it was placed (so at most rate x life tasks run); with --churn R,
+//             R agents a second drop their channel meanwhile and reconnect --churn-down-ms later
+//   check     stop the churn and every task, wait for the agents to settle (bounded), then check through the
+//             API: no leaked reservation on any GPU, no lost state change, every instance connected; exit
+//             status 1 on a violation (docs/reliability.md, "1,000 agents with churn")
 // The server's CPU time (its threads' run time from /proc/PID/task/*/schedstat, in ns; utime + stime from
 // /proc/PID/stat, in 10 ms ticks, next to it) is taken over each phase; its VmRSS is sampled
 // every second and VmHWM read at the end (/proc/PID/status). The swarm's own CPU is printed too, because it
 // shares the machine with the server.
 //
 // Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]
-//                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--dir DIR] [--keep]
-// Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life.
+//                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R] [--churn-down-ms MS]
+//                    [--dir DIR] [--keep]
+// Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
+// no churn (200 ms away when churning).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -44,6 +52,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -148,6 +158,8 @@ struct Options {
   int hold_s = 60;
   double rate = 10;
   double task_life_s = 5;
+  double churn = 0;        // reconnects per second across the swarm, during the driven phase
+  int churn_down_ms = 200; // how long a churned agent stays away
   std::string dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   bool keep = false;
 };
@@ -169,13 +181,18 @@ Options Parse(int argc, char** argv) {
     else if (a == "--hold-s") o.hold_s = std::atoi(next().c_str());
     else if (a == "--rate") o.rate = std::atof(next().c_str());
     else if (a == "--task-life-s") o.task_life_s = std::atof(next().c_str());
+    else if (a == "--churn") o.churn = std::atof(next().c_str());
+    else if (a == "--churn-down-ms") o.churn_down_ms = std::atoi(next().c_str());
     else if (a == "--dir") o.dir = next();
     else if (a == "--keep") o.keep = true;
     else if (a == "-h" || a == "--help") {
       std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]\n"
-                  "                   [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--dir DIR] [--keep]\n"
+                  "                   [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]\n"
+                  "                   [--churn-down-ms MS] [--dir DIR] [--keep]\n"
                   "defaults: build-bench/gpupack, 200 agents, 10 s with no agent, 30 s idle, 60 s driven,\n"
-                  "          10 RunTask/s, tasks live 5 s\n");
+                  "          10 RunTask/s, tasks live 5 s, no churn (--churn R: R agents a second drop their\n"
+                  "          channel during the driven phase and reconnect --churn-down-ms later, 200 ms)\n"
+                  "exit status 1 when the final check through the API finds a violation\n");
       std::exit(0);
     } else {
       Die("unknown argument " + a + " (see --help)");
@@ -185,6 +202,8 @@ Options Parse(int argc, char** argv) {
   if (o.baseline_s < 0 || o.baseline_s > 600 || o.idle_s < 0 || o.idle_s > 600 || o.hold_s < 0 || o.hold_s > 600) Die("--baseline-s, --idle-s and --hold-s must be 0..600");
   if (o.rate < 0 || o.rate > 1000) Die("--rate must be 0..1000 per second");
   if (o.task_life_s < 0 || o.task_life_s > 600) Die("--task-life-s must be 0..600");
+  if (o.churn < 0 || o.churn > 1000) Die("--churn must be 0..1000 reconnects per second");
+  if (o.churn_down_ms < 0 || o.churn_down_ms > 60000) Die("--churn-down-ms must be 0..60000");
   if (!o.server.empty() && o.server_pid <= 0) Die("--server needs --server-pid (the process to measure)");
   return o;
 }
@@ -237,27 +256,56 @@ struct TaskTimes {
 
 struct Swarm;
 
+// SimAgent keeps what a real agent keeps (docs/agent-channel.md): every task it was given, reported in each
+// hello until the server acknowledged its STOPPED report; an assign for a task it has is ignored.
 struct SimAgent {
   Swarm* swarm = nullptr;
   int index = 0;
   std::string arn;
-  std::unique_ptr<ChannelClient> client;
-  std::atomic<ChannelClient*> channel{nullptr};
+  std::mutex chan_mu;                     // guards client: Send and replacement
+  std::unique_ptr<ChannelClient> client;  // guarded by chan_mu
+  std::atomic<bool> connected{false};
   std::mutex mu;
   std::map<int64_t, std::pair<std::string, std::string>> pending;  // state id -> (task ARN, status); guarded by mu
+  std::map<std::string, std::string> tasks;                        // task ARN -> RUNNING | STOPPED; guarded by mu
+  std::map<std::string, std::string> hello_reported;               // what the last hello said; guarded by mu
   std::atomic<int64_t> next_id{1};
   std::atomic<bool> welcomed{false};
-  Clock::time_point next_heartbeat{};  // main thread only
+  std::atomic<bool> churning{false};   // the churn thread has it down or is reconnecting it
+  Clock::time_point next_heartbeat{};  // heartbeat thread only
 
   void OnMessage(const std::string& text);
   void SendState(const std::string& task_arn, const std::string& status, const Json& container_names);
+  void Send(const std::string& text) {
+    std::lock_guard lock(chan_mu);
+    if (client) client->Send(text);
+  }
+  // Connect opens the channel and says hello with every task it has; false when the server refused.
+  bool Connect(const ServerEndpoint& server, std::string* error);
+  // Disconnect closes the channel (the io thread is joined when it returns); unacknowledged reports are
+  // forgotten, as a real agent forgets them, and sent again in the next hello.
+  void Disconnect() {
+    std::unique_ptr<ChannelClient> old;
+    {
+      std::lock_guard lock(chan_mu);
+      old = std::move(client);
+      connected = false;
+    }
+    old.reset();
+    std::lock_guard lock(mu);
+    pending.clear();
+    welcomed = false;
+  }
 };
 
 struct Swarm {
   std::atomic<int64_t> assigns{0}, stops{0}, state_acks{0}, heartbeats{0}, heartbeat_acks{0}, errors{0}, closes{0};
+  std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0};
+  std::atomic<int64_t> hello_tasks{0}, welcome_assigns{0}, welcome_stops{0};
   std::mutex mu;
   std::string first_error;                            // guarded by mu
   std::unordered_map<std::string, TaskTimes> times;   // guarded by mu
+  std::set<std::string> running_acked, stopped_acked;  // reports the server acknowledged; guarded by mu
 
   void Error(const std::string& message) {
     ++errors;
@@ -269,19 +317,26 @@ struct Swarm {
     std::lock_guard lock(mu);
     times[arn].*field = now;
   }
+  void Acked(const std::string& arn, const std::string& status) {
+    std::lock_guard lock(mu);
+    (status == "RUNNING" ? running_acked : stopped_acked).insert(arn);
+  }
 };
 
-void SimAgent::SendState(const std::string& task_arn, const std::string& status, const Json& container_names) {
-  ChannelClient* c = channel.load();
-  if (!c) return;
+Json ContainerReports(const std::string& status, const Json& container_names) {
   Json containers = Json::array();
   for (const auto& name : container_names) {
     Json ctr = {{"containerName", name}, {"status", status}};
     if (status == "STOPPED") ctr["exitCode"] = 143;
     containers.push_back(std::move(ctr));
   }
+  return containers;
+}
+
+void SimAgent::SendState(const std::string& task_arn, const std::string& status, const Json& container_names) {
   int64_t id = next_id++;
-  Json m = {{"type", "state"}, {"id", id}, {"taskArn", task_arn}, {"status", status}, {"containers", containers}};
+  Json m = {{"type", "state"}, {"id", id}, {"taskArn", task_arn}, {"status", status},
+            {"containers", ContainerReports(status, container_names)}};
   if (status == "STOPPED") {
     m["stopCode"] = "UserInitiated";
     m["reason"] = "Task stopped by user";
@@ -290,7 +345,29 @@ void SimAgent::SendState(const std::string& task_arn, const std::string& status,
     std::lock_guard lock(mu);
     pending[id] = {task_arn, status};
   }
-  c->Send(m.dump());
+  Send(m.dump());
+}
+
+bool SimAgent::Connect(const ServerEndpoint& server, std::string* error) {
+  auto c = ChannelClient::Connect(server, "/agent/v1/channel?containerInstance=" + PercentEncode(arn),
+                                  {[this](std::string m) { OnMessage(m); }, [this] { ++swarm->closes; }});
+  if (!c.ok()) {
+    *error = c.status().message();
+    return false;
+  }
+  Json reported = Json::array();
+  {
+    std::lock_guard lock(mu);
+    hello_reported = tasks;
+    swarm->hello_tasks += static_cast<int64_t>(tasks.size());
+    for (const auto& [task_arn, status] : tasks)
+      reported.push_back({{"taskArn", task_arn}, {"status", status}, {"containers", ContainerReports(status, Json::array({"main"}))}});
+  }
+  std::lock_guard lock(chan_mu);
+  client = std::move(*c);
+  connected = true;
+  client->Send(Json{{"type", "hello"}, {"tasks", reported}, {"impaired", false}}.dump());
+  return true;
 }
 
 void SimAgent::OnMessage(const std::string& text) {
@@ -300,6 +377,14 @@ void SimAgent::OnMessage(const std::string& text) {
   auto assign = [this](const Json& task) {
     ++swarm->assigns;
     std::string task_arn = task.value("taskArn", "");
+    {
+      std::lock_guard lock(mu);
+      if (tasks.count(task_arn)) {  // never start a task twice
+        ++swarm->duplicate_assigns;
+        return;
+      }
+      tasks[task_arn] = "RUNNING";
+    }
     swarm->Stamp(task_arn, &TaskTimes::assigned);
     Json names = Json::array();
     for (const auto& c : task.value("containers", Json::array())) names.push_back(c.value("name", ""));
@@ -307,9 +392,24 @@ void SimAgent::OnMessage(const std::string& text) {
   };
   auto stop = [this](const std::string& task_arn) {
     ++swarm->stops;
+    {
+      std::lock_guard lock(mu);
+      if (auto it = tasks.find(task_arn); it != tasks.end()) it->second = "STOPPED";
+    }
     SendState(task_arn, "STOPPED", Json::array({"main"}));
   };
   if (type == "welcome") {
+    // The welcome comes once the hello's reports are applied and durable: they count as acknowledged.
+    std::map<std::string, std::string> reported;
+    {
+      std::lock_guard lock(mu);
+      reported.swap(hello_reported);
+      for (const auto& [task_arn, status] : reported)
+        if (status == "STOPPED" && tasks.count(task_arn) && tasks[task_arn] == "STOPPED") tasks.erase(task_arn);
+    }
+    for (const auto& [task_arn, status] : reported) swarm->Acked(task_arn, status);
+    swarm->welcome_stops += static_cast<int64_t>(m.value("stop", Json::array()).size());
+    swarm->welcome_assigns += static_cast<int64_t>(m.value("assign", Json::array()).size());
     for (const auto& s : m.value("stop", Json::array())) stop(s.value("taskArn", ""));
     for (const auto& a : m.value("assign", Json::array())) assign(a);
     welcomed = true;
@@ -330,9 +430,12 @@ void SimAgent::OnMessage(const std::string& text) {
       }
       what = it->second;
       pending.erase(it);
+      if (type == "ack" && what.second == "STOPPED" && tasks.count(what.first) && tasks[what.first] == "STOPPED")
+        tasks.erase(what.first);  // the server has it: forget it
     }
     if (type != "ack") return;
     ++swarm->state_acks;
+    swarm->Acked(what.first, what.second);
     swarm->Stamp(what.first, what.second == "RUNNING" ? &TaskTimes::running_acked : &TaskTimes::stopped_acked);
   }
 }
@@ -484,13 +587,12 @@ int main(int argc, char** argv) {
     while (heartbeating) {
       auto now = Clock::now();
       for (auto& a : agents) {
-        ChannelClient* c = a->channel.load();
-        if (!c) continue;
+        if (!a->connected) continue;
         if (a->next_heartbeat == Clock::time_point{}) a->next_heartbeat = now + heartbeat_interval * a->index / o.agents;
         if (now < a->next_heartbeat) continue;
         a->next_heartbeat += heartbeat_interval;
         ++swarm.heartbeats;
-        c->Send(Json{{"type", "heartbeat"}, {"id", a->next_id++}, {"impaired", false}, {"heldGpus", Json::array()}}.dump());
+        a->Send(Json{{"type", "heartbeat"}, {"id", a->next_id++}, {"impaired", false}, {"heldGpus", Json::array()}}.dump());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -513,13 +615,8 @@ int main(int argc, char** argv) {
     Die(std::to_string(register_failures.load()) + " registrations failed; first: " + first_failure);
   }
   ParallelFor(o.agents, 8, [&](int i) {
-    SimAgent* a = agents[i].get();
-    auto c = ChannelClient::Connect(*server, "/agent/v1/channel?containerInstance=" + PercentEncode(a->arn),
-                                    {[a](std::string m) { a->OnMessage(m); }, [a] { ++a->swarm->closes; }});
-    if (!c.ok()) return fail(connect_failures, c.status().message());
-    a->client = std::move(*c);
-    a->channel = a->client.get();
-    a->client->Send(Json{{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}}.dump());
+    std::string error;
+    if (!agents[i]->Connect(*server, &error)) return fail(connect_failures, error);
   });
   if (connect_failures) {
     stop_heartbeats();
@@ -568,10 +665,12 @@ int main(int argc, char** argv) {
   hold(idle, o.idle_s);
   const int64_t heartbeats_idle = swarm.heartbeats;
 
-  // ---- driven: RunTask at o.rate per second, StopTask o.task_life_s after each placement
+  // ---- driven: RunTask at o.rate per second, StopTask o.task_life_s after each placement; with --churn, agents
+  // drop their channel and come back meanwhile
   std::atomic<bool> driving{true};
   std::atomic<int64_t> run_ok{0}, run_failed{0}, stop_calls{0}, call_errors{0};
-  std::string first_failure_reason;
+  std::string first_failure_reason;         // guarded by swarm.mu
+  std::set<std::string> stopped_at_once;    // StopTask answered STOPPED (a PENDING task); guarded by swarm.mu
   std::thread driver([&] {
     if (o.rate <= 0) return;
     std::deque<std::pair<Clock::time_point, std::string>> live;  // placement time, task ARN
@@ -580,8 +679,13 @@ int main(int argc, char** argv) {
     auto stop_one = [&](const std::string& arn) {
       swarm.Stamp(arn, &TaskTimes::stop_sent);
       ++stop_calls;
-      if (!CallEcs(*server, "StopTask", Json{{"cluster", cluster}, {"task", arn}, {"reason", "agent_swarm"}}).ok())
+      auto r = CallEcs(*server, "StopTask", Json{{"cluster", cluster}, {"task", arn}, {"reason", "agent_swarm"}});
+      if (!r.ok()) {
         ++call_errors;
+      } else if ((*r)["task"].value("lastStatus", "") == "STOPPED") {
+        std::lock_guard lock(swarm.mu);
+        stopped_at_once.insert(arn);
+      }
     };
     auto next = Clock::now();
     while (driving) {
@@ -602,6 +706,7 @@ int main(int argc, char** argv) {
       const Json& tasks = (*r)["tasks"];
       if (!tasks.is_array() || tasks.empty()) {
         ++run_failed;
+        std::lock_guard lock(swarm.mu);
         if (first_failure_reason.empty()) first_failure_reason = (*r)["failures"].dump().substr(0, 300);
         continue;
       }
@@ -617,26 +722,191 @@ int main(int argc, char** argv) {
     }
     for (const auto& [_, arn] : live) stop_one(arn);  // leave nothing running
   });
-  Phase driven("driven (heartbeats + RunTask/StopTask)");
+  // Churn: --churn times a second a random agent drops its channel (its unacknowledged reports with it) and
+  // reconnects --churn-down-ms later with a hello that reports every task it has, as a real agent would.
+  std::atomic<bool> churning{true};
+  std::atomic<int64_t> churned{0};
+  std::string first_reconnect_error;  // churn thread only until joined
+  std::thread churner([&] {
+    if (o.churn <= 0) return;
+    std::mt19937 rng(20261129);
+    std::deque<std::pair<Clock::time_point, int>> away;  // reconnect time, agent
+    const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / o.churn));
+    const auto down = std::chrono::milliseconds(o.churn_down_ms);
+    auto reconnect = [&](int i) {
+      std::string error;
+      for (int attempt = 0; attempt < 50; ++attempt) {  // bounded: 5 s
+        if (agents[i]->Connect(*server, &error)) {
+          ++swarm.reconnects;
+          agents[i]->churning = false;
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      ++swarm.reconnect_failures;
+      if (first_reconnect_error.empty()) first_reconnect_error = error;
+      agents[i]->churning = false;
+    };
+    auto next = Clock::now();
+    while (churning) {
+      auto wake = away.empty() ? next : std::min(next, away.front().first);
+      std::this_thread::sleep_until(std::min(wake, Clock::now() + std::chrono::milliseconds(50)));
+      auto now = Clock::now();
+      while (!away.empty() && away.front().first <= now) {
+        reconnect(away.front().second);
+        away.pop_front();
+      }
+      if (now < next) continue;
+      next += period;
+      // Every other drop hits an agent that holds tasks (the first found from a random start), so that hellos
+      // carry reports and welcomes carry assigns and stops; the others hit any agent.
+      int i = static_cast<int>(rng() % static_cast<unsigned>(o.agents));
+      if (rng() % 2) {
+        for (int k = 0; k < o.agents; ++k) {
+          SimAgent& a = *agents[(i + k) % o.agents];
+          std::lock_guard lock(a.mu);
+          if (!a.tasks.empty()) {
+            i = (i + k) % o.agents;
+            break;
+          }
+        }
+      }
+      if (agents[i]->churning.exchange(true)) continue;
+      agents[i]->Disconnect();
+      ++churned;
+      away.emplace_back(now + down, i);
+    }
+    for (const auto& [_, i] : away) reconnect(i);
+  });
+  Phase driven(o.churn > 0 ? "driven (heartbeats + RunTask/StopTask + churn)" : "driven (heartbeats + RunTask/StopTask)");
   hold(driven, o.hold_s);
+  ProcSample driven_end = SampleProc(server_pid);
+  churning = false;
+  churner.join();
   driving = false;
   driver.join();
-  // Let the last STOPPED reports come back (bounded: 10 s of heartbeats).
-  for (int i = 0; i < 1000 && swarm.state_acks < swarm.assigns + swarm.stops && !swarm.errors; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Let the last reports come back: every agent welcomed again and every placed task STOPPED on the server
+  // (bounded: 60 s).
+  std::vector<std::string> placed;
+  {
+    std::lock_guard lock(swarm.mu);
+    for (const auto& [arn, t] : swarm.times)
+      if (t.sent != Clock::time_point{}) placed.push_back(arn);
+  }
+  auto describe_tasks = [&](const std::vector<std::string>& arns, std::map<std::string, Json>* out) {
+    for (size_t i = 0; i < arns.size(); i += 100) {
+      Json batch = Json::array();
+      for (size_t j = i; j < std::min(arns.size(), i + 100); ++j) batch.push_back(arns[j]);
+      auto d = CallEcs(*server, "DescribeTasks", Json{{"cluster", cluster}, {"tasks", batch}});
+      if (!d.ok()) continue;
+      for (const auto& t : (*d)["tasks"]) (*out)[t["taskArn"]] = t;
+    }
+  };
+  const auto settle0 = Clock::now();
+  std::map<std::string, Json> final_tasks;
+  for (int i = 0; i < 300; ++i) {  // bounded: 300 x (describe + 200 ms)
+    final_tasks.clear();
+    describe_tasks(placed, &final_tasks);
+    int not_stopped = 0, unwelcomed = 0;
+    for (const auto& [arn, t] : final_tasks) not_stopped += t.value("lastStatus", "") != "STOPPED" ? 1 : 0;
+    for (const auto& a : agents) unwelcomed += a->welcomed ? 0 : 1;
+    if ((not_stopped == 0 && unwelcomed == 0) || Seconds(Clock::now() - settle0) > 60) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const double settle_s = Seconds(Clock::now() - settle0);
   ProcSample end = SampleProc(server_pid);
 
-  // ---- verify: every instance still connected, as the server sees it
-  int connected_now = 0, described = 0;
+  // ---- verify through the API: every instance connected; no leaked or lost reservation (per GPU, remaining ==
+  // total - the declared memory of its non-STOPPED tasks); no lost state change (every task whose STOPPED report
+  // was acknowledged is STOPPED, every acknowledged RUNNING report left startedAt, unless StopTask stopped the
+  // task while it was still PENDING); nothing still running once every task was stopped.
+  std::vector<std::string> violations;
+  auto violation = [&](const std::string& what) {
+    if (violations.size() < 20) std::fprintf(stderr, "VIOLATION %s\n", what.c_str());
+    violations.push_back(what);
+  };
+  int connected_now = 0, described = 0, gpus_checked = 0;
+  std::vector<Json> instances;
   for (int i = 0; i < o.agents; i += 100) {
     Json arns = Json::array();
     for (int j = i; j < std::min(o.agents, i + 100); ++j) arns.push_back(agents[j]->arn);
     auto d = CallEcs(*server, "DescribeContainerInstances", Json{{"cluster", cluster}, {"containerInstances", arns}});
-    if (!d.ok()) continue;
+    if (!d.ok()) {
+      violation("DescribeContainerInstances failed: " + d.status().message());
+      continue;
+    }
     for (const auto& ci : (*d)["containerInstances"]) {
       ++described;
       connected_now += ci.value("agentConnected", false) ? 1 : 0;
+      instances.push_back(ci);
     }
+  }
+  if (connected_now != o.agents) violation(std::to_string(o.agents - connected_now) + " instances not agentConnected at the end");
+  {
+    // Tasks the server lists as not stopped, whether or not the driver knows them.
+    std::vector<std::string> listed;
+    Json next_token;
+    for (int page = 0; page < 10000; ++page) {
+      Json body = {{"cluster", cluster}, {"desiredStatus", "RUNNING"}, {"maxResults", 100}};
+      if (next_token.is_string()) body["nextToken"] = next_token;
+      auto l = CallEcs(*server, "ListTasks", body);
+      if (!l.ok()) break;
+      for (const auto& a : (*l)["taskArns"]) listed.push_back(a);
+      next_token = (*l).value("nextToken", Json());
+      if (!next_token.is_string()) break;
+    }
+    std::vector<std::string> unknown;
+    for (const auto& a : listed)
+      if (!final_tasks.count(a)) unknown.push_back(a);
+    describe_tasks(unknown, &final_tasks);
+  }
+  std::map<std::string, std::pair<int64_t, int>> declared;  // GPU -> (MiB, containers) of non-STOPPED tasks
+  int not_stopped = 0, running_unreflected = 0, stopped_lost = 0;
+  {
+    std::lock_guard lock(swarm.mu);
+    for (const auto& [arn, t] : final_tasks) {
+      const std::string status = t.value("lastStatus", "");
+      if (status != "STOPPED") {
+        ++not_stopped;
+        if (not_stopped <= 3) violation("task " + arn + " is " + status + " after every task was stopped and the agents settled");
+        for (const auto& c : t["containers"])
+          for (const auto& g : c.value("gpuIds", Json::array())) {
+            declared[g].first += c["gpuSharingStrategy"]["nvidiaMps"].value("memory", 0);
+            ++declared[g].second;
+          }
+      }
+      if (swarm.stopped_acked.count(arn) && status != "STOPPED") {
+        ++stopped_lost;
+        violation("task " + arn + ": its STOPPED report was acknowledged, the server says " + status);
+      }
+      if (swarm.running_acked.count(arn) && !t.contains("startedAt") && !stopped_at_once.count(arn)) {
+        ++running_unreflected;
+        violation("task " + arn + ": its RUNNING report was acknowledged, the server has no startedAt");
+      }
+    }
+    for (const auto& arn : placed)
+      if (!final_tasks.count(arn)) violation("task " + arn + " was placed and is not described");
+  }
+  for (const auto& ci : instances) {
+    int running = 0, pending = 0;
+    for (const auto& g : ci["gpuDevices"]) {
+      ++gpus_checked;
+      auto [mib, count] = declared.count(g["gpuId"]) ? declared[g["gpuId"]] : std::pair<int64_t, int>{0, 0};
+      int64_t total = g["totalMemoryInMiB"], remaining = g["remainingMemoryInMiB"];
+      if (remaining != total - mib || g["containerCount"] != count)
+        violation("GPU " + g["gpuId"].get<std::string>() + ": remaining " + std::to_string(remaining) + " MiB, " +
+                  g["containerCount"].dump() + " containers; its non-STOPPED tasks declare " + std::to_string(mib) +
+                  " MiB of " + std::to_string(total) + " in " + std::to_string(count));
+    }
+    for (const auto& [arn, t] : final_tasks)
+      if (t.value("containerInstanceArn", "") == ci.value("containerInstanceArn", "")) {
+        running += t.value("lastStatus", "") == "RUNNING" ? 1 : 0;
+        pending += t.value("lastStatus", "") == "PENDING" ? 1 : 0;
+      }
+    if (ci.value("runningTasksCount", -1) != running || ci.value("pendingTasksCount", -1) != pending)
+      violation("instance " + ci.value("containerInstanceArn", "") + " counts " + ci["runningTasksCount"].dump() +
+                " running/" + ci["pendingTasksCount"].dump() + " pending, its tasks " + std::to_string(running) + "/" +
+                std::to_string(pending));
   }
   const int64_t closes_before_shutdown = swarm.closes;
   const double swarm_rss_mib = SampleProc(getpid()).rss_kib / 1024.0;
@@ -658,8 +928,7 @@ int main(int argc, char** argv) {
   }
 
   stop_heartbeats();
-  for (auto& a : agents) a->channel = nullptr;
-  ParallelFor(o.agents, 8, [&](int i) { agents[i]->client.reset(); });
+  ParallelFor(o.agents, 8, [&](int i) { agents[i]->Disconnect(); });
   stop_server();
 
   // ---- report
@@ -727,12 +996,30 @@ int main(int argc, char** argv) {
               connected_now, o.agents, described, static_cast<long long>(closes_before_shutdown),
               static_cast<long long>(swarm.errors.load()), swarm.first_error.empty() ? "" : ", first: ",
               swarm.first_error.c_str());
-  std::printf("swarm itself     VmRSS %.1f MiB, %d threads (one io thread per ChannelClient)\n\n", swarm_rss_mib,
+  std::printf("swarm itself     VmRSS %.1f MiB, %d threads (one io thread per ChannelClient)\n", swarm_rss_mib,
               swarm_threads);
+  std::printf("churn            %.1f reconnects/s asked, each agent away %d ms: %lld channels dropped, %lld reconnected "
+              "(hello with the agent's tasks), %lld reconnects failed%s%s; %lld assigns for a task the agent had "
+              "(ignored)\n"
+              "                 hellos reported %lld tasks; welcomes carried %lld assigns and %lld stops\n",
+              o.churn, o.churn_down_ms, static_cast<long long>(churned.load()),
+              static_cast<long long>(swarm.reconnects.load()), static_cast<long long>(swarm.reconnect_failures.load()),
+              first_reconnect_error.empty() ? "" : ", first: ", first_reconnect_error.c_str(),
+              static_cast<long long>(swarm.duplicate_assigns.load()), static_cast<long long>(swarm.hello_tasks.load()),
+              static_cast<long long>(swarm.welcome_assigns.load()), static_cast<long long>(swarm.welcome_stops.load()));
+  std::printf("server at the end of the driven phase: %d open fds, %d threads, VmRSS %.1f MiB\n", driven_end.fds,
+              driven_end.threads, mib(driven_end.rss_kib));
+  std::printf("check (API)      settled in %.1f s; %zu tasks described, %d not STOPPED; %d GPUs of %d instances: "
+              "remaining == total - declared memory of non-STOPPED tasks; %zu RUNNING and %zu STOPPED reports "
+              "acknowledged: %d RUNNING without startedAt, %d STOPPED reports lost; %zu stopped while PENDING\n",
+              settle_s, final_tasks.size(), not_stopped, gpus_checked, described, swarm.running_acked.size(),
+              swarm.stopped_acked.size(), running_unreflected, stopped_lost, stopped_at_once.size());
+  std::printf("violations       %zu%s%s\n\n", violations.size(), violations.empty() ? "" : ", first: ",
+              violations.empty() ? "" : violations[0].c_str());
   std::printf("  %-34s %6s %8s %8s %8s %8s\n", "driven phase, ms", "n", "p50", "p90", "p99", "max");
   PrintLatency("RunTask answered", answer_ms, "placement durable (new TCP connection per call)");
   PrintLatency("RunTask sent -> assign at agent", assign_ms, "pushed after the commit");
   PrintLatency("assign -> RUNNING report acked", running_ms, "report applied and durable");
   PrintLatency("StopTask sent -> STOPPED acked", stop_ms, "push, report, commit");
-  return 0;
+  return violations.empty() ? 0 : 1;
 }

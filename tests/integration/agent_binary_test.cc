@@ -210,6 +210,44 @@ TEST_F(AgentBinaryTest, AgentKilledWithSigkillRestartsWithoutStartingTasksTwice)
   EXPECT_EQ(stopped["containers"][0]["exitCode"], 143);  // SIGTERM reached the adopted process
 }
 
+// Regression (found by bench/crash_safety.mjs): an agent killed after the runtime started a container but before
+// it recorded the container's id restarted, failed the task (TaskFailedToStart, memory released on the server)
+// and left the workload running: a process on the GPU with no reservation. The state such a kill leaves is made
+// here by hand: the task's record rewritten to "starting, no container id recorded" while its process runs.
+TEST_F(AgentBinaryTest, AgentKilledBeforeRecordingItsContainerStopsTheContainerOnRestart) {
+  StartServer();
+  StartAgent();
+  fs::path pid_file = dir_ / "pid";
+  RegisterScript("unrecorded", "echo $$ > " + pid_file.string() + "; exec sleep 60");
+  std::string arn = Run("unrecorded");
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  agent_->Kill(SIGKILL);
+  fs::path record = dir_ / "agent" / "tasks" / (arn.substr(arn.rfind('/') + 1) + ".json");
+  Json j = Json::parse(std::ifstream(record), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << record;
+  j["status"] = "PENDING";
+  for (auto& c : j["containers"]) {
+    c["runtimeId"] = "";
+    c["status"] = "PENDING";
+  }
+  std::ofstream(record, std::ios::trunc) << j.dump();
+  pid_t pid = 0;
+  std::ifstream(pid_file) >> pid;
+  auto alive = [pid] {
+    std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string text((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    return text.find("sleep") != std::string::npos;
+  };
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(alive());
+  StartAgent();
+  Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(t["stopCode"], "TaskFailedToStart");
+  for (int i = 0; i < 250 && alive(); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(alive()) << "the workload of a task that failed to start still runs, with no reservation";
+  if (alive()) kill(pid, SIGKILL);
+}
+
 TEST_F(AgentBinaryTest, ServerKilledWithSigkillWhileTasksRunReconciles) {
   StartServer();
   StartAgent();
@@ -231,6 +269,25 @@ TEST_F(AgentBinaryTest, ServerKilledWithSigkillWhileTasksRunReconciles) {
                2 * 22587 - 4096;  // only the long task holds memory
   });
   EXPECT_EQ(ci["runningTasksCount"], 1);
+}
+
+// Regression (seen in the state directory bench/crash_safety.mjs --keep leaves): a task whose STOPPED report
+// reached the server only in a hello (it ended while the channel was down) kept its record on the agent for
+// good, and every later hello reported it again. The welcome now acknowledges what the hello reported STOPPED.
+TEST_F(AgentBinaryTest, TaskReportedStoppedInAHelloIsForgottenOnceWelcomed) {
+  StartServer();
+  StartAgent();
+  RegisterScript("brief", "sleep 1; exit 3");
+  std::string arn = Run("brief");
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  server_->Kill(SIGKILL);
+  std::this_thread::sleep_for(1500ms);  // the task exits while the server is down: no channel to report on
+  StartServer();
+  Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(t["containers"][0]["exitCode"], 3);
+  fs::path record = dir_ / "agent" / "tasks" / (arn.substr(arn.rfind('/') + 1) + ".json");
+  for (int i = 0; i < 250 && fs::exists(record); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(fs::exists(record)) << "the agent still keeps the record of a task the server has STOPPED";
 }
 
 TEST_F(AgentBinaryTest, DockerRuntimeRunsTheTaskInARealEngine) {

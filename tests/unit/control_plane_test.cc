@@ -2,11 +2,16 @@
 #include "api/control_plane.h"
 
 #include <filesystem>
+#include <atomic>
+#include <condition_variable>
 #include <future>
+#include <mutex>
+#include <optional>
 
 #include <gtest/gtest.h>
 
 #include "storage/group_committer.h"
+#include "storage/memory_store.h"
 #include "storage/sqlite_store.h"
 
 namespace gpupack::api {
@@ -314,6 +319,107 @@ TEST_F(ControlPlaneTest, ClientTokenIsIdempotent) {
   EXPECT_EQ(other.status.code(), ErrorCode::kConflict);
   Json list = s.Ok("ListTasks", Json::object());
   EXPECT_EQ(list["taskArns"].size(), 2u);
+}
+
+// GatedStore holds every Commit while its gate is closed: the window between a write's placement in memory and
+// its commit, which a crash can cut.
+class GatedStore : public Store {
+ public:
+  Result<Snapshot> Load() override { return inner_.Load(); }
+  Status Commit(const WriteBatch& batch) override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+    return inner_.Commit(batch);
+  }
+  void Close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  MemoryStore& inner() { return inner_; }
+
+ private:
+  MemoryStore inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+};
+
+// Regression (found by bench/crash_safety.mjs): a write that changes nothing itself (a RunTask repeating a
+// clientToken, a StopTask or STOPPED report repeated by a retry) was answered at once from memory, while the
+// write that made that memory state was still in commit; a crash in between lost a task the retry had
+// acknowledged, and the token then made a second one. Such answers now wait for the earlier commits.
+TEST(ControlPlaneDurability, RepeatedWritesAreAnsweredOnlyOnceTheWriteTheyRepeatIsDurable) {
+  GatedStore store;
+  std::optional<Json> last_tasks;
+  {
+    GroupCommitter committer(store);
+    ControlPlaneOptions o;
+    o.seed = 3;
+    ControlPlane cp(o, store, committer);
+    ASSERT_TRUE(cp.Load().ok());
+    auto call = [&](const std::string& op, const Json& body) {
+      std::promise<OperationResult> p;
+      cp.Execute(op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
+      OperationResult r = p.get_future().get();
+      EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
+      return r.body;
+    };
+    // Execute answers into `slot`; the flag says whether it has answered yet.
+    struct Answer {
+      std::atomic<bool> answered{false};
+      std::promise<OperationResult> result;
+    };
+    auto start = [&](const std::string& op, const Json& body, Answer& a) {
+      cp.Execute(op, body, [&a](OperationResult r) {
+        a.result.set_value(std::move(r));
+        a.answered = true;
+      });
+    };
+    call("CreateCluster", Json::object());
+    call("RegisterContainerInstance",
+         {{"totalResources", Resources(8192, 32768)},
+          {"platformDevices", Json::array({{{"id", "GPU-gated"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 22587}}}}})}});
+    call("RegisterTaskDefinition", {{"family", "mps"}, {"containerDefinitions", Json::array({MpsContainer("c", 1000)})}});
+    const Json token_request = {{"taskDefinition", "mps"}, {"clientToken", "retry-me"}};
+
+    store.Close();
+    Answer first, retry;
+    start("RunTask", token_request, first);
+    start("RunTask", token_request, retry);
+    EXPECT_FALSE(first.answered);
+    EXPECT_FALSE(retry.answered) << "the retry acknowledged a task whose placement is not durable yet";
+    store.Open();
+    OperationResult a = first.result.get_future().get(), b = retry.result.get_future().get();
+    ASSERT_TRUE(a.status.ok() && b.status.ok());
+    ASSERT_EQ(a.body["tasks"].size(), 1u);
+    EXPECT_EQ(a.body["tasks"], b.body["tasks"]);
+    const Json task = a.body["tasks"][0]["taskArn"];
+
+    store.Close();
+    Answer stop, stop_retry;
+    start("StopTask", {{"task", task}}, stop);
+    start("StopTask", {{"task", task}}, stop_retry);
+    EXPECT_FALSE(stop_retry.answered) << "the retried StopTask acknowledged a stop that is not durable yet";
+    store.Open();
+    EXPECT_EQ(stop_retry.result.get_future().get().body["task"]["lastStatus"], "STOPPED");
+    stop.result.get_future().get();
+    last_tasks = call("DescribeTasks", {{"tasks", Json::array({task})}})["tasks"];
+  }
+  // What was acknowledged is what a restart finds.
+  GroupCommitter committer(store);
+  ControlPlane cp(ControlPlaneOptions{}, store, committer);
+  ASSERT_TRUE(cp.Load().ok());
+  std::promise<OperationResult> p;
+  cp.Execute("DescribeTasks", {{"tasks", Json::array({(*last_tasks)[0]["taskArn"]})}},
+             [&](OperationResult r) { p.set_value(std::move(r)); });
+  EXPECT_EQ(p.get_future().get().body["tasks"][0]["lastStatus"], "STOPPED");
 }
 
 TEST_F(ControlPlaneTest, ComputeAwarePlacementIsOptIn) {
