@@ -11,10 +11,12 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "api/sigv4.h"
 #include "scheduler/status.h"
 
 namespace gpupack::agent {
@@ -37,6 +39,8 @@ struct AgentOptions {
   std::chrono::milliseconds monitor_interval{100};    // how often running containers are inspected
   std::chrono::milliseconds mps_probe_interval{5000};
   bool stop_tasks_on_exit = false;      // gpupack up: Ctrl-C stops the tasks too
+  // The key to SigV4-sign every call and the channel upgrade with (server run with --credentials); none = unsigned.
+  std::optional<api::SigningIdentity> signing;
 };
 
 class Agent {

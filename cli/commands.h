@@ -44,6 +44,11 @@ struct AgentFlags {
   int64_t memory = 0;
   int stop_grace_ms = 10000;
   std::string log_level = "info";
+  // SigV4 signing (server run with --credentials). Empty: $AWS_SHARED_CREDENTIALS_FILE, $AWS_PROFILE, and
+  // $AWS_REGION / $AWS_DEFAULT_REGION, then us-east-1; no file at all means unsigned calls.
+  std::string credentials;
+  std::string profile;
+  std::string region;
 };
 
 void AddAgentFlags(CLI::App& app, AgentFlags& flags);
