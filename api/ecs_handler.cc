@@ -62,7 +62,8 @@ struct RequestMetrics {
     m << "# HELP gpupack_auth_refusals_total ECS API requests refused by authentication or authorization, by "
          "ECS error type.\n"
          "# TYPE gpupack_auth_refusals_total counter\n";
-    for (const auto& [type, n] : auth_refusals) m << "gpupack_auth_refusals_total{type=\"" << type << "\"} " << n << "\n";
+    for (const auto& [type, n] : auth_refusals)
+      m << "gpupack_auth_refusals_total{type=\"" << type << "\"} " << n << "\n";
     return m.str();
   }
 };

@@ -217,7 +217,9 @@ class AuthTest : public ::testing::Test {
   }
 
   // FixClock makes the server's clock read T0 (for requests this test signs itself).
-  void FixClock() { server_->fixed_seconds = std::chrono::duration_cast<std::chrono::seconds>(T0().time_since_epoch()).count(); }
+  void FixClock() {
+    server_->fixed_seconds = std::chrono::duration_cast<std::chrono::seconds>(T0().time_since_epoch()).count();
+  }
 
   // RegisterInstance registers a container instance (signed by the admin key) and returns its ARN.
   std::string RegisterInstance() {
@@ -241,7 +243,8 @@ class AuthTest : public ::testing::Test {
 TEST_F(AuthTest, ASignedCallIsServed) {
   FixClock();
   const Call call;
-  RawResponse r = Exchange(server_->port(), Wire("POST", "/", Signed(call.Headers(server_->port()), kAdmin, T0(), call.body), call.body));
+  const HeaderList headers = Signed(call.Headers(server_->port()), kAdmin, T0(), call.body);
+  RawResponse r = Exchange(server_->port(), Wire("POST", "/", headers, call.body));
   EXPECT_EQ(r.status, 200) << r.head << "\n" << r.body;
   EXPECT_TRUE(Json::parse(r.body, nullptr, false).contains("clusterArns")) << r.body;
 }
@@ -297,10 +300,14 @@ TEST_F(AuthTest, EachRefusalComesBackInEcsShapeWithItsStatus) {
        400, "InvalidSignatureException", "signature we calculated does not match"},
       // Signed 6 minutes before the server's clock: outside the 5-minute window.
       {"clock behind",
-       [&](uint16_t p) { return Wire("POST", "/", Signed(list.Headers(p), kAdmin, T0() - 6min, list.body), list.body); },
+       [&](uint16_t p) {
+         return Wire("POST", "/", Signed(list.Headers(p), kAdmin, T0() - 6min, list.body), list.body);
+       },
        400, "InvalidSignatureException", "Signature expired: 20260302T095400Z is now earlier than 20260302T095500Z"},
       {"clock ahead",
-       [&](uint16_t p) { return Wire("POST", "/", Signed(list.Headers(p), kAdmin, T0() + 6min, list.body), list.body); },
+       [&](uint16_t p) {
+         return Wire("POST", "/", Signed(list.Headers(p), kAdmin, T0() + 6min, list.body), list.body);
+       },
        400, "InvalidSignatureException", "Signature not yet current"},
       // The SDK scopes its signature to its configured region; this server is us-east-1.
       {"other region",
