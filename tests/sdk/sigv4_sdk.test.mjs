@@ -125,6 +125,15 @@ describe('an SDK client against gpupack server --credentials', () => {
                   /^Signature expired: \d{8}T\d{6}Z is now earlier than \d{8}T\d{6}Z \(\d{8}T\d{6}Z - 5 min\.\)$/);
   });
 
+  test('with a retry the SDK corrects its clock from our Date header, as it does against ECS', async () => {
+    // The SDK treats InvalidSignatureException as a clock-skew error, takes the offset from the response's Date
+    // header and signs the retry with it: the skewed client gets through on its second attempt.
+    const ecs = track(client(server.endpoint, ADMIN, { systemClockOffset: -6 * 60 * 1000, maxAttempts: 2 }));
+    const out = await ecs.send(new ListClustersCommand({}));
+    assert.equal(out.$metadata.attempts, 2);
+    assert.ok(Math.abs(ecs.config.systemClockOffset) < 60 * 1000, `offset now ${ecs.config.systemClockOffset} ms`);
+  });
+
   test('an agent key may create a cluster but not list them', async () => {
     const ecs = track(client(server.endpoint, AGENT));
     await ecs.send(new CreateClusterCommand({ clusterName: 'from-agent' }));
