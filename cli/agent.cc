@@ -191,6 +191,7 @@ int RunUp(const UpFlags& f) {
   std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, process runtime)\n", server->endpoint().c_str(),
               f.agents, f.gpus.c_str());
   std::printf("  data      %s\n", f.dir.c_str());
+  std::printf("  auth      %s\n", server->auth_summary().c_str());
   std::printf("\nPoint an AWS SDK or the AWS CLI at it:\n");
   std::printf("  export AWS_ENDPOINT_URL_ECS=%s AWS_REGION=%s\n", server->endpoint().c_str(), sf.region.c_str());
   if (sf.credentials.empty()) {
