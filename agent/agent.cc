@@ -781,6 +781,7 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   auto server = ServerEndpoint::Parse(options.server);
   if (!server.ok()) return server.status();
   impl->server = *server;
+  impl->server.signing = options.signing;
   auto gpus = MakeGpuDiscovery(options.gpus, options.name);
   if (!gpus.ok()) return gpus.status();
   impl->gpus = std::move(*gpus);

@@ -11,10 +11,12 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "api/sigv4.h"
 #include "scheduler/status.h"
 
 namespace gpupack::agent {
@@ -42,6 +44,8 @@ struct AgentOptions {
   std::chrono::milliseconds watchdog_interval{1000};
   int watchdog_strikes = 2;
   bool stop_tasks_on_exit = false;      // gpupack up: Ctrl-C stops the tasks too
+  // The key to SigV4-sign every call and the channel upgrade with (server run with --credentials); none = unsigned.
+  std::optional<api::SigningIdentity> signing;
 };
 
 class Agent {

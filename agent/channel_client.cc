@@ -75,10 +75,56 @@ Result<tcp::endpoint> Resolve(net::io_context& ioc, const ServerEndpoint& server
   return results.begin()->endpoint();
 }
 
+// Sign adds SigV4's Authorization, X-Amz-Date and X-Amz-Content-Sha256 to `req`, signing every header it
+// carries except those SignRequest leaves out (Connection, User-Agent, ...).
+template <class Fields>
+void Sign(const api::SigningIdentity& id, http::request<Fields>& req, std::string_view body) {
+  api::HeaderList headers;
+  for (const auto& field : req) headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  const std::string target(req.target());
+  const size_t q = target.find('?');
+  const std::string path = target.substr(0, q);
+  const std::string query = q == std::string::npos ? "" : target.substr(q + 1);
+  for (const auto& [name, value] :
+       api::SignRequest(id.credential, id.region, id.service, std::string(req.method_string()), path, query, headers,
+                        body, std::chrono::system_clock::now())) {
+    req.set(name, value);
+  }
+}
+
+ErrorCode CodeOf(const std::string& type, int http_status) {
+  if (type == "InvalidParameterException") return ErrorCode::kInvalidParameter;
+  if (type == "ClusterNotFoundException") return ErrorCode::kClusterNotFound;
+  if (type == "AccessDeniedException") return ErrorCode::kAccessDenied;
+  if (type == "UnrecognizedClientException") return ErrorCode::kUnrecognizedClient;
+  if (type == "InvalidSignatureException") return ErrorCode::kInvalidSignature;
+  if (type == "IncompleteSignatureException") return ErrorCode::kIncompleteSignature;
+  if (type == "MissingAuthenticationTokenException") return ErrorCode::kMissingAuthenticationToken;
+  return http_status >= 500 ? ErrorCode::kServer : ErrorCode::kClient;
+}
+
+// AuthHint shortens an authentication refusal to its first line and says what the agent operator can do.
+std::string AuthHint(const std::string& type, const ServerEndpoint& server, const std::string& message) {
+  const std::string first = message.substr(0, message.find('\n'));
+  if (type == "MissingAuthenticationTokenException")
+    return first + " (the server requires signed requests: start the agent with --credentials FILE)";
+  if (type == "UnrecognizedClientException" || type == "InvalidSignatureException") {
+    if (!server.signing) return first;
+    return first + " (signed as access key " + server.signing->credential.access_key_id + ", profile [" +
+           server.signing->credential.profile + "], region " + server.signing->region +
+           ": check the key is in the server's credentials file with the same secret, the server's --region and "
+           "this host's clock)";
+  }
+  return message.substr(0, 500);
+}
+
 }  // namespace
 
-Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation, const Json& body,
-                     std::chrono::milliseconds timeout) {
+namespace {
+
+// RoundTrip sends `req` (signed when server.signing is set) on a new connection and reads the response.
+Result<http::response<http::string_body>> RoundTrip(const ServerEndpoint& server, http::request<http::string_body>& req,
+                                                    const std::string& what, std::chrono::milliseconds timeout) {
   net::io_context ioc;
   auto ep = Resolve(ioc, server);
   if (!ep.ok()) return ep.status();
@@ -87,31 +133,66 @@ Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation,
   beast::error_code ec;
   stream.connect(*ep, ec);
   if (ec) return Status::Server("cannot reach the server at " + server.Url() + ": " + ec.message());
+  req.prepare_payload();
+  if (server.signing) Sign(*server.signing, req, req.body());
+  http::write(stream, req, ec);
+  if (ec) return Status::Server(what + ": sending failed: " + ec.message());
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(16 << 20);
+  http::read(stream, buffer, parser, ec);
+  if (ec) return Status::Server(what + ": no answer from " + server.Url() + ": " + ec.message());
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  return parser.release();
+}
+
+// ErrorOf is the ECS error of a non-200 response: its __type (or "HTTP <status>") and message.
+std::pair<std::string, std::string> ErrorOf(const http::response<http::string_body>& res) {
+  Json j = Json::parse(res.body(), nullptr, false);
+  const bool has_type = j.is_object() && j.contains("__type") && j["__type"].is_string();
+  const bool has_message = j.is_object() && j.contains("message") && j["message"].is_string();
+  return {has_type ? j["__type"].get<std::string>() : "HTTP " + std::to_string(res.result_int()),
+          has_message ? j["message"].get<std::string>() : res.body().substr(0, 200)};
+}
+
+bool IsAuthError(ErrorCode code) {
+  return code == ErrorCode::kAccessDenied || code == ErrorCode::kUnrecognizedClient ||
+         code == ErrorCode::kInvalidSignature || code == ErrorCode::kIncompleteSignature ||
+         code == ErrorCode::kMissingAuthenticationToken;
+}
+
+// DiagnoseDeclinedUpgrade finds out why the server declined the channel's upgrade. Beast drops the refusal's
+// body, so the same target is fetched once more as a plain GET, signed the same way: the server authenticates
+// it exactly as it did the upgrade and answers an authentication error in ECS's shape (an authenticated
+// plain GET gets a 404, which says nothing: then the refusal was not about authentication).
+Status DiagnoseDeclinedUpgrade(const ServerEndpoint& server, const std::string& target) {
+  const Status declined = Status::Server("the server refused the agent channel: the WebSocket upgrade was declined");
+  http::request<http::string_body> req{http::verb::get, target, 11};
+  req.set(http::field::host, server.host + ":" + std::to_string(server.port));
+  auto res = RoundTrip(server, req, "agent channel", std::chrono::milliseconds(5000));
+  if (!res.ok() || res->result_int() == 200) return declined;
+  const auto [type, message] = ErrorOf(*res);
+  const ErrorCode code = CodeOf(type, res->result_int());
+  if (!IsAuthError(code)) return declined;
+  return Status(code, "the server refused the agent channel: " + type + ": " + AuthHint(type, server, message));
+}
+
+}  // namespace
+
+Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation, const Json& body,
+                     std::chrono::milliseconds timeout) {
   http::request<http::string_body> req{http::verb::post, "/", 11};
   req.set(http::field::host, server.host);
   req.set(http::field::content_type, "application/x-amz-json-1.1");
   req.set("X-Amz-Target", "AmazonEC2ContainerServiceV20141113." + operation);
   req.body() = body.dump();
-  req.prepare_payload();
-  http::write(stream, req, ec);
-  if (ec) return Status::Server(operation + ": sending failed: " + ec.message());
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(16 << 20);
-  http::read(stream, buffer, parser, ec);
-  if (ec) return Status::Server(operation + ": no answer from " + server.Url() + ": " + ec.message());
-  auto res = parser.release();
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-  Json j = Json::parse(res.body(), nullptr, false);
-  if (res.result_int() != 200) {
-    std::string type = j.is_object() && j.contains("__type") ? j["__type"].get<std::string>() : "HTTP " + std::to_string(res.result_int());
-    std::string msg = j.is_object() && j.contains("message") ? j["message"].get<std::string>() : res.body().substr(0, 200);
-    ErrorCode code = type == "InvalidParameterException" ? ErrorCode::kInvalidParameter
-                     : type == "ClusterNotFoundException" ? ErrorCode::kClusterNotFound
-                     : res.result_int() >= 500          ? ErrorCode::kServer
-                                                        : ErrorCode::kClient;
-    return Status(code, operation + ": " + type + ": " + msg);
+  auto res = RoundTrip(server, req, operation, timeout);
+  if (!res.ok()) return res.status();
+  if (res->result_int() != 200) {
+    const auto [type, message] = ErrorOf(*res);
+    return Status(CodeOf(type, res->result_int()), operation + ": " + type + ": " + AuthHint(type, server, message));
   }
+  Json j = Json::parse(res->body(), nullptr, false);
   if (j.is_discarded()) return Status::Server(operation + ": the server's answer is not JSON");
   return j;
 }
@@ -176,7 +257,12 @@ Result<std::unique_ptr<ChannelClient>> ChannelClient::Connect(const ServerEndpoi
   tcp_layer.connect(*ep, ec);
   if (ec) return Status::Server("cannot reach the server at " + server.Url() + ": " + ec.message());
   tcp_layer.socket().set_option(tcp::no_delay(true), ec);
+  if (server.signing) {
+    impl->ws.set_option(websocket::stream_base::decorator(
+        [id = *server.signing](websocket::request_type& req) { Sign(id, req, ""); }));
+  }
   impl->ws.handshake(server.host + ":" + std::to_string(server.port), target, ec);
+  if (ec == websocket::error::upgrade_declined) return DiagnoseDeclinedUpgrade(server, target);
   if (ec) return Status::Server("the server refused the agent channel: " + ec.message());
   tcp_layer.expires_never();
   impl->ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));

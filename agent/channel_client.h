@@ -5,26 +5,31 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "api/sigv4.h"
 #include "scheduler/status.h"
 
 namespace gpupack::agent {
 
 using Json = nlohmann::json;
 
-// ServerEndpoint: "http://HOST:PORT" parsed.
+// ServerEndpoint: "http://HOST:PORT" parsed, and the key to sign with when the server wants signatures
+// (`gpupack server --credentials`): then CallEcs and ChannelClient::Connect sign every request with SigV4.
 struct ServerEndpoint {
   std::string host;
   uint16_t port = 0;
+  std::optional<api::SigningIdentity> signing;
   static Result<ServerEndpoint> Parse(const std::string& url);
   std::string Url() const;
 };
 
-// CallEcs POSTs one ECS operation and returns the response body; an ECS error comes back as a Status with the
-// error's __type and message. Bounded by `timeout`.
+// CallEcs POSTs one ECS operation (SigV4-signed when server.signing is set) and returns the response body; an ECS
+// error comes back as a Status with the error's __type and message (authentication errors with their own
+// codes: kUnrecognizedClient, kInvalidSignature, ...). Bounded by `timeout`.
 Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation, const Json& body,
                      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
 
@@ -37,7 +42,8 @@ class ChannelClient {
     std::function<void()> on_close;
   };
   // Connect opens the WebSocket at `target` (e.g. "/agent/v1/channel?containerInstance=...") or fails within
-  // `timeout`.
+  // `timeout`. The upgrade request is SigV4-signed when server.signing is set; a refused upgrade fails with the
+  // server's error type and message ("the server refused the agent channel: InvalidSignatureException: ...").
   static Result<std::unique_ptr<ChannelClient>> Connect(const ServerEndpoint& server, const std::string& target,
                                                         Callbacks callbacks,
                                                         std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));

@@ -1,5 +1,7 @@
 #include "api/agent_channel.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "api/ecs_handler.h"  // kMaxJsonDepth
@@ -54,6 +56,16 @@ AgentChannel::~AgentChannel() {
 WebSocketHandler AgentChannel::Handler() {
   WebSocketHandler h;
   h.accept = [this](const HttpRequest& req) -> Status {
+    if (options_.authenticator != nullptr) {
+      // Signature first: an unsigned caller learns nothing about which instances exist.
+      if (Status s = options_.authenticator->Check(req, kAgentChannelAction); !s.ok()) {
+        ++auth_refusals_;
+        const std::string& m = s.message();
+        spdlog::warn("auth: refused the agent channel upgrade from {}: {}", req.remote_address,
+                     m.substr(0, std::min<size_t>(m.find('\n'), 200)));
+        return s;
+      }
+    }
     std::string arn = InstanceArnFromQuery(req.target);
     if (arn.empty()) return Status::InvalidParameter("the agent channel needs ?containerInstance=<ARN>");
     return cp_.CheckAgentInstance(arn);

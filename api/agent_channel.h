@@ -15,6 +15,7 @@
 // the first. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -25,6 +26,7 @@
 
 #include "api/control_plane.h"
 #include "api/http_server.h"
+#include "api/request_auth.h"
 
 namespace gpupack::api {
 
@@ -33,6 +35,9 @@ inline constexpr const char* kAgentChannelPath = "/agent/v1/channel";
 struct AgentChannelOptions {
   std::chrono::milliseconds heartbeat_interval{5000};
   int missed_heartbeats = 3;
+  // With --credentials: the upgrade request must be SigV4-signed by a key allowed kAgentChannelAction, else it
+  // is answered 403 in ECS's error shape and not upgraded. Must outlive the channel; null = no authentication.
+  const RequestAuthenticator* authenticator = nullptr;
 };
 
 class AgentChannel {
@@ -50,6 +55,9 @@ class AgentChannel {
   void Push(const std::string& instance_arn, const Json& message);
 
   size_t connected() const;
+
+  // Upgrade requests refused by the authenticator since construction.
+  uint64_t auth_refusals() const { return auth_refusals_.load(); }
 
  private:
   struct Peer {
@@ -71,6 +79,7 @@ class AgentChannel {
   bool stopping_ = false;                                    // guarded by mu_
   std::condition_variable cv_;
   std::thread watchdog_;
+  std::atomic<uint64_t> auth_refusals_{0};
 };
 
 // InstanceArnFromQuery extracts containerInstance=<ARN> (percent-decoded) from a request target.

@@ -1,5 +1,6 @@
 #include "api/ecs_handler.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <map>
@@ -24,6 +25,12 @@ struct RequestMetrics {
   std::mutex mu;
   std::map<std::string, Histogram> by_operation;       // guarded by mu
   std::map<std::pair<std::string, int>, uint64_t> responses;  // (operation, http status) -> count; guarded by mu
+  std::map<std::string, uint64_t> auth_refusals;  // ECS error type -> count; guarded by mu
+
+  void AuthRefused(const std::string& type) {
+    std::lock_guard lock(mu);
+    ++auth_refusals[type];
+  }
 
   void Observe(const std::string& op, int status, double seconds) {
     std::lock_guard lock(mu);
@@ -52,6 +59,11 @@ struct RequestMetrics {
          "# TYPE gpupack_requests_total counter\n";
     for (const auto& [key, n] : responses)
       m << "gpupack_requests_total{operation=\"" << key.first << "\",code=\"" << key.second << "\"} " << n << "\n";
+    m << "# HELP gpupack_auth_refusals_total ECS API requests refused by authentication or authorization, by "
+         "ECS error type.\n"
+         "# TYPE gpupack_auth_refusals_total counter\n";
+    for (const auto& [type, n] : auth_refusals)
+      m << "gpupack_auth_refusals_total{type=\"" << type << "\"} " << n << "\n";
     return m.str();
   }
 };
@@ -112,6 +124,16 @@ Handler EcsHandler::AsHandler() {
   return [this](HttpRequest&& req, Responder respond) { Handle(std::move(req), std::move(respond)); };
 }
 
+void EcsHandler::RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
+                            const Responder& respond) {
+  metrics_->AuthRefused(ToEcsError(status.code()).type);
+  // The first line only: an InvalidSignatureException carries the canonical request the client should have sent.
+  const std::string& m = status.message();
+  spdlog::warn("auth: refused {} {} from {}: {}: {}", req.method, req.target.substr(0, 100), req.remote_address,
+               ToEcsError(status.code()).type, m.substr(0, std::min<size_t>(m.find('\n'), 200)));
+  respond(ErrorResponse(status, request_id));
+}
+
 void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   const std::string request_id = NewRequestId();
   const auto start = std::chrono::steady_clock::now();
@@ -131,6 +153,16 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
     r.body = cp_.MetricsText() + metrics_->Text() + (extra_metrics_ ? extra_metrics_() : "");
     respond(std::move(r));
     return;
+  }
+  // With --credentials everything below needs a valid signature: refuse before saying anything about the
+  // request (not even 404 or 405), as AWS does.
+  SigV4Result who;
+  if (auth_ != nullptr) {
+    who = auth_->Authenticate(req);
+    if (!who.status.ok()) {
+      RefuseAuth(who.status, req, request_id, respond);
+      return;
+    }
   }
   if (path != "/") {
     HttpResponse r = ErrorResponse(Status::Client("no such resource: " + path.substr(0, 200)), request_id);
@@ -160,6 +192,12 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
     respond(ErrorResponse(Status(ErrorCode::kUnknownOperation, "unknown operation '" + operation.substr(0, 100) + "'"),
                           request_id));
     return;
+  }
+  if (auth_ != nullptr) {
+    if (Status s = RequestAuthenticator::Authorize(who, operation); !s.ok()) {
+      RefuseAuth(s, req, request_id, respond);
+      return;
+    }
   }
   auto body = ParseBody(req.body);
   if (!body.ok()) {

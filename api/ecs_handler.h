@@ -8,6 +8,7 @@
 
 #include "api/control_plane.h"
 #include "api/http_server.h"
+#include "api/request_auth.h"
 
 namespace gpupack::api {
 
@@ -30,10 +31,17 @@ class EcsHandler {
   // Optional: extra Prometheus text appended to /metrics (e.g. the HTTP server's own stats).
   void SetExtraMetrics(std::function<std::string()> extra) { extra_metrics_ = std::move(extra); }
 
+  // Optional: require SigV4 (see above). Set before the server starts; `auth` must outlive the handler.
+  void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
+
  private:
+  void RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
+                  const Responder& respond);
+
   ControlPlane& cp_;
   std::unique_ptr<RequestMetrics> metrics_;
   std::function<std::string()> extra_metrics_;
+  const RequestAuthenticator* auth_ = nullptr;
 };
 
 }  // namespace gpupack::api

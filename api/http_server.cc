@@ -15,6 +15,7 @@
 #include <utility>  // before any Asio header: Boost 1.74 + GCC 12 (DESIGN.md §3)
 
 #include "api/http_server.h"
+#include "api/errors.h"
 
 #include <algorithm>
 #include <array>
@@ -639,10 +640,23 @@ bool Session::TryUpgrade(http::request<http::string_body>& req, HttpRequest& req
   if (handler.accept) {
     Status s = handler.accept(request);
     if (!s.ok()) {
-      int status = s.code() == ErrorCode::kAccessDenied ? 403 : s.code() == ErrorCode::kServer ? 500 : 400;
-      Write(ErrorResponse(status, s.code() == ErrorCode::kAccessDenied ? "AccessDeniedException" : "ClientException",
-                          s.message()),
-            /*close=*/true);
+      // Authentication and authorization refusals are 403 with their ECS error name (the upgrade is ours, not an
+      // ECS operation: 403 tells a WebSocket client "not allowed" before any upgrade); others keep 400/500.
+      int status = s.code() == ErrorCode::kServer ? 500 : 400;
+      std::string type = "ClientException";
+      switch (s.code()) {
+        case ErrorCode::kAccessDenied:
+        case ErrorCode::kMissingAuthenticationToken:
+        case ErrorCode::kIncompleteSignature:
+        case ErrorCode::kInvalidSignature:
+        case ErrorCode::kUnrecognizedClient:
+          status = 403;
+          type = ToEcsError(s.code()).type;
+          break;
+        default:
+          break;
+      }
+      Write(ErrorResponse(status, type, s.message()), /*close=*/true);
       return true;
     }
   }

@@ -146,7 +146,7 @@ std::string SkewText(std::chrono::seconds skew) {
   return std::to_string(skew.count()) + " sec.";
 }
 
-size_t CountHeader(const HttpRequest& req, std::string_view lower_name) {
+size_t CountHeader(const SigV4Request& req, std::string_view lower_name) {
   size_t n = 0;
   for (const auto& [name, value] : req.headers) {
     if (IEquals(name, lower_name)) ++n;
@@ -154,7 +154,7 @@ size_t CountHeader(const HttpRequest& req, std::string_view lower_name) {
   return n;
 }
 
-const std::string* FindHeader(const HttpRequest& req, std::string_view lower_name) {
+const std::string* FindHeader(const SigV4Request& req, std::string_view lower_name) {
   for (const auto& [name, value] : req.headers) {
     if (IEquals(name, lower_name)) return &value;
   }
@@ -180,7 +180,7 @@ bool IsTokenChar(char c) { return IsAlnum(c) || std::string_view("!#$%&'*+-.^_`|
 
 Status Incomplete(std::string m) { return Status(ErrorCode::kIncompleteSignature, std::move(m)); }
 Status Invalid(std::string m) { return Status(ErrorCode::kInvalidSignature, std::move(m)); }
-SigV4Result Refused(Status s) { return {std::move(s), {}, {}}; }
+SigV4Result Refused(Status s) { return {std::move(s), {}, {}, KeyRole::kAdmin}; }
 
 bool ValidAccessKeyId(std::string_view s) {
   if (s.empty() || s.size() > kMaxAccessKeyIdBytes) return false;
@@ -193,6 +193,8 @@ bool ValidSecret(std::string_view s) {
 }
 
 }  // namespace
+
+const char* KeyRoleName(KeyRole role) { return role == KeyRole::kAgent ? "agent" : "admin"; }
 
 // ---- Building blocks ------------------------------------------------------------------------------------------
 
@@ -554,7 +556,7 @@ SigV4Verifier::SigV4Verifier(std::vector<Credential> credentials, std::string re
   }
 }
 
-SigV4Result SigV4Verifier::Authenticate(const HttpRequest& req, std::chrono::system_clock::time_point now) const {
+SigV4Result SigV4Verifier::Authenticate(const SigV4Request& req, std::chrono::system_clock::time_point now) const {
   // 1. The Authorization header, parsed.
   const size_t authorizations = CountHeader(req, "authorization");
   if (authorizations == 0) {
@@ -685,7 +687,7 @@ SigV4Result SigV4Verifier::Authenticate(const HttpRequest& req, std::chrono::sys
     }
     return Refused(Invalid(std::move(message)));
   }
-  return {Status::Ok(), key->second.access_key_id, key->second.profile};
+  return {Status::Ok(), key->second.access_key_id, key->second.profile, key->second.role};
 }
 
 // ---- Credentials file -----------------------------------------------------------------------------------------
@@ -694,7 +696,7 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
   const std::string where(origin);
   struct Profile {
     std::string name;
-    std::optional<std::string> id, secret;
+    std::optional<std::string> id, secret, role;
     int line = 0;
   };
   std::vector<Profile> profiles;
@@ -718,7 +720,7 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
                                           std::to_string(p.line) + ")");
         }
       }
-      profiles.push_back({name, std::nullopt, std::nullopt, line_no});
+      profiles.push_back({name, std::nullopt, std::nullopt, std::nullopt, line_no});
       continue;
     }
     // The line is never echoed: it may hold a secret.
@@ -733,6 +735,7 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
     std::optional<std::string>* slot = nullptr;
     if (key == "aws_access_key_id") slot = &p.id;
     if (key == "aws_secret_access_key") slot = &p.secret;
+    if (key == "gpupack_role") slot = &p.role;
     if (slot == nullptr) continue;  // region, aws_session_token, ...: not ours
     if (slot->has_value()) {
       return Status::InvalidParameter(at + key + " given twice in profile [" + Echo(p.name) + "]");
@@ -744,6 +747,9 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
       return Status::InvalidParameter(at +
                                       "aws_secret_access_key must be 1 to 1024 printable characters "
                                       "without spaces");
+    }
+    if (slot == &p.role && value != "admin" && value != "agent") {
+      return Status::InvalidParameter(at + "gpupack_role must be admin or agent, not '" + Echo(value) + "'");
     }
     *slot = std::string(value);
   }
@@ -762,9 +768,24 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
                                         Echo(c.profile) + "] and [" + Echo(p.name) + "]");
       }
     }
-    out.push_back({std::move(*p.id), std::move(*p.secret), std::move(p.name)});
+    const KeyRole role = p.role == "agent" ? KeyRole::kAgent : KeyRole::kAdmin;
+    out.push_back({std::move(*p.id), std::move(*p.secret), std::move(p.name), role});
   }
   return out;
+}
+
+Result<Credential> SelectProfile(const std::vector<Credential>& credentials, const std::string& profile,
+                                 std::string_view origin) {
+  const std::string wanted = profile.empty() ? "default" : profile;
+  for (const Credential& c : credentials) {
+    if (c.profile == wanted) return c;
+  }
+  if (profile.empty() && credentials.size() == 1) return credentials.front();
+  std::string names;
+  for (const Credential& c : credentials) names += (names.empty() ? "[" : ", [") + Echo(c.profile) + "]";
+  return Status::InvalidParameter(std::string(origin) + " has no profile [" + Echo(wanted) + "]" +
+                                  (profile.empty() ? " and more than one profile" : "") + " (it has " + names +
+                                  "): choose one with --profile NAME or AWS_PROFILE");
 }
 
 Result<std::vector<Credential>> LoadCredentialsFile(const std::string& path) {

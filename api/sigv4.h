@@ -8,6 +8,10 @@
 // pops) and URI-encoded again (so "%20" on the wire becomes "%2520": the "double encoding" AWS's SDKs use),
 // and the query string is decoded and re-encoded with AWS's strict encoding, sorted by key, then value.
 // The building blocks are public so tests can compare each intermediate string with AWS's test suite.
+//
+// This file is its own CMake target, gpupack::sigv4 (OpenSSL and gpupack::scheduler's Status only), so the node
+// agent can sign without linking the server (gpupack::api). It therefore knows nothing of HttpServer: the
+// verifier reads a SigV4Request view, which an api::HttpRequest converts to through the template overloads.
 #pragma once
 
 #include <chrono>
@@ -18,28 +22,50 @@
 #include <utility>
 #include <vector>
 
-#include "api/http_server.h"
 #include "scheduler/status.h"
 
 namespace gpupack::api {
+
+// KeyRole says what a key may do once its signature is valid (gpupack_role in the credentials file):
+//   admin: every ECS operation and the agent channel (the default);
+//   agent: only what a node agent needs (RegisterContainerInstance, DeregisterContainerInstance, CreateCluster,
+//          SubmitTaskStateChange, SubmitContainerStateChange and the agent channel); anything else is
+//          AccessDeniedException. A key copied from a GPU host then cannot run or stop tasks.
+enum class KeyRole { kAdmin, kAgent };
+const char* KeyRoleName(KeyRole role);
 
 // Credential is one access key pair from the credentials file; `profile` is its [section] name (for logs).
 struct Credential {
   std::string access_key_id;
   std::string secret_access_key;
   std::string profile;
+  KeyRole role = KeyRole::kAdmin;
+};
+
+// SigningIdentity is what a client signs with: one key and the region (and service) its signatures are scoped
+// to, which must be the server's (`gpupack server --region`).
+struct SigningIdentity {
+  Credential credential;
+  std::string region = "us-east-1";
+  std::string service = "ecs";
 };
 
 // LoadCredentialsFile reads the AWS shared-credentials format:
 //   [profile]                       ; or # comments on their own line
 //   aws_access_key_id = AKID...
 //   aws_secret_access_key = ...
+//   gpupack_role = agent            ; optional: admin (default) or agent, see KeyRole
 // Other keys (region, aws_session_token, ...) are ignored. Refused with a message naming the file (and line):
 // a missing or unreadable file, a file readable or writable by group or others (st_mode & 077: run
 // `chmod 600`), not a regular file, larger than 1 MiB, no profile at all, a profile without either key, a
 // key given twice, a line that is neither a section, a comment nor key = value, and the same access key id
 // in two profiles.
 Result<std::vector<Credential>> LoadCredentialsFile(const std::string& path);
+
+// SelectProfile picks the key a client signs with: the profile named `profile` when not empty, else [default],
+// else the only profile of the file; anything else is refused with a message listing the profiles.
+Result<Credential> SelectProfile(const std::vector<Credential>& credentials, const std::string& profile,
+                                 std::string_view origin);
 
 // ParseCredentials is LoadCredentialsFile without the file: `origin` names the source in messages.
 Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::string_view origin);
@@ -132,12 +158,22 @@ std::map<std::string, std::string> SignRequest(const Credential& credential, std
                                                std::string_view query, const HeaderList& headers, std::string_view body,
                                                std::chrono::system_clock::time_point now);
 
-// SigV4Result is the verdict on one request: ok with the access key id (and its profile) that signed it, or
-// the refusal.
+// SigV4Result is the verdict on one request: ok with the access key id (and its profile and role) that signed
+// it, or the refusal.
 struct SigV4Result {
   Status status;
   std::string access_key_id;  // set when ok
   std::string profile;        // set when ok
+  KeyRole role = KeyRole::kAdmin;  // set when ok
+};
+
+// SigV4Request is what the verifier reads of a request: the method and target as on the request line, the
+// headers in wire order (names in any case) and the body. A view: it must not outlive what it points to.
+struct SigV4Request {
+  std::string_view method;
+  std::string_view target;
+  const HeaderList& headers;
+  std::string_view body;
 };
 
 // SigV4Verifier checks a request's Authorization header against the configured keys:
@@ -158,8 +194,17 @@ class SigV4Verifier {
   SigV4Verifier(std::vector<Credential> credentials, std::string region, std::string service = "ecs",
                 std::chrono::seconds skew = std::chrono::minutes(5));
 
-  SigV4Result Authenticate(const HttpRequest& req, std::chrono::system_clock::time_point now) const;
-  Status Verify(const HttpRequest& req, std::chrono::system_clock::time_point now) const {
+  SigV4Result Authenticate(const SigV4Request& req, std::chrono::system_clock::time_point now) const;
+  Status Verify(const SigV4Request& req, std::chrono::system_clock::time_point now) const {
+    return Authenticate(req, now).status;
+  }
+  // Any request type with the members method, target, headers and body (api::HttpRequest).
+  template <typename Request>
+  SigV4Result Authenticate(const Request& req, std::chrono::system_clock::time_point now) const {
+    return Authenticate(SigV4Request{req.method, req.target, req.headers, req.body}, now);
+  }
+  template <typename Request>
+  Status Verify(const Request& req, std::chrono::system_clock::time_point now) const {
     return Authenticate(req, now).status;
   }
 

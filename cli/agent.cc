@@ -1,5 +1,7 @@
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -7,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
+#include "api/sigv4.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
 
@@ -36,9 +39,42 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
       ->capture_default_str()
       ->check(CLI::Range(100, 3600 * 1000));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  app.add_option("--credentials", f.credentials,
+                 "AWS shared-credentials file (mode 0600) to SigV4-sign every call and the channel with "
+                 "(default: $AWS_SHARED_CREDENTIALS_FILE; none: unsigned)");
+  app.add_option("--profile", f.profile,
+                 "profile of the credentials file to sign with (default: $AWS_PROFILE, else [default], else the "
+                 "file's only profile)");
+  app.add_option("--region", f.region,
+                 "the server's --region, which signatures are scoped to (default: $AWS_REGION, "
+                 "$AWS_DEFAULT_REGION, else us-east-1)");
 }
 
 namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// SigningFrom resolves the key the agent signs with, like the AWS CLI: flags first, then the environment.
+// No credentials file at all means unsigned calls (a server without --credentials).
+Result<std::optional<api::SigningIdentity>> SigningFrom(const AgentFlags& f) {
+  const std::string file = !f.credentials.empty() ? f.credentials : Env("AWS_SHARED_CREDENTIALS_FILE");
+  if (file.empty()) return std::optional<api::SigningIdentity>();
+  auto keys = api::LoadCredentialsFile(file);
+  if (!keys.ok()) return keys.status();
+  const std::string profile = !f.profile.empty() ? f.profile : Env("AWS_PROFILE");
+  auto key = api::SelectProfile(*keys, profile, "credentials file " + file);
+  if (!key.ok()) return key.status();
+  api::SigningIdentity id;
+  id.credential = std::move(*key);
+  id.region = !f.region.empty()                   ? f.region
+              : !Env("AWS_REGION").empty()         ? Env("AWS_REGION")
+              : !Env("AWS_DEFAULT_REGION").empty() ? Env("AWS_DEFAULT_REGION")
+                                                   : std::string("us-east-1");
+  return std::optional<api::SigningIdentity>(std::move(id));
+}
 
 Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   agent::AgentOptions o;
@@ -75,14 +111,21 @@ int RunAgent(const AgentFlags& f) {
   spdlog::set_level(level);
   auto options = ToOptions(f);
   if (!options.ok()) return Usage(options.status().message());
+  auto signing = SigningFrom(f);
+  if (!signing.ok()) return Usage(signing.status().message());
+  options->signing = std::move(*signing);
   auto agent = agent::Agent::Create(*options);
   if (!agent.ok()) return Usage(agent.status().message());
   if (Status s = (*agent)->Start(); !s.ok()) {
     std::fprintf(stderr, "gpupack: agent: %s\n", s.message().c_str());
     return 1;
   }
-  std::printf("gpupack %s agent: %s in cluster %s via %s\n", kVersion, (*agent)->instance_arn().c_str(),
-              f.cluster.c_str(), f.server.c_str());
+  std::printf("gpupack %s agent: %s in cluster %s via %s (%s)\n", kVersion, (*agent)->instance_arn().c_str(),
+              f.cluster.c_str(), f.server.c_str(),
+              options->signing ? ("signing as profile [" + options->signing->credential.profile + "], region " +
+                                  options->signing->region)
+                                     .c_str()
+                               : "unsigned");
   std::fflush(stdout);
   WaitForSignal();
   (*agent)->Stop();
@@ -108,6 +151,28 @@ int RunUp(const UpFlags& f) {
   int code = 0;
   auto server = ServerRuntime::Start(sf, &code);
   if (!server) return code;
+  // With --credentials the agents sign with the file's first gpupack_role=agent key (else its first key), and the
+  // banner points clients at its first admin key.
+  std::optional<api::SigningIdentity> agent_signing;
+  std::string client_profile;
+  if (!sf.credentials.empty()) {
+    auto keys = api::LoadCredentialsFile(sf.credentials);  // ServerRuntime::Start has just read it
+    if (!keys.ok()) return Usage(keys.status().message());
+    const api::Credential* agent_key = &keys->front();
+    for (const api::Credential& k : *keys) {
+      if (k.role == api::KeyRole::kAgent) {
+        agent_key = &k;
+        break;
+      }
+    }
+    for (const api::Credential& k : *keys) {
+      if (k.role == api::KeyRole::kAdmin) {
+        client_profile = k.profile;
+        break;
+      }
+    }
+    agent_signing = api::SigningIdentity{*agent_key, sf.region, "ecs"};
+  }
   std::vector<std::unique_ptr<agent::Agent>> agents;
   for (int i = 0; i < f.agents; ++i) {
     AgentFlags af;
@@ -120,7 +185,9 @@ int RunUp(const UpFlags& f) {
     af.memory = 16384;
     af.log_level = sf.log_level;
     auto options = ToOptions(af);
+    if (!options.ok()) return Usage(options.status().message());
     options->stop_tasks_on_exit = true;
+    options->signing = agent_signing;
     auto a = agent::Agent::Create(*options);
     if (!a.ok()) return Usage(a.status().message());
     if (Status s = (*a)->Start(); !s.ok()) {
@@ -133,9 +200,17 @@ int RunUp(const UpFlags& f) {
   std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, process runtime)\n", server->endpoint().c_str(),
               f.agents, f.gpus.c_str());
   std::printf("  data      %s\n", f.dir.c_str());
+  std::printf("  auth      %s\n", server->auth_summary().c_str());
   std::printf("\nPoint an AWS SDK or the AWS CLI at it:\n");
   std::printf("  export AWS_ENDPOINT_URL_ECS=%s AWS_REGION=%s\n", server->endpoint().c_str(), sf.region.c_str());
-  std::printf("  export AWS_ACCESS_KEY_ID=gpupack AWS_SECRET_ACCESS_KEY=gpupack\n");
+  if (sf.credentials.empty()) {
+    std::printf("  export AWS_ACCESS_KEY_ID=gpupack AWS_SECRET_ACCESS_KEY=gpupack\n");
+  } else if (!client_profile.empty()) {
+    std::printf("  export AWS_SHARED_CREDENTIALS_FILE=%s AWS_PROFILE=%s\n",
+                std::filesystem::absolute(sf.credentials).string().c_str(), client_profile.c_str());
+  } else {
+    std::printf("  (%s has no gpupack_role=admin key: add one to call RunTask)\n", sf.credentials.c_str());
+  }
   std::printf("  aws ecs describe-container-instances --cluster default --container-instances %s\n",
               agents.empty() ? "<arn>" : agents[0]->instance_arn().c_str());
   std::printf("Ctrl-C stops everything.\n");

@@ -46,6 +46,11 @@ struct AgentFlags {
   int watchdog_ms = 1000;
   int mps_probe_ms = 5000;
   std::string log_level = "info";
+  // SigV4 signing (server run with --credentials). Empty: $AWS_SHARED_CREDENTIALS_FILE, $AWS_PROFILE, and
+  // $AWS_REGION / $AWS_DEFAULT_REGION, then us-east-1; no file at all means unsigned calls.
+  std::string credentials;
+  std::string profile;
+  std::string region;
 };
 
 void AddAgentFlags(CLI::App& app, AgentFlags& flags);

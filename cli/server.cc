@@ -11,6 +11,8 @@
 #include "api/control_plane.h"
 #include "api/ecs_handler.h"
 #include "api/http_server.h"
+#include "api/request_auth.h"
+#include "api/sigv4.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
 #include "storage/group_committer.h"
@@ -24,7 +26,9 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_option("--db", f.db, "SQLite database file (created if missing)")->capture_default_str();
   app.add_option("--region", f.region, "AWS region named in ARNs")->capture_default_str();
   app.add_option("--account-id", f.account_id, "12-digit account id named in ARNs")->capture_default_str();
-  app.add_option("--credentials", f.credentials, "AWS shared-credentials file; requests must be SigV4-signed");
+  app.add_option("--credentials", f.credentials,
+                 "AWS shared-credentials file (mode 0600) of the keys allowed in; every request except GET "
+                 "/healthz and /metrics must then carry a valid SigV4 signature for service ecs and --region");
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   app.add_option("--threads", f.threads, "HTTP io threads")->capture_default_str();
   app.add_flag("--insecure-no-auth", f.insecure_no_auth,
@@ -57,6 +61,8 @@ void WaitForSignal() {
 }
 
 struct ServerRuntime::Impl {
+  std::unique_ptr<api::RequestAuthenticator> authenticator;  // null without --credentials; outlives the rest
+  size_t key_count = 0;
   std::unique_ptr<SqliteStore> store;
   std::unique_ptr<GroupCommitter> committer;
   std::unique_ptr<api::ControlPlane> control_plane;
@@ -75,6 +81,12 @@ ServerRuntime::~ServerRuntime() {
 }
 
 std::string ServerRuntime::endpoint() const { return impl_->endpoint; }
+
+std::string ServerRuntime::auth_summary() const {
+  if (!impl_->authenticator) return "none: unsigned requests are served (loopback or --insecure-no-auth)";
+  return "SigV4, service ecs, region " + impl_->authenticator->verifier().region() + ", " +
+         std::to_string(impl_->key_count) + " key(s)";
+}
 
 std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* exit_code) {
   auto usage = [&](const std::string& m) {
@@ -104,14 +116,22 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   if (!std::regex_match(f.account_id, std::regex("[0-9]{12}"))) return usage("--account-id must be 12 digits");
   if (!std::regex_match(f.region, std::regex("[a-z]{2}(-[a-z]+)+-[0-9]+")))
     return usage("--region must look like us-east-1");
-  if (!f.credentials.empty())
-    return usage("--credentials: SigV4 authentication is not built yet; serve on loopback without it for now");
-  if (!IsLoopback(host) && !f.insecure_no_auth)
-    return usage("refusing to listen on " + host +
-                 " without authentication: anyone who reaches it could run tasks on your GPUs. Listen on "
-                 "127.0.0.1, or pass --insecure-no-auth if the network is yours alone");
-
   auto impl = std::make_unique<Impl>();
+  if (!f.credentials.empty()) {
+    if (f.insecure_no_auth)
+      return usage("--credentials and --insecure-no-auth contradict each other: drop --insecure-no-auth");
+    auto keys = api::LoadCredentialsFile(f.credentials);
+    if (!keys.ok()) return usage(keys.status().message());
+    impl->key_count = keys->size();
+    impl->authenticator =
+        std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier(std::move(*keys), f.region, "ecs"));
+  } else if (!IsLoopback(host) && !f.insecure_no_auth) {
+    return usage("refusing to listen on " + host +
+                 " without authentication: anyone who reaches it could run tasks on your GPUs. Pass "
+                 "--credentials FILE (requests must then be SigV4-signed), listen on 127.0.0.1, or pass "
+                 "--insecure-no-auth if the network is yours alone");
+  }
+
   auto store = SqliteStore::Open(f.db);
   if (!store.ok()) return fail("cannot open database " + f.db + ": " + store.status().message());
   impl->store = std::move(*store);
@@ -121,8 +141,11 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   cp_options.arn.account = f.account_id;
   impl->control_plane = std::make_unique<api::ControlPlane>(cp_options, *impl->store, *impl->committer);
   if (Status s = impl->control_plane->Load(); !s.ok()) return fail("cannot load state from " + f.db + ": " + s.message());
-  impl->channel = std::make_unique<api::AgentChannel>(*impl->control_plane, api::AgentChannelOptions{});
+  api::AgentChannelOptions channel_options;
+  channel_options.authenticator = impl->authenticator.get();
+  impl->channel = std::make_unique<api::AgentChannel>(*impl->control_plane, channel_options);
   impl->handler = std::make_unique<api::EcsHandler>(*impl->control_plane);
+  impl->handler->SetAuthenticator(impl->authenticator.get());
   api::HttpServerOptions http;
   http.host = host;
   http.port = static_cast<uint16_t>(port);
@@ -142,7 +165,8 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
            std::to_string(s.requests) + "\n# TYPE gpupack_agents_connected gauge\ngpupack_agents_connected " +
            std::to_string(channel->connected()) + "\n# TYPE gpupack_store_commits_total counter\ngpupack_store_commits_total " +
            std::to_string(c.commits) + "\n# TYPE gpupack_store_batches_total counter\ngpupack_store_batches_total " +
-           std::to_string(c.batches) + "\n";
+           std::to_string(c.batches) + "\n# TYPE gpupack_agent_channel_auth_refusals_total counter\n"
+           "gpupack_agent_channel_auth_refusals_total " + std::to_string(channel->auth_refusals()) + "\n";
   });
   std::signal(SIGPIPE, SIG_IGN);
   srv->Start();
@@ -159,6 +183,7 @@ int RunServer(const ServerFlags& f) {
   std::printf("  ECS API   %s  (region %s, account %s)\n", server->endpoint().c_str(), f.region.c_str(),
               f.account_id.c_str());
   std::printf("  database  %s\n", f.db.c_str());
+  std::printf("  auth      %s\n", server->auth_summary().c_str());
   std::printf("  health    %s/healthz   metrics %s/metrics\n", server->endpoint().c_str(), server->endpoint().c_str());
   std::fflush(stdout);
   WaitForSignal();

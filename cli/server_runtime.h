@@ -16,6 +16,7 @@ class ServerRuntime {
   static std::unique_ptr<ServerRuntime> Start(const ServerFlags& flags, int* exit_code);
   ~ServerRuntime();  // stops serving, flushes pending commits
   std::string endpoint() const;  // http://HOST:PORT
+  std::string auth_summary() const;  // one line for the banner: SigV4 and how many keys, or none
 
   struct Impl;
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "api/errors.h"
+#include "api/http_server.h"
 
 namespace gpupack::api {
 namespace {
