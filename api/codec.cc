@@ -1,6 +1,8 @@
 #include "api/codec.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 namespace gpupack::api {
@@ -57,6 +59,7 @@ std::optional<int64_t> GetInt(const Json& obj, const std::string& key, const std
   if (f->is_number_float()) {
     double d = f->get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= INT32_MAX) return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d)) Fail(Join(path, key), "integer out of range");  // e.g. 2^64, 1e300
     Fail(Join(path, key), "expected an integer, got a number with a fraction");
   }
   Fail(Join(path, key), std::string("expected an integer, got ") + TypeName(*f));
@@ -186,7 +189,7 @@ std::optional<std::string> GetQuantity(const Json& obj, const std::string& key, 
   const Json* f = Field(obj, key);
   if (!f) return std::nullopt;
   if (f->is_string()) return f->get<std::string>();
-  if (f->is_number_integer() || f->is_number_unsigned()) return std::to_string(f->get<int64_t>());
+  if (f->is_number_integer() || f->is_number_unsigned()) return f->dump();  // 2^64-1 stays itself, not -1
   Fail(Join(path, key), std::string("expected a string, got ") + TypeName(*f));
 }
 
@@ -361,6 +364,18 @@ Result<std::vector<Attribute>> ParseAttributes(const Json& list, const std::stri
       a.name = GetString(e, "name", p).value_or("");
       a.value = GetString(e, "value", p);
       if (a.name.empty()) Fail(p, "name is required");
+      // ECS's character sets: names of letters, digits and - _ / \ . (1-128); values printable ASCII (ECS:
+      // letters, digits, - _ . @ / \ : and spaces; we also let other punctuation through, e.g. a GPU model
+      // name), at most 128, not starting or ending with a space. No control characters, no non-ASCII.
+      auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_/\\.", c); };
+      if (a.name.size() > 128 || !std::all_of(a.name.begin(), a.name.end(), [&](char c) { return c && name_char(c); }))
+        throw CodecError{Status::InvalidParameter(
+            p + ".name: must be 1-128 letters, numbers, hyphens, underscores, slashes, back slashes or periods")};
+      if (a.value && (a.value->size() > 128 || std::any_of(a.value->begin(), a.value->end(), [](char c) {
+                        return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e;
+                      }) || (!a.value->empty() && (a.value->front() == ' ' || a.value->back() == ' '))))
+        throw CodecError{Status::InvalidParameter(
+            p + ".value: must be at most 128 printable ASCII characters, not starting or ending with a space")};
       out.push_back(std::move(a));
     }
     return out;
