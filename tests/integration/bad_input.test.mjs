@@ -151,12 +151,22 @@ function checkEcsError(r, { type, message } = {}, label = '') {
   if (message) assert.match(r.json.message, new RegExp(message, 'i'), `${label}: message`);
 }
 
+let busyRetries = 0; // cases sent again after a 503 at max_connections (full runs only)
+
 async function runCase(port, c, vars) {
   const label = `[${c.category}] ${c.name}`;
   const e = c.expect;
   if (c.kind === 'socket') {
-    const { data, closed } = await exchange(port, parts(c.send, vars));
-    const rs = parseResponses(data);
+    let data;
+    let closed;
+    let rs;
+    for (let attempt = 0; ; ++attempt) {
+      ({ data, closed } = await exchange(port, parts(c.send, vars)));
+      rs = parseResponses(data);
+      if (!(rs.length === 1 && rs[0].status === 503 && e.statuses[0] !== 503) || attempt >= 300) break;
+      busyRetries += 1;
+      await new Promise((r) => setTimeout(r, 100));
+    }
     if (rs.length === 0 && e.orClose) {
       assert.ok(closed, `${label}: neither an answer nor a close`);
       return 'closed';
@@ -167,8 +177,19 @@ async function runCase(port, c, vars) {
     assert.ok(closed, `${label}: the server closes after a refusal`);
     return last.status;
   }
-  const { data, closed } = await exchange(port, requestBytes(c, vars));
-  const rs = parseResponses(data);
+  // While the abuse holds every connection the server allows, a new one is refused with 503 (Retry-After: 1);
+  // the case is then sent again, as a client would.
+  let data;
+  let closed;
+  let rs;
+  for (let attempt = 0; ; ++attempt) {
+    ({ data, closed } = await exchange(port, requestBytes(c, vars)));
+    rs = parseResponses(data);
+    const busy = rs.length === 1 && rs[0].status === 503 && /too many open connections/.test(rs[0].text);
+    if (!busy || attempt >= 300) break;
+    busyRetries += 1;
+    await new Promise((r) => setTimeout(r, 100));
+  }
   if (rs.length === 0 && e.orClose) {
     assert.ok(closed, `${label}: neither an answer nor a close`);
     return 'closed';
@@ -278,7 +299,6 @@ function abuseSocket(port, limitMs, feed) {
       done = true;
       clearTimeout(timer);
       clearInterval(drip);
-      clearTimeout(drip);
       sock.destroy();
       const text = Buffer.concat(chunks).toString('latin1');
       const m = /^HTTP\/1\.1 (\d{3})/.exec(text);
@@ -322,16 +342,20 @@ async function runAbuse(port) {
   launch('lyingContentLength', n('lyingContentLength'), closeWithin, (s) => {
     s.write(`POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: ${TARGET_PREFIX}ListClusters\r\nContent-Length: 100\r\n\r\n{}`);
   });
-  // A client that pipelines requests and does not read: once the socket buffers are full the server's write
-  // deadline (10 s) disconnects it. A paused socket cannot see the close, so it resumes reading after
-  // resumeAfterMs and must then find the connection closed (a server without the deadline would go on
-  // answering, and the socket would still be open at the limit).
+  // A client that pipelines requests and never reads: once the socket buffers are full the server's write
+  // deadline (10 s) must disconnect it. It sends more than the kernel buffers hold, so its own writes stay
+  // pending and fail (reset) when the server closes, which a paused socket notices without reading.
   const nr = abuseSpec.nonReadingClients;
-  const pipelined = 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(nr.pipelinedRequests);
-  launch('nonReadingClients', n('nonReadingClients'), nr.resumeAfterMs + closeWithin, (s) => {
+  const describe100 = JSON.stringify({ clusters: Array(100).fill('bad') }); // about 60 KB per answer
+  const pipelined = Buffer.from(
+    (
+      `POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: ${TARGET_PREFIX}DescribeClusters\r\n` +
+      `Content-Length: ${describe100.length}\r\n\r\n${describe100}`
+    ).repeat(nr.pipelinedRequests),
+  );
+  launch('nonReadingClients', n('nonReadingClients'), closeWithin + abuseSpec.readTimeoutMs, (s) => {
     s.pause();
     s.write(pipelined, () => {});
-    return setTimeout(() => s.resume(), nr.resumeAfterMs);
   });
   if (n('keepAliveIdle') > 0) {
     launch('keepAliveIdle', n('keepAliveIdle'), abuseSpec.keepAliveIdle.idleTimeoutMs + 10000, (s) => {
@@ -339,9 +363,11 @@ async function runAbuse(port) {
     });
   }
   if (n('overConnectionLimit') > 0) {
-    // After the others are connected: enough idle sockets to pass max_connections; the surplus gets 503 at once.
+    // After the others are connected: enough idle sockets to pass max_connections. The surplus gets 503 at
+    // once, or waits in the listen backlog until a slot frees and is then idle-closed like the rest: within
+    // two read deadlines.
     await new Promise((r) => setTimeout(r, 1000));
-    launch('overConnectionLimit', n('overConnectionLimit'), closeWithin, () => undefined);
+    launch('overConnectionLimit', n('overConnectionLimit'), 2 * closeWithin, () => undefined);
   }
   const out = {};
   for (const [name, p] of Object.entries(groups)) {
@@ -430,7 +456,6 @@ describe(`bad-input catalogue (${catalogue.cases.length} cases, abuse counts: ${
     report.abuse = a;
     const bound = abuseSpec.closeWithinMs;
     for (const [name, g] of Object.entries(a)) {
-      if (name === 'overConnectionLimit') continue;
       assert.equal(g.closedByServer, g.sockets, `${name}: every socket closed by the server (${JSON.stringify(g)})`);
     }
     for (const name of ['idleSockets', 'slowHeaderDrips', 'slowBodyDrips', 'lyingContentLength']) {
@@ -445,7 +470,6 @@ describe(`bad-input catalogue (${catalogue.cases.length} cases, abuse counts: ${
       const g = a.overConnectionLimit;
       assert.ok(g.busy503 > 0, 'past max_connections the surplus is refused with 503');
       assert.equal(JSON.parse(g.sample503).__type, 'ServerException');
-      assert.equal(g.closedByServer + (g.sockets - g.closedByServer), g.sockets);
     }
   });
 
@@ -455,11 +479,13 @@ describe(`bad-input catalogue (${catalogue.cases.length} cases, abuse counts: ${
     assert.deepEqual(r.errors, [], 'every healthy call succeeded');
     results.abuse = percentiles(r.lat);
     report.healthy = results;
+    report.busyRetries = busyRetries;
     report.loadavg = os.loadavg().map((x) => +x.toFixed(2));
     const line = (k) => `${results[k].calls} calls p50 ${results[k].p50} ms p99 ${results[k].p99} ms max ${results[k].max} ms`;
     console.log(`# healthy client (DescribeClusters, RunTask, StopTask), quiet: ${line('quiet')}`);
     console.log(`# healthy client under ${catalogue.cases.length} bad-input cases + abuse (${MODE}): ${line('abuse')}`);
     console.log(`# abuse: ${JSON.stringify(report.abuse, (k, v) => (k === 'sample503' ? undefined : v))}`);
+    console.log(`# cases sent again after a 503 at the connection limit: ${busyRetries}`);
     console.log(`# load average ${report.loadavg.join(', ')}`);
     if (process.env.GPUPACK_BAD_INPUT_REPORT) fs.writeFileSync(process.env.GPUPACK_BAD_INPUT_REPORT, JSON.stringify(report, null, 2));
   });
