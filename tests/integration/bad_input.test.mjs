@@ -16,7 +16,8 @@
 //   body                      a JSON value, serialized; {"$repeat": X, "times": N} is a list of N copies of X
 //                             (with ${i} the index) and {"$string": S, "times": N, "prefix", "suffix"} a string
 //   raw                       the body as parts instead: a string (UTF-8), {"hex": "..."} or
-//                             {"repeat": S, "times": N}
+//                             {"repeat": S, "times": N}; integers beyond 2^53 must be sent raw (a JavaScript
+//                             number cannot hold them)
 //   kind: "socket", send      parts written as they are on a fresh connection (the whole HTTP request)
 //   expect                    status (or statuses, in order, for "socket"), type (the __type), message (a
 //                             regular expression, case-insensitive), json ({"a.0.b": value, "list.length": n}
@@ -26,7 +27,7 @@
 //
 // Figures: the healthy client's p50/p99 (quiet, then under abuse) and the abuse counts are printed, and written
 // as JSON to $GPUPACK_BAD_INPUT_REPORT when set. GPUPACK_BAD_INPUT_FULL=1 runs the "full" abuse counts
-// (thousands of sockets, the connection limit, keep-alive idle timeout: about 90 s) instead of the "ci" ones.
+// (thousands of sockets, the connection limit, keep-alive idle timeout: about 70 s) instead of the "ci" ones.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
