@@ -216,7 +216,7 @@ Result<std::string> ClusterNameFrom(const ArnContext& ctx, const std::string& re
   if (ref.rfind("arn:", 0) == 0) {
     const std::string prefix = ctx.Prefix() + "cluster/";
     if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter("cluster ARN '" + ref + "' is not of this region and account (" +
+      return Status::InvalidParameter("cluster ARN '" + ref.substr(0, 300) + "' is not of this region and account (" +
                                       ctx.region + ", " + ctx.account + ")");
     name = ref.substr(prefix.size());
   }
@@ -225,13 +225,19 @@ Result<std::string> ClusterNameFrom(const ArnContext& ctx, const std::string& re
   return name;
 }
 
-Result<std::string> ResourceIdFrom(const ArnContext& ctx, const std::string& kind, const std::string& ref) {
+Result<std::string> ResourceIdFrom(const ArnContext& ctx, const std::string& kind, const std::string& ref,
+                                   const std::string& cluster) {
   std::string id = ref;
   if (ref.rfind("arn:", 0) == 0) {
     const std::string prefix = ctx.Prefix() + kind + "/";
     if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter(kind + " ARN '" + ref + "' is not of this region and account");
-    id = ref.substr(ref.rfind('/') + 1);
+      return Status::InvalidParameter(kind + " ARN '" + ref.substr(0, 300) + "' is not of this region and account");
+    const std::string rest = ref.substr(prefix.size());  // "<cluster>/<id>", or "<id>" in old-style ARNs
+    const size_t slash = rest.rfind('/');
+    id = rest.substr(slash == std::string::npos ? 0 : slash + 1);
+    if (!cluster.empty() && slash != std::string::npos && rest.substr(0, slash) != cluster)
+      return Status::InvalidParameter(kind + " ARN '" + ref.substr(0, 300) + "' names another cluster than '" +
+                                      cluster + "'");
   }
   if (id.empty() || id.size() > 255 || !std::all_of(id.begin(), id.end(), IsNameChar))
     return Status::InvalidParameter("invalid " + kind + " identifier '" + ref.substr(0, 300) + "'");
@@ -243,7 +249,7 @@ Result<TaskDefinitionRef> TaskDefinitionRefFrom(const ArnContext& ctx, const std
   if (ref.rfind("arn:", 0) == 0) {
     const std::string prefix = ctx.Prefix() + "task-definition/";
     if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter("task definition ARN '" + ref + "' is not of this region and account");
+      return Status::InvalidParameter("task definition ARN '" + ref.substr(0, 300) + "' is not of this region and account");
     s = ref.substr(prefix.size());
   }
   TaskDefinitionRef out;

@@ -262,14 +262,14 @@ Result<const TaskDefinition*> ControlPlane::ResolveTaskDefinition(const std::str
 }
 
 Result<Task*> ControlPlane::ResolveTask(const std::string& cluster, const std::string& ref) {
-  GP_ASSIGN(id, ResourceIdFrom(options_.arn, "task", ref));
+  GP_ASSIGN(id, ResourceIdFrom(options_.arn, "task", ref, cluster));
   Task* t = state_.FindTask(options_.arn.TaskArn(cluster, id));
   if (!t) return Status::InvalidParameter("The referenced task was not found: " + ref.substr(0, 300));
   return t;
 }
 
 Result<ContainerInstance*> ControlPlane::ResolveInstance(const std::string& cluster, const std::string& ref) {
-  GP_ASSIGN(id, ResourceIdFrom(options_.arn, "container-instance", ref));
+  GP_ASSIGN(id, ResourceIdFrom(options_.arn, "container-instance", ref, cluster));
   ContainerInstance* inst = state_.FindInstance(options_.arn.InstanceArn(cluster, id));
   if (!inst || inst->status == "INACTIVE")
     return Status::InvalidParameter("The referenced container instance was not found: " + ref.substr(0, 300));
@@ -727,7 +727,7 @@ Status ControlPlane::RegisterContainerInstance(const Json& in, Ctx& ctx) {
   ContainerInstance inst;
   const ContainerInstance* existing = nullptr;
   if (existing_ref && !existing_ref->empty()) {
-    GP_ASSIGN(id, ResourceIdFrom(options_.arn, "container-instance", *existing_ref));
+    GP_ASSIGN(id, ResourceIdFrom(options_.arn, "container-instance", *existing_ref, cluster->name));
     existing = state_.FindInstance(options_.arn.InstanceArn(cluster->name, id));
     if (!existing) return Status::InvalidParameter("containerInstanceArn names no instance of this cluster");
     inst = *existing;
