@@ -21,8 +21,8 @@
 //   kind: "socket", send      parts written as they are on a fresh connection (the whole HTTP request)
 //   expect                    status (or statuses, in order, for "socket"), type (the __type), message (a
 //                             regular expression, case-insensitive), json ({"a.0.b": value, "list.length": n}
-//                             on a 200), orClose (the server may instead close without answering: a body it
-//                             stopped reading)
+//                             on a 200), maxBytes (the longest answer body), orClose (the server may instead
+//                             close without answering: a body it stopped reading)
 // Strings may name fixture values: ${instanceArn}, ${instanceId}, ${taskArn}, ${taskId}.
 //
 // Figures: the healthy client's p50/p99 (quiet, then under abuse) and the abuse counts are printed, and written
@@ -198,6 +198,7 @@ async function runCase(port, c, vars) {
   assert.equal(rs.length, 1, `${label}: one response; got ${data.toString('latin1').slice(0, 300)}`);
   const r = rs[0];
   assert.equal(r.status, e.status, `${label}: status; body ${r.text.slice(0, 300)}`);
+  if (e.maxBytes) assert.ok(r.text.length <= e.maxBytes, `${label}: an answer of ${r.text.length} bytes`);
   if (r.status >= 400) {
     assert.ok(r.status < 500, `${label}: never a 5xx`);
     checkEcsError(r, e, label);
