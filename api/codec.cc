@@ -1,6 +1,8 @@
 #include "api/codec.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 namespace gpupack::api {
@@ -57,6 +59,7 @@ std::optional<int64_t> GetInt(const Json& obj, const std::string& key, const std
   if (f->is_number_float()) {
     double d = f->get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= INT32_MAX) return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d)) Fail(Join(path, key), "integer out of range");  // e.g. 2^64, 1e300
     Fail(Join(path, key), "expected an integer, got a number with a fraction");
   }
   Fail(Join(path, key), std::string("expected an integer, got ") + TypeName(*f));
@@ -186,7 +189,7 @@ std::optional<std::string> GetQuantity(const Json& obj, const std::string& key, 
   const Json* f = Field(obj, key);
   if (!f) return std::nullopt;
   if (f->is_string()) return f->get<std::string>();
-  if (f->is_number_integer() || f->is_number_unsigned()) return std::to_string(f->get<int64_t>());
+  if (f->is_number_integer() || f->is_number_unsigned()) return f->dump();  // 2^64-1 stays itself, not -1
   Fail(Join(path, key), std::string("expected a string, got ") + TypeName(*f));
 }
 
@@ -213,7 +216,7 @@ Result<std::string> ClusterNameFrom(const ArnContext& ctx, const std::string& re
   if (ref.rfind("arn:", 0) == 0) {
     const std::string prefix = ctx.Prefix() + "cluster/";
     if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter("cluster ARN '" + ref + "' is not of this region and account (" +
+      return Status::InvalidParameter("cluster ARN '" + ref.substr(0, 300) + "' is not of this region and account (" +
                                       ctx.region + ", " + ctx.account + ")");
     name = ref.substr(prefix.size());
   }
@@ -222,13 +225,19 @@ Result<std::string> ClusterNameFrom(const ArnContext& ctx, const std::string& re
   return name;
 }
 
-Result<std::string> ResourceIdFrom(const ArnContext& ctx, const std::string& kind, const std::string& ref) {
+Result<std::string> ResourceIdFrom(const ArnContext& ctx, const std::string& kind, const std::string& ref,
+                                   const std::string& cluster) {
   std::string id = ref;
   if (ref.rfind("arn:", 0) == 0) {
     const std::string prefix = ctx.Prefix() + kind + "/";
     if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter(kind + " ARN '" + ref + "' is not of this region and account");
-    id = ref.substr(ref.rfind('/') + 1);
+      return Status::InvalidParameter(kind + " ARN '" + ref.substr(0, 300) + "' is not of this region and account");
+    const std::string rest = ref.substr(prefix.size());  // "<cluster>/<id>", or "<id>" in old-style ARNs
+    const size_t slash = rest.rfind('/');
+    id = rest.substr(slash == std::string::npos ? 0 : slash + 1);
+    if (!cluster.empty() && slash != std::string::npos && rest.substr(0, slash) != cluster)
+      return Status::InvalidParameter(kind + " ARN '" + ref.substr(0, 300) + "' names another cluster than '" +
+                                      cluster + "'");
   }
   if (id.empty() || id.size() > 255 || !std::all_of(id.begin(), id.end(), IsNameChar))
     return Status::InvalidParameter("invalid " + kind + " identifier '" + ref.substr(0, 300) + "'");
@@ -240,7 +249,7 @@ Result<TaskDefinitionRef> TaskDefinitionRefFrom(const ArnContext& ctx, const std
   if (ref.rfind("arn:", 0) == 0) {
     const std::string prefix = ctx.Prefix() + "task-definition/";
     if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter("task definition ARN '" + ref + "' is not of this region and account");
+      return Status::InvalidParameter("task definition ARN '" + ref.substr(0, 300) + "' is not of this region and account");
     s = ref.substr(prefix.size());
   }
   TaskDefinitionRef out;
@@ -361,6 +370,18 @@ Result<std::vector<Attribute>> ParseAttributes(const Json& list, const std::stri
       a.name = GetString(e, "name", p).value_or("");
       a.value = GetString(e, "value", p);
       if (a.name.empty()) Fail(p, "name is required");
+      // ECS's character sets: names of letters, digits and - _ / \ . (1-128); values printable ASCII (ECS:
+      // letters, digits, - _ . @ / \ : and spaces; we also let other punctuation through, e.g. a GPU model
+      // name), at most 128, not starting or ending with a space. No control characters, no non-ASCII.
+      auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_/\\.", c); };
+      if (a.name.size() > 128 || !std::all_of(a.name.begin(), a.name.end(), [&](char c) { return c && name_char(c); }))
+        throw CodecError{Status::InvalidParameter(
+            p + ".name: must be 1-128 letters, numbers, hyphens, underscores, slashes, back slashes or periods")};
+      if (a.value && (a.value->size() > 128 || std::any_of(a.value->begin(), a.value->end(), [](char c) {
+                        return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e;
+                      }) || (!a.value->empty() && (a.value->front() == ' ' || a.value->back() == ' '))))
+        throw CodecError{Status::InvalidParameter(
+            p + ".value: must be at most 128 printable ASCII characters, not starting or ending with a space")};
       out.push_back(std::move(a));
     }
     return out;

@@ -45,8 +45,10 @@ struct ArnContext {
 Result<std::string> ClusterNameFrom(const ArnContext& ctx, const std::string& name_or_arn);
 
 // Resolves a task or container-instance reference (id or ARN, old-style ARNs without the cluster too) to its
-// id. `kind` is "task" or "container-instance".
-Result<std::string> ResourceIdFrom(const ArnContext& ctx, const std::string& kind, const std::string& ref);
+// id. `kind` is "task" or "container-instance". With `cluster` given, an ARN that names another cluster is
+// refused (InvalidParameterException) rather than read as the same id in `cluster`.
+Result<std::string> ResourceIdFrom(const ArnContext& ctx, const std::string& kind, const std::string& ref,
+                                   const std::string& cluster = "");
 
 // Resolves "family", "family:revision" or a task-definition ARN.
 struct TaskDefinitionRef {

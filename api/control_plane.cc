@@ -91,6 +91,20 @@ bool UsesChannel(const ContainerInstance& inst) {
 
 bool IsTerminal(const std::string& status) { return status == "STOPPED" || status == "DELETED"; }
 
+bool IsTaskStatus(const std::string& status) { return status == "PENDING" || status == "RUNNING" || status == "STOPPED"; }
+
+// LabelValue escapes a Prometheus label value (back slash, quote, newline), e.g. a GPU id stored before ids
+// were checked.
+std::string LabelValue(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
 void SortAttributes(std::vector<Attribute>& attrs) {
   std::stable_sort(attrs.begin(), attrs.end(), [](const Attribute& a, const Attribute& b) { return a.name < b.name; });
   std::vector<Attribute> unique;
@@ -259,14 +273,14 @@ Result<const TaskDefinition*> ControlPlane::ResolveTaskDefinition(const std::str
 }
 
 Result<Task*> ControlPlane::ResolveTask(const std::string& cluster, const std::string& ref) {
-  GP_ASSIGN(id, ResourceIdFrom(options_.arn, "task", ref));
+  GP_ASSIGN(id, ResourceIdFrom(options_.arn, "task", ref, cluster));
   Task* t = state_.FindTask(options_.arn.TaskArn(cluster, id));
   if (!t) return Status::InvalidParameter("The referenced task was not found: " + ref.substr(0, 300));
   return t;
 }
 
 Result<ContainerInstance*> ControlPlane::ResolveInstance(const std::string& cluster, const std::string& ref) {
-  GP_ASSIGN(id, ResourceIdFrom(options_.arn, "container-instance", ref));
+  GP_ASSIGN(id, ResourceIdFrom(options_.arn, "container-instance", ref, cluster));
   ContainerInstance* inst = state_.FindInstance(options_.arn.InstanceArn(cluster, id));
   if (!inst || inst->status == "INACTIVE")
     return Status::InvalidParameter("The referenced container instance was not found: " + ref.substr(0, 300));
@@ -724,7 +738,7 @@ Status ControlPlane::RegisterContainerInstance(const Json& in, Ctx& ctx) {
   ContainerInstance inst;
   const ContainerInstance* existing = nullptr;
   if (existing_ref && !existing_ref->empty()) {
-    GP_ASSIGN(id, ResourceIdFrom(options_.arn, "container-instance", *existing_ref));
+    GP_ASSIGN(id, ResourceIdFrom(options_.arn, "container-instance", *existing_ref, cluster->name));
     existing = state_.FindInstance(options_.arn.InstanceArn(cluster->name, id));
     if (!existing) return Status::InvalidParameter("containerInstanceArn names no instance of this cluster");
     inst = *existing;
@@ -763,6 +777,9 @@ Status ControlPlane::RegisterContainerInstance(const Json& in, Ctx& ctx) {
       GP_ASSIGN(id, OptString(d, "id"));
       GP_ASSIGN(type, OptString(d, "type"));
       if (!id || id->empty() || id->size() > 255) return Status::InvalidParameter("platformDevices[" + std::to_string(i) + "].id is required");
+      if (std::any_of(id->begin(), id->end(), [](char c) { return c <= ' ' || c > '~' || c == '"' || c == '\\'; }))
+        return Status::InvalidParameter("platformDevices[" + std::to_string(i) +
+                                        "].id must be printable ASCII without spaces, quotes or back slashes");
       if (type.value_or("") != "GPU") return Status::InvalidParameter("platformDevices[" + std::to_string(i) + "].type must be GPU");
       if (!ids.insert(*id).second) return Status::InvalidParameter("platformDevices: GPU " + *id + " is listed twice");
       MiB mem = 0;
@@ -966,16 +983,21 @@ Status ControlPlane::DeleteAttributes(const Json& in, Ctx& ctx) {
   GP_ASSIGN(cluster, ActiveCluster(in));
   if (!in.contains("attributes") || !in["attributes"].is_array() || in["attributes"].empty())
     return Status::InvalidParameter("attributes must be a non-empty list");
-  Json out = Json::array();
+  // Every entry is checked before any is applied, so a bad one leaves the others undone too.
+  std::vector<std::pair<ContainerInstance*, std::string>> deletions;
   for (const auto& e : in["attributes"]) {
     GP_ASSIGN(one, ParseAttributes(Json::array({e}), "attributes"));
     GP_ASSIGN(target_id, OptString(e, "targetId"));
     if (!target_id) return Status::InvalidParameter("attributes[].targetId is required");
     GP_ASSIGN(inst, ResolveInstance(cluster->name, *target_id));
-    std::erase_if(inst->attributes, [&](const Attribute& a) { return a.name == one[0].name; });
+    deletions.emplace_back(inst, one[0].name);
+  }
+  Json out = Json::array();
+  for (auto& [inst, name] : deletions) {
+    std::erase_if(inst->attributes, [&](const Attribute& a) { return a.name == name; });
     ++inst->version;
     ctx.batch.PutInstance(*inst);
-    out.push_back({{"name", one[0].name}, {"targetType", "container-instance"}, {"targetId", inst->arn}});
+    out.push_back({{"name", name}, {"targetType", "container-instance"}, {"targetId", inst->arn}});
   }
   ctx.out["attributes"] = out;
   return Status::Ok();
@@ -1012,24 +1034,33 @@ Status ControlPlane::SubmitTaskStateChange(const Json& in, Ctx& ctx) {
   std::string ref, status;
   GP_TRY(RequireString(in, "task", ref));
   GP_TRY(RequireString(in, "status", status));
-  if (status != "PENDING" && status != "RUNNING" && status != "STOPPED")
-    return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  if (!IsTaskStatus(status)) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   GP_ASSIGN(reason, OptString(in, "reason"));
   GP_ASSIGN(stop_code, OptString(in, "stopCode"));  // ours: the agent names why a task stopped
   GP_ASSIGN(task, ResolveTask(cluster->name, ref));
-  // Containers reported with the task.
+  // Containers reported with the task: all are read and checked before any is applied (no half-applied report).
+  struct ContainerReport {
+    std::optional<std::string> name, status, reason;
+    std::optional<int64_t> exit_code;
+  };
+  std::vector<ContainerReport> reports;
   if (in.contains("containers") && in["containers"].is_array()) {
     for (const auto& c : in["containers"]) {
       GP_ASSIGN(name, OptString(c, "containerName"));
       GP_ASSIGN(cstatus, OptString(c, "status"));
       GP_ASSIGN(exit_code, OptInt(c, "exitCode"));
       GP_ASSIGN(creason, OptString(c, "reason"));
-      for (auto& ctr : task->containers) {
-        if (!name || ctr.name != *name) continue;
-        if (cstatus && !IsTerminal(ctr.last_status)) ctr.last_status = *cstatus;
-        if (exit_code) ctr.exit_code = static_cast<int>(*exit_code);
-        if (creason) ctr.reason = *creason;
-      }
+      if (cstatus && !IsTaskStatus(*cstatus))
+        return Status::InvalidParameter("containers[].status must be PENDING, RUNNING or STOPPED");
+      reports.push_back({name, cstatus, creason, exit_code});
+    }
+  }
+  for (const auto& r : reports) {
+    for (auto& ctr : task->containers) {
+      if (!r.name || ctr.name != *r.name) continue;
+      if (r.status && !IsTerminal(ctr.last_status)) ctr.last_status = *r.status;
+      if (r.exit_code) ctr.exit_code = static_cast<int>(*r.exit_code);
+      if (r.reason) ctr.reason = *r.reason;
     }
   }
   if (task->last_status == "STOPPED") {  // late or repeated report: nothing moves, memory stays released
@@ -1071,6 +1102,7 @@ Status ControlPlane::SubmitContainerStateChange(const Json& in, Ctx& ctx) {
   GP_ASSIGN(status, OptString(in, "status"));
   GP_ASSIGN(exit_code, OptInt(in, "exitCode"));
   GP_ASSIGN(reason, OptString(in, "reason"));
+  if (status && !IsTaskStatus(*status)) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   GP_ASSIGN(task, ResolveTask(cluster->name, ref));
   Container* ctr = nullptr;
   for (auto& c : task->containers)
@@ -1328,7 +1360,7 @@ std::string ControlPlane::MetricsText() const {
     for (const ContainerInstance* inst : state_.InstancesOf(c->name)) {
       if (inst->status == "INACTIVE") continue;
       for (const Gpu& g : inst->gpus) {
-        std::string labels = "{cluster=\"" + c->name + "\",instance=\"" + inst->id + "\",gpu=\"" + g.id + "\"}";
+        std::string labels = "{cluster=\"" + c->name + "\",instance=\"" + inst->id + "\",gpu=\"" + LabelValue(g.id) + "\"}";
         m << "gpupack_gpu_memory_total_mib" << labels << " " << g.total_memory_mib << "\n";
         alloc << "gpupack_gpu_memory_allocated_mib" << labels << " " << (g.total_memory_mib - g.remaining_memory_mib) << "\n";
         count << "gpupack_gpu_containers" << labels << " " << g.container_count << "\n";

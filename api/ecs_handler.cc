@@ -6,7 +6,9 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -100,16 +102,32 @@ HttpResponse ErrorResponse(const Status& s, const std::string& request_id) {
   return r;
 }
 
-// Parses JSON refusing nesting deeper than kMaxJsonDepth (before any deep structure is built).
+// Parses JSON refusing nesting deeper than kMaxJsonDepth (before any deep structure is built) and objects
+// that name a key twice (which value wins is a parser's choice; a body that means two things is refused).
 Result<Json> ParseBody(const std::string& body) {
   if (body.empty()) return Json::object();  // the SDK sends "{}" but curl users may send nothing
   bool too_deep = false;
-  Json::parser_callback_t cb = [&](int depth, Json::parse_event_t, Json&) {
+  std::string duplicate;
+  std::vector<std::set<std::string>> keys;  // the keys seen so far in each open object
+  Json::parser_callback_t cb = [&](int depth, Json::parse_event_t event, Json& parsed) {
     if (depth > kMaxJsonDepth) too_deep = true;
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == Json::parse_event_t::key && !keys.empty() && parsed.is_string() &&
+        !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
     return !too_deep;
   };
-  Json j = Json::parse(body, cb, /*allow_exceptions=*/false);
+  Json j;
+  try {
+    j = Json::parse(body, cb, /*allow_exceptions=*/true);
+  } catch (const Json::exception& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 9: ..."
+    if (size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    return Status::Client("request body is not valid JSON: " + what.substr(0, 300));
+  }
   if (too_deep) return Status::Client("request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  if (!duplicate.empty()) return Status::Client("request body names the key '" + duplicate.substr(0, 100) + "' twice");
   if (j.is_discarded()) return Status(ErrorCode::kClient, "request body is not valid JSON");
   return j;
 }

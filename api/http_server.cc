@@ -120,6 +120,7 @@ HttpResponse ErrorResponse(int status, std::string_view type, std::string_view m
   r.status = status;
   r.headers.emplace_back("Content-Type", "application/x-amz-json-1.1");
   r.headers.emplace_back("x-amzn-RequestId", NewRequestId());
+  r.headers.emplace_back("x-amzn-ErrorType", std::string(type));  // as the ECS handler's errors carry it
   r.body = "{\"__type\":\"" + JsonEscape(type) + "\",\"message\":\"" + JsonEscape(message) + "\"}";
   return r;
 }
@@ -520,8 +521,19 @@ void Session::ReadHeader() {
 void Session::OnHeader(beast::error_code ec, std::size_t) {
   Guarded("read header", [&] {
     if (ec) return FailRead(ec);
-    if (parser_->is_done()) return Dispatch();
     const auto& req = parser_->get();
+    if (req.find(http::field::transfer_encoding) != req.end() && !parser_->chunked()) {
+      // RFC 9112 §6.3: a request whose last transfer coding is not chunked has no knowable length; reading it as
+      // empty would parse its body as the next request (request smuggling). 400, then close.
+      version_ = 11;
+      keep_alive_ = false;
+      head_ = false;
+      ++server_.bad_requests;
+      return Write(ErrorResponse(400, "ClientException",
+                                 "malformed HTTP request: Transfer-Encoding must end with chunked"),
+                   /*close=*/true);
+    }
+    if (parser_->is_done()) return Dispatch();
     if (req.version() >= 11 && IEquals(SV(req[http::field::expect]), "100-continue")) {
       // The body fits the limit (Beast checked Content-Length against body_limit with the header), so ask for it.
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -826,7 +838,7 @@ void HttpServer::Impl::RejectBusy(tcp::socket socket) {
       "too many open connections (limit " + std::to_string(options.max_connections) + "); retry later");
   const std::string wire = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/x-amz-json-1.1\r\n"
                            "Date: " + HttpDate(std::time(nullptr)) +
-                           "\r\nServer: gpupack\r\nx-amzn-RequestId: " + NewRequestId() +
+                           "\r\nServer: gpupack\r\nx-amzn-ErrorType: ServerException\r\nx-amzn-RequestId: " + NewRequestId() +
                            "\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: " +
                            std::to_string(r.body.size()) + "\r\n\r\n" + r.body;
   beast::error_code ec;
