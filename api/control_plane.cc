@@ -555,7 +555,7 @@ Status ControlPlane::PlaceTasks(const Json& in, Ctx& ctx, bool start_task) {
 
   int gpu_containers = 0;
   for (const auto& c : td->containers)
-    for (const auto& r : c.resource_requirements)
+    for (const auto& r : EffectiveRequirements(c, OverrideFor(overrides, c.name)))
       if (r.type == "GPU") ++gpu_containers;
 
   Json tasks = Json::array(), failures = Json::array();
@@ -601,7 +601,7 @@ Status ControlPlane::PlaceTasks(const Json& in, Ctx& ctx, bool start_task) {
       c.container_arn = options_.arn.ContainerArn(cluster->name, t.id, cd.name);
       c.image = cd.image;
       c.essential = cd.essential;
-      for (const auto& r : cd.resource_requirements) {
+      for (const auto& r : EffectiveRequirements(cd, OverrideFor(overrides, cd.name))) {
         if (r.type != "GPU") continue;
         if (r.mps) {
           c.mps = r.mps;

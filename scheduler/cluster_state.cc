@@ -261,21 +261,38 @@ void ClusterState::PutClientToken(ClientTokenRecord record) {
 
 // ---- demand ------------------------------------------------------------------------------------------------
 
+const ContainerOverride* OverrideFor(const TaskOverride& overrides, const std::string& name) {
+  const ContainerOverride* o = nullptr;
+  for (const auto& co : overrides.container_overrides)
+    if (co.name == name) o = &co;  // the last one wins, as everywhere else
+  return o;
+}
+
+std::vector<ResourceRequirement> EffectiveRequirements(const ContainerDefinition& c, const ContainerOverride* o) {
+  if (o == nullptr || o->resource_requirements.empty()) return c.resource_requirements;
+  std::vector<ResourceRequirement> out;
+  for (const auto& r : c.resource_requirements) {
+    bool replaced = std::any_of(o->resource_requirements.begin(), o->resource_requirements.end(),
+                                [&](const ResourceRequirement& x) { return x.type == r.type; });
+    if (!replaced) out.push_back(r);
+  }
+  out.insert(out.end(), o->resource_requirements.begin(), o->resource_requirements.end());
+  return out;
+}
+
 TaskDemand DemandOf(const TaskDefinition& td, const TaskOverride& overrides) {
   TaskDemand d;
   int64_t cpu_sum = 0;
   int64_t mem_sum = 0;
   for (const auto& c : td.containers) {
-    const ContainerOverride* o = nullptr;
-    for (const auto& co : overrides.container_overrides)
-      if (co.name == c.name) o = &co;
+    const ContainerOverride* o = OverrideFor(overrides, c.name);
     int64_t cpu = o && o->cpu ? *o->cpu : c.cpu;
     std::optional<int64_t> mem = o && o->memory ? o->memory : c.memory;
     std::optional<int64_t> res = o && o->memory_reservation ? o->memory_reservation : c.memory_reservation;
     cpu_sum += cpu;
     // ECS reserves the soft limit when given, else the hard limit.
     mem_sum += res ? *res : mem.value_or(0);
-    for (const auto& r : c.resource_requirements) {
+    for (const auto& r : EffectiveRequirements(c, o)) {
       if (r.type != "GPU") continue;
       if (r.mps) {
         d.gpu_kind = GpuKind::kShared;

@@ -132,6 +132,13 @@ class ClusterState {
 // containers' sums; container overrides of cpu/memory apply). Assumes a validated definition.
 TaskDemand DemandOf(const TaskDefinition& td, const TaskOverride& overrides = {});
 
+// EffectiveRequirements: a container's resource requirements with its RunTask/StartTask override applied: a
+// requirement in the override replaces the definition's of the same type (validation lets an override carry only
+// a dedicated GPU `value` or an InferenceAccelerator). `o` may be null.
+std::vector<ResourceRequirement> EffectiveRequirements(const ContainerDefinition& c, const ContainerOverride* o);
+// OverrideFor: the override of the container named `name`, or null.
+const ContainerOverride* OverrideFor(const TaskOverride& overrides, const std::string& name);
+
 // Parses ECS task-level cpu ("1024", "1 vCPU", "0.5 vcpu") into CPU units and memory ("2048", "2 GB", "2GB")
 // into MiB; nullopt when malformed.
 std::optional<int64_t> ParseTaskCpu(const std::string& text);

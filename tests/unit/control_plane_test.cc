@@ -182,6 +182,40 @@ TEST_F(ControlPlaneTest, SharedAndDedicatedShareAnInstanceOnDifferentGpus) {
   EXPECT_EQ(shared2["tasks"][0]["containers"][0]["gpuIds"], shared["tasks"][0]["containers"][0]["gpuIds"]);
 }
 
+// A GPU requirement in the RunTask overrides replaces the definition's: here a container without a GPU asks
+// for two dedicated GPUs, and a one-GPU definition for none more than the instance has.
+TEST_F(ControlPlaneTest, GpuOverrideIsWhatGetsPlaced) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {22587, 22587, 22587});
+  s.Ok("RegisterTaskDefinition", {{"family", "cpu-only"},
+                                  {"containerDefinitions", Json::array({{{"name", "c"}, {"image", "busybox"},
+                                                                          {"memory", 64}}})}});
+  auto gpu_override = [](const std::string& n) {
+    return Json{{"containerOverrides", Json::array({{{"name", "c"}, {"resourceRequirements",
+                                                     Json::array({{{"type", "GPU"}, {"value", n}}})}}})}};
+  };
+  Json two = s.Ok("RunTask", {{"taskDefinition", "cpu-only"}, {"overrides", gpu_override("2")}});
+  ASSERT_EQ(two["tasks"].size(), 1u);
+  EXPECT_EQ(two["tasks"][0]["containers"][0]["gpuIds"].size(), 2u);
+  Json gpus = Gpus(s, inst);
+  int dedicated = 0;
+  for (const auto& g : gpus) dedicated += g["sharingMode"] == "DEDICATED";
+  EXPECT_EQ(dedicated, 2);
+  // One GPU is left: an override asking for two fails with a GPU reason, one asking for one is placed.
+  Json none = s.Ok("RunTask", {{"taskDefinition", "cpu-only"}, {"overrides", gpu_override("2")}});
+  EXPECT_TRUE(none["tasks"].empty());
+  ASSERT_EQ(none["failures"].size(), 1u);
+  EXPECT_EQ(none["failures"][0]["reason"].get<std::string>().rfind("RESOURCE:GPU", 0), 0u) << none.dump();
+  RegisterDedicated(s, "one", 1);
+  Json one = s.Ok("RunTask", {{"taskDefinition", "one"}, {"overrides", gpu_override("1")}});
+  ASSERT_EQ(one["tasks"].size(), 1u);
+  EXPECT_EQ(one["tasks"][0]["containers"][0]["gpuIds"].size(), 1u);
+  // Stopping gives the GPUs back.
+  s.Ok("StopTask", {{"task", two["tasks"][0]["taskArn"]}});
+  s.Ok("StopTask", {{"task", one["tasks"][0]["taskArn"]}});
+}
+
 TEST_F(ControlPlaneTest, TwoGpuContainersLandOnOneGpu) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());

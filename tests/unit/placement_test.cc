@@ -260,6 +260,41 @@ TEST(Placement, ExplainSaysWhyPerGpu) {
   EXPECT_EQ(verdicts[0].gpus[1].detail, "4,000 MiB would remain (chosen)");
 }
 
+TEST(Placement, GpuOverrideReplacesTheDefinitionsGpuRequirement) {
+  TaskDefinition td;
+  ContainerDefinition c;
+  c.name = "c";
+  c.memory = 64;
+  ResourceRequirement one;
+  one.type = "GPU";
+  one.value = "1";
+  c.resource_requirements = {one};
+  td.containers = {c};
+  EXPECT_EQ(DemandOf(td).gpu_count, 1);
+  TaskOverride o;
+  ContainerOverride co;
+  co.name = "c";
+  ResourceRequirement three = one;
+  three.value = "3";
+  co.resource_requirements = {three};
+  o.container_overrides = {co};
+  TaskDemand d = DemandOf(td, o);
+  EXPECT_EQ(d.gpu_kind, GpuKind::kDedicated);
+  EXPECT_EQ(d.gpu_count, 3);
+  // An override for another container changes nothing here.
+  o.container_overrides[0].name = "other";
+  EXPECT_EQ(DemandOf(td, o).gpu_count, 1);
+  // EffectiveRequirements keeps requirements of other types.
+  ResourceRequirement acc;
+  acc.type = "InferenceAccelerator";
+  acc.value = "dev";
+  c.resource_requirements = {one, acc};
+  auto eff = EffectiveRequirements(c, &co);
+  ASSERT_EQ(eff.size(), 2u);
+  EXPECT_EQ(eff[0].type, "InferenceAccelerator");
+  EXPECT_EQ(eff[1].value, "3");
+}
+
 TEST(Placement, TaskLevelCpuAndMemoryWin) {
   TaskDefinition td;
   td.cpu = "1 vCPU";
