@@ -173,6 +173,9 @@ MiB TotalRemainingGpuMemory(const ContainerInstance& inst) {
 struct ScoreContext {
   uint32_t group_id = ClusterState::kNoGroupId;  // the request's task group (ClusterState::GroupId)
   struct PerScorer {
+    // A least score over every non-INACTIVE instance (so over every eligible one), or -inf: like
+    // Scorer::Floor, an instance that reaches it cannot be beaten by a later one.
+    double floor = -std::numeric_limits<double>::infinity();
     std::vector<uint32_t> value_of;  // spread(attribute): per instance position, the id of its value
     std::vector<int64_t> totals;     // spread(attribute): per value id, tasks of the group on that value
   };
@@ -192,6 +195,9 @@ class Scorer {
   // The least score an eligible instance can have for `demand` (-inf when unknown). An instance that reaches
   // it on every strategy cannot be beaten by a later one (ties go to the earlier instance), so the scan stops.
   virtual double Floor(const TaskDemand&) const { return -std::numeric_limits<double>::infinity(); }
+  // Whether Score ignores the GpuFit and the random key, so that it may be computed before the filters run:
+  // an instance that scores worse than the best so far on such a first strategy needs no filtering.
+  virtual bool ScoresBeforeFit() const { return true; }
 };
 
 namespace {
@@ -225,6 +231,7 @@ class BinpackGpuMemoryScorer : public Scorer {
   double Floor(const TaskDemand& d) const override {
     return d.gpu_kind == GpuKind::kShared ? 0 : -std::numeric_limits<double>::infinity();
   }
+  bool ScoresBeforeFit() const override { return false; }
 };
 
 // spread(instanceId|host): tasks of the group already on the instance. Fewest wins.
@@ -279,6 +286,7 @@ class SpreadAttributeScorer : public Scorer {
       if (data.totals.size() < values.size()) data.totals.resize(values.size(), 0);
       data.totals[id] += entries[pos].load->CountOfGroupId(ctx.group_id);
     }
+    if (!data.totals.empty()) data.floor = static_cast<double>(*std::min_element(data.totals.begin(), data.totals.end()));
   }
   double Score(const ContainerInstance&, const InstanceLoad&, const TaskDemand&, const GpuFit&, uint64_t,
                const ScoreContext& ctx, size_t self, size_t pos) const override {
@@ -298,6 +306,7 @@ class RandomScorer : public Scorer {
                const ScoreContext&, size_t, size_t) const override {
     return static_cast<double>(random_key >> 11);
   }
+  bool ScoresBeforeFit() const override { return false; }
 };
 
 uint64_t HashString(const std::string& s) {
@@ -517,6 +526,14 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
     // Nothing fits: the scan below builds one failure per instance.
   }
   ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
+  std::vector<double> floors(c.scorers.size());
+  for (size_t i = 0; i < c.scorers.size(); ++i) floors[i] = std::max(c.floors[i], ctx.per_scorer[i].floor);
+  const bool only_listed = !request_.only_instances.empty();
+  // With a first strategy scored before the filters, an instance that cannot beat the best so far (a higher
+  // first score; or an equal one when it is the only strategy, ties keeping the earlier instance) is skipped
+  // unfiltered. It would not be chosen either way, so the decision is the scan's.
+  const bool score_first = c.scorers.front()->ScoresBeforeFit();
+  const bool single = c.scorers.size() == 1;
   std::vector<double> best_scores, scores(c.scorers.size());
   const ContainerInstance* best = nullptr;
   GpuFit best_fit;
@@ -524,8 +541,12 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   FilterOutcome f;
   for (size_t pos = 0; pos < entries.size(); ++pos) {
     const ContainerInstance& inst = *entries[pos].instance;
-    if (IsInactive(inst) || !InOnlyList(request_, inst)) continue;
+    if (IsInactive(inst) || (only_listed && !InOnlyList(request_, inst))) continue;
     any_candidate = true;
+    if (score_first && best) {
+      const double s0 = c.scorers.front()->Score(inst, *entries[pos].load, demand, GpuFit{}, 0, ctx, 0, pos);
+      if (s0 > best_scores[0] || (single && s0 == best_scores[0])) continue;
+    }
     f.fit = GpuFit{};
     if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, *entries[pos].load, false, f))
       continue;
@@ -533,7 +554,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
     bool at_floor = true;
     for (size_t i = 0; i < c.scorers.size(); ++i) {
       scores[i] = c.scorers[i]->Score(inst, *entries[pos].load, demand, f.fit, key, ctx, i, pos);
-      at_floor = at_floor && scores[i] <= c.floors[i];
+      at_floor = at_floor && scores[i] <= floors[i];
     }
     if (!best || scores < best_scores) {  // lexicographic; ties keep the earlier-registered instance
       best = &inst;
