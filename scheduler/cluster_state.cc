@@ -83,6 +83,7 @@ void ClusterState::PutInstance(ContainerInstance instance) {
   auto& list = by_cluster_[cluster];
   slot.seq = static_cast<uint32_t>(list.size());
   list.push_back(slot.instance.get());
+  entries_by_cluster_[cluster].push_back({slot.instance.get(), &slot.load});
   by_pointer_[slot.instance.get()] = &slot;
   IndexGpus(slot, /*insert=*/true);
 }
@@ -112,6 +113,17 @@ const std::vector<ContainerInstance*>& ClusterState::InstancesOf(const std::stri
   static const std::vector<ContainerInstance*> kNone;
   auto it = by_cluster_.find(cluster);
   return it == by_cluster_.end() ? kNone : it->second;
+}
+
+const std::vector<InstanceEntry>& ClusterState::EntriesOf(const std::string& cluster) const {
+  static const std::vector<InstanceEntry> kNone;
+  auto it = entries_by_cluster_.find(cluster);
+  return it == entries_by_cluster_.end() ? kNone : it->second;
+}
+
+uint32_t ClusterState::GroupId(const std::string& group) const {
+  auto it = group_ids_.find(group);
+  return it == group_ids_.end() ? kNoGroupId : it->second;
 }
 
 const InstanceLoad& ClusterState::LoadOf(const std::string& instance_arn) const {
@@ -177,12 +189,18 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
     }
   }
   IndexGpus(it->second, /*insert=*/true);
+  const uint32_t group_id = group_ids_.emplace(task.group, static_cast<uint32_t>(group_ids_.size())).first->second;
+  auto by_id = std::find_if(load.group_id_counts.begin(), load.group_id_counts.end(),
+                            [&](const auto& e) { return e.first == group_id; });
   if (sign > 0) {
+    if (by_id == load.group_id_counts.end()) load.group_id_counts.emplace_back(group_id, 1);
+    else ++by_id->second;
     ++load.group_counts[task.group];
     load.task_arns.push_back(task.arn);
     if (task.last_status == "RUNNING") ++inst.running_tasks_count; else ++inst.pending_tasks_count;
   } else {
     if (--load.group_counts[task.group] <= 0) load.group_counts.erase(task.group);
+    if (by_id != load.group_id_counts.end() && --by_id->second <= 0) load.group_id_counts.erase(by_id);
     std::erase(load.task_arns, task.arn);
     if (task.last_status == "RUNNING") --inst.running_tasks_count; else --inst.pending_tasks_count;
     inst.running_tasks_count = std::max(0, inst.running_tasks_count);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -23,6 +24,20 @@ namespace gpupack {
 struct InstanceLoad {
   std::unordered_map<std::string, int> group_counts;  // task group -> non-STOPPED tasks of that group
   std::vector<std::string> task_arns;                  // non-STOPPED tasks on the instance
+  // The same counts keyed by ClusterState::GroupId (placement's hot loops; no string hashing). Only loads
+  // kept by ClusterState fill it.
+  std::vector<std::pair<uint32_t, int>> group_id_counts;
+  int CountOfGroupId(uint32_t id) const {
+    for (const auto& [g, n] : group_id_counts)
+      if (g == id) return n;
+    return 0;
+  }
+};
+
+// An instance with its load, in registration order (ClusterState::EntriesOf).
+struct InstanceEntry {
+  const ContainerInstance* instance = nullptr;
+  const InstanceLoad* load = nullptr;
 };
 
 // A RunTask clientToken record: the request fingerprint and the tasks it produced.
@@ -78,6 +93,12 @@ class ClusterState {
   const std::vector<ContainerInstance*>& InstancesOf(const std::string& cluster) const;
   const InstanceLoad& LoadOf(const std::string& instance_arn) const;
   const InstanceLoad& LoadOf(const ContainerInstance& instance) const;  // no string hashing: for hot loops
+  // InstancesOf with each instance's load, same order and positions (GpuSlot::seq is the position): placement
+  // iterates this instead of looking loads up.
+  const std::vector<InstanceEntry>& EntriesOf(const std::string& cluster) const;
+  // Dense id of a task group (InstanceLoad::group_id_counts); kNoGroupId when no task of it was ever reserved.
+  static constexpr uint32_t kNoGroupId = UINT32_MAX;
+  uint32_t GroupId(const std::string& group) const;
   // The cluster's GPUs ordered by remaining memory (best fit = lower_bound on the memory a task needs).
   // Kept current by PutInstance, ReserveTask, ReleaseTask and RebuildReservations.
   const std::set<GpuSlot>& GpuIndex(const std::string& cluster) const;
@@ -122,6 +143,8 @@ class ClusterState {
   std::map<std::string, std::map<int, TaskDefinition>> task_definitions_;  // family -> revision -> td
   std::unordered_map<std::string, InstanceSlot> instances_;                // arn -> instance
   std::unordered_map<std::string, std::vector<ContainerInstance*>> by_cluster_;
+  std::unordered_map<std::string, std::vector<InstanceEntry>> entries_by_cluster_;  // parallel to by_cluster_
+  std::unordered_map<std::string, uint32_t> group_ids_;                            // task group -> dense id
   std::unordered_map<const ContainerInstance*, const InstanceSlot*> by_pointer_;
   std::unordered_map<std::string, std::set<GpuSlot>> gpu_index_;  // cluster -> GPUs by remaining memory
   std::unordered_map<std::string, Task> tasks_;

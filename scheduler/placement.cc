@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -36,21 +37,26 @@ uint64_t Mix(uint64_t x) {
 
 bool Shareable(const Gpu& g) { return !g.held && (g.mode == GpuMode::kIdle || g.mode == GpuMode::kMps); }
 
-// GpuFit is the outcome of GpuFitFilter on one instance: the chosen GPUs, or the reason and detail.
+// Status tests without strlen/memcmp calls: the scan asks them of every instance.
+bool IsActive(const ContainerInstance& inst) { return std::string_view(inst.status) == std::string_view("ACTIVE"); }
+bool IsInactive(const ContainerInstance& inst) {
+  return std::string_view(inst.status) == std::string_view("INACTIVE");
+}
+
+// GpuFit is what GpuFitFilter found on an instance that passes it: enough to score the instance without
+// allocating. ChosenGpus() turns it into the GPU indices, for the instance finally chosen.
 struct GpuFit {
-  bool ok = true;
-  const char* reason = nullptr;
-  std::string detail;
-  std::vector<size_t> gpus;
+  size_t shared_gpu = SIZE_MAX;    // shared: the chosen GPU
   MiB chosen_remaining_after = 0;  // shared: remaining memory of the chosen GPU after placement
+  MiB taken_memory = 0;            // dedicated: remaining memory of the GPUs it takes (all of an IDLE GPU)
 };
 
-// Chooses the GPU(s) for `demand` on `inst`. `prefer_emptiest` flips best fit to worst fit (spread).
-// `with_detail` builds the human detail on failure (skipped on the hot path).
-GpuFit FitGpus(const TaskDemand& demand, const ContainerInstance& inst, bool compute_aware, bool prefer_emptiest,
-               bool with_detail) {
-  GpuFit fit;
-  if (demand.gpu_kind == GpuKind::kNone) return fit;
+// FitGpus chooses the GPU(s) for `demand` on `inst`: nullptr and `fit` when they fit, else the failure reason
+// (and, when `detail` is given, the human detail). `prefer_emptiest` flips best fit to worst fit (spread).
+// Dedicated tasks take the lowest-indexed IDLE GPUs (ChosenGpus lists them).
+const char* FitGpus(const TaskDemand& demand, const ContainerInstance& inst, bool compute_aware, bool prefer_emptiest,
+                    GpuFit& fit, std::string* detail) {
+  if (demand.gpu_kind == GpuKind::kNone) return nullptr;
   if (demand.gpu_kind == GpuKind::kShared) {
     size_t best = SIZE_MAX;
     MiB best_remaining = 0;
@@ -68,16 +74,14 @@ GpuFit FitGpus(const TaskDemand& demand, const ContainerInstance& inst, bool com
       }
     }
     if (best != SIZE_MAX) {
-      fit.gpus.push_back(best);
+      fit.shared_gpu = best;
       fit.chosen_remaining_after = best_remaining - demand.gpu_memory;
-      return fit;
+      return nullptr;
     }
-    fit.ok = false;
     if (inst.gpus.empty()) {
-      fit.reason = reason::kGpu;
-      if (with_detail)
-        fit.detail = "instance has no GPUs; task needs " + FormatMiB(demand.gpu_memory) + " of GPU memory on one GPU";
-      return fit;
+      if (detail)
+        *detail = "instance has no GPUs; task needs " + FormatMiB(demand.gpu_memory) + " of GPU memory on one GPU";
+      return reason::kGpu;
     }
     int shareable = 0, dedicated = 0, held = 0;
     MiB largest = 0;
@@ -91,37 +95,41 @@ GpuFit FitGpus(const TaskDemand& demand, const ContainerInstance& inst, bool com
         max_compute_free = std::max(max_compute_free, 100 - g.compute_used_percent);
     }
     if (memory_fit_somewhere) {
-      fit.reason = reason::kGpuCompute;
-      if (with_detail)
-        fit.detail = "compute-aware placement is on: the GPUs with " + FormatMiB(demand.gpu_memory) +
-                     " free have at most " + std::to_string(max_compute_free) + "% compute undeclared; task needs " +
-                     std::to_string(demand.gpu_compute) + "%";
-      return fit;
+      if (detail)
+        *detail = "compute-aware placement is on: the GPUs with " + FormatMiB(demand.gpu_memory) +
+                  " free have at most " + std::to_string(max_compute_free) + "% compute undeclared; task needs " +
+                  std::to_string(demand.gpu_compute) + "%";
+      return reason::kGpuCompute;
     }
-    fit.reason = shareable > 0 ? reason::kGpuMemory : reason::kGpu;
-    if (with_detail) {
+    if (detail) {
       if (shareable > 0)
-        fit.detail = "largest free block on any GPU is " + FormatMiB(largest) + "; task needs " +
-                     FormatMiB(demand.gpu_memory) + " on one GPU";
+        *detail = "largest free block on any GPU is " + FormatMiB(largest) + "; task needs " +
+                  FormatMiB(demand.gpu_memory) + " on one GPU";
       else
-        fit.detail = "no GPU can be shared: task needs " + FormatMiB(demand.gpu_memory) + " on one GPU";
+        *detail = "no GPU can be shared: task needs " + FormatMiB(demand.gpu_memory) + " on one GPU";
       if (dedicated > 0 || held > 0) {
-        fit.detail += " (";
-        if (dedicated > 0) fit.detail += std::to_string(dedicated) + " GPU(s) DEDICATED";
-        if (dedicated > 0 && held > 0) fit.detail += ", ";
-        if (held > 0) fit.detail += std::to_string(held) + " GPU(s) held after a fault";
-        fit.detail += ")";
+        *detail += " (";
+        if (dedicated > 0) *detail += std::to_string(dedicated) + " GPU(s) DEDICATED";
+        if (dedicated > 0 && held > 0) *detail += ", ";
+        if (held > 0) *detail += std::to_string(held) + " GPU(s) held after a fault";
+        *detail += ")";
       }
     }
-    return fit;
+    return shareable > 0 ? reason::kGpuMemory : reason::kGpu;
   }
   // Dedicated: whole IDLE GPUs, lowest index first.
-  for (size_t i = 0; i < inst.gpus.size() && static_cast<int>(fit.gpus.size()) < demand.gpu_count; ++i)
-    if (!inst.gpus[i].held && inst.gpus[i].mode == GpuMode::kIdle) fit.gpus.push_back(i);
-  if (static_cast<int>(fit.gpus.size()) == demand.gpu_count) return fit;
-  fit.ok = false;
-  fit.reason = reason::kGpu;
-  if (with_detail) {
+  int taken = 0;
+  MiB taken_memory = 0;
+  for (size_t i = 0; i < inst.gpus.size() && taken < demand.gpu_count; ++i)
+    if (!inst.gpus[i].held && inst.gpus[i].mode == GpuMode::kIdle) {
+      ++taken;
+      taken_memory += inst.gpus[i].remaining_memory_mib;
+    }
+  if (taken == demand.gpu_count) {
+    fit.taken_memory = taken_memory;
+    return nullptr;
+  }
+  if (detail) {
     int idle = 0, mps = 0, dedicated = 0, held = 0;
     for (const Gpu& g : inst.gpus) {
       if (g.held) ++held;
@@ -129,13 +137,24 @@ GpuFit FitGpus(const TaskDemand& demand, const ContainerInstance& inst, bool com
       else if (g.mode == GpuMode::kMps) ++mps;
       else ++dedicated;
     }
-    fit.detail = "task needs " + std::to_string(demand.gpu_count) + " IDLE GPU(s); instance has " +
-                 std::to_string(idle) + " IDLE, " + std::to_string(mps) + " in NVIDIA_MPS mode, " +
-                 std::to_string(dedicated) + " DEDICATED";
-    if (held > 0) fit.detail += ", " + std::to_string(held) + " held after a fault";
+    *detail = "task needs " + std::to_string(demand.gpu_count) + " IDLE GPU(s); instance has " +
+              std::to_string(idle) + " IDLE, " + std::to_string(mps) + " in NVIDIA_MPS mode, " +
+              std::to_string(dedicated) + " DEDICATED";
+    if (held > 0) *detail += ", " + std::to_string(held) + " held after a fault";
   }
-  fit.gpus.clear();
-  return fit;
+  return reason::kGpu;
+}
+
+// The GPU indices of a fit: the shared GPU, or the first demand.gpu_count IDLE GPUs, as FitGpus counted them.
+std::vector<size_t> ChosenGpus(const TaskDemand& demand, const ContainerInstance& inst, const GpuFit& fit) {
+  std::vector<size_t> out;
+  if (demand.gpu_kind == GpuKind::kShared) {
+    out.push_back(fit.shared_gpu);
+  } else if (demand.gpu_kind == GpuKind::kDedicated) {
+    for (size_t i = 0; i < inst.gpus.size() && static_cast<int>(out.size()) < demand.gpu_count; ++i)
+      if (!inst.gpus[i].held && inst.gpus[i].mode == GpuMode::kIdle) out.push_back(i);
+  }
+  return out;
 }
 
 MiB TotalRemainingGpuMemory(const ContainerInstance& inst) {
@@ -152,18 +171,33 @@ MiB TotalRemainingGpuMemory(const ContainerInstance& inst) {
 // ScoreContext: what the scorers aggregate over the cluster for one placement (per call, so a Placer stays
 // const and shareable).
 struct ScoreContext {
-  const std::string* group = nullptr;
-  std::vector<std::unordered_map<std::string, int64_t>> per_scorer;  // e.g. tasks of the group per attribute value
+  uint32_t group_id = ClusterState::kNoGroupId;  // the request's task group (ClusterState::GroupId)
+  struct PerScorer {
+    // A least score over every non-INACTIVE instance (so over every eligible one), or -inf: like
+    // Scorer::Floor, an instance that reaches it cannot be beaten by a later one.
+    double floor = -std::numeric_limits<double>::infinity();
+    std::vector<uint32_t> value_of;  // spread(attribute): per instance position, the id of its value
+    std::vector<int64_t> totals;     // spread(attribute): per value id, tasks of the group on that value
+  };
+  std::vector<PerScorer> per_scorer;
 };
 
-// Scorer: one placement strategy as a bounded number per eligible instance; lower is better.
+// Scorer: one placement strategy as a bounded number per eligible instance; lower is better. `pos` is the
+// instance's position in the cluster's registration order (ClusterState::EntriesOf).
 class Scorer {
  public:
   virtual ~Scorer() = default;
   // Called once per placement before scoring, to aggregate over the whole cluster where needed.
-  virtual void Prepare(const ClusterState&, const std::vector<ContainerInstance*>&, ScoreContext&, size_t) const {}
+  virtual void Prepare(const std::vector<InstanceEntry>&, ScoreContext&, size_t) const {}
   virtual double Score(const ContainerInstance& inst, const InstanceLoad& load, const TaskDemand& demand,
-                       const GpuFit& fit, uint64_t random_key, const ScoreContext& ctx, size_t self) const = 0;
+                       const GpuFit& fit, uint64_t random_key, const ScoreContext& ctx, size_t self,
+                       size_t pos) const = 0;
+  // The least score an eligible instance can have for `demand` (-inf when unknown). An instance that reaches
+  // it on every strategy cannot be beaten by a later one (ties go to the earlier instance), so the scan stops.
+  virtual double Floor(const TaskDemand&) const { return -std::numeric_limits<double>::infinity(); }
+  // Whether Score ignores the GpuFit and the random key, so that it may be computed before the filters run:
+  // an instance that scores worse than the best so far on such a first strategy needs no filtering.
+  virtual bool ScoresBeforeFit() const { return true; }
 };
 
 namespace {
@@ -173,10 +207,12 @@ class BinpackHostScorer : public Scorer {
  public:
   explicit BinpackHostScorer(bool cpu) : cpu_(cpu) {}
   double Score(const ContainerInstance& inst, const InstanceLoad&, const TaskDemand& d, const GpuFit&, uint64_t,
-               const ScoreContext&, size_t) const override {
+               const ScoreContext&, size_t, size_t) const override {
     return cpu_ ? static_cast<double>(inst.remaining.cpu - d.cpu)
                 : static_cast<double>(inst.remaining.memory - d.memory);
   }
+  // The CPU and memory filters passed: nothing negative is left.
+  double Floor(const TaskDemand&) const override { return 0; }
 
  private:
   bool cpu_;
@@ -187,22 +223,25 @@ class BinpackHostScorer : public Scorer {
 class BinpackGpuMemoryScorer : public Scorer {
  public:
   double Score(const ContainerInstance& inst, const InstanceLoad&, const TaskDemand& d, const GpuFit& fit, uint64_t,
-               const ScoreContext&, size_t) const override {
+               const ScoreContext&, size_t, size_t) const override {
     if (d.gpu_kind == GpuKind::kShared) return static_cast<double>(fit.chosen_remaining_after);
-    MiB total = TotalRemainingGpuMemory(inst);
-    for (size_t i : fit.gpus) total -= inst.gpus[i].remaining_memory_mib;
-    return static_cast<double>(total);
+    return static_cast<double>(TotalRemainingGpuMemory(inst) - fit.taken_memory);
   }
+  // A shared task's GPU had at least its need free.
+  double Floor(const TaskDemand& d) const override {
+    return d.gpu_kind == GpuKind::kShared ? 0 : -std::numeric_limits<double>::infinity();
+  }
+  bool ScoresBeforeFit() const override { return false; }
 };
 
 // spread(instanceId|host): tasks of the group already on the instance. Fewest wins.
 class SpreadInstanceScorer : public Scorer {
  public:
   double Score(const ContainerInstance&, const InstanceLoad& load, const TaskDemand&, const GpuFit&, uint64_t,
-               const ScoreContext& ctx, size_t) const override {
-    auto it = load.group_counts.find(*ctx.group);
-    return it == load.group_counts.end() ? 0.0 : static_cast<double>(it->second);
+               const ScoreContext& ctx, size_t, size_t) const override {
+    return static_cast<double>(load.CountOfGroupId(ctx.group_id));
   }
+  double Floor(const TaskDemand&) const override { return 0; }
 };
 
 // spread(attribute:NAME): tasks of the group on all instances sharing this instance's value of NAME. Fewest
@@ -210,28 +249,53 @@ class SpreadInstanceScorer : public Scorer {
 class SpreadAttributeScorer : public Scorer {
  public:
   explicit SpreadAttributeScorer(std::string attribute) : attribute_(std::move(attribute)) {}
-  void Prepare(const ClusterState& state, const std::vector<ContainerInstance*>& instances, ScoreContext& ctx,
-               size_t self) const override {
-    auto& counts = ctx.per_scorer[self];
-    for (const ContainerInstance* inst : instances) {
-      if (inst->status == "INACTIVE") continue;
-      const auto& load = state.LoadOf(*inst);
-      auto it = load.group_counts.find(*ctx.group);
-      counts[ValueOf(*inst)] += it == load.group_counts.end() ? 0 : it->second;
+  // Gives every non-INACTIVE instance the id of its value (values are compared, not hashed, while there are
+  // few of them) and sums the group's tasks per value.
+  void Prepare(const std::vector<InstanceEntry>& entries, ScoreContext& ctx, size_t self) const override {
+    auto& data = ctx.per_scorer[self];
+    data.value_of.assign(entries.size(), 0);
+    std::vector<std::string_view> values;
+    std::unordered_map<std::string_view, uint32_t> many;  // used once there are more than kFew values
+    constexpr size_t kFew = 16;
+    uint32_t last = UINT32_MAX;
+    for (size_t pos = 0; pos < entries.size(); ++pos) {
+      const ContainerInstance& inst = *entries[pos].instance;
+      if (IsInactive(inst)) continue;
+      const Attribute* a = inst.FindAttribute(attribute_);
+      const std::string_view v = a && a->value ? std::string_view(*a->value) : std::string_view();
+      uint32_t id = UINT32_MAX;
+      if (last != UINT32_MAX && values[last] == v) {
+        id = last;
+      } else if (many.empty()) {
+        for (uint32_t k = 0; k < values.size() && id == UINT32_MAX; ++k)
+          if (values[k] == v) id = k;
+        if (id == UINT32_MAX && values.size() < kFew) {
+          id = static_cast<uint32_t>(values.size());
+          values.push_back(v);
+        } else if (id == UINT32_MAX) {
+          for (uint32_t k = 0; k < values.size(); ++k) many.emplace(values[k], k);
+        }
+      }
+      if (id == UINT32_MAX) {
+        auto [it, added] = many.emplace(v, static_cast<uint32_t>(values.size()));
+        if (added) values.push_back(v);
+        id = it->second;
+      }
+      last = id;
+      data.value_of[pos] = id;
+      if (data.totals.size() < values.size()) data.totals.resize(values.size(), 0);
+      data.totals[id] += entries[pos].load->CountOfGroupId(ctx.group_id);
     }
+    if (!data.totals.empty()) data.floor = static_cast<double>(*std::min_element(data.totals.begin(), data.totals.end()));
   }
-  double Score(const ContainerInstance& inst, const InstanceLoad&, const TaskDemand&, const GpuFit&, uint64_t,
-               const ScoreContext& ctx, size_t self) const override {
-    const auto& counts = ctx.per_scorer[self];
-    auto it = counts.find(ValueOf(inst));
-    return it == counts.end() ? 0.0 : static_cast<double>(it->second);
+  double Score(const ContainerInstance&, const InstanceLoad&, const TaskDemand&, const GpuFit&, uint64_t,
+               const ScoreContext& ctx, size_t self, size_t pos) const override {
+    const auto& data = ctx.per_scorer[self];
+    return static_cast<double>(data.totals[data.value_of[pos]]);
   }
+  double Floor(const TaskDemand&) const override { return 0; }
 
  private:
-  std::string ValueOf(const ContainerInstance& inst) const {
-    const Attribute* a = inst.FindAttribute(attribute_);
-    return a && a->value ? *a->value : std::string();
-  }
   std::string attribute_;
 };
 
@@ -239,9 +303,10 @@ class SpreadAttributeScorer : public Scorer {
 class RandomScorer : public Scorer {
  public:
   double Score(const ContainerInstance&, const InstanceLoad&, const TaskDemand&, const GpuFit&, uint64_t random_key,
-               const ScoreContext&, size_t) const override {
+               const ScoreContext&, size_t, size_t) const override {
     return static_cast<double>(random_key >> 11);
   }
+  bool ScoresBeforeFit() const override { return false; }
 };
 
 uint64_t HashString(const std::string& s) {
@@ -256,6 +321,7 @@ struct Placer::Compiled {
   std::vector<std::pair<std::string, query::ExpressionPtr>> member_of;
   bool distinct_instance = false;
   std::vector<std::unique_ptr<Scorer>> scorers;
+  std::vector<double> floors;  // Scorer::Floor for the request's demand, one per scorer
   bool spread_first = false;
   bool needs_random_key = false;
   bool random_only = false;  // the only strategy is random: PlaceOne may sample instead of scanning
@@ -299,6 +365,7 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
       return Status::InvalidParameter("unknown placement strategy '" + s.type + "' with field '" + s.field + "'");
     }
   }
+  for (const auto& scorer : c.scorers) c.floors.push_back(scorer->Floor(p->request_.demand));
   c.spread_first = strategies.front().type == "spread";
   c.random_only = strategies.size() == 1 && strategies.front().type == "random";
   c.gpu_binpack_first = strategies.front().type == "binpack" && strategies.front().field == "gpuMemory";
@@ -307,12 +374,12 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
 
 namespace {
 
-// Verdict of the filters on one instance.
+// Verdict of the filters on one instance: reason is null when it passes.
 struct FilterOutcome {
-  bool ok = true;
   const char* reason = nullptr;
-  std::string detail;
+  std::string detail;  // built only when asked for
   GpuFit fit;
+  bool ok() const { return reason == nullptr; }
 };
 
 bool InOnlyList(const PlacementRequest& req, const ContainerInstance& inst) {
@@ -322,75 +389,84 @@ bool InOnlyList(const PlacementRequest& req, const ContainerInstance& inst) {
 
 }  // namespace
 
-// RunFilters applies the filter pipeline to one instance. With with_detail=false it skips building strings.
-static FilterOutcome RunFilters(const PlacementRequest& req, const std::vector<std::pair<std::string,
-                                query::ExpressionPtr>>& member_of, bool distinct, bool spread_first,
-                                const ContainerInstance& inst, const InstanceLoad& load, bool with_detail) {
-  FilterOutcome out;
-  auto fail = [&](const char* reason, std::string detail) {
-    out.ok = false;
+// RunFilters applies the filter pipeline to one instance and says whether it passes. With with_detail=false
+// no string is built (the placement scan); with true, `out.detail` says why it failed (failures[], Explain).
+// Both take the same branches, so the reasons are the same.
+static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<std::string,
+                       query::ExpressionPtr>>& member_of, bool distinct, bool spread_first,
+                       const ContainerInstance& inst, const InstanceLoad& load, bool with_detail, FilterOutcome& out) {
+  out.reason = nullptr;
+  auto fail = [&](const char* reason, auto&& make_detail) {
     out.reason = reason;
-    if (with_detail) out.detail = std::move(detail);
-    return out;
+    if (with_detail) out.detail = make_detail();
+    return false;
   };
   const TaskDemand& d = req.demand;
   // StatusFilter
-  if (inst.status != "ACTIVE")
-    return fail(reason::kStatus, "container instance is " + inst.status + "; it takes no new tasks");
+  if (!IsActive(inst))
+    return fail(reason::kStatus, [&] { return "container instance is " + inst.status + "; it takes no new tasks"; });
   // AgentFilter
-  if (!inst.agent_connected) return fail(reason::kAgent, "the instance's agent is not connected");
+  if (!inst.agent_connected) return fail(reason::kAgent, [] { return "the instance's agent is not connected"; });
   if (inst.impaired)
-    return fail(reason::kAgent, "the instance is impaired: its MPS control daemon is not responding");
+    return fail(reason::kAgent, [] { return "the instance is impaired: its MPS control daemon is not responding"; });
   // CpuFilter, MemoryFilter
   if (inst.remaining.cpu < d.cpu)
-    return fail(reason::kCpu, "instance has " + std::to_string(inst.remaining.cpu) + " CPU units free; task needs " +
-                                  std::to_string(d.cpu));
+    return fail(reason::kCpu, [&] {
+      return "instance has " + std::to_string(inst.remaining.cpu) + " CPU units free; task needs " +
+             std::to_string(d.cpu);
+    });
   if (inst.remaining.memory < d.memory)
-    return fail(reason::kMemory, "instance has " + FormatMiB(inst.remaining.memory) + " of memory free; task needs " +
-                                     FormatMiB(d.memory));
+    return fail(reason::kMemory, [&] {
+      return "instance has " + FormatMiB(inst.remaining.memory) + " of memory free; task needs " + FormatMiB(d.memory);
+    });
   // GpuFitFilter
-  out.fit = FitGpus(d, inst, req.compute_aware, spread_first, with_detail);
-  if (!out.fit.ok) return fail(out.fit.reason, out.fit.detail);
+  if (const char* r = FitGpus(d, inst, req.compute_aware, spread_first, out.fit, with_detail ? &out.detail : nullptr)) {
+    out.reason = r;
+    return false;
+  }
   // Constraints
   for (const auto& [text, expr] : member_of)
     if (!query::Evaluate(*expr, inst, load))
-      return fail(reason::kAttribute, "MemberOf placement constraint unsatisfied: " + text);
+      return fail(reason::kAttribute, [&] { return "MemberOf placement constraint unsatisfied: " + text; });
   if (distinct) {
     auto it = load.group_counts.find(req.group);
     if (it != load.group_counts.end() && it->second > 0)
-      return fail(reason::kAttribute, "DistinctInstance placement constraint unsatisfied: a task of group '" +
-                                          req.group + "' is already on this instance");
+      return fail(reason::kAttribute, [&] {
+        return "DistinctInstance placement constraint unsatisfied: a task of group '" + req.group +
+               "' is already on this instance";
+      });
   }
-  return out;
+  return true;
 }
 
 static ScoreContext PrepareScorers(const Placer::Compiled& c, const ClusterState& state,
-                                   const std::vector<ContainerInstance*>& instances, const std::string& group) {
+                                   const std::vector<InstanceEntry>& entries, const std::string& group) {
   ScoreContext ctx;
-  ctx.group = &group;
+  ctx.group_id = state.GroupId(group);
   ctx.per_scorer.resize(c.scorers.size());
-  for (size_t i = 0; i < c.scorers.size(); ++i) c.scorers[i]->Prepare(state, instances, ctx, i);
+  for (size_t i = 0; i < c.scorers.size(); ++i) c.scorers[i]->Prepare(entries, ctx, i);
   return ctx;
 }
 
 Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   Placement result;
-  const auto& instances = state.InstancesOf(request_.cluster);
+  const auto& entries = state.EntriesOf(request_.cluster);
   const Compiled& c = *compiled_;
+  const TaskDemand& demand = request_.demand;
   const uint64_t task_seed = Mix(request_.seed ^ Mix(static_cast<uint64_t>(task_index) + 1));
   // Fast path for random placement (the default): rejection sampling over the instance list is uniform over
   // the eligible instances, like the scan below, and touches a handful of instances when most are eligible.
   // After kRandomProbes misses (a nearly full cluster) the full scan decides.
-  if (c.random_only && !instances.empty()) {
+  if (c.random_only && !entries.empty()) {
     constexpr int kRandomProbes = 32;
     for (int k = 0; k < kRandomProbes; ++k) {
-      const ContainerInstance* inst = instances[Mix(task_seed + static_cast<uint64_t>(k)) % instances.size()];
-      if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
-      FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst,
-                                   state.LoadOf(*inst), false);
-      if (!f.ok) continue;
-      result.instance = inst;
-      result.gpu_indices = std::move(f.fit.gpus);
+      const InstanceEntry& e = entries[Mix(task_seed + static_cast<uint64_t>(k)) % entries.size()];
+      if (IsInactive(*e.instance) || !InOnlyList(request_, *e.instance)) continue;
+      FilterOutcome f;
+      if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *e.instance, *e.load, false, f))
+        continue;
+      result.instance = e.instance;
+      result.gpu_indices = ChosenGpus(demand, *e.instance, f.fit);
       return result;
     }
   }
@@ -398,75 +474,98 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   // memory from the task's need. The first GPU whose instance passes every filter has the least memory left
   // after placement, which is exactly the first score of the scan below; its ties (same remaining memory) are
   // then decided by the other strategies and registration order, as in the scan.
-  if (c.gpu_binpack_first && request_.demand.gpu_kind == GpuKind::kShared) {
+  if (c.gpu_binpack_first && demand.gpu_kind == GpuKind::kShared) {
     const auto& index = state.GpuIndex(request_.cluster);
     std::vector<const ContainerInstance*> rejected;  // instances that failed a filter (small)
     std::optional<MiB> tie_remaining;
-    std::vector<std::pair<const ContainerInstance*, GpuFit>> ties;
-    for (auto it = index.lower_bound(GpuSlot{request_.demand.gpu_memory, 0, 0, nullptr}); it != index.end(); ++it) {
+    struct Tie {
+      uint32_t pos;
+      GpuFit fit;
+    };
+    std::vector<Tie> ties;
+    for (auto it = index.lower_bound(GpuSlot{demand.gpu_memory, 0, 0, nullptr}); it != index.end(); ++it) {
       if (tie_remaining && it->remaining != *tie_remaining) break;
       const ContainerInstance* inst = it->instance;
       const Gpu& g = inst->gpus[it->gpu];
       if (g.remaining_memory_mib != it->remaining || !Shareable(g)) continue;
-      if (request_.compute_aware && g.compute_used_percent + request_.demand.gpu_compute > 100) continue;
-      if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
+      if (request_.compute_aware && g.compute_used_percent + demand.gpu_compute > 100) continue;
+      if (IsInactive(*inst) || !InOnlyList(request_, *inst)) continue;
       if (std::find(rejected.begin(), rejected.end(), inst) != rejected.end()) continue;
       bool seen = false;
-      for (const auto& t : ties) seen = seen || t.first == inst;
+      for (const auto& t : ties) seen = seen || t.pos == it->seq;
       if (seen) continue;
-      FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst,
-                                   state.LoadOf(*inst), false);
-      if (!f.ok) {
+      FilterOutcome f;
+      if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst, *entries[it->seq].load,
+                      false, f)) {
         rejected.push_back(inst);
         continue;
       }
       tie_remaining = it->remaining;
-      ties.emplace_back(inst, std::move(f.fit));
+      ties.push_back({it->seq, f.fit});
       if (c.scorers.size() == 1) break;  // index order already breaks ties by registration order
     }
     if (!ties.empty()) {
-      ScoreContext ctx = PrepareScorers(c, state, instances, request_.group);
-      const uint64_t seed = task_seed;
+      ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
       size_t best = 0;
       std::vector<double> best_scores, scores(c.scorers.size());
       for (size_t k = 0; k < ties.size(); ++k) {
-        const ContainerInstance* inst = ties[k].first;
-        uint64_t key = c.needs_random_key ? Mix(seed ^ HashString(inst->arn)) : 0;
+        const InstanceEntry& e = entries[ties[k].pos];
+        uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(e.instance->arn)) : 0;
         for (size_t i = 0; i < c.scorers.size(); ++i)
-          scores[i] = c.scorers[i]->Score(*inst, state.LoadOf(*inst), request_.demand, ties[k].second, key, ctx, i);
+          scores[i] = c.scorers[i]->Score(*e.instance, *e.load, demand, ties[k].fit, key, ctx, i, ties[k].pos);
         if (k == 0 || scores < best_scores) {
           best = k;
           best_scores = scores;
         }
       }
-      result.instance = ties[best].first;
-      result.gpu_indices = std::move(ties[best].second.gpus);
+      const ContainerInstance* chosen = entries[ties[best].pos].instance;
+      result.instance = chosen;
+      result.gpu_indices = ChosenGpus(demand, *chosen, ties[best].fit);
       return result;
     }
     // Nothing fits: the scan below builds one failure per instance.
   }
-  ScoreContext ctx = PrepareScorers(c, state, instances, request_.group);
+  ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
+  std::vector<double> floors(c.scorers.size());
+  for (size_t i = 0; i < c.scorers.size(); ++i) floors[i] = std::max(c.floors[i], ctx.per_scorer[i].floor);
+  const bool only_listed = !request_.only_instances.empty();
+  // With a first strategy scored before the filters, an instance that cannot beat the best so far (a higher
+  // first score; or an equal one when it is the only strategy, ties keeping the earlier instance) is skipped
+  // unfiltered. It would not be chosen either way, so the decision is the scan's.
+  const bool score_first = c.scorers.front()->ScoresBeforeFit();
+  const bool single = c.scorers.size() == 1;
   std::vector<double> best_scores, scores(c.scorers.size());
   const ContainerInstance* best = nullptr;
   GpuFit best_fit;
   bool any_candidate = false;
-  for (const ContainerInstance* inst : instances) {
-    if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
+  FilterOutcome f;
+  for (size_t pos = 0; pos < entries.size(); ++pos) {
+    const ContainerInstance& inst = *entries[pos].instance;
+    if (IsInactive(inst) || (only_listed && !InOnlyList(request_, inst))) continue;
     any_candidate = true;
-    const InstanceLoad& load = state.LoadOf(*inst);
-    FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst, load, false);
-    if (!f.ok) continue;
-    uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(inst->arn)) : 0;
-    for (size_t i = 0; i < c.scorers.size(); ++i) scores[i] = c.scorers[i]->Score(*inst, load, request_.demand, f.fit, key, ctx, i);
+    if (score_first && best) {
+      const double s0 = c.scorers.front()->Score(inst, *entries[pos].load, demand, GpuFit{}, 0, ctx, 0, pos);
+      if (s0 > best_scores[0] || (single && s0 == best_scores[0])) continue;
+    }
+    f.fit = GpuFit{};
+    if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, *entries[pos].load, false, f))
+      continue;
+    uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(inst.arn)) : 0;
+    bool at_floor = true;
+    for (size_t i = 0; i < c.scorers.size(); ++i) {
+      scores[i] = c.scorers[i]->Score(inst, *entries[pos].load, demand, f.fit, key, ctx, i, pos);
+      at_floor = at_floor && scores[i] <= floors[i];
+    }
     if (!best || scores < best_scores) {  // lexicographic; ties keep the earlier-registered instance
-      best = inst;
+      best = &inst;
       best_scores = scores;
-      best_fit = std::move(f.fit);
+      best_fit = f.fit;
+      if (at_floor) break;  // no later instance can score lower, and ties keep this one
     }
   }
   if (best) {
     result.instance = best;
-    result.gpu_indices = std::move(best_fit.gpus);
+    result.gpu_indices = ChosenGpus(demand, *best, best_fit);
     return result;
   }
   if (!any_candidate) {
@@ -474,11 +573,11 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
     return result;
   }
   // Nothing fits: explain, one failure per rejected instance.
-  for (const ContainerInstance* inst : instances) {
-    if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
-    FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst,
-                                 state.LoadOf(*inst), true);
-    result.failures.push_back({inst->arn, f.reason ? f.reason : reason::kAttribute, f.detail});
+  for (const InstanceEntry& e : entries) {
+    if (IsInactive(*e.instance) || !InOnlyList(request_, *e.instance)) continue;
+    FilterOutcome fail;
+    RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *e.instance, *e.load, true, fail);
+    result.failures.push_back({e.instance->arn, fail.reason ? fail.reason : reason::kAttribute, fail.detail});
   }
   return result;
 }
@@ -487,25 +586,27 @@ std::vector<InstanceVerdict> Placer::Explain(const ClusterState& state, int task
   std::vector<InstanceVerdict> out;
   Placement chosen = PlaceOne(state, task_index);
   const Compiled& c = *compiled_;
-  const auto& instances = state.InstancesOf(request_.cluster);
-  ScoreContext ctx = PrepareScorers(c, state, instances, request_.group);
+  const auto& entries = state.EntriesOf(request_.cluster);
+  ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
   const uint64_t task_seed = Mix(request_.seed ^ Mix(static_cast<uint64_t>(task_index) + 1));
   const TaskDemand& d = request_.demand;
-  for (const ContainerInstance* inst : instances) {
-    if (inst->status == "INACTIVE" || !InOnlyList(request_, *inst)) continue;
-    const InstanceLoad& load = state.LoadOf(*inst);
-    FilterOutcome f = RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst, load, true);
+  for (size_t pos = 0; pos < entries.size(); ++pos) {
+    const ContainerInstance* inst = entries[pos].instance;
+    if (IsInactive(*inst) || !InOnlyList(request_, *inst)) continue;
+    const InstanceLoad& load = *entries[pos].load;
+    FilterOutcome f;
+    RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst, load, true, f);
     InstanceVerdict v;
     v.arn = inst->arn;
-    v.eligible = f.ok;
+    v.eligible = f.ok();
     v.chosen = chosen.instance == inst;
-    if (!f.ok) {
+    if (!f.ok()) {
       v.reason = f.reason;
       v.detail = f.detail;
     } else {
       uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(inst->arn)) : 0;
       for (size_t i = 0; i < c.scorers.size(); ++i)
-        v.scores.push_back(c.scorers[i]->Score(*inst, load, d, f.fit, key, ctx, i));
+        v.scores.push_back(c.scorers[i]->Score(*inst, load, d, f.fit, key, ctx, i, pos));
     }
     for (size_t i = 0; i < inst->gpus.size(); ++i) {
       const Gpu& g = inst->gpus[i];

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace gpupack {
 namespace {
 
@@ -312,6 +314,109 @@ TEST(Placement, TaskLevelCpuAndMemoryWin) {
   d = DemandOf(td);
   EXPECT_EQ(d.cpu, 100);
   EXPECT_EQ(d.memory, 300);
+}
+
+// The scan's shortcuts (the GPU index for binpack(gpuMemory), skipping instances whose first score cannot beat
+// the best so far, stopping at a strategy's least possible score) must decide as a plain evaluation of every
+// instance does. Explain evaluates every instance with no shortcut: the chosen instance must be the first
+// eligible one with the lexicographically least scores, and a refusal must list Explain's reasons and details.
+TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
+  std::mt19937_64 rng(7);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const std::vector<std::vector<PlacementStrategy>> chains = {
+      {{"binpack", "gpuMemory"}},
+      {{"binpack", "cpu"}},
+      {{"binpack", "memory"}},
+      {{"spread", "instanceId"}},
+      {{"spread", "attribute:zone"}},
+      {{"spread", "attribute:zone"}, {"binpack", "gpuMemory"}},
+      {{"binpack", "cpu"}, {"spread", "instanceId"}},
+      {{"spread", "instanceId"}, {"binpack", "memory"}},
+      {{"binpack", "gpuMemory"}, {"spread", "attribute:zone"}},
+      {{"binpack", "gpuMemory"}, {"random", ""}},
+      {{"spread", "attribute:zone"}, {"random", ""}},
+  };
+  int placed = 0, refused = 0;
+  for (int round = 0; round < 40; ++round) {
+    ClusterState s;
+    const int n = 3 + pick(10);
+    for (int i = 0; i < n; ++i) {
+      Instance b("i" + std::to_string(i));
+      b.Cpu(1024 * (1 + pick(4))).Memory(4096 * (1 + pick(4))).Gpus(pick(5), pick(2) ? 8000 : 16000);
+      if (pick(4)) b.Attr("zone", std::string(1, static_cast<char>('a' + pick(3))));
+      if (pick(10) == 0) b.Status(pick(2) ? "DRAINING" : "INACTIVE");
+      if (pick(12) == 0) b.Disconnected();
+      s.PutInstance(b);
+    }
+    // Load it through ReserveTask (and some releases) as the server does.
+    std::vector<std::string> tasks;
+    for (int k = 0; k < 3 * n; ++k) {
+      const ContainerInstance& inst = *s.InstancesOf("c")[pick(n)];
+      Task t;
+      t.arn = "t" + std::to_string(k);
+      t.container_instance_arn = inst.arn;
+      t.group = pick(3) ? "g" : "h";
+      t.reserved = {128 * pick(4), 512 * pick(4)};
+      if (inst.remaining.cpu < t.reserved.cpu || inst.remaining.memory < t.reserved.memory) continue;
+      std::vector<size_t> idle;
+      for (size_t g = 0; g < inst.gpus.size(); ++g)
+        if (inst.gpus[g].mode == GpuMode::kIdle) idle.push_back(g);
+      if (!inst.gpus.empty() && pick(4) == 0 && !idle.empty()) {
+        t.gpu_reservations = {{inst.gpus[idle[0]].id, 0, 0, 1, true}};
+      } else if (!inst.gpus.empty()) {
+        const size_t g = static_cast<size_t>(pick(static_cast<int>(inst.gpus.size())));
+        const MiB mib = 1000 * (1 + pick(6));
+        if (inst.gpus[g].mode == GpuMode::kDedicated || inst.gpus[g].remaining_memory_mib < mib) continue;
+        t.gpu_reservations = {{inst.gpus[g].id, mib, 50, 1, false}};
+      }
+      ASSERT_TRUE(s.ReserveTask(t).ok());
+      tasks.push_back(t.arn);
+    }
+    for (const auto& arn : tasks)
+      if (pick(5) == 0) s.ReleaseTask(arn);
+    const std::vector<TaskDemand> demands = {Shared(1000 * (1 + pick(8))), Shared(500), Dedicated(1 + pick(2)),
+                                             TaskDemand{256 * (1 + pick(8)), 1024, GpuKind::kNone, 0, 0, 0}};
+    for (const auto& chain : chains) {
+      for (const TaskDemand& d : demands) {
+        PlacementRequest r;
+        r.cluster = "c";
+        r.demand = d;
+        r.group = pick(2) ? "g" : "h";
+        r.strategies = chain;
+        r.seed = rng();
+        auto placer = Placer::Create(r);
+        ASSERT_TRUE(placer.ok());
+        const int task_index = pick(100);
+        const Placement p = (*placer)->PlaceOne(s, task_index);
+        const std::vector<InstanceVerdict> verdicts = (*placer)->Explain(s, task_index);
+        const InstanceVerdict* expected = nullptr;
+        for (const auto& v : verdicts)
+          if (v.eligible && (!expected || v.scores < expected->scores)) expected = &v;
+        SCOPED_TRACE("round " + std::to_string(round) + ", strategy " + chain.front().type + ":" +
+                     chain.front().field + (chain.size() > 1 ? ",..." : "") + ", gpu kind " +
+                     std::to_string(static_cast<int>(d.gpu_kind)));
+        if (expected) {
+          ++placed;
+          ASSERT_TRUE(p.placed());
+          EXPECT_EQ(p.instance->arn, expected->arn);
+          EXPECT_EQ(p.gpu_indices.size(), d.gpu_kind == GpuKind::kShared     ? 1u
+                                          : d.gpu_kind == GpuKind::kDedicated ? static_cast<size_t>(d.gpu_count)
+                                                                              : 0u);
+        } else {
+          ++refused;
+          ASSERT_FALSE(p.placed());
+          ASSERT_EQ(p.failures.size(), verdicts.size());
+          for (size_t i = 0; i < verdicts.size(); ++i) {
+            EXPECT_EQ(p.failures[i].arn, verdicts[i].arn);
+            EXPECT_EQ(p.failures[i].reason, verdicts[i].reason);
+            EXPECT_EQ(p.failures[i].detail, verdicts[i].detail);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(placed, 500);  // both outcomes were exercised
+  EXPECT_GT(refused, 50);
 }
 
 }  // namespace
