@@ -48,7 +48,7 @@ def table(head, rows):
 def secs(a, b):
     if a is None or b is None:
         return None
-    return round(b - a, 1)
+    return round(b - a, 2)
 
 
 def main():
@@ -206,11 +206,18 @@ def main():
         w(table(["task", "exit code", "what the workload saw", "stopCode", "stoppedReason"], rows))
         w("")
         fault_at = f.get("faultAt")
-        w(f"- The agent held the GPU (`gpuDevices[].heldAfterFault: true` in DescribeContainerInstances) "
-          f"{fmt(secs(fault_at, f.get('heldSeenAt')), 2) if f.get('heldSeenAt') else 'never, as far as polling saw'}"
-          f"{' s after the crashing task launched its illegal store' if f.get('heldSeenAt') else ''}, and released it "
-          f"{fmt(secs(fault_at, f.get('releasedSeenAt')), 2) if f.get('releasedSeenAt') else '–'} s after it, "
-          "once no client was left on the GPU and MPS answered again.")
+        if f.get("agentHeldAt"):
+            w(f"- The agent's log: the GPU was held {fmt(secs(fault_at, f.get('agentHeldAt')), 2)} s after the crashing "
+              f"task launched its illegal store and released {fmt(secs(f.get('agentHeldAt'), f.get('agentReleasedAt')), 2)}"
+              " s later, once no client was left on the GPU and MPS answered again.")
+        if f.get("heldSeenAt"):
+            w(f"- Through the API (DescribeContainerInstances polled every 50 ms): `gpuDevices[].heldAfterFault: true` "
+              f"seen {fmt(secs(fault_at, f.get('heldSeenAt')), 2)} s after the launch, gone "
+              f"{fmt(secs(fault_at, f.get('releasedSeenAt')), 2)} s after it.")
+        else:
+            w("- Through the API (DescribeContainerInstances polled every 50 ms): the hold was too short to be seen in "
+              "this run, so no RunTask was tried while it lasted (the refusal while held is tested with simulated "
+              "GPUs: `ChannelTest.GpuFaultStopsExactlyTheTasksOnThatGpu`).")
         for r in f.get("runTaskWhileHeld") or []:
             w(f"- RunTask while the GPU was held: `{json.dumps(r)}`.")
         after = res(f.get("after"))

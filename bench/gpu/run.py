@@ -11,6 +11,7 @@ Never changes a GPU setting (compute mode, MIG, clocks), never resets the GPU; e
 started is told to quit at the end, and the end checks that none is left.
 """
 import argparse
+import calendar
 import json
 import os
 import signal
@@ -23,6 +24,31 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "workload.py")
 TARGET = "AmazonEC2ContainerServiceV20141113."
+
+
+def agent_hold_times(log_path, since):
+    """When the agent logged holding and releasing a GPU after `since` (Unix time): the hold can be shorter than
+    any API poll, so the agent's own log is the record. Log lines start with "[YYYY-mm-dd HH:MM:SS.mmm]" in UTC
+    (the GPU machine's clock is UTC)."""
+    held = released = None
+    try:
+        lines = open(log_path, errors="replace").read().splitlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        if not line.startswith("[") or len(line) < 25:
+            continue
+        try:
+            t = calendar.timegm(time.strptime(line[1:20], "%Y-%m-%d %H:%M:%S")) + float("0" + line[20:24])
+        except ValueError:
+            continue
+        if t < since:
+            continue
+        if held is None and "hit a fatal error; stopping its tasks and holding it" in line:
+            held = t
+        elif held is not None and released is None and "is healthy again; releasing it" in line:
+            released = t
+    return held, released
 
 
 class Run:
@@ -296,9 +322,11 @@ class Run:
             after = self.summary(arn)
         crash_sum = self.summary(crash)
         crash_line = next((l for l in crash_sum["lines"] if l.get("event") == "launch"), {})
+        agent_held, agent_released = agent_hold_times(os.path.join(self.work, "agent.log"), t0 - 1)
         self.results["scenarios"]["fault"] = {
             "crash": crash_sum, "neighbours": [self.summary(a) for a in neighbours],
             "faultAt": crash_line.get("t"), "heldSeenAt": held_at, "releasedSeenAt": released_at,
+            "agentHeldAt": agent_held, "agentReleasedAt": agent_released,
             "instanceWhileHeld": held_view, "runTaskWhileHeld": refused, "afterFailures": failures, "after": after}
         self.save()
 
