@@ -188,6 +188,15 @@ class ChannelTest : public ::testing::Test {
     fs::rename(tmp, dir_ / agent::kFakeGpuProcessesFile);
   }
 
+  // OtherGpu: a GPU of the (one) instance that is not `gpu`.
+  std::string OtherGpu(const std::string& gpu) {
+    Json ci = WaitInstance([](const Json&) { return true; });
+    for (const auto& g : ci["gpuDevices"])
+      if (g["gpuId"] != gpu) return g["gpuId"];
+    ADD_FAILURE() << "the instance has no GPU other than " << gpu;
+    return "";
+  }
+
   // ReadPid waits (bounded) for `file` to hold a full line and returns the number on it, 0 if it never does.
   int ReadPid(const fs::path& file) {
     for (int i = 0; i < 500; ++i) {
@@ -339,8 +348,13 @@ TEST_F(ChannelTest, MpsDaemonDownRefusesSharedTasksAndImpairsTheInstance) {
   ASSERT_EQ(r["failures"].size(), 1u) << r.dump();
   EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
   EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("MPS control daemon is not responding"), std::string::npos);
+  // DescribeContainerInstances says so in ECS's healthStatus.
+  Json impaired = WaitInstance([](const Json& c) { return c["healthStatus"]["overallStatus"] == "IMPAIRED"; });
+  EXPECT_EQ(impaired["healthStatus"]["details"][0]["type"], "CONTAINER_RUNTIME");
+  EXPECT_EQ(impaired["healthStatus"]["details"][0]["status"], "IMPAIRED");
   // The daemon comes back: the instance recovers.
   fs::remove(dir_ / "mps" / "fake-mps-health");
+  WaitInstance([](const Json& c) { return c["healthStatus"]["overallStatus"] == "OK"; });
   Json ok;
   for (int i = 0; i < 250; ++i) {
     ok = server_->Call("RunTask", {{"taskDefinition", "shared"}});
@@ -362,6 +376,17 @@ TEST_F(ChannelTest, GpuFaultStopsExactlyTheTasksOnThatGpu) {
   ASSERT_NE(gpu_a, tb["containers"][0]["gpuIds"][0].get<std::string>());
   std::ofstream(dir_ / "mps" / ("fake-gpu-fault-" + gpu_a)) << "fault";
   Json fa = WaitTask(a, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  // DescribeContainerInstances marks exactly that GPU as held.
+  Json held = WaitInstance([&](const Json& c) {
+    for (const auto& g : c["gpuDevices"])
+      if (g["gpuId"] == gpu_a && g.value("heldAfterFault", false)) return true;
+    return false;
+  });
+  for (const auto& g : held["gpuDevices"]) {
+    if (g["gpuId"] != gpu_a) {
+      EXPECT_FALSE(g.contains("heldAfterFault")) << g.dump();
+    }
+  }
   EXPECT_NE(fa["stoppedReason"].get<std::string>().find(gpu_a), std::string::npos);
   EXPECT_EQ(fa["stopCode"], "InfrastructureHealth");
   // The other GPU's task runs on; the faulted GPU is held: a new task goes nowhere (the other GPU is full).
@@ -439,10 +464,7 @@ TEST_F(ChannelTest, WatchdogStopsATaskUsingAGpuItWasNotGiven) {
   const int child = ReadPid(dir_ / "stray.pid");
   ASSERT_GT(child, 0);
   const std::string mine = t["containers"][0]["gpuIds"][0];
-  Json ci = WaitInstance([](const Json&) { return true; });
-  std::string other;
-  for (const auto& g : ci["gpuDevices"])
-    if (g["gpuId"] != mine) other = g["gpuId"];
+  const std::string other = OtherGpu(mine);
   ASSERT_FALSE(other.empty());
   // Well within its memory, but on the other GPU (it ignored CUDA_VISIBLE_DEVICES).
   SetGpuProcesses({{child, mine, 100}, {child, other, 10}});
@@ -504,10 +526,7 @@ TEST_F(ChannelTest, WatchdogSetsNoMemoryLimitOnADedicatedGpuButPolicesItsOtherGp
   ASSERT_GT(child, 0);
   ASSERT_EQ(t["containers"][0]["gpuIds"].size(), 1u) << t.dump();
   const std::string mine = t["containers"][0]["gpuIds"][0];
-  Json ci = WaitInstance([](const Json&) { return true; });
-  std::string other;
-  for (const auto& g : ci["gpuDevices"])
-    if (g["gpuId"] != mine) other = g["gpuId"];
+  const std::string other = OtherGpu(mine);
   ASSERT_FALSE(other.empty());
   // All of its own GPU: no limit on a dedicated GPU.
   SetGpuProcesses({{child, mine, 22587}});
@@ -533,10 +552,7 @@ TEST_F(ChannelTest, WatchdogOffStopsNothing) {
   const int child = ReadPid(dir_ / "greedy.pid");
   ASSERT_GT(child, 0);
   const std::string gpu = t["containers"][0]["gpuIds"][0];
-  Json ci = WaitInstance([](const Json&) { return true; });
-  std::string other;
-  for (const auto& g : ci["gpuDevices"])
-    if (g["gpuId"] != gpu) other = g["gpuId"];
+  const std::string other = OtherGpu(gpu);
   SetGpuProcesses({{child, gpu, 20000}, {child, other, 20000}});
   // Many times the watchdog interval the other tests use (20 ms) and its two strikes.
   for (int i = 0; i < 15; ++i) {
