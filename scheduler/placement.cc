@@ -536,8 +536,8 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   // from the task's need; the ones below it would fail the CPU (memory) filter. The first instance that passes
   // every filter has the least left after placement, which is exactly the first score of the scan below. With
   // one strategy it is the scan's choice (the index orders equal remaining by registration order); with more,
-  // the rest of its tie group (same remaining, ascending registration order) is filtered and scored as the scan
-  // would, stopping early where the later strategies reach their floors.
+  // the rest of its tie group (same remaining, ascending registration order) is filtered, and when two or more
+  // pass they are scored as the scan would, stopping early where the later strategies reach their floors.
   if (c.host_binpack_first && !entries.empty()) {
     const bool cpu = *c.host_binpack_first == HostResource::kCpu;
     const auto& index = state.HostIndex(request_.cluster, *c.host_binpack_first);
@@ -550,6 +550,28 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
     const ContainerInstance* best = nullptr;
     GpuFit best_fit;
     const int64_t need = cpu ? demand.cpu : demand.memory;
+    struct Candidate {
+      const ContainerInstance* inst;
+      uint32_t pos;
+      GpuFit fit;
+    };
+    std::optional<Candidate> first;
+    // Scores a candidate of the tie group (in registration order) against the best so far; true when no later
+    // one can beat it.
+    auto consider = [&](const Candidate& k) {
+      const uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(k.inst->arn)) : 0;
+      bool at_floor = true;
+      for (size_t i = 0; i < c.scorers.size(); ++i) {
+        scores[i] = c.scorers[i]->Score(*k.inst, *entries[k.pos].load, demand, k.fit, key, *tie_ctx, i, k.pos);
+        // The first score is the same across the tie group; the later ones decide.
+        at_floor = at_floor && (i == 0 || scores[i] <= tie_floors[i]);
+      }
+      if (best && !(scores < best_scores)) return false;  // ties keep the earlier-registered instance
+      best = k.inst;
+      best_scores = scores;
+      best_fit = k.fit;
+      return at_floor;
+    };
     FilterOutcome f;
     for (auto it = index.lower_bound(HostSlot{need, 0, nullptr}); consistent && it != index.end(); ++it) {
       if (tie_remaining && it->remaining != *tie_remaining) break;
@@ -569,25 +591,24 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
         best_fit = f.fit;
         break;
       }
+      // A tie group of one needs no later strategy: hold the first candidate, and prepare the scorers (which
+      // may walk the whole cluster, e.g. spread(attribute)) only when a second one passes.
+      if (!first) {
+        first = Candidate{&inst, it->seq, f.fit};
+        continue;
+      }
       if (!tie_ctx) {
         tie_ctx = PrepareScorers(c, state, entries, request_.group);
         tie_floors.resize(c.scorers.size());
         for (size_t i = 0; i < c.scorers.size(); ++i)
           tie_floors[i] = std::max(c.floors[i], tie_ctx->per_scorer[i].floor);
+        if (consider(*first)) break;
       }
-      const uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(inst.arn)) : 0;
-      bool at_floor = true;
-      for (size_t i = 0; i < c.scorers.size(); ++i) {
-        scores[i] = c.scorers[i]->Score(inst, load, demand, f.fit, key, *tie_ctx, i, it->seq);
-        // The first score is the same across the tie group; the later ones decide.
-        at_floor = at_floor && (i == 0 || scores[i] <= tie_floors[i]);
-      }
-      if (!best || scores < best_scores) {  // ties keep the earlier-registered instance, as in the scan
-        best = &inst;
-        best_scores = scores;
-        best_fit = f.fit;
-        if (at_floor) break;  // no later instance of the tie group can score lower
-      }
+      if (consider(Candidate{&inst, it->seq, f.fit})) break;
+    }
+    if (consistent && !best && first) {  // the tie group had one candidate
+      best = first->inst;
+      best_fit = first->fit;
     }
     if (consistent && best) {
       result.instance = best;
