@@ -8,6 +8,8 @@
 // Each fill task goes to a random instance and a random GPU that fits, so free memory is scattered the way a
 // long-running cluster scatters it.
 //
+// Cases: random (no strategy), binpack(gpuMemory), binpack(memory), binpack(cpu), binpack(memory) then
+// spread(attribute:ecs.availability-zone), spread(instanceId), memberOf + binpack(gpuMemory), fits nowhere.
 // BM_Decide/<case>: one decision for a shared 4,096 MiB task (or one that fits nowhere); the Placer is compiled
 // once and reused, the state is never mutated. BM_DecideRate/<case>: the same without per-call clocks (the
 // throughput figure). BM_DecideApply/<case>: decision + the applier's in-memory work
@@ -209,7 +211,10 @@ Fixture& Shared() {
 
 // ---- the measured requests ------------------------------------------------------------------------------------
 
-enum class Case { kRandom, kBinpackGpuMemory, kBinpackMemory, kSpreadInstance, kMemberOf, kFitsNowhere };
+enum class Case {
+  kRandom, kBinpackGpuMemory, kBinpackMemory, kBinpackCpu, kBinpackMemorySpread, kSpreadInstance, kMemberOf,
+  kFitsNowhere
+};
 
 PlacementRequest RequestFor(Case c) {
   PlacementRequest req;
@@ -225,6 +230,12 @@ PlacementRequest RequestFor(Case c) {
       break;
     case Case::kBinpackMemory:
       req.strategies = {{"binpack", "memory"}};
+      break;
+    case Case::kBinpackCpu:
+      req.strategies = {{"binpack", "cpu"}};
+      break;
+    case Case::kBinpackMemorySpread:  // a later strategy: the tie group of the least remaining memory is scored
+      req.strategies = {{"binpack", "memory"}, {"spread", "attribute:ecs.availability-zone"}};
       break;
     case Case::kSpreadInstance:
       req.strategies = {{"spread", "instanceId"}};
@@ -361,17 +372,22 @@ const double kMinTime = MinTime();
 BENCHMARK_CAPTURE(BM_Decide, random, Case::kRandom)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, binpack_gpuMemory, Case::kBinpackGpuMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, binpack_memory, Case::kBinpackMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_Decide, binpack_cpu, Case::kBinpackCpu)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_Decide, binpack_memory_spread_zone, Case::kBinpackMemorySpread)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, spread_instanceId, Case::kSpreadInstance)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, memberOf_binpack_gpuMemory, Case::kMemberOf)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, fits_nowhere, Case::kFitsNowhere)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, random, Case::kRandom)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, binpack_gpuMemory, Case::kBinpackGpuMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, binpack_memory, Case::kBinpackMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_DecideRate, binpack_cpu, Case::kBinpackCpu)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_DecideRate, binpack_memory_spread_zone, Case::kBinpackMemorySpread)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, spread_instanceId, Case::kSpreadInstance)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, memberOf_binpack_gpuMemory, Case::kMemberOf)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, fits_nowhere, Case::kFitsNowhere)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideApply, random, Case::kRandom)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideApply, binpack_gpuMemory, Case::kBinpackGpuMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_DecideApply, binpack_memory, Case::kBinpackMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 
 }  // namespace
 }  // namespace gpupack

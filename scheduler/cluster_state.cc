@@ -71,9 +71,9 @@ const ContainerInstance* ClusterState::FindInstance(const std::string& arn) cons
 void ClusterState::PutInstance(ContainerInstance instance) {
   auto it = instances_.find(instance.arn);
   if (it != instances_.end()) {
-    IndexGpus(it->second, /*insert=*/false);
+    IndexInstance(it->second, /*insert=*/false);
     *it->second.instance = std::move(instance);
-    IndexGpus(it->second, /*insert=*/true);
+    IndexInstance(it->second, /*insert=*/true);
     return;
   }
   std::string arn = instance.arn;
@@ -85,7 +85,25 @@ void ClusterState::PutInstance(ContainerInstance instance) {
   list.push_back(slot.instance.get());
   entries_by_cluster_[cluster].push_back({slot.instance.get(), &slot.load});
   by_pointer_[slot.instance.get()] = &slot;
-  IndexGpus(slot, /*insert=*/true);
+  IndexInstance(slot, /*insert=*/true);
+}
+
+void ClusterState::IndexInstance(const InstanceSlot& slot, bool insert) {
+  IndexGpus(slot, insert);
+  IndexHost(slot, insert);
+}
+
+void ClusterState::IndexHost(const InstanceSlot& slot, bool insert) {
+  auto& index = host_index_[slot.instance->cluster];
+  const HostSlot cpu{slot.instance->remaining.cpu, slot.seq, slot.instance.get()};
+  const HostSlot memory{slot.instance->remaining.memory, slot.seq, slot.instance.get()};
+  if (insert) {
+    index.cpu.insert(cpu);
+    index.memory.insert(memory);
+  } else {
+    index.cpu.erase(cpu);
+    index.memory.erase(memory);
+  }
 }
 
 void ClusterState::IndexGpus(const InstanceSlot& slot, bool insert) {
@@ -101,6 +119,13 @@ const std::set<GpuSlot>& ClusterState::GpuIndex(const std::string& cluster) cons
   static const std::set<GpuSlot> kNone;
   auto it = gpu_index_.find(cluster);
   return it == gpu_index_.end() ? kNone : it->second;
+}
+
+const std::set<HostSlot>& ClusterState::HostIndex(const std::string& cluster, HostResource resource) const {
+  static const std::set<HostSlot> kNone;
+  auto it = host_index_.find(cluster);
+  if (it == host_index_.end()) return kNone;
+  return resource == HostResource::kCpu ? it->second.cpu : it->second.memory;
 }
 
 const InstanceLoad& ClusterState::LoadOf(const ContainerInstance& instance) const {
@@ -165,7 +190,7 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
   if (it == instances_.end()) return;
   ContainerInstance& inst = *it->second.instance;
   InstanceLoad& load = it->second.load;
-  IndexGpus(it->second, /*insert=*/false);
+  IndexInstance(it->second, /*insert=*/false);
   inst.remaining.cpu -= sign * task.reserved.cpu;
   inst.remaining.memory -= sign * task.reserved.memory;
   for (const auto& r : task.gpu_reservations) {
@@ -188,7 +213,7 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
       }
     }
   }
-  IndexGpus(it->second, /*insert=*/true);
+  IndexInstance(it->second, /*insert=*/true);
   const uint32_t group_id = group_ids_.emplace(task.group, static_cast<uint32_t>(group_ids_.size())).first->second;
   auto by_id = std::find_if(load.group_id_counts.begin(), load.group_id_counts.end(),
                             [&](const auto& e) { return e.first == group_id; });
@@ -260,7 +285,8 @@ void ClusterState::RebuildReservations() {
     slot.load = InstanceLoad{};
   }
   for (auto& [_, index] : gpu_index_) index.clear();
-  for (const auto& [_, slot] : instances_) IndexGpus(slot, /*insert=*/true);
+  for (auto& [_, index] : host_index_) index = HostIndexes{};
+  for (const auto& [_, slot] : instances_) IndexInstance(slot, /*insert=*/true);
   for (const auto& [_, task] : tasks_)
     if (!task.resources_released) ApplyReservation(task, +1);
 }

@@ -65,6 +65,21 @@ struct GpuSlot {
   }
 };
 
+// HostSlot: one instance in a cluster's binpack(cpu) or binpack(memory) index, ordered by its remaining CPU units
+// (or MiB of memory), then by its registration order. Every instance of the cluster is in both indexes whatever
+// its status; callers skip the ones that cannot take a task.
+struct HostSlot {
+  int64_t remaining = 0;
+  uint32_t seq = 0;  // registration order of the instance in its cluster
+  const ContainerInstance* instance = nullptr;
+  bool operator<(const HostSlot& o) const {
+    if (remaining != o.remaining) return remaining < o.remaining;
+    return seq < o.seq;
+  }
+};
+
+enum class HostResource { kCpu, kMemory };
+
 class ClusterState {
  public:
   ClusterState() = default;
@@ -102,6 +117,9 @@ class ClusterState {
   // The cluster's GPUs ordered by remaining memory (best fit = lower_bound on the memory a task needs).
   // Kept current by PutInstance, ReserveTask, ReleaseTask and RebuildReservations.
   const std::set<GpuSlot>& GpuIndex(const std::string& cluster) const;
+  // The cluster's instances ordered by remaining CPU units or memory (binpack(cpu|memory): lower_bound on what a
+  // task needs). Kept current by the same calls as GpuIndex.
+  const std::set<HostSlot>& HostIndex(const std::string& cluster, HostResource resource) const;
 
   // ---- tasks
   Task* FindTask(const std::string& arn);
@@ -137,7 +155,11 @@ class ClusterState {
     uint32_t seq = 0;
   };
   void ApplyReservation(const Task& task, int sign);
+  // Adds (insert) or removes an instance's entries in the GPU and host indexes, keyed by its current values:
+  // remove before changing what they are keyed by, add after.
+  void IndexInstance(const InstanceSlot& slot, bool insert);
   void IndexGpus(const InstanceSlot& slot, bool insert);
+  void IndexHost(const InstanceSlot& slot, bool insert);
 
   std::map<std::string, Cluster> clusters_;
   std::map<std::string, std::map<int, TaskDefinition>> task_definitions_;  // family -> revision -> td
@@ -147,6 +169,11 @@ class ClusterState {
   std::unordered_map<std::string, uint32_t> group_ids_;                            // task group -> dense id
   std::unordered_map<const ContainerInstance*, const InstanceSlot*> by_pointer_;
   std::unordered_map<std::string, std::set<GpuSlot>> gpu_index_;  // cluster -> GPUs by remaining memory
+  struct HostIndexes {
+    std::set<HostSlot> cpu;     // instances by remaining CPU units
+    std::set<HostSlot> memory;  // instances by remaining memory
+  };
+  std::unordered_map<std::string, HostIndexes> host_index_;  // cluster -> instances by remaining CPU / memory
   std::unordered_map<std::string, Task> tasks_;
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
 };

@@ -326,6 +326,8 @@ struct Placer::Compiled {
   bool needs_random_key = false;
   bool random_only = false;  // the only strategy is random: PlaceOne may sample instead of scanning
   bool gpu_binpack_first = false;  // the first strategy is binpack(gpuMemory): PlaceOne may use the GPU index
+  // The first strategy is binpack(cpu) or binpack(memory): PlaceOne may use that host index.
+  std::optional<HostResource> host_binpack_first;
 };
 
 Placer::Placer(PlacementRequest request) : request_(std::move(request)), compiled_(std::make_unique<Compiled>()) {}
@@ -369,6 +371,11 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
   c.spread_first = strategies.front().type == "spread";
   c.random_only = strategies.size() == 1 && strategies.front().type == "random";
   c.gpu_binpack_first = strategies.front().type == "binpack" && strategies.front().field == "gpuMemory";
+  if (strategies.front().type == "binpack") {
+    const std::string& field = strategies.front().field;
+    if (field == "cpu" || field == "CPU") c.host_binpack_first = HostResource::kCpu;
+    if (field == "memory" || field == "MEMORY") c.host_binpack_first = HostResource::kMemory;
+  }
   return p;
 }
 
@@ -524,6 +531,91 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
       return result;
     }
     // Nothing fits: the scan below builds one failure per instance.
+  }
+  // Fast path for binpack(cpu|memory) first: walk the cluster's instances in ascending remaining CPU (memory)
+  // from the task's need; the ones below it would fail the CPU (memory) filter. The first instance that passes
+  // every filter has the least left after placement, which is exactly the first score of the scan below. With
+  // one strategy it is the scan's choice (the index orders equal remaining by registration order); with more,
+  // the rest of its tie group (same remaining, ascending registration order) is filtered, and when two or more
+  // pass they are scored as the scan would, stopping early where the later strategies reach their floors.
+  if (c.host_binpack_first && !entries.empty()) {
+    const bool cpu = *c.host_binpack_first == HostResource::kCpu;
+    const auto& index = state.HostIndex(request_.cluster, *c.host_binpack_first);
+    // Every instance is indexed once; an index that disagrees with the instance list (or an entry whose key is
+    // not the instance's value, checked below) leaves the decision to the scan.
+    bool consistent = index.size() == entries.size();
+    std::optional<int64_t> tie_remaining;
+    std::optional<ScoreContext> tie_ctx;
+    std::vector<double> tie_floors, best_scores, scores(c.scorers.size());
+    const ContainerInstance* best = nullptr;
+    GpuFit best_fit;
+    const int64_t need = cpu ? demand.cpu : demand.memory;
+    struct Candidate {
+      const ContainerInstance* inst;
+      uint32_t pos;
+      GpuFit fit;
+    };
+    std::optional<Candidate> first;
+    // Scores a candidate of the tie group (in registration order) against the best so far; true when no later
+    // one can beat it.
+    auto consider = [&](const Candidate& k) {
+      const uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(k.inst->arn)) : 0;
+      bool at_floor = true;
+      for (size_t i = 0; i < c.scorers.size(); ++i) {
+        scores[i] = c.scorers[i]->Score(*k.inst, *entries[k.pos].load, demand, k.fit, key, *tie_ctx, i, k.pos);
+        // The first score is the same across the tie group; the later ones decide.
+        at_floor = at_floor && (i == 0 || scores[i] <= tie_floors[i]);
+      }
+      if (best && !(scores < best_scores)) return false;  // ties keep the earlier-registered instance
+      best = k.inst;
+      best_scores = scores;
+      best_fit = k.fit;
+      return at_floor;
+    };
+    FilterOutcome f;
+    for (auto it = index.lower_bound(HostSlot{need, 0, nullptr}); consistent && it != index.end(); ++it) {
+      if (tie_remaining && it->remaining != *tie_remaining) break;
+      const ContainerInstance& inst = *it->instance;
+      if ((cpu ? inst.remaining.cpu : inst.remaining.memory) != it->remaining || it->seq >= entries.size() ||
+          entries[it->seq].instance != &inst) {
+        consistent = false;
+        break;
+      }
+      if (IsInactive(inst) || !InOnlyList(request_, inst)) continue;
+      const InstanceLoad& load = *entries[it->seq].load;
+      f.fit = GpuFit{};
+      if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, load, false, f)) continue;
+      tie_remaining = it->remaining;
+      if (c.scorers.size() == 1) {  // index order already breaks ties by registration order
+        best = &inst;
+        best_fit = f.fit;
+        break;
+      }
+      // A tie group of one needs no later strategy: hold the first candidate, and prepare the scorers (which
+      // may walk the whole cluster, e.g. spread(attribute)) only when a second one passes.
+      if (!first) {
+        first = Candidate{&inst, it->seq, f.fit};
+        continue;
+      }
+      if (!tie_ctx) {
+        tie_ctx = PrepareScorers(c, state, entries, request_.group);
+        tie_floors.resize(c.scorers.size());
+        for (size_t i = 0; i < c.scorers.size(); ++i)
+          tie_floors[i] = std::max(c.floors[i], tie_ctx->per_scorer[i].floor);
+        if (consider(*first)) break;
+      }
+      if (consider(Candidate{&inst, it->seq, f.fit})) break;
+    }
+    if (consistent && !best && first) {  // the tie group had one candidate
+      best = first->inst;
+      best_fit = first->fit;
+    }
+    if (consistent && best) {
+      result.instance = best;
+      result.gpu_indices = ChosenGpus(demand, *best, best_fit);
+      return result;
+    }
+    // Nothing fits (or the index could not be trusted): the scan below decides and builds the failures.
   }
   ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
   std::vector<double> floors(c.scorers.size());

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <set>
 
 namespace gpupack {
 namespace {
@@ -31,6 +33,7 @@ class Instance {
   Instance& Attr(std::string n, std::string v) { ci_.attributes.push_back({std::move(n), std::move(v)}); return *this; }
   Instance& Status(std::string s) { ci_.status = std::move(s); return *this; }
   Instance& Disconnected() { ci_.agent_connected = false; return *this; }
+  Instance& Impaired() { ci_.impaired = true; return *this; }
   operator ContainerInstance() const { return ci_; }  // NOLINT
 
  private:
@@ -316,10 +319,39 @@ TEST(Placement, TaskLevelCpuAndMemoryWin) {
   EXPECT_EQ(d.memory, 300);
 }
 
-// The scan's shortcuts (the GPU index for binpack(gpuMemory), skipping instances whose first score cannot beat
-// the best so far, stopping at a strategy's least possible score) must decide as a plain evaluation of every
-// instance does. Explain evaluates every instance with no shortcut: the chosen instance must be the first
-// eligible one with the lexicographically least scores, and a refusal must list Explain's reasons and details.
+// The cluster's best-fit indexes must hold exactly one entry per instance (per GPU) keyed by its current
+// remaining resources: what PlaceOne's index walks trust.
+void ExpectIndexesMatch(const ClusterState& s) {
+  std::set<HostSlot> cpu, memory;
+  std::set<GpuSlot> gpus;
+  const auto& entries = s.EntriesOf("c");
+  for (size_t pos = 0; pos < entries.size(); ++pos) {
+    const ContainerInstance* inst = entries[pos].instance;
+    const auto seq = static_cast<uint32_t>(pos);
+    cpu.insert({inst->remaining.cpu, seq, inst});
+    memory.insert({inst->remaining.memory, seq, inst});
+    for (uint32_t g = 0; g < inst->gpus.size(); ++g) gpus.insert({inst->gpus[g].remaining_memory_mib, seq, g, inst});
+  }
+  auto same_host = [](const std::set<HostSlot>& a, const std::set<HostSlot>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const HostSlot& x, const HostSlot& y) {
+      return x.remaining == y.remaining && x.seq == y.seq && x.instance == y.instance;
+    });
+  };
+  EXPECT_TRUE(same_host(s.HostIndex("c", HostResource::kCpu), cpu));
+  EXPECT_TRUE(same_host(s.HostIndex("c", HostResource::kMemory), memory));
+  EXPECT_TRUE(std::equal(gpus.begin(), gpus.end(), s.GpuIndex("c").begin(), s.GpuIndex("c").end(),
+                         [](const GpuSlot& x, const GpuSlot& y) {
+                           return x.remaining == y.remaining && x.seq == y.seq && x.gpu == y.gpu &&
+                                  x.instance == y.instance;
+                         }));
+}
+
+// The scan's shortcuts (the GPU index for binpack(gpuMemory), the CPU and memory indexes for binpack(cpu) and
+// binpack(memory), skipping instances whose first score cannot beat the best so far, stopping at a strategy's
+// least possible score) must decide as a plain evaluation of every instance does. Explain evaluates every
+// instance with no shortcut: the chosen instance must be the first eligible one with the lexicographically least
+// scores, and a refusal must list Explain's reasons and details. Resources come in coarse steps so that many
+// instances tie on remaining CPU or memory, and the later strategies have ties to break.
 TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
   std::mt19937_64 rng(7);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
@@ -335,6 +367,24 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
       {{"binpack", "gpuMemory"}, {"spread", "attribute:zone"}},
       {{"binpack", "gpuMemory"}, {"random", ""}},
       {{"spread", "attribute:zone"}, {"random", ""}},
+      {{"binpack", "CPU"}},
+      {{"binpack", "MEMORY"}},
+      {{"binpack", "memory"}, {"spread", "instanceId"}},
+      {{"binpack", "memory"}, {"random", ""}},
+      {{"binpack", "memory"}, {"binpack", "cpu"}},
+      {{"binpack", "memory"}, {"spread", "attribute:zone"}, {"binpack", "gpuMemory"}},
+      {{"binpack", "cpu"}, {"binpack", "gpuMemory"}},
+      {{"binpack", "cpu"}, {"spread", "attribute:zone"}},
+      {{"binpack", "cpu"}, {"random", ""}},
+      {{"binpack", "cpu"}, {"binpack", "memory"}, {"spread", "instanceId"}},
+  };
+  const std::vector<std::vector<PlacementConstraint>> constraint_sets = {
+      {},
+      {},
+      {{"memberOf", "attribute:zone == a"}},
+      {{"memberOf", "attribute:zone != b"}},
+      {{"distinctInstance", ""}},
+      {{"memberOf", "attribute:zone == c"}, {"distinctInstance", ""}},
   };
   int placed = 0, refused = 0;
   for (int round = 0; round < 40; ++round) {
@@ -346,8 +396,10 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
       if (pick(4)) b.Attr("zone", std::string(1, static_cast<char>('a' + pick(3))));
       if (pick(10) == 0) b.Status(pick(2) ? "DRAINING" : "INACTIVE");
       if (pick(12) == 0) b.Disconnected();
+      if (pick(12) == 0) b.Impaired();
       s.PutInstance(b);
     }
+    ExpectIndexesMatch(s);
     // Load it through ReserveTask (and some releases) as the server does.
     std::vector<std::string> tasks;
     for (int k = 0; k < 3 * n; ++k) {
@@ -372,10 +424,34 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
       ASSERT_TRUE(s.ReserveTask(t).ok());
       tasks.push_back(t.arn);
     }
-    for (const auto& arn : tasks)
-      if (pick(5) == 0) s.ReleaseTask(arn);
-    const std::vector<TaskDemand> demands = {Shared(1000 * (1 + pick(8))), Shared(500), Dedicated(1 + pick(2)),
-                                             TaskDemand{256 * (1 + pick(8)), 1024, GpuKind::kNone, 0, 0, 0}};
+    for (const auto& arn : tasks) {
+      const int what = pick(10);
+      if (what < 2) s.ReleaseTask(arn);
+      else if (what == 2) s.SetTaskLastStatus(arn, "STOPPED");
+      else if (what == 3) s.SetTaskLastStatus(arn, "RUNNING");
+    }
+    ExpectIndexesMatch(s);
+    // Re-register an instance (as the control plane does: totals replaced, reservations rebuilt), or change a
+    // status or connection in place, or just rebuild.
+    if (pick(3) == 0) {
+      ContainerInstance again = *s.InstancesOf("c")[pick(n)];
+      again.remaining = again.registered;
+      if (pick(2)) again.status = pick(2) ? "ACTIVE" : "DRAINING";
+      if (pick(2)) again.agent_connected = !again.agent_connected;
+      s.PutInstance(again);
+      s.RebuildReservations();
+    } else if (pick(2) == 0) {
+      s.RebuildReservations();
+    }
+    ExpectIndexesMatch(s);
+    auto host = [&](int64_t cpu, MiB memory) { return TaskDemand{cpu, memory, GpuKind::kNone, 0, 0, 0}; };
+    const std::vector<TaskDemand> demands = {
+        Shared(1000 * (1 + pick(8))), Shared(500), Dedicated(1 + pick(2)), host(256 * (1 + pick(8)), 1024),
+        host(128 * pick(32), 512 * pick(32)),  // often exactly an instance's remaining CPU or memory
+        host(1024 * 5, 512),                   // more CPU than any instance has: fits nowhere
+        host(256, 4096 * 5),                   // more memory than any instance has
+        [&] { TaskDemand d = Shared(1000 * (1 + pick(8))); d.cpu = 128 * pick(32); d.memory = 512 * pick(32); return d; }(),
+    };
     for (const auto& chain : chains) {
       for (const TaskDemand& d : demands) {
         PlacementRequest r;
@@ -383,6 +459,9 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
         r.demand = d;
         r.group = pick(2) ? "g" : "h";
         r.strategies = chain;
+        r.constraints = constraint_sets[static_cast<size_t>(pick(static_cast<int>(constraint_sets.size())))];
+        if (pick(4) == 0)
+          for (int k = 0; k < 3; ++k) r.only_instances.push_back("arn:i/i" + std::to_string(pick(n)));
         r.seed = rng();
         auto placer = Placer::Create(r);
         ASSERT_TRUE(placer.ok());
@@ -394,7 +473,9 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
           if (v.eligible && (!expected || v.scores < expected->scores)) expected = &v;
         SCOPED_TRACE("round " + std::to_string(round) + ", strategy " + chain.front().type + ":" +
                      chain.front().field + (chain.size() > 1 ? ",..." : "") + ", gpu kind " +
-                     std::to_string(static_cast<int>(d.gpu_kind)));
+                     std::to_string(static_cast<int>(d.gpu_kind)) + ", cpu " + std::to_string(d.cpu) +
+                     ", memory " + std::to_string(d.memory) + ", " + std::to_string(r.constraints.size()) +
+                     " constraint(s), " + std::to_string(r.only_instances.size()) + " listed instance(s)");
         if (expected) {
           ++placed;
           ASSERT_TRUE(p.placed());
@@ -405,6 +486,11 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
         } else {
           ++refused;
           ASSERT_FALSE(p.placed());
+          if (verdicts.empty()) {  // every listed instance is INACTIVE (or the list names none of the cluster's)
+            ASSERT_EQ(p.failures.size(), 1u);
+            EXPECT_EQ(p.failures[0].reason, reason::kMissing);
+            continue;
+          }
           ASSERT_EQ(p.failures.size(), verdicts.size());
           for (size_t i = 0; i < verdicts.size(); ++i) {
             EXPECT_EQ(p.failures[i].arn, verdicts[i].arn);
@@ -415,8 +501,8 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
       }
     }
   }
-  EXPECT_GT(placed, 500);  // both outcomes were exercised
-  EXPECT_GT(refused, 50);
+  EXPECT_GT(placed, 2500);  // both outcomes were exercised (3,118 and 3,602 with this seed)
+  EXPECT_GT(refused, 2500);
 }
 
 }  // namespace
