@@ -168,6 +168,7 @@ function instanceBody(i) {
 }
 
 // ---- the run --------------------------------------------------------------------------------------------------
+const startedAt = new Date();
 const loadBefore = fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const counts = { runTaskCalls: 0, placed: 0, running: 0, reports: 0 };
 let restartSeconds = 0;
@@ -254,7 +255,8 @@ const f1 = (x) => x.toFixed(1);
 const pad = (s, n) => String(s).padEnd(n);
 const lpad = (s, n) => String(s).padStart(n);
 
-console.log(`gpupack server memory (${new Date().toISOString().replace(/\.\d+Z$/, 'Z')})
+const utc = (d) => d.toISOString().replace(/\.\d+Z$/, 'Z');
+console.log(`gpupack server memory (started ${utc(startedAt)}, finished ${utc(new Date())})
 command          ${commandLine}
 code             ${code}, ${opt.gpupack}
 machine          ${os.cpus().length} CPUs, ${cpuModel}, ${f1(os.totalmem() / 1024 ** 3)} GiB, ${os.type()} ${os.release()}
@@ -271,9 +273,9 @@ function ordinal(n) {
   return n + (n % 10 === 2 && n % 100 !== 12 ? 'nd' : n % 10 === 3 && n % 100 !== 13 ? 'rd' : n % 10 === 1 && n % 100 !== 11 ? 'st' : 'th');
 }
 
-console.log(`${pad('milestone', 46)} ${lpad('VmRSS', 8)} ${lpad('VmHWM', 8)} ${lpad('RssAnon', 8)} ${lpad('RssFile', 8)} ${lpad('db', 8)} ${lpad('db-wal', 8)}   (MiB)`);
+console.log(`${pad('milestone', 46)} ${lpad('VmRSS', 8)} ${lpad('VmHWM', 8)} ${lpad('RssAnon', 8)} ${lpad('RssFile', 8)} ${lpad('db', 8)} ${lpad('db-wal', 8)} ${lpad('threads', 8)}   (sizes in MiB)`);
 for (const m of milestones)
-  console.log(`${pad(m.name, 46)} ${lpad(f1(m.rss), 8)} ${lpad(f1(m.hwm), 8)} ${lpad(f1(m.anon), 8)} ${lpad(f1(m.file), 8)} ${lpad(f1(m.db), 8)} ${lpad(f1(m.wal), 8)}`);
+  console.log(`${pad(m.name, 46)} ${lpad(f1(m.rss), 8)} ${lpad(f1(m.hwm), 8)} ${lpad(f1(m.anon), 8)} ${lpad(f1(m.file), 8)} ${lpad(f1(m.db), 8)} ${lpad(f1(m.wal), 8)} ${lpad(m.threads, 8)}`);
 console.log('');
 console.log(`${pad('phase', 46)} ${lpad('wall s', 8)} ${lpad('server CPU s', 13)}`);
 for (const p of phases) console.log(`${pad(p.name, 46)} ${lpad(f1(p.seconds), 8)} ${lpad(p.cpu === undefined ? '' : f1(p.cpu), 13)}`);
