@@ -12,15 +12,17 @@
 //      --workers concurrent keep-alive connections until --tasks tasks exist, and reports every task of every
 //      --running-every-th call RUNNING with SubmitTaskStateChange, as an agent would; the rest stay PENDING.
 //      Capacity is far above what is asked, so a placement failure is a bug: the run stops and says so;
-//   4. stops the server (SIGTERM) and starts it again on the same file, to measure the load path.
+//   4. stops the server (SIGTERM) and starts it again on the same file, to measure the load path (--restarts
+//      times, each a new process).
 // At each milestone (empty, after the instances, every --milestone tasks, after the restart) it reads VmRSS,
 // VmHWM, RssAnon and RssFile from /proc/<pid>/status, and the size of the database file and its WAL. Every loop
 // is bounded by the counts above; every request goes to 127.0.0.1.
 //
 // Usage: node bench/server_memory.mjs [--gpupack PATH] [--instances N] [--tasks N] [--workers N]
-//                                     [--running-every K] [--milestone N] [--dir DIR] [--keep]
+//                                     [--running-every K] [--milestone N] [--restarts N] [--dir DIR] [--keep]
 // Defaults: build-bench/gpupack (the Release build), 10000 instances, 100000 tasks, 16 workers, every 2nd
-// RunTask's tasks reported RUNNING (0: none), a milestone every 25000 tasks, the database under $TMPDIR or /tmp.
+// RunTask's tasks reported RUNNING (0: none), a milestone every 25000 tasks, 1 restart, the database under
+// $TMPDIR or /tmp.
 // Figures and how to read them: docs/benchmarks.md, section 5.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -40,6 +42,7 @@ const { values: opt } = parseArgs({
     workers: { type: 'string', default: '16' },
     'running-every': { type: 'string', default: '2' },
     milestone: { type: 'string', default: '25000' },
+    restarts: { type: 'string', default: '1' },
     dir: { type: 'string', default: process.env.TMPDIR || '/tmp' },
     keep: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
@@ -47,7 +50,8 @@ const { values: opt } = parseArgs({
 });
 if (opt.help) {
   const text = fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n');
-  console.log(text.slice(1, 25).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+  const end = text.findIndex((l, i) => i > 0 && !l.startsWith('//'));
+  console.log(text.slice(1, end).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
   process.exit(0);
 }
 function intOpt(name, lo, hi) {
@@ -63,6 +67,7 @@ const TASKS = intOpt('tasks', 0, 1000000);
 const WORKERS = intOpt('workers', 1, 256);
 const RUNNING_EVERY = intOpt('running-every', 0, 1000000);
 const MILESTONE = intOpt('milestone', 1, 1000000);
+const RESTARTS = intOpt('restarts', 1, 20);
 const GPUS_PER_INSTANCE = 8;
 const GPU_MIB = 81559;
 const INSTANCE_CPU = 196608;
@@ -171,7 +176,7 @@ function instanceBody(i) {
 const startedAt = new Date();
 const loadBefore = fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const counts = { runTaskCalls: 0, placed: 0, running: 0, reports: 0 };
-let restartSeconds = 0;
+const restartSeconds = [];
 let described;
 try {
   server = await startServer({ db });
@@ -224,12 +229,18 @@ try {
   await server.stop();
   phases.push({ name: 'SIGTERM to exit', seconds: Number(process.hrtime.bigint() - t1) / 1e9 });
   server = undefined;
-  const t0 = process.hrtime.bigint();
-  server = await startServer({ db, startTimeoutMs: 600000 });
-  restartSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
-  milestone('restarted on the same file (serving)', counts.placed);
-  described = (await ok(server.endpoint, 'DescribeClusters', { clusters: [cluster] })).clusters[0];
-  milestone('restarted, after DescribeClusters', counts.placed);
+  // Restarts: each one a fresh process on the same file, so the load path's peak is seen RESTARTS times.
+  for (let r = 1; r <= RESTARTS; ++r) {
+    if (server) await server.stop();
+    server = undefined;
+    const t0 = process.hrtime.bigint();
+    server = await startServer({ db, startTimeoutMs: 600000 });
+    restartSeconds.push(Number(process.hrtime.bigint() - t0) / 1e9);
+    const tag = RESTARTS > 1 ? ` #${r}` : '';
+    milestone(`restarted${tag} on the same file (serving)`, counts.placed);
+    described = (await ok(server.endpoint, 'DescribeClusters', { clusters: [cluster] })).clusters[0];
+    milestone(`restarted${tag}, after DescribeClusters`, counts.placed);
+  }
 } catch (e) {
   console.error(`server_memory: ${e.message}`);
   if (server) console.error(server.stderr.slice(-2000));
@@ -267,7 +278,7 @@ cluster          ${INSTANCES} instances x ${GPUS_PER_INSTANCE} GPUs of ${GPU_MIB
 task definitions ${TASK_GPU_MIB.length} shared: 1 container, 256 CPU units, 1024 MiB, nvidiaMps memory ${TASK_GPU_MIB.join('/')} MiB
 load             node ${process.version}, ${WORKERS} concurrent keep-alive connections; RunTask count ${PER_CALL}, default placement; ${RUNNING_EVERY ? `every ${RUNNING_EVERY === 1 ? '' : ordinal(RUNNING_EVERY) + ' '}call's tasks reported RUNNING` : 'no RUNNING reports'}
 result           ${counts.placed} tasks placed by ${counts.runTaskCalls} RunTask calls, no placement failure; ${counts.reports} SubmitTaskStateChange RUNNING
-after restart    DescribeClusters: ${described.registeredContainerInstancesCount} instances, ${described.runningTasksCount} RUNNING, ${described.pendingTasksCount} PENDING; serving ${f1(restartSeconds)} s after exec
+after restart    DescribeClusters: ${described.registeredContainerInstancesCount} instances, ${described.runningTasksCount} RUNNING, ${described.pendingTasksCount} PENDING; serving ${restartSeconds.map(f1).join(', ')} s after exec
 `);
 function ordinal(n) {
   return n + (n % 10 === 2 && n % 100 !== 12 ? 'nd' : n % 10 === 3 && n % 100 !== 13 ? 'rd' : n % 10 === 1 && n % 100 !== 11 ? 'st' : 'th');
@@ -279,7 +290,7 @@ for (const m of milestones)
 console.log('');
 console.log(`${pad('phase', 46)} ${lpad('wall s', 8)} ${lpad('server CPU s', 13)}`);
 for (const p of phases) console.log(`${pad(p.name, 46)} ${lpad(f1(p.seconds), 8)} ${lpad(p.cpu === undefined ? '' : f1(p.cpu), 13)}`);
-console.log(`${pad('restart: exec to serving', 46)} ${lpad(f1(restartSeconds), 8)}`);
+restartSeconds.forEach((t, i) => console.log(`${pad(`restart${restartSeconds.length > 1 ? ` #${i + 1}` : ''}: exec to serving`, 46)} ${lpad(f1(t), 8)}`));
 const last = milestones.filter((m) => m.tasks === counts.placed && !m.name.startsWith('restarted')).pop();
 const worst = Math.max(...milestones.map((m) => m.hwm));
 console.log(`\nDESIGN §10 target: <= 300 MiB RSS at ${INSTANCES} instances / ${INSTANCES * GPUS_PER_INSTANCE} GPUs / ${counts.placed} tasks: ` +
