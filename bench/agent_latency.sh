@@ -19,6 +19,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
 command_line=$(printf '%q ' "$0" "$@")
 
 gpupack="$root/build-bench/gpupack"
@@ -55,31 +57,16 @@ fi
 work=$(mktemp -d "$parent_dir/gpupack-agent-latency.XXXXXX")
 server_pid=""
 agent_pid=""
-stop_pid() {  # stop_pid PID: SIGTERM, then wait (the agent and the server both stop on SIGTERM)
-  if [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; then
-    kill -TERM "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-  fi
-}
 cleanup() {
-  stop_pid "$agent_pid"
-  stop_pid "$server_pid"
+  bench_stop_pid "$agent_pid"
+  bench_stop_pid "$server_pid"
   if (( keep )); then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
 # ---- server and agent -----------------------------------------------------------------------------------------
 server_args=(server --listen 127.0.0.1:0 --db "$work/gpupack.db" --log-level warn)
-"$gpupack" "${server_args[@]}" >"$work/server.out" 2>"$work/server.err" &
-server_pid=$!
-endpoint=""
-for _ in $(seq 100); do
-  endpoint=$(sed -n 's/^ *ECS API *\(http:\/\/[^ ]*\).*/\1/p' "$work/server.out" 2>/dev/null | head -1)
-  [[ -n "$endpoint" ]] && break
-  kill -0 "$server_pid" 2>/dev/null || { echo "agent_latency: the server exited:" >&2; cat "$work/server.err" >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n "$endpoint" ]] || { echo "agent_latency: the server printed no endpoint within 10 s" >&2; exit 1; }
+bench_start_server agent_latency
 
 mkdir -p "$work/agent" "$work/mps"
 agent_args=(agent --server "$endpoint" --cluster "$cluster" --gpus fake:8x81559 --runtime process

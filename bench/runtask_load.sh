@@ -21,6 +21,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
 command_line=$(printf '%q ' "$0" "$@")
 
 gpupack="$root/build-bench/gpupack"
@@ -63,10 +65,7 @@ work=$(mktemp -d "$parent_dir/gpupack-runtask-load.XXXXXX")
 db="$work/gpupack.db"
 server_pid=""
 cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  bench_stop_pid "$server_pid"
   if (( keep )); then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -74,16 +73,7 @@ trap cleanup EXIT
 # ---- server ---------------------------------------------------------------------------------------------------
 server_args=(server --listen 127.0.0.1:0 --db "$db" --log-level warn)
 [[ -n "$server_threads" ]] && server_args+=(--threads "$server_threads")
-"$gpupack" "${server_args[@]}" >"$work/server.out" 2>"$work/server.err" &
-server_pid=$!
-endpoint=""
-for _ in $(seq 100); do
-  endpoint=$(sed -n 's/^ *ECS API *\(http:\/\/[^ ]*\).*/\1/p' "$work/server.out" 2>/dev/null | head -1)
-  [[ -n "$endpoint" ]] && break
-  kill -0 "$server_pid" 2>/dev/null || { echo "runtask_load: the server exited:" >&2; cat "$work/server.err" >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n "$endpoint" ]] || { echo "runtask_load: the server printed no endpoint within 10 s" >&2; exit 1; }
+bench_start_server runtask_load
 
 target="AmazonEC2ContainerServiceV20141113"
 call() {  # call OPERATION JSON: prints the body, fails unless 200
