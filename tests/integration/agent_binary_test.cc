@@ -231,8 +231,17 @@ TEST_F(AgentBinaryTest, AgentKilledBeforeRecordingItsContainerStopsTheContainerO
     c["status"] = "PENDING";
   }
   std::ofstream(record, std::ios::trunc) << j.dump();
+  // RUNNING is reported once the process is forked; its shell may not have written the pid yet (bounded wait).
   pid_t pid = 0;
-  std::ifstream(pid_file) >> pid;
+  for (int i = 0; i < 250; ++i) {
+    std::ifstream in(pid_file);
+    std::string line;
+    if (std::getline(in, line) && !in.eof()) {
+      pid = std::atoi(line.c_str());
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
   auto alive = [pid] {
     std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
     std::string text((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
