@@ -1,6 +1,7 @@
 #include "api/agent_channel.h"
 
 #include <algorithm>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -219,24 +220,28 @@ void AgentChannel::SendPush(const std::shared_ptr<WebSocketConnection>& conn, co
 }
 
 // Watchdog closes connections whose agent has been silent for missed_heartbeats intervals; closing marks the
-// instance disconnected (OnClose). It also sends again the pushes left unacked for push_ack_timeout, and closes
-// a connection whose push went unacked after push_attempts sends.
+// instance disconnected (OnClose). It also sends again the pushes left unacked for push_ack_timeout while they
+// still matter (ControlPlane::ResendPushIfWanted: no report about the task has been applied yet), forgets those
+// that no longer do (the agent acted on them without acking: an older agent), and closes a connection whose
+// push still matters after push_attempts sends.
 void AgentChannel::Watchdog() {
   std::unique_lock lock(mu_);
   const auto window = options_.heartbeat_interval * options_.missed_heartbeats;
   const auto tick = std::max(std::chrono::milliseconds(20),
                              std::min(options_.heartbeat_interval, options_.push_ack_timeout) / 4);
-  struct Resend {
+  struct Due {
     std::shared_ptr<WebSocketConnection> conn;
     std::string instance_arn;
+    int64_t id;
     Json message;
+    bool last;  // sent push_attempts times already
   };
   while (!stopping_) {
     cv_.wait_for(lock, tick);
     if (stopping_) break;
     auto now = std::chrono::steady_clock::now();
-    std::vector<std::shared_ptr<WebSocketConnection>> silent, unacked;
-    std::vector<Resend> resend;
+    std::vector<std::shared_ptr<WebSocketConnection>> silent;
+    std::vector<Due> due;
     for (auto& [_, peer] : peers_) {
       if (now - peer.last_seen > window) {
         silent.push_back(peer.conn);
@@ -245,14 +250,10 @@ void AgentChannel::Watchdog() {
       if (peer.closing) continue;
       for (auto& [push_id, u] : peer.unacked) {
         if (now - u.sent < options_.push_ack_timeout) continue;
-        if (u.sends >= options_.push_attempts) {
-          peer.closing = true;
-          unacked.push_back(peer.conn);
-          break;
-        }
-        ++u.sends;
+        const bool last = u.sends >= options_.push_attempts;
+        if (!last) ++u.sends;
         u.sent = now;
-        resend.push_back({peer.conn, peer.instance_arn, u.message});
+        due.push_back({peer.conn, peer.instance_arn, push_id, u.message, last});
       }
     }
     lock.unlock();
@@ -261,19 +262,32 @@ void AgentChannel::Watchdog() {
                    window.count());
       c->Close();
     }
-    for (auto& r : resend) {
-      ++push_retries_;
-      spdlog::info("agent channel: {} has not acked {} {}; sending it again", r.instance_arn,
-                   r.message.value("type", ""), r.message["id"].get<int64_t>());
-      SendPush(r.conn, r.instance_arn, r.message);
-    }
-    for (auto& c : unacked) {
-      ++push_unacked_closes_;
-      spdlog::warn("agent channel: {} acked no push after {} sends; disconnecting it (it reconciles on reconnect)",
-                   c->remote_address(), options_.push_attempts);
-      c->Close();
+    std::vector<std::pair<WebSocketConnection*, int64_t>> settled;  // pushes that no longer matter
+    std::set<WebSocketConnection*> closed;
+    for (auto& d : due) {
+      if (closed.count(d.conn.get())) continue;
+      const bool wanted = cp_.ResendPushIfWanted(d.instance_arn, d.message, [&] {
+        if (d.last) return;
+        ++push_retries_;
+        spdlog::info("agent channel: {} has not acked {} {}; sending it again", d.instance_arn,
+                     d.message.value("type", ""), d.id);
+        SendPush(d.conn, d.instance_arn, d.message);  // only queues it, under the control plane's lock
+      });
+      if (!wanted) {
+        settled.emplace_back(d.conn.get(), d.id);
+      } else if (d.last) {
+        closed.insert(d.conn.get());
+        ++push_unacked_closes_;
+        spdlog::warn("agent channel: {} acked no {} after {} sends; disconnecting it (it reconciles on reconnect)",
+                     d.instance_arn, d.message.value("type", ""), options_.push_attempts);
+        d.conn->Close();
+      }
     }
     lock.lock();
+    for (auto [conn, push_id] : settled)
+      if (auto it = peers_.find(conn); it != peers_.end()) it->second.unacked.erase(push_id);
+    for (WebSocketConnection* conn : closed)
+      if (auto it = peers_.find(conn); it != peers_.end()) it->second.closing = true;
   }
 }
 

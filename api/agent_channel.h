@@ -12,11 +12,13 @@
 //   {"type":"ack","id":n}  (a push is recorded)
 //   {"type":"error",...} answers a message the server could not apply.
 //
-// Pushes are kept per connection until the agent acks their id; one unacked for push_ack_timeout is sent again
-// (same id), up to push_attempts sends in all, and when the last is not acked either the connection is closed:
-// the agent reconnects and the welcome's reconcile delivers whatever it still lacks. A new connection starts
-// with no pending push (the welcome covers the old connection's), and a welcome drops the pushes sent on its
-// connection before the hello (it covers those too).
+// Pushes are kept per connection until the agent acks their id. One unacked for push_ack_timeout is sent again
+// (same id) while it still matters, i.e. no report about its task has been applied since (an agent that acted
+// on it without acking, an older one, is not pestered: the push is forgotten); up to push_attempts sends in
+// all, and when the last is not acked either the connection is closed: the agent reconnects and the welcome's
+// reconcile delivers whatever it still lacks. A new connection starts with no pending push (the welcome covers
+// the old connection's), and a welcome drops the pushes sent on its connection before the hello (it covers
+// those too).
 //
 // A connection that sends no heartbeat for `missed_heartbeats` intervals is closed and its instance marked
 // agentConnected=false; RunTask then answers AGENT for it. A second connection for the same instance replaces
@@ -47,14 +49,14 @@ struct AgentChannelOptions {
   // With --credentials: the upgrade request must be SigV4-signed by a key allowed kAgentChannelAction, else it
   // is answered 403 in ECS's error shape and not upgraded. Must outlive the channel; null = no authentication.
   const RequestAuthenticator* authenticator = nullptr;
-  // An assign or stop the agent has not acked after this long is sent again; after push_attempts sends in all
-  // without an ack the connection is closed (the agent reconnects; reconcile takes over). The defaults give up
-  // after 16 s, past the heartbeat window (15 s) that closes a stalled agent anyway, so an agent busy for a
-  // while is not closed sooner than before, and one that never acks (older agents) still works, with a reconnect
-  // per push.
+  // An assign or stop the agent has not acked after this long is sent again (while it matters, see above);
+  // after push_attempts sends in all without an ack the connection is closed (the agent reconnects; reconcile
+  // takes over). The defaults give up after 16 s, past the heartbeat window (15 s) that closes a stalled agent
+  // anyway, so an agent busy for a while is not closed sooner than before.
   std::chrono::milliseconds push_ack_timeout{2000};
   int push_attempts = 8;
   // For tests: called before every send of a push (resends too); true drops that send, as if lost on the wire.
+  // Re-sends call it with the channel's lock held: it must not call the channel.
   std::function<bool(const std::string& instance_arn, const Json& message)> drop_push = nullptr;
 };
 

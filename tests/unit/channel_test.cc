@@ -611,6 +611,20 @@ class RawPeer {
   std::unique_ptr<agent::ChannelClient> client_;
 };
 
+// RegisterRawInstance registers an instance with one simulated GPU for a RawPeer to speak for.
+std::string RegisterRawInstance(TestServer& server) {
+  server.Call("CreateCluster", {{"clusterName", "default"}});
+  Json devices = Json::array({{{"id", "GPU-raw-0"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 22587}}}}});
+  Json reg = server.Call("RegisterContainerInstance", {
+      {"instanceIdentityDocument", Json{{"instanceId", "raw"}}.dump()},
+      {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 4096}},
+                                      {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 8192}}})},
+      {"platformDevices", devices},
+      {"attributes", Json::array({{{"name", "gpupack.agent-channel"}, {"value", "v1"}},
+                                  {{"name", "ecs.capability.gpu-sharing-mps"}}})}});
+  return reg["containerInstance"]["containerInstanceArn"];
+}
+
 TEST_F(ChannelTest, AgentAcksAssignAndStopPushesAndTheyLeaveThePendingSet) {
   // No re-send within the test: only the agent's acks can empty the pending set.
   api::AgentChannelOptions options{200ms, 3};
@@ -678,16 +692,7 @@ TEST_F(ChannelTest, APeerThatNeverAcksGetsBoundedResendsThenACloseThenReconcile)
   options.push_attempts = 3;
   server_.reset();
   server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
-  server_->Call("CreateCluster", {{"clusterName", "default"}});
-  Json devices = Json::array({{{"id", "GPU-raw-0"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 22587}}}}});
-  Json reg = server_->Call("RegisterContainerInstance", {
-      {"instanceIdentityDocument", Json{{"instanceId", "raw"}}.dump()},
-      {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 4096}},
-                                      {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 8192}}})},
-      {"platformDevices", devices},
-      {"attributes", Json::array({{{"name", "gpupack.agent-channel"}, {"value", "v1"}},
-                                  {{"name", "ecs.capability.gpu-sharing-mps"}}})}});
-  const std::string instance = reg["containerInstance"]["containerInstanceArn"];
+  const std::string instance = RegisterRawInstance(*server_);
   auto peer = std::make_unique<RawPeer>();
   ASSERT_TRUE(peer->Connect(server_->url(), instance));
   peer->Send({{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}});
@@ -720,6 +725,54 @@ TEST_F(ChannelTest, APeerThatNeverAcksGetsBoundedResendsThenACloseThenReconcile)
   EXPECT_EQ(server_->channel().connections_opened(), 2u);
   Json t = server_->Call("DescribeTasks", {{"tasks", Json::array({arn})}});
   EXPECT_EQ(t["tasks"][0]["lastStatus"], "PENDING");
+}
+
+// An older agent acts on pushes but never acks them. Its report about the task proves it got the push: the
+// server forgets the push instead of sending copies and finally closing the channel. A copy of an assign after
+// such an agent finished and forgot the task would start the task a second time.
+TEST_F(ChannelTest, AnAgentThatActsOnPushesWithoutAckingIsNeitherSentCopiesAfterItsReportNorClosed) {
+  api::AgentChannelOptions options{10s, 3};  // the heartbeat window does not close the peer within the test
+  options.push_ack_timeout = 100ms;
+  options.push_attempts = 3;
+  server_.reset();
+  server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
+  const std::string instance = RegisterRawInstance(*server_);
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_->url(), instance));
+  peer.Send({{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}});
+  ASSERT_EQ(peer.Next()["type"], "welcome");
+  RegisterScript("sleeper", "exec sleep 60");
+  std::string arn = Run("sleeper");
+  // report sends a state report and waits (bounded) for its ack, skipping any copy of a push meanwhile.
+  auto report = [&](int id, const std::string& status) {
+    peer.Send({{"type", "state"}, {"id", id}, {"taskArn", arn}, {"status", status},
+               {"containers", Json::array({{{"containerName", "main"}, {"status", status}}})}});
+    for (Json m = peer.Next(); !m.is_null(); m = peer.Next())
+      if (m["type"] == "ack" && m["id"] == id) return true;
+    return false;
+  };
+  auto settled = [&] {  // the pending set empties (bounded wait)
+    for (int i = 0; i < 500 && server_->channel().unacked_pushes(instance) != 0; ++i) std::this_thread::sleep_for(20ms);
+  };
+  Json assign = peer.Next();
+  ASSERT_EQ(assign["type"], "assign") << assign.dump();
+  ASSERT_TRUE(report(1, "RUNNING"));
+  settled();
+  EXPECT_FALSE(peer.closed());
+  EXPECT_EQ(server_->channel().push_unacked_closes(), 0u);
+  EXPECT_EQ(server_->channel().connections_opened(), 1u);
+  server_->Call("StopTask", {{"task", arn}});
+  Json stop;
+  for (stop = peer.Next(); !stop.is_null() && stop["type"] != "stop"; stop = peer.Next()) {
+  }
+  ASSERT_EQ(stop["type"], "stop") << stop.dump();
+  ASSERT_TRUE(report(2, "STOPPED"));  // a real agent forgets the task now
+  settled();
+  EXPECT_EQ(server_->channel().unacked_pushes(instance), 0u);
+  EXPECT_FALSE(peer.closed());
+  EXPECT_EQ(server_->channel().push_unacked_closes(), 0u);
+  EXPECT_EQ(server_->channel().connections_opened(), 1u);
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
 }
 
 TEST_F(ChannelTest, ChannelRefusesUnknownInstances) {
