@@ -29,7 +29,7 @@
 //
 // Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]
 //                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R] [--churn-down-ms MS]
-//                    [--dir DIR] [--keep]
+//                    [--dir DIR] [--keep] [--no-ack]
 // Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
 // no churn (200 ms away when churning).
 #include <fcntl.h>
@@ -163,6 +163,7 @@ struct Options {
   int churn_down_ms = 200; // how long a churned agent stays away
   std::string dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   bool keep = false;
+  bool no_ack = false;  // the agents ack no push, as agents from before pushes were acked
 };
 
 Options Parse(int argc, char** argv) {
@@ -186,13 +187,15 @@ Options Parse(int argc, char** argv) {
     else if (a == "--churn-down-ms") o.churn_down_ms = std::atoi(next().c_str());
     else if (a == "--dir") o.dir = next();
     else if (a == "--keep") o.keep = true;
+    else if (a == "--no-ack") o.no_ack = true;
     else if (a == "-h" || a == "--help") {
       std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]\n"
                   "                   [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]\n"
-                  "                   [--churn-down-ms MS] [--dir DIR] [--keep]\n"
+                  "                   [--churn-down-ms MS] [--dir DIR] [--keep] [--no-ack]\n"
                   "defaults: build-bench/gpupack, 200 agents, 10 s with no agent, 30 s idle, 60 s driven,\n"
                   "          10 RunTask/s, tasks live 5 s, no churn (--churn R: R agents a second drop their\n"
                   "          channel during the driven phase and reconnect --churn-down-ms later, 200 ms)\n"
+                  "--no-ack: the agents ack no assign or stop (as older agents did not)\n"
                   "exit status 1 when the final check through the API finds a violation\n");
       std::exit(0);
     } else {
@@ -302,6 +305,7 @@ struct SimAgent {
 struct Swarm {
   std::atomic<int64_t> assigns{0}, stops{0}, state_acks{0}, heartbeats{0}, heartbeat_acks{0}, errors{0}, closes{0};
   std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0}, push_acks{0};
+  bool no_ack = false;  // set before any agent connects
   std::atomic<int64_t> hello_tasks{0}, welcome_assigns{0}, welcome_stops{0};
   std::mutex mu;
   std::string first_error;                            // guarded by mu
@@ -377,7 +381,7 @@ void SimAgent::OnMessage(const std::string& text) {
   const std::string type = m.value("type", "");
   // A push (assign, stop) is acked once recorded, else the server sends it again and finally closes the channel.
   auto ack = [this](const Json& push) {
-    if (!push.contains("id") || !push["id"].is_number_integer()) return;
+    if (swarm->no_ack || !push.contains("id") || !push["id"].is_number_integer()) return;
     ++swarm->push_acks;
     Send(Json{{"type", "ack"}, {"id", push["id"]}}.dump());
   };
@@ -574,6 +578,7 @@ int main(int argc, char** argv) {
 
   // ---- register and connect
   Swarm swarm;
+  swarm.no_ack = o.no_ack;
   std::vector<std::unique_ptr<SimAgent>> agents;
   for (int i = 0; i < o.agents; ++i) {
     agents.push_back(std::make_unique<SimAgent>());
