@@ -311,6 +311,13 @@ struct Agent::Impl {
     channel->Send(Json{{"type", "heartbeat"}, {"id", next_id++}, {"impaired", mps->impaired()}, {"heldGpus", held}}.dump());
   }
 
+  // Ack tells the server a push (assign, stop) is recorded, so it stops re-sending it. A push without an id
+  // (an older server) needs none; a lost ack only makes the server send the push again, which changes nothing.
+  void Ack(const Json& push) {
+    if (!push.contains("id") || !push["id"].is_number_integer() || !channel || !channel->open()) return;
+    channel->Send(Json{{"type", "ack"}, {"id", push["id"]}}.dump());
+  }
+
   void Handle(const Json& m) {
     std::string type = m.value("type", "");
     if (type == "_closed") {
@@ -338,9 +345,16 @@ struct Agent::Impl {
       }
       SendHeartbeat();
     } else if (type == "assign") {
-      StartTask(m.value("task", Json::object()));
+      StartTask(m.value("task", Json::object()), m);  // acks it once the task is persisted
     } else if (type == "stop") {
-      StopTask(m.value("taskArn", ""), m.value("reason", "Task stopped by user"), "UserInitiated");
+      // A task it knows is acked before it is stopped (that takes up to stop_grace): the server's desired status
+      // is durable, so a stop lost with this agent comes back in the welcome. One it does not know is reported
+      // STOPPED first, then acked.
+      const std::string arn = m.value("taskArn", "");
+      const bool known = tasks.count(arn) > 0;
+      if (known) Ack(m);
+      StopTask(arn, m.value("reason", "Task stopped by user"), "UserInitiated");
+      if (!known) Ack(m);
     } else if (type == "ack" || type == "error") {
       if (!m.contains("id") || !m["id"].is_number_integer()) return;
       auto it = pending_acks.find(m["id"].get<int64_t>());
@@ -373,9 +387,10 @@ struct Agent::Impl {
     SendState(t);
   }
 
-  void StartTask(const Json& a) {
+  // StartTask starts an assigned task; `push` is the assign message to ack (null for a welcome's assign).
+  void StartTask(const Json& a, const Json& push = Json()) {
     std::string arn = a.value("taskArn", "");
-    if (arn.empty() || tasks.count(arn)) return;  // never start a task twice
+    if (arn.empty() || tasks.count(arn)) return Ack(push);  // never start a task twice
     LocalTask t;
     t.arn = arn;
     t.assignment = a;
@@ -387,6 +402,7 @@ struct Agent::Impl {
       t.containers.push_back(std::move(lc));
     }
     Persist(t);  // from here a restarted agent knows the task and will not start it again
+    Ack(push);
     auto& task = tasks[arn] = std::move(t);
     if (a.value("desiredStatus", "RUNNING") == "STOPPED") return Fail(task, "stopped before it started");
 

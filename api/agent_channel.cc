@@ -1,6 +1,7 @@
 #include "api/agent_channel.h"
 
 #include <algorithm>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -39,7 +40,7 @@ std::string InstanceArnFromQuery(const std::string& target) {
 
 AgentChannel::AgentChannel(ControlPlane& control_plane, AgentChannelOptions options)
     : cp_(control_plane), options_(options) {
-  cp_.SetAgentNotifier([this](const std::string& arn, Json message) { Push(arn, message); });
+  cp_.SetAgentNotifier([this](const std::string& arn, Json message) { Push(arn, std::move(message)); });
   watchdog_ = std::thread([this] { Watchdog(); });
 }
 
@@ -82,6 +83,14 @@ size_t AgentChannel::connected() const {
   return by_instance_.size();
 }
 
+size_t AgentChannel::unacked_pushes(const std::string& instance_arn) const {
+  std::lock_guard lock(mu_);
+  auto it = by_instance_.find(instance_arn);
+  if (it == by_instance_.end()) return 0;
+  auto p = peers_.find(it->second);
+  return p == peers_.end() ? 0 : p->second.unacked.size();
+}
+
 void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req) {
   std::string arn = InstanceArnFromQuery(req.target);
   std::shared_ptr<WebSocketConnection> replaced;
@@ -92,9 +101,11 @@ void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, cons
       replaced = peers_[it->second].conn;
       peers_.erase(it->second);
     }
-    peers_[conn.get()] = Peer{conn, arn, std::chrono::steady_clock::now(), false};
+    // The new connection starts with no pending push: the welcome's reconcile covers the old one's.
+    peers_[conn.get()] = Peer{conn, arn, std::chrono::steady_clock::now(), false, false, {}};
     by_instance_[arn] = conn.get();
   }
+  ++connections_opened_;
   if (replaced) {
     spdlog::info("agent channel: {} reconnected; closing its previous connection", arn);
     replaced->Close();
@@ -135,12 +146,24 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
     conn->Send(out.dump(-1, ' ', false, Json::error_handler_t::replace));
   };
   if (type == "hello") {
-    cp_.AgentHello(arn, msg, [this, conn, reply](OperationResult r) {
+    // Pushes sent on this connection so far come from operations that ran before the hello's reconcile, which
+    // sees their outcome: the welcome carries whatever of them the agent still lacks, so they need no ack.
+    std::vector<int64_t> covered;
+    {
+      std::lock_guard lock(mu_);
+      auto it = peers_.find(conn.get());
+      if (it != peers_.end())
+        for (const auto& [push_id, _] : it->second.unacked) covered.push_back(push_id);
+    }
+    cp_.AgentHello(arn, msg, [this, conn, reply, covered = std::move(covered)](OperationResult r) {
       if (r.status.ok()) {
         r.body["heartbeatIntervalMs"] = options_.heartbeat_interval.count();
         std::lock_guard lock(mu_);
         auto it = peers_.find(conn.get());
-        if (it != peers_.end()) it->second.hello_done = true;
+        if (it != peers_.end()) {
+          it->second.hello_done = true;
+          for (int64_t push_id : covered) it->second.unacked.erase(push_id);
+        }
       }
       reply(std::move(r));
     });
@@ -149,7 +172,12 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
   } else if (type == "heartbeat") {
     cp_.AgentHeartbeat(arn, msg, reply);
   } else if (type == "ack") {
-    // acknowledgements of pushes: nothing to do; reconcile on reconnect covers anything lost
+    // The agent recorded a push: stop re-sending it. An unknown id (already acked, or from a replaced
+    // connection) is ignored; an ack is never answered.
+    if (!id.is_number_integer()) return;
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it != peers_.end()) it->second.unacked.erase(id.get<int64_t>());
   } else {
     reply({Status::InvalidParameter("unknown message type '" + type.substr(0, 64) + "'"), {}});
   }
@@ -170,36 +198,96 @@ void AgentChannel::OnClose(const std::shared_ptr<WebSocketConnection>& conn) {
   cp_.AgentDisconnected(arn);
 }
 
-void AgentChannel::Push(const std::string& instance_arn, const Json& message) {
+void AgentChannel::Push(const std::string& instance_arn, Json message) {
+  message["id"] = next_push_id_++;
   std::shared_ptr<WebSocketConnection> conn;
   {
     std::lock_guard lock(mu_);
     auto it = by_instance_.find(instance_arn);
     if (it == by_instance_.end()) return;
-    conn = peers_[it->second].conn;
+    Peer& peer = peers_[it->second];
+    // Kept before it is sent, so an ack cannot arrive before the push is pending.
+    peer.unacked[message["id"].get<int64_t>()] = Unacked{message, std::chrono::steady_clock::now(), 1};
+    conn = peer.conn;
   }
+  SendPush(conn, instance_arn, message);
+}
+
+void AgentChannel::SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
+                            const Json& message) {
+  if (options_.drop_push && options_.drop_push(instance_arn, message)) return;
   conn->Send(message.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 // Watchdog closes connections whose agent has been silent for missed_heartbeats intervals; closing marks the
-// instance disconnected (OnClose).
+// instance disconnected (OnClose). It also sends again the pushes left unacked for push_ack_timeout while they
+// still matter (ControlPlane::ResendPushIfWanted: no report about the task has been applied yet), forgets those
+// that no longer do (the agent acted on them without acking: an older agent), and closes a connection whose
+// push still matters after push_attempts sends.
 void AgentChannel::Watchdog() {
   std::unique_lock lock(mu_);
   const auto window = options_.heartbeat_interval * options_.missed_heartbeats;
+  const auto tick = std::max(std::chrono::milliseconds(20),
+                             std::min(options_.heartbeat_interval, options_.push_ack_timeout) / 4);
+  struct Due {
+    std::shared_ptr<WebSocketConnection> conn;
+    std::string instance_arn;
+    int64_t id;
+    Json message;
+    bool last;  // sent push_attempts times already
+  };
   while (!stopping_) {
-    cv_.wait_for(lock, std::max(std::chrono::milliseconds(50), options_.heartbeat_interval / 4));
+    cv_.wait_for(lock, tick);
     if (stopping_) break;
     auto now = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<WebSocketConnection>> silent;
-    for (auto& [_, peer] : peers_)
-      if (now - peer.last_seen > window) silent.push_back(peer.conn);
+    std::vector<Due> due;
+    for (auto& [_, peer] : peers_) {
+      if (now - peer.last_seen > window) {
+        silent.push_back(peer.conn);
+        continue;
+      }
+      if (peer.closing) continue;
+      for (auto& [push_id, u] : peer.unacked) {
+        if (now - u.sent < options_.push_ack_timeout) continue;
+        const bool last = u.sends >= options_.push_attempts;
+        if (!last) ++u.sends;
+        u.sent = now;
+        due.push_back({peer.conn, peer.instance_arn, push_id, u.message, last});
+      }
+    }
     lock.unlock();
     for (auto& c : silent) {
       spdlog::warn("agent channel: no heartbeat from {} for {} ms; disconnecting it", c->remote_address(),
                    window.count());
       c->Close();
     }
+    std::vector<std::pair<WebSocketConnection*, int64_t>> settled;  // pushes that no longer matter
+    std::set<WebSocketConnection*> closed;
+    for (auto& d : due) {
+      if (closed.count(d.conn.get())) continue;
+      const bool wanted = cp_.ResendPushIfWanted(d.instance_arn, d.message, [&] {
+        if (d.last) return;
+        ++push_retries_;
+        spdlog::info("agent channel: {} has not acked {} {}; sending it again", d.instance_arn,
+                     d.message.value("type", ""), d.id);
+        SendPush(d.conn, d.instance_arn, d.message);  // only queues it, under the control plane's lock
+      });
+      if (!wanted) {
+        settled.emplace_back(d.conn.get(), d.id);
+      } else if (d.last) {
+        closed.insert(d.conn.get());
+        ++push_unacked_closes_;
+        spdlog::warn("agent channel: {} acked no {} after {} sends; disconnecting it (it reconciles on reconnect)",
+                     d.instance_arn, d.message.value("type", ""), options_.push_attempts);
+        d.conn->Close();
+      }
+    }
     lock.lock();
+    for (auto [conn, push_id] : settled)
+      if (auto it = peers_.find(conn); it != peers_.end()) it->second.unacked.erase(push_id);
+    for (WebSocketConnection* conn : closed)
+      if (auto it = peers_.find(conn); it != peers_.end()) it->second.closing = true;
   }
 }
 

@@ -6,9 +6,19 @@
 //                                                       "heartbeatIntervalMs":n}
 //   {"type":"state","id":n,"taskArn",...}             {"type":"ack","id":n}            (once durable)
 //   {"type":"heartbeat","id":n,"impaired","heldGpus"} {"type":"ack","id":n}
-//                                                     {"type":"assign","task":{...}}   (after RunTask commits)
-//                                                     {"type":"stop","taskArn","reason"}
+//                                                     {"type":"assign","id":n,"task":{...}} (after RunTask
+//                                                                                            commits)
+//                                                     {"type":"stop","id":n,"taskArn","reason"}
+//   {"type":"ack","id":n}  (a push is recorded)
 //   {"type":"error",...} answers a message the server could not apply.
+//
+// Pushes are kept per connection until the agent acks their id. One unacked for push_ack_timeout is sent again
+// (same id) while it still matters, i.e. no report about its task has been applied since (an agent that acted
+// on it without acking, an older one, is not pestered: the push is forgotten); up to push_attempts sends in
+// all, and when the last is not acked either the connection is closed: the agent reconnects and the welcome's
+// reconcile delivers whatever it still lacks. A new connection starts with no pending push (the welcome covers
+// the old connection's), and a welcome drops the pushes sent on its connection before the hello (it covers
+// those too).
 //
 // A connection that sends no heartbeat for `missed_heartbeats` intervals is closed and its instance marked
 // agentConnected=false; RunTask then answers AGENT for it. A second connection for the same instance replaces
@@ -18,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +49,15 @@ struct AgentChannelOptions {
   // With --credentials: the upgrade request must be SigV4-signed by a key allowed kAgentChannelAction, else it
   // is answered 403 in ECS's error shape and not upgraded. Must outlive the channel; null = no authentication.
   const RequestAuthenticator* authenticator = nullptr;
+  // An assign or stop the agent has not acked after this long is sent again (while it matters, see above);
+  // after push_attempts sends in all without an ack the connection is closed (the agent reconnects; reconcile
+  // takes over). The defaults give up after 16 s, past the heartbeat window (15 s) that closes a stalled agent
+  // anyway, so an agent busy for a while is not closed sooner than before.
+  std::chrono::milliseconds push_ack_timeout{2000};
+  int push_attempts = 8;
+  // For tests: called before every send of a push (resends too); true drops that send, as if lost on the wire.
+  // Re-sends call it with the channel's lock held: it must not call the channel.
+  std::function<bool(const std::string& instance_arn, const Json& message)> drop_push = nullptr;
 };
 
 class AgentChannel {
@@ -50,26 +70,41 @@ class AgentChannel {
   // The WebSocket endpoint to register in HttpServerOptions::websockets[kAgentChannelPath].
   WebSocketHandler Handler();
 
-  // Push sends a message to the agent of an instance; dropped when it is not connected (it reconciles on
-  // reconnect).
-  void Push(const std::string& instance_arn, const Json& message);
+  // Push sends a message to the agent of an instance with a fresh "id" and keeps it until the agent acks that
+  // id (see above); dropped when the instance is not connected (it reconciles on reconnect).
+  void Push(const std::string& instance_arn, Json message);
 
   size_t connected() const;
+  // Connections opened since construction (a reconnect counts once more).
+  uint64_t connections_opened() const { return connections_opened_.load(); }
+  // Pushes sent and not yet acked on the instance's current connection (0 when it has none).
+  size_t unacked_pushes(const std::string& instance_arn) const;
+  // Pushes sent again for want of an ack, and connections closed because a push was never acked.
+  uint64_t push_retries() const { return push_retries_.load(); }
+  uint64_t push_unacked_closes() const { return push_unacked_closes_.load(); }
 
   // Upgrade requests refused by the authenticator since construction.
   uint64_t auth_refusals() const { return auth_refusals_.load(); }
 
  private:
+  struct Unacked {
+    Json message;  // with its id
+    std::chrono::steady_clock::time_point sent;
+    int sends = 1;
+  };
   struct Peer {
     std::shared_ptr<WebSocketConnection> conn;
     std::string instance_arn;
     std::chrono::steady_clock::time_point last_seen;
     bool hello_done = false;
+    bool closing = false;                // closed for an unacked push; OnClose will follow
+    std::map<int64_t, Unacked> unacked;  // by push id
   };
   void OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req);
   void OnMessage(const std::shared_ptr<WebSocketConnection>& conn, std::string text);
   void OnClose(const std::shared_ptr<WebSocketConnection>& conn);
   void Watchdog();
+  void SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn, const Json& message);
 
   ControlPlane& cp_;
   const AgentChannelOptions options_;
@@ -80,6 +115,8 @@ class AgentChannel {
   std::condition_variable cv_;
   std::thread watchdog_;
   std::atomic<uint64_t> auth_refusals_{0};
+  std::atomic<int64_t> next_push_id_{1};
+  std::atomic<uint64_t> connections_opened_{0}, push_retries_{0}, push_unacked_closes_{0};
 };
 
 // InstanceArnFromQuery extracts containerInstance=<ARN> (percent-decoded) from a request target.

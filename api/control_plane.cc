@@ -1183,6 +1183,26 @@ void ControlPlane::SetAgentNotifier(Notifier notifier) {
   notifier_ = std::move(notifier);
 }
 
+bool ControlPlane::ResendPushIfWanted(const std::string& instance_arn, const Json& push,
+                                      const std::function<void()>& send) const {
+  std::lock_guard lock(mu_);
+  const std::string type = push.value("type", "");
+  bool wanted = true;
+  if (type == "assign" || type == "stop") {
+    std::string arn;
+    if (type == "stop" && push.contains("taskArn") && push["taskArn"].is_string()) arn = push["taskArn"];
+    if (type == "assign" && push.contains("task") && push["task"].is_object() && push["task"].contains("taskArn") &&
+        push["task"]["taskArn"].is_string())
+      arn = push["task"]["taskArn"];
+    const Task* t = state_.FindTask(arn);
+    if (!t || t->container_instance_arn != instance_arn) wanted = false;
+    else if (type == "assign") wanted = t->last_status == "PENDING" && t->desired_status != "STOPPED";
+    else wanted = t->last_status != "STOPPED";
+  }
+  if (wanted) send();
+  return wanted;
+}
+
 Status ControlPlane::CheckAgentInstance(const std::string& instance_arn) const {
   std::lock_guard lock(mu_);
   const ContainerInstance* inst = state_.FindInstance(instance_arn);

@@ -74,6 +74,13 @@ class ControlPlane {
   void AgentHeartbeat(const std::string& instance_arn, const Json& heartbeat, Done done);
   // AgentDisconnected marks the instance's agent disconnected (channel closed or heartbeats missed).
   void AgentDisconnected(const std::string& instance_arn);
+  // ResendPushIfWanted: whether a push the instance's agent has not acked still matters (an assign while its
+  // task is PENDING on that instance and not being stopped; a stop until the task is STOPPED there; anything
+  // else always). A report about the task proves the agent got the push, so a copy is only sent while none has
+  // been applied. When it matters, `send` runs under the control plane's lock: a report applied after this check
+  // is acknowledged after the copy is queued, so an agent never gets a copy of an assign for a task it has
+  // already finished and forgotten (it would start it again).
+  bool ResendPushIfWanted(const std::string& instance_arn, const Json& push, const std::function<void()>& send) const;
   // CheckAgentInstance: the instance exists and is registered (for the channel's upgrade check).
   Status CheckAgentInstance(const std::string& instance_arn) const;
   // The attribute an agent registers with to say it holds a channel; such an instance counts as

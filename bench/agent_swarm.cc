@@ -4,9 +4,10 @@
 // Real agents are too heavy to run by the hundred on one host (each supervises an MPS daemon and forks
 // containers), so each simulated agent is only the channel protocol (docs/agent-channel.md) on a
 // ChannelClient: RegisterContainerInstance (8 GPUs, gpupack.agent-channel=v1), the WebSocket, hello, a
-// heartbeat every heartbeatIntervalMs (staggered across the agents), and an answer to every assign (a RUNNING
-// state report) and every stop (a STOPPED report). Like a real agent it keeps every task until the server
-// acknowledged its STOPPED report, reports them all in each hello, and ignores an assign for a task it has.
+// heartbeat every heartbeatIntervalMs (staggered across the agents), and an answer to every assign (an ack of
+// its id, then a RUNNING state report) and every stop (a STOPPED report, then an ack). Like a real agent it keeps
+// every task until the server acknowledged its STOPPED report, reports them all in each hello, and ignores an
+// assign for a task it has (acking it again).
 // Nothing is forked.
 //
 // Phases, each bounded:
@@ -28,7 +29,7 @@
 //
 // Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]
 //                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R] [--churn-down-ms MS]
-//                    [--dir DIR] [--keep]
+//                    [--dir DIR] [--keep] [--no-ack]
 // Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
 // no churn (200 ms away when churning).
 #include <fcntl.h>
@@ -162,6 +163,7 @@ struct Options {
   int churn_down_ms = 200; // how long a churned agent stays away
   std::string dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   bool keep = false;
+  bool no_ack = false;  // the agents ack no push, as agents from before pushes were acked
 };
 
 Options Parse(int argc, char** argv) {
@@ -185,13 +187,15 @@ Options Parse(int argc, char** argv) {
     else if (a == "--churn-down-ms") o.churn_down_ms = std::atoi(next().c_str());
     else if (a == "--dir") o.dir = next();
     else if (a == "--keep") o.keep = true;
+    else if (a == "--no-ack") o.no_ack = true;
     else if (a == "-h" || a == "--help") {
       std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]\n"
                   "                   [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]\n"
-                  "                   [--churn-down-ms MS] [--dir DIR] [--keep]\n"
+                  "                   [--churn-down-ms MS] [--dir DIR] [--keep] [--no-ack]\n"
                   "defaults: build-bench/gpupack, 200 agents, 10 s with no agent, 30 s idle, 60 s driven,\n"
                   "          10 RunTask/s, tasks live 5 s, no churn (--churn R: R agents a second drop their\n"
                   "          channel during the driven phase and reconnect --churn-down-ms later, 200 ms)\n"
+                  "--no-ack: the agents ack no assign or stop (as older agents did not)\n"
                   "exit status 1 when the final check through the API finds a violation\n");
       std::exit(0);
     } else {
@@ -300,7 +304,8 @@ struct SimAgent {
 
 struct Swarm {
   std::atomic<int64_t> assigns{0}, stops{0}, state_acks{0}, heartbeats{0}, heartbeat_acks{0}, errors{0}, closes{0};
-  std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0};
+  std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0}, push_acks{0};
+  bool no_ack = false;  // set before any agent connects
   std::atomic<int64_t> hello_tasks{0}, welcome_assigns{0}, welcome_stops{0};
   std::mutex mu;
   std::string first_error;                            // guarded by mu
@@ -374,17 +379,24 @@ void SimAgent::OnMessage(const std::string& text) {
   Json m = Json::parse(text, nullptr, false);
   if (!m.is_object()) return swarm->Error("a message that is not a JSON object");
   const std::string type = m.value("type", "");
-  auto assign = [this](const Json& task) {
+  // A push (assign, stop) is acked once recorded, else the server sends it again and finally closes the channel.
+  auto ack = [this](const Json& push) {
+    if (swarm->no_ack || !push.contains("id") || !push["id"].is_number_integer()) return;
+    ++swarm->push_acks;
+    Send(Json{{"type", "ack"}, {"id", push["id"]}}.dump());
+  };
+  auto assign = [this, &ack](const Json& task, const Json& push) {
     ++swarm->assigns;
     std::string task_arn = task.value("taskArn", "");
     {
       std::lock_guard lock(mu);
       if (tasks.count(task_arn)) {  // never start a task twice
         ++swarm->duplicate_assigns;
-        return;
+        return ack(push);
       }
       tasks[task_arn] = "RUNNING";
     }
+    ack(push);
     swarm->Stamp(task_arn, &TaskTimes::assigned);
     Json names = Json::array();
     for (const auto& c : task.value("containers", Json::array())) names.push_back(c.value("name", ""));
@@ -411,12 +423,13 @@ void SimAgent::OnMessage(const std::string& text) {
     swarm->welcome_stops += static_cast<int64_t>(m.value("stop", Json::array()).size());
     swarm->welcome_assigns += static_cast<int64_t>(m.value("assign", Json::array()).size());
     for (const auto& s : m.value("stop", Json::array())) stop(s.value("taskArn", ""));
-    for (const auto& a : m.value("assign", Json::array())) assign(a);
+    for (const auto& a : m.value("assign", Json::array())) assign(a, Json());
     welcomed = true;
   } else if (type == "assign") {
-    assign(m.value("task", Json::object()));
+    assign(m.value("task", Json::object()), m);
   } else if (type == "stop") {
     stop(m.value("taskArn", ""));
+    ack(m);
   } else if (type == "ack" || type == "error") {
     if (type == "error") swarm->Error(m.value("message", "(no message)"));
     if (!m.contains("id") || !m["id"].is_number_integer()) return;
@@ -565,6 +578,7 @@ int main(int argc, char** argv) {
 
   // ---- register and connect
   Swarm swarm;
+  swarm.no_ack = o.no_ack;
   std::vector<std::unique_ptr<SimAgent>> agents;
   for (int i = 0; i < o.agents; ++i) {
     agents.push_back(std::make_unique<SimAgent>());
@@ -985,11 +999,11 @@ int main(int argc, char** argv) {
                 1e6 * held_cpu_s / heartbeats_idle, 1000.0 * held_cpu_s / idle.wall_s / o.agents);
   }
   std::printf("tasks            %lld placed, %lld placement failures, %lld StopTask, %lld API errors; agents got "
-              "%lld assign and %lld stop, %lld state reports acked\n",
+              "%lld assign and %lld stop (%lld acked), %lld state reports acked\n",
               static_cast<long long>(run_ok.load()), static_cast<long long>(run_failed.load()),
               static_cast<long long>(stop_calls.load()), static_cast<long long>(call_errors.load()),
               static_cast<long long>(swarm.assigns.load()), static_cast<long long>(swarm.stops.load()),
-              static_cast<long long>(swarm.state_acks.load()));
+              static_cast<long long>(swarm.push_acks.load()), static_cast<long long>(swarm.state_acks.load()));
   if (!first_failure_reason.empty()) std::printf("                 first placement failure: %s\n", first_failure_reason.c_str());
   std::printf("connections      %d of %d instances agentConnected at the end (DescribeContainerInstances, %d described); "
               "%lld channels closed before shutdown; %lld error messages%s%s\n",

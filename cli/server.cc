@@ -166,7 +166,10 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
            std::to_string(channel->connected()) + "\n# TYPE gpupack_store_commits_total counter\ngpupack_store_commits_total " +
            std::to_string(c.commits) + "\n# TYPE gpupack_store_batches_total counter\ngpupack_store_batches_total " +
            std::to_string(c.batches) + "\n# TYPE gpupack_agent_channel_auth_refusals_total counter\n"
-           "gpupack_agent_channel_auth_refusals_total " + std::to_string(channel->auth_refusals()) + "\n";
+           "gpupack_agent_channel_auth_refusals_total " + std::to_string(channel->auth_refusals()) + "\n"
+           "# TYPE gpupack_agent_push_retries_total counter\ngpupack_agent_push_retries_total " +
+           std::to_string(channel->push_retries()) + "\n# TYPE gpupack_agent_push_unacked_closes_total counter\n"
+           "gpupack_agent_push_unacked_closes_total " + std::to_string(channel->push_unacked_closes()) + "\n";
   });
   std::signal(SIGPIPE, SIG_IGN);
   srv->Start();

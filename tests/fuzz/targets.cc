@@ -319,6 +319,7 @@ class Harness {
       // A heartbeat interval of an hour: the watchdog never closes the connection while an input runs.
       api::AgentChannelOptions options;
       options.heartbeat_interval = std::chrono::hours(1);
+      options.push_ack_timeout = std::chrono::hours(1);  // nor re-sends or closes for an unacked push
       channel_ = std::make_unique<api::AgentChannel>(cp_, options);
       handler_ = channel_->Handler();
       Open(2);

@@ -130,6 +130,27 @@ class AgentBinaryTest : public ::testing::Test {
     return r.ok() ? *r : Json();
   }
 
+  // Metrics GETs /metrics over a plain socket (bounded by a 3 s receive timeout); "" when it cannot.
+  std::string Metrics() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string response;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+      if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+        char buf[4096];
+        for (ssize_t n; response.size() < (4u << 20) && (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, n);
+      }
+    }
+    close(fd);
+    return response;
+  }
+
   Json WaitTask(const std::string& arn, const std::function<bool(const Json&)>& pred) {
     Json t;
     for (int i = 0; i < 500 && !arn.empty(); ++i) {
@@ -208,6 +229,10 @@ TEST_F(AgentBinaryTest, AgentKilledWithSigkillRestartsWithoutStartingTasksTwice)
   Call("StopTask", {{"task", arn}});
   Json stopped = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
   EXPECT_EQ(stopped["containers"][0]["exitCode"], 143);  // SIGTERM reached the adopted process
+  // The agent acked every push (assign, stop), so none cost the connection; retries are counted too.
+  std::string metrics = Metrics();
+  EXPECT_NE(metrics.find("\ngpupack_agent_push_unacked_closes_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\ngpupack_agent_push_retries_total "), std::string::npos) << metrics;
 }
 
 // Regression (found by bench/crash_safety.mjs): an agent killed after the runtime started a container but before
@@ -231,8 +256,17 @@ TEST_F(AgentBinaryTest, AgentKilledBeforeRecordingItsContainerStopsTheContainerO
     c["status"] = "PENDING";
   }
   std::ofstream(record, std::ios::trunc) << j.dump();
+  // RUNNING is reported once the process is forked; its shell may not have written the pid yet (bounded wait).
   pid_t pid = 0;
-  std::ifstream(pid_file) >> pid;
+  for (int i = 0; i < 250; ++i) {
+    std::ifstream in(pid_file);
+    std::string line;
+    if (std::getline(in, line) && !in.eof()) {
+      pid = std::atoi(line.c_str());
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
   auto alive = [pid] {
     std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
     std::string text((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());

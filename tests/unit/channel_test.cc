@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
@@ -33,12 +36,12 @@ using namespace std::chrono_literals;
 // TestServer is `gpupack server` in-process on port 0 with a short heartbeat window.
 class TestServer {
  public:
-  TestServer(const std::string& db, uint16_t port = 0) {
+  TestServer(const std::string& db, uint16_t port = 0, api::AgentChannelOptions channel = {200ms, 3}) {
     store_ = std::move(SqliteStore::Open(db)).value();
     committer_ = std::make_unique<GroupCommitter>(*store_);
     cp_ = std::make_unique<api::ControlPlane>(api::ControlPlaneOptions{}, *store_, *committer_);
     EXPECT_TRUE(cp_->Load().ok());
-    channel_ = std::make_unique<api::AgentChannel>(*cp_, api::AgentChannelOptions{200ms, 3});
+    channel_ = std::make_unique<api::AgentChannel>(*cp_, std::move(channel));
     handler_ = std::make_unique<api::EcsHandler>(*cp_);
     api::HttpServerOptions o;
     o.port = port;
@@ -52,6 +55,7 @@ class TestServer {
     committer_->Flush();
   }
   uint16_t port() const { return http_->port(); }
+  api::AgentChannel& channel() { return *channel_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
 
   Json Call(const std::string& op, const Json& body) {
@@ -575,6 +579,216 @@ TEST_F(ChannelTest, ContainerThatCannotStartFailsTheTask) {
   Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
   EXPECT_EQ(t["stopCode"], "TaskFailedToStart");
   EXPECT_NE(t["stoppedReason"].get<std::string>().find("CannotStartContainerError"), std::string::npos);
+}
+
+// ---- pushes are acknowledged (docs/agent-channel.md, "Rules")
+
+// RawPeer is a channel peer written here, not the agent: it says only what the test tells it to, so it can
+// leave pushes unacked. Messages queue up for Next().
+class RawPeer {
+ public:
+  bool Connect(const std::string& url, const std::string& instance_arn) {
+    auto c = agent::ChannelClient::Connect(*agent::ServerEndpoint::Parse(url),
+                                           "/agent/v1/channel?containerInstance=" + agent::PercentEncode(instance_arn),
+                                           {[this](std::string m) {
+                                              std::lock_guard lock(mu_);
+                                              inbox_.push_back(Json::parse(m, nullptr, false));
+                                              cv_.notify_all();
+                                            },
+                                            [this] {
+                                              std::lock_guard lock(mu_);
+                                              closed_ = true;
+                                              cv_.notify_all();
+                                            }});
+    if (!c.ok()) return false;
+    client_ = std::move(*c);
+    return true;
+  }
+  void Send(const Json& m) { client_->Send(m.dump()); }
+  // Next waits (bounded: 10 s) for the next message; null when the connection closed or nothing came.
+  Json Next() {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, 10s, [this] { return !inbox_.empty() || closed_; });
+    if (inbox_.empty()) return Json();
+    Json m = std::move(inbox_.front());
+    inbox_.pop_front();
+    return m;
+  }
+  bool closed() {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Json> inbox_;
+  bool closed_ = false;
+  std::unique_ptr<agent::ChannelClient> client_;
+};
+
+// RegisterRawInstance registers an instance with one simulated GPU for a RawPeer to speak for.
+std::string RegisterRawInstance(TestServer& server) {
+  server.Call("CreateCluster", {{"clusterName", "default"}});
+  Json devices = Json::array({{{"id", "GPU-raw-0"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 22587}}}}});
+  Json reg = server.Call("RegisterContainerInstance", {
+      {"instanceIdentityDocument", Json{{"instanceId", "raw"}}.dump()},
+      {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 4096}},
+                                      {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 8192}}})},
+      {"platformDevices", devices},
+      {"attributes", Json::array({{{"name", "gpupack.agent-channel"}, {"value", "v1"}},
+                                  {{"name", "ecs.capability.gpu-sharing-mps"}}})}});
+  return reg["containerInstance"]["containerInstanceArn"];
+}
+
+TEST_F(ChannelTest, AgentAcksAssignAndStopPushesAndTheyLeaveThePendingSet) {
+  // No re-send within the test: only the agent's acks can empty the pending set.
+  api::AgentChannelOptions options{200ms, 3};
+  options.push_ack_timeout = 60s;
+  auto pushed = std::make_shared<std::vector<Json>>();
+  auto pushed_mu = std::make_shared<std::mutex>();
+  options.drop_push = [pushed, pushed_mu](const std::string&, const Json& m) {
+    std::lock_guard lock(*pushed_mu);
+    pushed->push_back(m);
+    return false;  // an observer: every push is sent
+  };
+  server_.reset();
+  server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
+  StartAgent();
+  const std::string instance = agent_->instance_arn();
+  RegisterScript("sleeper", "exec sleep 60");
+  std::string arn = Run("sleeper");
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  // The agent acks an assign before it reports the task RUNNING, on the same connection: the ack is in.
+  EXPECT_EQ(server_->channel().unacked_pushes(instance), 0u);
+  server_->Call("StopTask", {{"task", arn}});
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(server_->channel().unacked_pushes(instance), 0u);
+  std::lock_guard lock(*pushed_mu);
+  ASSERT_EQ(pushed->size(), 2u);
+  EXPECT_EQ((*pushed)[0]["type"], "assign");
+  EXPECT_EQ((*pushed)[1]["type"], "stop");
+  EXPECT_TRUE((*pushed)[0]["id"].is_number_integer());
+  EXPECT_NE((*pushed)[0]["id"], (*pushed)[1]["id"]);
+  EXPECT_EQ(server_->channel().push_retries(), 0u);
+  EXPECT_EQ(server_->channel().connections_opened(), 1u);
+}
+
+TEST_F(ChannelTest, AnAssignLostOnALiveConnectionIsSentAgainAndTheTaskRunsWithoutAReconnect) {
+  api::AgentChannelOptions options{200ms, 3};
+  options.push_ack_timeout = 300ms;
+  auto dropped = std::make_shared<std::atomic<int>>(0);
+  options.drop_push = [dropped](const std::string&, const Json& m) {
+    if (m["type"] != "assign") return false;
+    int expected = 0;
+    return dropped->compare_exchange_strong(expected, 1);  // the first assign never reaches the agent
+  };
+  server_.reset();
+  server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
+  StartAgent();
+  const std::string instance = agent_->instance_arn();
+  ASSERT_EQ(server_->channel().connections_opened(), 1u);
+  RegisterScript("sleeper", "exec sleep 60");
+  std::string arn = Run("sleeper");
+  // Heartbeats keep the connection up, so no reconnect (and no welcome) would deliver the task: the re-send does.
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  EXPECT_EQ(dropped->load(), 1);
+  EXPECT_GE(server_->channel().push_retries(), 1u);
+  EXPECT_EQ(server_->channel().push_unacked_closes(), 0u);
+  EXPECT_EQ(server_->channel().connections_opened(), 1u);
+  EXPECT_EQ(server_->channel().unacked_pushes(instance), 0u);
+  server_->Call("StopTask", {{"task", arn}});
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+}
+
+TEST_F(ChannelTest, APeerThatNeverAcksGetsBoundedResendsThenACloseThenReconcile) {
+  // A heartbeat window of 30 s: only the unacked push may close the connection here.
+  api::AgentChannelOptions options{10s, 3};
+  options.push_ack_timeout = 100ms;
+  options.push_attempts = 3;
+  server_.reset();
+  server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
+  const std::string instance = RegisterRawInstance(*server_);
+  auto peer = std::make_unique<RawPeer>();
+  ASSERT_TRUE(peer->Connect(server_->url(), instance));
+  peer->Send({{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}});
+  Json welcome = peer->Next();
+  ASSERT_EQ(welcome["type"], "welcome") << welcome.dump();
+  RegisterScript("sleeper", "exec sleep 60");
+  std::string arn = Run("sleeper");
+  // The same assign, same id, push_attempts times; then the server closes the connection.
+  std::vector<Json> assigns;
+  for (Json m = peer->Next(); !m.is_null(); m = peer->Next()) assigns.push_back(m);
+  ASSERT_TRUE(peer->closed());
+  ASSERT_EQ(assigns.size(), 3u);
+  for (const Json& m : assigns) {
+    EXPECT_EQ(m["type"], "assign");
+    EXPECT_EQ(m["id"], assigns[0]["id"]);
+    EXPECT_EQ(m["task"]["taskArn"], arn);
+  }
+  EXPECT_EQ(server_->channel().push_retries(), 2u);
+  EXPECT_EQ(server_->channel().push_unacked_closes(), 1u);
+  WaitInstance([](const Json& c) { return c["agentConnected"] == false; });
+  // On reconnect the welcome's reconcile delivers the task; nothing is left pending from the old connection.
+  peer = std::make_unique<RawPeer>();
+  ASSERT_TRUE(peer->Connect(server_->url(), instance));
+  peer->Send({{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}});
+  welcome = peer->Next();
+  ASSERT_EQ(welcome["type"], "welcome") << welcome.dump();
+  ASSERT_EQ(welcome["assign"].size(), 1u);
+  EXPECT_EQ(welcome["assign"][0]["taskArn"], arn);
+  EXPECT_EQ(server_->channel().unacked_pushes(instance), 0u);
+  EXPECT_EQ(server_->channel().connections_opened(), 2u);
+  Json t = server_->Call("DescribeTasks", {{"tasks", Json::array({arn})}});
+  EXPECT_EQ(t["tasks"][0]["lastStatus"], "PENDING");
+}
+
+// An older agent acts on pushes but never acks them. Its report about the task proves it got the push: the
+// server forgets the push instead of sending copies and finally closing the channel. A copy of an assign after
+// such an agent finished and forgot the task would start the task a second time.
+TEST_F(ChannelTest, AnAgentThatActsOnPushesWithoutAckingIsNeitherSentCopiesAfterItsReportNorClosed) {
+  api::AgentChannelOptions options{10s, 3};  // the heartbeat window does not close the peer within the test
+  options.push_ack_timeout = 100ms;
+  options.push_attempts = 3;
+  server_.reset();
+  server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
+  const std::string instance = RegisterRawInstance(*server_);
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_->url(), instance));
+  peer.Send({{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}});
+  ASSERT_EQ(peer.Next()["type"], "welcome");
+  RegisterScript("sleeper", "exec sleep 60");
+  std::string arn = Run("sleeper");
+  // report sends a state report and waits (bounded) for its ack, skipping any copy of a push meanwhile.
+  auto report = [&](int id, const std::string& status) {
+    peer.Send({{"type", "state"}, {"id", id}, {"taskArn", arn}, {"status", status},
+               {"containers", Json::array({{{"containerName", "main"}, {"status", status}}})}});
+    for (Json m = peer.Next(); !m.is_null(); m = peer.Next())
+      if (m["type"] == "ack" && m["id"] == id) return true;
+    return false;
+  };
+  auto settled = [&] {  // the pending set empties (bounded wait)
+    for (int i = 0; i < 500 && server_->channel().unacked_pushes(instance) != 0; ++i) std::this_thread::sleep_for(20ms);
+  };
+  Json assign = peer.Next();
+  ASSERT_EQ(assign["type"], "assign") << assign.dump();
+  ASSERT_TRUE(report(1, "RUNNING"));
+  settled();
+  EXPECT_FALSE(peer.closed());
+  EXPECT_EQ(server_->channel().push_unacked_closes(), 0u);
+  EXPECT_EQ(server_->channel().connections_opened(), 1u);
+  server_->Call("StopTask", {{"task", arn}});
+  Json stop;
+  for (stop = peer.Next(); !stop.is_null() && stop["type"] != "stop"; stop = peer.Next()) {
+  }
+  ASSERT_EQ(stop["type"], "stop") << stop.dump();
+  ASSERT_TRUE(report(2, "STOPPED"));  // a real agent forgets the task now
+  settled();
+  EXPECT_EQ(server_->channel().unacked_pushes(instance), 0u);
+  EXPECT_FALSE(peer.closed());
+  EXPECT_EQ(server_->channel().push_unacked_closes(), 0u);
+  EXPECT_EQ(server_->channel().connections_opened(), 1u);
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
 }
 
 TEST_F(ChannelTest, ChannelRefusesUnknownInstances) {
