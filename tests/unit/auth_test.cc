@@ -28,6 +28,7 @@
 #include "api/sigv4.h"
 #include "storage/group_committer.h"
 #include "storage/sqlite_store.h"
+#include "tests/unit/in_process_server.h"
 
 namespace gpupack {
 namespace {
@@ -145,34 +146,19 @@ HeaderList Signed(HeaderList headers, const Credential& cred, system_clock::time
 
 class AuthServer {
  public:
-  explicit AuthServer(const std::string& db) {
-    store_ = std::move(SqliteStore::Open(db)).value();
-    committer_ = std::make_unique<GroupCommitter>(*store_);
-    cp_ = std::make_unique<api::ControlPlane>(api::ControlPlaneOptions{}, *store_, *committer_);
-    EXPECT_TRUE(cp_->Load().ok());
-    auth_ = std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier({kAdmin, kAgentKey}, kRegion), [this] {
-      const int64_t fixed = fixed_seconds.load();
-      return fixed == 0 ? system_clock::now() : system_clock::time_point{std::chrono::seconds{fixed}};
-    });
-    api::AgentChannelOptions channel_options{200ms, 3};
-    channel_options.authenticator = auth_.get();
-    channel_ = std::make_unique<api::AgentChannel>(*cp_, channel_options);
-    handler_ = std::make_unique<api::EcsHandler>(*cp_);
-    handler_->SetAuthenticator(auth_.get());
-    api::HttpServerOptions o;
-    o.port = 0;
-    o.websockets[api::kAgentChannelPath] = channel_->Handler();
-    http_ = std::move(api::HttpServer::Create(o, handler_->AsHandler())).value();
-    http_->Start();
-  }
-  ~AuthServer() {
-    http_->Stop();
-    channel_.reset();
-    committer_->Flush();
-  }
-  uint16_t port() const { return http_->port(); }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
-  const api::AgentChannel& channel() const { return *channel_; }
+  explicit AuthServer(const std::string& db)
+      : auth_(std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier({kAdmin, kAgentKey}, kRegion),
+                                                          [this] {
+                                                            const int64_t fixed = fixed_seconds.load();
+                                                            return fixed == 0 ? system_clock::now()
+                                                                              : system_clock::time_point{
+                                                                                    std::chrono::seconds{fixed}};
+                                                          })),
+        server_(db, {0, {200ms, 3}, auth_.get()}) {}
+
+  uint16_t port() const { return server_.port(); }
+  std::string url() const { return server_.url(); }
+  const api::AgentChannel& channel() const { return server_.channel(); }
 
   // Endpoint is the server as an agent sees it, signing with `cred` (none: unsigned).
   agent::ServerEndpoint Endpoint(std::optional<Credential> cred, const std::string& region = kRegion) const {
@@ -191,13 +177,8 @@ class AuthServer {
   std::atomic<int64_t> fixed_seconds{0};  // 0: the real clock
 
  private:
-  std::unique_ptr<SqliteStore> store_;
-  std::unique_ptr<GroupCommitter> committer_;
-  std::unique_ptr<api::ControlPlane> cp_;
-  std::unique_ptr<api::RequestAuthenticator> auth_;
-  std::unique_ptr<api::AgentChannel> channel_;
-  std::unique_ptr<api::EcsHandler> handler_;
-  std::unique_ptr<api::HttpServer> http_;
+  std::unique_ptr<api::RequestAuthenticator> auth_;  // before server_: its channel and handler point at it
+  testing_support::InProcessServer server_;
 };
 
 class AuthTest : public ::testing::Test {

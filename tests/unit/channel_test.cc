@@ -25,6 +25,7 @@
 #include "api/http_server.h"
 #include "storage/group_committer.h"
 #include "storage/sqlite_store.h"
+#include "tests/unit/in_process_server.h"
 
 namespace gpupack {
 namespace {
@@ -34,43 +35,16 @@ using agent::Json;
 using namespace std::chrono_literals;
 
 // TestServer is `gpupack server` in-process on port 0 with a short heartbeat window.
-class TestServer {
+class TestServer : public testing_support::InProcessServer {
  public:
-  TestServer(const std::string& db, uint16_t port = 0, api::AgentChannelOptions channel = {200ms, 3}) {
-    store_ = std::move(SqliteStore::Open(db)).value();
-    committer_ = std::make_unique<GroupCommitter>(*store_);
-    cp_ = std::make_unique<api::ControlPlane>(api::ControlPlaneOptions{}, *store_, *committer_);
-    EXPECT_TRUE(cp_->Load().ok());
-    channel_ = std::make_unique<api::AgentChannel>(*cp_, std::move(channel));
-    handler_ = std::make_unique<api::EcsHandler>(*cp_);
-    api::HttpServerOptions o;
-    o.port = port;
-    o.websockets[api::kAgentChannelPath] = channel_->Handler();
-    http_ = std::move(api::HttpServer::Create(o, handler_->AsHandler())).value();
-    http_->Start();
-  }
-  ~TestServer() {
-    http_->Stop();
-    channel_.reset();
-    committer_->Flush();
-  }
-  uint16_t port() const { return http_->port(); }
-  api::AgentChannel& channel() { return *channel_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
+  TestServer(const std::string& db, uint16_t port = 0, api::AgentChannelOptions channel = {200ms, 3})
+      : InProcessServer(db, {port, std::move(channel), nullptr}) {}
 
   Json Call(const std::string& op, const Json& body) {
     auto r = agent::CallEcs(*agent::ServerEndpoint::Parse(url()), op, body);
     EXPECT_TRUE(r.ok()) << op << ": " << r.status().message();
     return r.ok() ? *r : Json();
   }
-
- private:
-  std::unique_ptr<SqliteStore> store_;
-  std::unique_ptr<GroupCommitter> committer_;
-  std::unique_ptr<api::ControlPlane> cp_;
-  std::unique_ptr<api::AgentChannel> channel_;
-  std::unique_ptr<api::EcsHandler> handler_;
-  std::unique_ptr<api::HttpServer> http_;
 };
 
 class ChannelTest : public ::testing::Test {
