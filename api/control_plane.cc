@@ -143,16 +143,33 @@ std::string ControlPlane::NewId() {
 }
 
 Status ControlPlane::Load() {
-  auto snap = store_.Load();
-  if (!snap.ok()) return snap.status();
   std::lock_guard lock(mu_);
+  // Tasks go straight from the store into state_ (PutTask needs no cluster or instance and touches no
+  // reservation), so a restart never holds every decoded task twice. The store hands them over before it
+  // returns the rest of the snapshot; if it then fails, the tasks it handed over are dropped again, leaving
+  // state_ as it was (Load runs once, on a plane that holds no task yet).
+  std::vector<std::string> held_before;
+  for (const auto& [arn, task] : state_.Tasks()) held_before.push_back(arn);
+  auto snap = store_.LoadStreaming([this](Task&& t) {
+    state_.PutTask(std::move(t));
+    return Status::Ok();
+  });
+  if (!snap.ok()) {
+    std::vector<std::string> streamed;
+    for (const auto& [arn, task] : state_.Tasks())
+      if (std::find(held_before.begin(), held_before.end(), arn) == held_before.end()) streamed.push_back(arn);
+    for (const std::string& arn : streamed) {
+      state_.FindTask(arn)->resources_released = true;  // never reserved: it was only put
+      (void)state_.EraseStoppedTask(arn);
+    }
+    return snap.status();
+  }
   for (auto& c : snap->clusters) state_.PutCluster(std::move(c));
   for (auto& td : snap->task_definitions) state_.PutTaskDefinition(std::move(td));
   for (auto& i : snap->instances) {
     if (UsesChannel(i)) i.agent_connected = false;  // until its agent says hello again
     state_.PutInstance(std::move(i));
   }
-  for (auto& t : snap->tasks) state_.PutTask(std::move(t));
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
   state_.RebuildReservations();
   return Status::Ok();

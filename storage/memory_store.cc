@@ -7,11 +7,23 @@ namespace gpupack {
 
 Result<Snapshot> MemoryStore::Load() {
   std::lock_guard<std::mutex> lock(mu_);
+  Snapshot snap = SnapshotLocked(/*with_tasks=*/true);
+  return snap;
+}
+
+Result<Snapshot> MemoryStore::LoadStreaming(const TaskSink& on_task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Task& t : tasks_.values())
+    if (Status s = on_task(Task(t)); !s.ok()) return s;
+  return SnapshotLocked(/*with_tasks=*/false);
+}
+
+Snapshot MemoryStore::SnapshotLocked(bool with_tasks) const {
   Snapshot snap;
   snap.clusters = clusters_.values();
   snap.task_definitions = task_definitions_.values();
   snap.instances = instances_.values();
-  snap.tasks = tasks_.values();
+  if (with_tasks) snap.tasks = tasks_.values();
   snap.client_tokens = client_tokens_.values();
   std::sort(snap.clusters.begin(), snap.clusters.end(),
             [](const Cluster& a, const Cluster& b) { return a.name < b.name; });

@@ -20,6 +20,8 @@ namespace gpupack {
 class MemoryStore : public Store {
  public:
   Result<Snapshot> Load() override;
+  // on_task runs under the store's mutex: it must not call back into this store.
+  Result<Snapshot> LoadStreaming(const TaskSink& on_task) override;
   Status Commit(const WriteBatch& batch) override;
 
   // FailCommits makes every later Commit return `error` (a non-ok Status) and apply nothing; Status::Ok()
@@ -28,6 +30,8 @@ class MemoryStore : public Store {
   uint64_t commit_count() const;  // Commit calls that applied a non-empty batch
 
  private:
+  Snapshot SnapshotLocked(bool with_tasks) const;  // requires mu_
+
   mutable std::mutex mu_;
   // Every live record, in first-stored order; all guarded by mu_.
   KeyedPuts<std::string, Cluster> clusters_;

@@ -315,10 +315,12 @@ Result<SqliteStore::Settings> SqliteStore::ReadSettings() {
 
 namespace {
 
-// ReadTable decodes every row of one SELECT; `decode` turns (row) into an entity or a Status naming the key.
-template <typename T, typename KeyOf, typename RowKey>
-Status ReadTable(sqlite3* conn, sqlite3_stmt* select, const char* table, int doc_column, RowKey row_key,
-                 KeyOf key_of, std::vector<T>* out) {
+// ReadTable decodes every row of one SELECT and hands each entity to `sink` (a Status(T&&)); a record that
+// cannot be decoded, or whose doc holds another key than its row, is a Status naming the table and key, and a
+// non-ok Status from `sink` stops the read and is returned as is.
+template <typename T, typename KeyOf, typename RowKey, typename Sink>
+Status ReadTableInto(sqlite3* conn, sqlite3_stmt* select, const char* table, int doc_column, RowKey row_key,
+                     KeyOf key_of, Sink&& sink) {
   Use use(select);
   for (;;) {
     const int rc = use.Next();
@@ -333,13 +335,27 @@ Status ReadTable(sqlite3* conn, sqlite3_stmt* select, const char* table, int doc
     if (const std::string held = key_of(value); held != key)
       return Status::Server(std::string("corrupt record in table ") + table + ", key " + key +
                             ": its doc holds key " + held);
-    out->push_back(std::move(value));
+    if (Status s = sink(std::move(value)); !s.ok()) return s;
   }
+}
+
+// ReadTable is ReadTableInto collecting the entities into *out.
+template <typename T, typename KeyOf, typename RowKey>
+Status ReadTable(sqlite3* conn, sqlite3_stmt* select, const char* table, int doc_column, RowKey row_key,
+                 KeyOf key_of, std::vector<T>* out) {
+  return ReadTableInto<T>(conn, select, table, doc_column, row_key, key_of, [out](T&& value) {
+    out->push_back(std::move(value));
+    return Status::Ok();
+  });
 }
 
 }  // namespace
 
-Result<Snapshot> SqliteStore::Load() {
+Result<Snapshot> SqliteStore::Load() { return LoadImpl(nullptr); }
+
+Result<Snapshot> SqliteStore::LoadStreaming(const TaskSink& on_task) { return LoadImpl(&on_task); }
+
+Result<Snapshot> SqliteStore::LoadImpl(const TaskSink* on_task) {
   std::lock_guard<std::mutex> lock(mu_);
   Db& d = *db_;
   sqlite3* conn = d.conn.get();
@@ -365,9 +381,23 @@ Result<Snapshot> SqliteStore::Load() {
     s = ReadTable(
         conn, d.select_instances.get(), "container_instances", 1, one_text,
         [](const ContainerInstance& i) { return Quote(i.arn); }, &snap.instances);
-  if (s.ok())
-    s = ReadTable(
-        conn, d.select_tasks.get(), "tasks", 1, one_text, [](const Task& t) { return Quote(t.arn); }, &snap.tasks);
+  if (s.ok()) {
+    auto task_key = [](const Task& t) { return Quote(t.arn); };
+    if (on_task != nullptr) {
+      // A sink's own error is returned as it is, not as a storage failure.
+      Status sink_error;
+      s = ReadTableInto<Task>(conn, d.select_tasks.get(), "tasks", 1, one_text, task_key, [&](Task&& t) {
+        sink_error = (*on_task)(std::move(t));
+        return sink_error;
+      });
+      if (!sink_error.ok()) {
+        d.Rollback();
+        return sink_error;
+      }
+    } else {
+      s = ReadTable(conn, d.select_tasks.get(), "tasks", 1, one_text, task_key, &snap.tasks);
+    }
+  }
   if (s.ok())
     s = ReadTable(
         conn, d.select_client_tokens.get(), "client_tokens", 2, two_texts,

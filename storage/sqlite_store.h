@@ -42,6 +42,8 @@ class SqliteStore : public Store {
   SqliteStore& operator=(const SqliteStore&) = delete;
 
   Result<Snapshot> Load() override;
+  // on_task runs under the store's mutex, inside the read transaction: it must not call back into this store.
+  Result<Snapshot> LoadStreaming(const TaskSink& on_task) override;
   Status Commit(const WriteBatch& batch) override;
 
   Result<Settings> ReadSettings();
@@ -51,6 +53,7 @@ class SqliteStore : public Store {
   struct Db;  // the connection and its cached prepared statements
 
   SqliteStore(std::string path, std::unique_ptr<Db> db);
+  Result<Snapshot> LoadImpl(const TaskSink* on_task);  // tasks into the snapshot when on_task is null
 
   const std::string path_;
   std::mutex mu_;

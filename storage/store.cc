@@ -4,6 +4,15 @@ namespace gpupack {
 
 Store::~Store() = default;
 
+Result<Snapshot> Store::LoadStreaming(const TaskSink& on_task) {
+  auto snap = Load();
+  if (!snap.ok()) return snap;
+  for (Task& t : snap->tasks)
+    if (Status s = on_task(std::move(t)); !s.ok()) return s;
+  snap->tasks.clear();
+  return snap;
+}
+
 void WriteBatch::PutCluster(Cluster cluster) {
   std::string key = cluster.name;
   clusters_.Put(std::move(key), std::move(cluster));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -124,6 +125,16 @@ class Store {
   // Load reads everything, as one consistent snapshot. A record that cannot be decoded is a Status::Server
   // naming its table and key.
   virtual Result<Snapshot> Load() = 0;
+
+  // TaskSink receives one decoded task; a non-ok Status stops the load and is returned as is.
+  using TaskSink = std::function<Status(Task&&)>;
+
+  // LoadStreaming reads the same snapshot as Load but hands each task to `on_task`, in Load's order, instead
+  // of collecting them: the returned snapshot's tasks vector is empty. Tasks are handed over before Load
+  // returns, so a consumer must accept them before it sees clusters and instances; on an error some tasks may
+  // already have been handed over. The default calls Load() and hands its tasks over one by one (no memory
+  // saved); stores override it so that no more than one decoded task is held at a time.
+  virtual Result<Snapshot> LoadStreaming(const TaskSink& on_task);
 
   // Commit applies the whole batch or nothing. When it returns ok the batch is durable (it survives a crash
   // of the process or, for SqliteStore, of the machine); otherwise nothing of it was applied and the status

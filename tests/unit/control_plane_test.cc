@@ -314,6 +314,141 @@ TEST_F(ControlPlaneTest, RestartRestoresTasksAndGpuMemoryExactly) {
   }
 }
 
+// CollectingStore hides a store's own LoadStreaming: ControlPlane::Load then goes through Store's default,
+// which collects every task in Snapshot::tasks first (the path before tasks were streamed).
+class CollectingStore : public Store {
+ public:
+  explicit CollectingStore(Store& inner) : inner_(inner) {}
+  Result<Snapshot> Load() override { return inner_.Load(); }
+  Status Commit(const WriteBatch& batch) override { return inner_.Commit(batch); }
+
+ private:
+  Store& inner_;
+};
+
+// StreamFaultStore hands its tasks over and then fails the load (fail_after_tasks), or hides every task
+// (drop_tasks).
+class StreamFaultStore : public Store {
+ public:
+  explicit StreamFaultStore(Store& inner) : inner_(inner) {}
+  Result<Snapshot> Load() override { return inner_.Load(); }
+  Result<Snapshot> LoadStreaming(const TaskSink& on_task) override {
+    if (drop_tasks) return inner_.LoadStreaming([](Task&&) { return Status::Ok(); });
+    auto snap = inner_.LoadStreaming(on_task);
+    if (fail_after_tasks) return Status::Server("storage load failed: the disk went away");
+    return snap;
+  }
+  Status Commit(const WriteBatch& batch) override { return inner_.Commit(batch); }
+  bool fail_after_tasks = false;
+  bool drop_tasks = false;
+
+ private:
+  Store& inner_;
+};
+
+// Plane is a control plane on a given store, loaded, answering calls synchronously.
+class Plane {
+ public:
+  explicit Plane(Store& store) : committer_(store), cp_(Options(), store, committer_) { load_status = cp_.Load(); }
+  Json Ok(const std::string& op, const Json& body) {
+    std::promise<OperationResult> p;
+    cp_.Execute(op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
+    OperationResult r = p.get_future().get();
+    EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
+    return r.body;
+  }
+  ControlPlane& cp() { return cp_; }
+  Status load_status;
+
+ private:
+  static ControlPlaneOptions Options() {
+    ControlPlaneOptions o;
+    o.seed = 7;
+    o.clock = [] { return EpochMs{1'700'000'000'000}; };
+    return o;
+  }
+  GroupCommitter committer_;
+  ControlPlane cp_;
+};
+
+// Tasks streamed from the store into the control plane give the same state as tasks collected first.
+TEST_F(ControlPlaneTest, StreamedLoadGivesTheSameStateAsCollectedLoad) {
+  std::vector<std::string> insts;
+  Json task_arns = Json::array();
+  {
+    Server s(db_);
+    s.Ok("CreateCluster", Json::object());
+    insts.push_back(RegisterInstance(s, {22587, 16000}));
+    insts.push_back(RegisterInstance(s, {40000}));
+    RegisterShared(s, "small", 1000);
+    RegisterShared(s, "mid", 3000);
+    RegisterDedicated(s, "whole", 1);
+    for (int i = 0; i < 15; ++i) {
+      Json r = s.Ok("RunTask", {{"taskDefinition", i % 5 == 4 ? "whole" : i % 3 ? "small" : "mid"},
+                                {"clientToken", "token-" + std::to_string(i)}});
+      for (auto& t : r["tasks"]) task_arns.push_back(t["taskArn"]);
+    }
+    ASSERT_GE(task_arns.size(), 10u);
+    s.Ok("SubmitTaskStateChange", {{"task", task_arns[1]}, {"status", "RUNNING"}});
+    s.Ok("StopTask", {{"task", task_arns[0]}});
+    s.Ok("SubmitTaskStateChange", {{"task", task_arns[2]}, {"status", "RUNNING"}});
+    s.Ok("SubmitTaskStateChange", {{"task", task_arns[2]}, {"status", "STOPPED"}});
+  }
+  auto store = SqliteStore::Open(db_);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  CollectingStore collecting(**store);
+  Plane streamed(**store), collected(collecting);
+  ASSERT_TRUE(streamed.load_status.ok()) << streamed.load_status.message();
+  ASSERT_TRUE(collected.load_status.ok()) << collected.load_status.message();
+
+  const Json describe_tasks = {{"tasks", task_arns}};
+  const Json tasks = streamed.Ok("DescribeTasks", describe_tasks);
+  ASSERT_EQ(tasks["tasks"].size(), task_arns.size());
+  EXPECT_EQ(tasks, collected.Ok("DescribeTasks", describe_tasks));
+  const Json describe_instances = {{"containerInstances", insts}};
+  const Json instances = streamed.Ok("DescribeContainerInstances", describe_instances);
+  ASSERT_EQ(instances["containerInstances"].size(), insts.size());
+  EXPECT_EQ(instances, collected.Ok("DescribeContainerInstances", describe_instances));
+  for (const char* status : {"RUNNING", "PENDING", "STOPPED"}) {
+    const Json list = {{"desiredStatus", status}};
+    EXPECT_EQ(streamed.Ok("ListTasks", list), collected.Ok("ListTasks", list)) << status;
+  }
+  EXPECT_EQ(streamed.Ok("DescribeClusters", Json::object()), collected.Ok("DescribeClusters", Json::object()));
+  // A repeated clientToken answers with the same tasks on both.
+  const Json retry = {{"taskDefinition", "small"}, {"clientToken", "token-1"}};
+  EXPECT_EQ(streamed.Ok("RunTask", retry)["tasks"][0]["taskArn"], collected.Ok("RunTask", retry)["tasks"][0]["taskArn"]);
+}
+
+// A load that fails after the store handed some tasks over leaves none of them behind.
+TEST_F(ControlPlaneTest, FailedStreamedLoadLeavesNoTaskBehind) {
+  std::string inst, task;
+  Json empty_gpus;
+  {
+    Server s(db_);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {22587});
+    empty_gpus = Gpus(s, inst);
+    RegisterShared(s, "small", 1000);
+    task = s.Ok("RunTask", {{"taskDefinition", "small"}})["tasks"][0]["taskArn"];
+  }
+  auto store = SqliteStore::Open(db_);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  StreamFaultStore faulty(**store);
+  faulty.fail_after_tasks = true;
+  Plane p(faulty);
+  EXPECT_EQ(p.load_status.code(), ErrorCode::kServer);
+  EXPECT_EQ(p.load_status.message(), "storage load failed: the disk went away");
+  // Load again from a store that now yields no task: the task handed over by the failed load must be gone.
+  faulty.fail_after_tasks = false;
+  faulty.drop_tasks = true;
+  ASSERT_TRUE(p.cp().Load().ok());
+  const Json d = p.Ok("DescribeTasks", {{"tasks", Json::array({task})}});
+  EXPECT_TRUE(d["tasks"].empty()) << d.dump();
+  EXPECT_EQ(p.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}})["containerInstances"][0]
+                ["gpuDevices"],
+            empty_gpus);
+}
+
 TEST_F(ControlPlaneTest, StoppedTaskReleasesMemoryExactlyOnce) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());

@@ -476,6 +476,51 @@ TEST_P(StoreContractTest, DeletesRemoveTasksTokensAndInstances) {
   EXPECT_EQ(InstanceArns(s), std::vector<std::string>{"arn:ci/c/keep"});
 }
 
+TEST_P(StoreContractTest, LoadStreamingHandsOverLoadsTasksInOrderAndTheRestAsLoadDoes) {
+  WriteBatch b;
+  b.PutCluster(FullCluster("b"));
+  b.PutCluster(FullCluster("a"));
+  b.PutTaskDefinition(FullTaskDefinition("infer", 2));
+  b.PutInstance(FullInstance("arn:ci/gpu/zz"));
+  b.PutInstance(FullInstance("arn:ci/gpu/aa"));
+  b.PutTask(FullTask("arn:task/gpu/t2"));
+  b.PutTask(SmallTask("arn:task/gpu/t9"));
+  b.PutTask(FullTask("arn:task/gpu/t1"));
+  b.PutClientToken(FullToken("gpu", "z"));
+  b.PutClientToken(FullToken("gpu", "a"));
+  ASSERT_TRUE(store_->Commit(b).ok());
+
+  const Snapshot whole = LoadOrDie(*store_);
+  std::vector<Task> streamed;
+  auto snap = store_->LoadStreaming([&](Task&& t) {
+    streamed.push_back(std::move(t));
+    return Status::Ok();
+  });
+  ASSERT_TRUE(snap.ok()) << snap.status().message();
+  EXPECT_TRUE(snap->tasks.empty());
+  EXPECT_EQ(streamed, whole.tasks);
+  ASSERT_EQ(streamed.size(), 3u);
+  EXPECT_EQ(snap->clusters, whole.clusters);
+  EXPECT_EQ(snap->task_definitions, whole.task_definitions);
+  EXPECT_EQ(snap->instances, whole.instances);
+  EXPECT_EQ(snap->client_tokens, whole.client_tokens);
+
+  // A sink's error stops the load, comes back as is, and leaves the store usable.
+  int calls = 0;
+  auto stopped = store_->LoadStreaming([&](Task&&) {
+    ++calls;
+    return Status::Client("enough");
+  });
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.status().code(), ErrorCode::kClient);
+  EXPECT_EQ(stopped.status().message(), "enough");
+  EXPECT_EQ(calls, 1);
+  WriteBatch after;
+  after.PutCluster(FullCluster("after"));
+  EXPECT_TRUE(store_->Commit(after).ok());
+  EXPECT_EQ(LoadOrDie(*store_).clusters.size(), 3u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest, ::testing::Values("sqlite", "memory"),
                          [](const auto& info) { return info.param; });
 
@@ -676,6 +721,40 @@ TEST_F(SqliteStoreTest, CorruptDocIsReportedWithTableAndKey) {
     EXPECT_THAT(snap.status().message(), HasSubstr(c.want_table_and_key));
     EXPECT_THAT(snap.status().message(), HasSubstr(c.want_detail));
     // A failed Load leaves no transaction open: writes still work.
+    WriteBatch b;
+    b.PutCluster(FullCluster("after"));
+    EXPECT_TRUE(store->Commit(b).ok());
+  }
+}
+
+TEST_F(SqliteStoreTest, LoadStreamingReportsACorruptRecordAsLoadDoes) {
+  for (const char* corrupt_sql :
+       {"UPDATE tasks SET doc = '{\"arn\": \"arn:task/gpu/bro' WHERE arn = 'arn:task/gpu/broken'",
+        "UPDATE tasks SET doc = json_set(doc, '$.arn', 'arn:task/gpu/other') WHERE arn = 'arn:task/gpu/broken'",
+        "UPDATE container_instances SET doc = '[1, 2]' WHERE arn = 'arn:ci/gpu/typed'"}) {
+    SCOPED_TRACE(corrupt_sql);
+    // Restore a good file, then corrupt one record.
+    fs::remove(Path());
+    {
+      auto store = OpenOrDie(Path());
+      WriteBatch b;
+      b.PutTask(FullTask("arn:task/gpu/fine"));
+      b.PutTask(FullTask("arn:task/gpu/broken"));
+      b.PutInstance(FullInstance("arn:ci/gpu/typed"));
+      ASSERT_TRUE(store->Commit(b).ok());
+    }
+    {
+      RawDb raw(Path());
+      raw.Exec(corrupt_sql);
+    }
+    auto store = OpenOrDie(Path());
+    auto whole = store->Load();
+    ASSERT_FALSE(whole.ok());
+    auto streamed = store->LoadStreaming([](Task&&) { return Status::Ok(); });
+    ASSERT_FALSE(streamed.ok());
+    EXPECT_EQ(streamed.status().code(), whole.status().code());
+    EXPECT_EQ(streamed.status().message(), whole.status().message());
+    EXPECT_THAT(streamed.status().message(), HasSubstr("corrupt record in table"));
     WriteBatch b;
     b.PutCluster(FullCluster("after"));
     EXPECT_TRUE(store->Commit(b).ok());
