@@ -432,9 +432,10 @@ static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<
     return false;
   }
   // Constraints
-  for (const auto& [text, expr] : member_of)
-    if (!query::Evaluate(*expr, inst, load))
-      return fail(reason::kAttribute, [&] { return "MemberOf placement constraint unsatisfied: " + text; });
+  for (const auto& constraint : member_of)  // not a structured binding: clang 14 cannot capture one
+    if (!query::Evaluate(*constraint.second, inst, load))
+      return fail(reason::kAttribute,
+                  [&] { return "MemberOf placement constraint unsatisfied: " + constraint.first; });
   if (distinct) {
     auto it = load.group_counts.find(req.group);
     if (it != load.group_counts.end() && it->second > 0)
