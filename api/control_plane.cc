@@ -1011,7 +1011,7 @@ Status ControlPlane::DeleteAttributes(const Json& in, Ctx& ctx) {
   }
   Json out = Json::array();
   for (auto& [inst, name] : deletions) {
-    std::erase_if(inst->attributes, [&](const Attribute& a) { return a.name == name; });
+    std::erase_if(inst->attributes, [&name = name](const Attribute& a) { return a.name == name; });
     ++inst->version;
     ctx.batch.PutInstance(*inst);
     out.push_back({{"name", name}, {"targetType", "container-instance"}, {"targetId", inst->arn}});
