@@ -388,6 +388,7 @@ BENCHMARK_CAPTURE(BM_DecideRate, fits_nowhere, Case::kFitsNowhere)->Unit(benchma
 BENCHMARK_CAPTURE(BM_DecideApply, random, Case::kRandom)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideApply, binpack_gpuMemory, Case::kBinpackGpuMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideApply, binpack_memory, Case::kBinpackMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_DecideApply, spread_instanceId, Case::kSpreadInstance)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 
 }  // namespace
 }  // namespace gpupack

@@ -128,6 +128,14 @@ const std::set<HostSlot>& ClusterState::HostIndex(const std::string& cluster, Ho
   return resource == HostResource::kCpu ? it->second.cpu : it->second.memory;
 }
 
+const GroupMembers& ClusterState::GroupIndex(const std::string& cluster, uint32_t group_id) const {
+  static const GroupMembers kNone;
+  auto it = group_index_.find(cluster);
+  if (it == group_index_.end()) return kNone;
+  auto by_group = it->second.find(group_id);
+  return by_group == it->second.end() ? kNone : by_group->second;
+}
+
 const InstanceLoad& ClusterState::LoadOf(const ContainerInstance& instance) const {
   static const InstanceLoad kEmpty;
   auto it = by_pointer_.find(&instance);
@@ -217,6 +225,10 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
   const uint32_t group_id = group_ids_.emplace(task.group, static_cast<uint32_t>(group_ids_.size())).first->second;
   auto by_id = std::find_if(load.group_id_counts.begin(), load.group_id_counts.end(),
                             [&](const auto& e) { return e.first == group_id; });
+  const int old_count = by_id == load.group_id_counts.end() ? 0 : by_id->second;
+  const uint32_t seq = it->second.seq;
+  GroupMembers& members = group_index_[inst.cluster][group_id];
+  if (old_count > 0) members.by_count.erase({old_count, seq});
   if (sign > 0) {
     if (by_id == load.group_id_counts.end()) load.group_id_counts.emplace_back(group_id, 1);
     else ++by_id->second;
@@ -231,6 +243,11 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
     inst.running_tasks_count = std::max(0, inst.running_tasks_count);
     inst.pending_tasks_count = std::max(0, inst.pending_tasks_count);
   }
+  const int new_count = load.CountOfGroupId(group_id);
+  if (new_count > 0) members.by_count.insert({new_count, seq});
+  if (members.present.size() <= seq / 64) members.present.resize(seq / 64 + 1, 0);
+  const uint64_t bit = uint64_t{1} << (seq % 64);
+  members.present[seq / 64] = new_count > 0 ? members.present[seq / 64] | bit : members.present[seq / 64] & ~bit;
 }
 
 Status ClusterState::ReserveTask(Task task) {
@@ -286,6 +303,7 @@ void ClusterState::RebuildReservations() {
   }
   for (auto& [_, index] : gpu_index_) index.clear();
   for (auto& [_, index] : host_index_) index = HostIndexes{};
+  group_index_.clear();
   for (const auto& [_, slot] : instances_) IndexInstance(slot, /*insert=*/true);
   for (const auto& [_, task] : tasks_)
     if (!task.resources_released) ApplyReservation(task, +1);

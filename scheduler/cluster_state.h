@@ -80,6 +80,14 @@ struct HostSlot {
 
 enum class HostResource { kCpu, kMemory };
 
+// GroupMembers: the instances of a cluster that hold at least one task of a group (count > 0); instances of
+// count 0 are in neither field.
+struct GroupMembers {
+  std::set<std::pair<int, uint32_t>> by_count;  // (count, registration order), ascending
+  std::vector<uint64_t> present;                // bit `seq` set: the instance is in by_count (may be short)
+  bool Has(uint32_t seq) const { return seq / 64 < present.size() && (present[seq / 64] >> (seq % 64) & 1) != 0; }
+};
+
 class ClusterState {
  public:
   ClusterState() = default;
@@ -120,6 +128,9 @@ class ClusterState {
   // The cluster's instances ordered by remaining CPU units or memory (binpack(cpu|memory): lower_bound on what a
   // task needs). Kept current by the same calls as GpuIndex.
   const std::set<HostSlot>& HostIndex(const std::string& cluster, HostResource resource) const;
+  // The cluster's instances holding at least one task of a group (GroupId): spread(instanceId) walks them by
+  // ascending count. Kept current by ReserveTask, ReleaseTask and RebuildReservations.
+  const GroupMembers& GroupIndex(const std::string& cluster, uint32_t group_id) const;
 
   // ---- tasks
   Task* FindTask(const std::string& arn);
@@ -174,6 +185,8 @@ class ClusterState {
     std::set<HostSlot> memory;  // instances by remaining memory
   };
   std::unordered_map<std::string, HostIndexes> host_index_;  // cluster -> instances by remaining CPU / memory
+  // cluster -> group id -> (count, seq) of the instances with tasks of that group
+  std::unordered_map<std::string, std::unordered_map<uint32_t, GroupMembers>> group_index_;
   std::unordered_map<std::string, Task> tasks_;
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
 };

@@ -1,6 +1,7 @@
 #include "scheduler/placement.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -328,6 +329,8 @@ struct Placer::Compiled {
   bool gpu_binpack_first = false;  // the first strategy is binpack(gpuMemory): PlaceOne may use the GPU index
   // The first strategy is binpack(cpu) or binpack(memory): PlaceOne may use that host index.
   std::optional<HostResource> host_binpack_first;
+  // The first strategy is spread(instanceId|host): PlaceOne may walk the instances by ascending group count.
+  bool spread_instance_first = false;
 };
 
 Placer::Placer(PlacementRequest request) : request_(std::move(request)), compiled_(std::make_unique<Compiled>()) {}
@@ -371,6 +374,8 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
   c.spread_first = strategies.front().type == "spread";
   c.random_only = strategies.size() == 1 && strategies.front().type == "random";
   c.gpu_binpack_first = strategies.front().type == "binpack" && strategies.front().field == "gpuMemory";
+  c.spread_instance_first = strategies.front().type == "spread" &&
+                            (strategies.front().field == "instanceId" || strategies.front().field == "host");
   if (strategies.front().type == "binpack") {
     const std::string& field = strategies.front().field;
     if (field == "cpu" || field == "CPU") c.host_binpack_first = HostResource::kCpu;
@@ -606,6 +611,117 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
         if (consider(*first)) break;
       }
       if (consider(Candidate{&inst, it->seq, f.fit})) break;
+    }
+    if (consistent && !best && first) {  // the tie group had one candidate
+      best = first->inst;
+      best_fit = first->fit;
+    }
+    if (consistent && best) {
+      result.instance = best;
+      result.gpu_indices = ChosenGpus(demand, *best, best_fit);
+      return result;
+    }
+    // Nothing fits (or the index could not be trusted): the scan below decides and builds the failures.
+  }
+  // Fast path for spread(instanceId|host) first: visit the instances by ascending count of the request's group,
+  // and in registration order within a count, which is the scan's order of preference on the first strategy.
+  // Count 0 first: the instance list in registration order, skipping the members of the group's index
+  // (ClusterState::GroupIndex); then the index itself, ordered by (count, registration order). The first
+  // instance that passes every filter has the least first score of the scan. With one strategy it is the scan's
+  // choice; with more, the rest of its tie group (same count) is filtered and scored as the scan would, stopping
+  // early where the later strategies reach their floors. With distinctInstance no instance of count 1 or more
+  // passes, so only count 0 is walked.
+  if (c.spread_instance_first && !entries.empty()) {
+    const uint32_t group_id = state.GroupId(request_.group);
+    const GroupMembers& members = state.GroupIndex(request_.cluster, group_id);
+    const auto& index = members.by_count;
+    // An index that disagrees with the instance list (or an entry whose count is not the instance's, checked
+    // below) leaves the decision to the scan.
+    bool consistent = index.size() <= entries.size();
+    std::optional<ScoreContext> tie_ctx;
+    std::vector<double> tie_floors, best_scores, scores(c.scorers.size());
+    const ContainerInstance* best = nullptr;
+    GpuFit best_fit;
+    struct Candidate {
+      const ContainerInstance* inst;
+      uint32_t pos;
+      GpuFit fit;
+    };
+    std::optional<Candidate> first;
+    // As in the binpack(cpu|memory) path: scores a candidate of the tie group (in registration order) against
+    // the best so far; true when no later one can beat it.
+    auto consider = [&](const Candidate& k) {
+      const uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(k.inst->arn)) : 0;
+      bool at_floor = true;
+      for (size_t i = 0; i < c.scorers.size(); ++i) {
+        scores[i] = c.scorers[i]->Score(*k.inst, *entries[k.pos].load, demand, k.fit, key, *tie_ctx, i, k.pos);
+        at_floor = at_floor && (i == 0 || scores[i] <= tie_floors[i]);  // the first score is the tie's count
+      }
+      if (best && !(scores < best_scores)) return false;  // ties keep the earlier-registered instance
+      best = k.inst;
+      best_scores = scores;
+      best_fit = k.fit;
+      return at_floor;
+    };
+    FilterOutcome f;
+    // Filters one instance of the current count; true when the decision is made.
+    auto visit = [&](uint32_t pos) {
+      const ContainerInstance& inst = *entries[pos].instance;
+      if (IsInactive(inst) || !InOnlyList(request_, inst)) return false;
+      f.fit = GpuFit{};
+      if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, *entries[pos].load, false,
+                      f))
+        return false;
+      if (c.scorers.size() == 1) {  // registration order breaks ties
+        best = &inst;
+        best_fit = f.fit;
+        return true;
+      }
+      // A tie group of one needs no later strategy: prepare the scorers only when a second candidate passes.
+      if (!first) {
+        first = Candidate{&inst, pos, f.fit};
+        return false;
+      }
+      if (!tie_ctx) {
+        tie_ctx = PrepareScorers(c, state, entries, request_.group);
+        tie_floors.resize(c.scorers.size());
+        for (size_t i = 0; i < c.scorers.size(); ++i)
+          tie_floors[i] = std::max(c.floors[i], tie_ctx->per_scorer[i].floor);
+        if (consider(*first)) return true;
+      }
+      return consider(Candidate{&inst, pos, f.fit});
+    };
+    if (consistent && index.size() < entries.size()) {  // some instance has count 0
+      // The members' bitmap skips 64 instances of count 1 or more per word, without touching their loads.
+      const uint32_t n = static_cast<uint32_t>(entries.size());
+      for (uint32_t word = 0; word * 64 < n; ++word) {
+        uint64_t zeros = word < members.present.size() ? ~members.present[word] : ~uint64_t{0};
+        bool stop = false;
+        while (zeros != 0 && !stop) {
+          const uint32_t pos = word * 64 + static_cast<uint32_t>(std::countr_zero(zeros));
+          zeros &= zeros - 1;
+          if (pos >= n) break;
+          if (entries[pos].load->CountOfGroupId(group_id) != 0) {  // the bitmap disagrees with the load
+            consistent = false;
+            stop = true;
+          } else {
+            stop = visit(pos);
+          }
+        }
+        if (stop) break;
+      }
+    }
+    if (consistent && !best && !first && !c.distinct_instance) {
+      std::optional<int> tie_count;
+      for (const auto& [count, pos] : index) {
+        if (pos >= entries.size() || entries[pos].load->CountOfGroupId(group_id) != count) {
+          consistent = false;
+          break;
+        }
+        if (tie_count && count != *tie_count) break;
+        if (visit(pos)) break;
+        if (best || first) tie_count = count;
+      }
     }
     if (consistent && !best && first) {  // the tie group had one candidate
       best = first->inst;
