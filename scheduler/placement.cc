@@ -461,6 +461,84 @@ static ScoreContext PrepareScorers(const Placer::Compiled& c, const ClusterState
   return ctx;
 }
 
+// TieGroupPick: the decision among the instances of one tie group on the first strategy (same remaining CPU or
+// memory for binpack, same group count for spread), offered in registration order after passing every filter,
+// for the index walks of PlaceOne. With one strategy the first offer is the decision. With more, the first offer
+// is held and the later strategies are prepared (which may walk the whole cluster, e.g. spread(attribute)) only
+// when a second one arrives; candidates are then scored as the scan would, ties keeping the earlier instance,
+// and the walk may stop once the later strategies reach their floors.
+class TieGroupPick {
+ public:
+  TieGroupPick(const Placer::Compiled& c, const ClusterState& state, const std::vector<InstanceEntry>& entries,
+               const PlacementRequest& request, uint64_t task_seed)
+      : c_(c), state_(state), entries_(entries), request_(request), task_seed_(task_seed),
+        scores_(c.scorers.size()) {}
+
+  // Offer takes one candidate of the tie group; true when no later candidate can change the decision.
+  bool Offer(const ContainerInstance& inst, uint32_t pos, const GpuFit& fit) {
+    if (c_.scorers.size() == 1) {  // the walk's order already breaks ties by registration order
+      best_ = &inst;
+      best_fit_ = fit;
+      return true;
+    }
+    if (!first_) {
+      first_ = Candidate{&inst, pos, fit};
+      return false;
+    }
+    if (!ctx_) {
+      ctx_ = PrepareScorers(c_, state_, entries_, request_.group);
+      floors_.resize(c_.scorers.size());
+      for (size_t i = 0; i < c_.scorers.size(); ++i) floors_[i] = std::max(c_.floors[i], ctx_->per_scorer[i].floor);
+      if (Consider(*first_)) return true;
+    }
+    return Consider(Candidate{&inst, pos, fit});
+  }
+
+  // Started: some candidate of the group was offered.
+  bool started() const { return best_ != nullptr || first_.has_value(); }
+
+  // Decision: the chosen instance and its GPU fit; null when nothing was offered.
+  std::pair<const ContainerInstance*, GpuFit> Decision() const {
+    if (best_) return {best_, best_fit_};
+    if (first_) return {first_->inst, first_->fit};  // the tie group had one candidate
+    return {nullptr, GpuFit{}};
+  }
+
+ private:
+  struct Candidate {
+    const ContainerInstance* inst;
+    uint32_t pos;
+    GpuFit fit;
+  };
+
+  // Consider scores a candidate against the best so far; true when no later one can beat it.
+  bool Consider(const Candidate& k) {
+    const uint64_t key = c_.needs_random_key ? Mix(task_seed_ ^ HashString(k.inst->arn)) : 0;
+    bool at_floor = true;
+    for (size_t i = 0; i < c_.scorers.size(); ++i) {
+      scores_[i] = c_.scorers[i]->Score(*k.inst, *entries_[k.pos].load, request_.demand, k.fit, key, *ctx_, i,
+                                        k.pos);
+      at_floor = at_floor && (i == 0 || scores_[i] <= floors_[i]);  // the first score is the same in the group
+    }
+    if (best_ && !(scores_ < best_scores_)) return false;  // ties keep the earlier-registered instance
+    best_ = k.inst;
+    best_scores_ = scores_;
+    best_fit_ = k.fit;
+    return at_floor;
+  }
+
+  const Placer::Compiled& c_;
+  const ClusterState& state_;
+  const std::vector<InstanceEntry>& entries_;
+  const PlacementRequest& request_;
+  const uint64_t task_seed_;
+  std::optional<ScoreContext> ctx_;
+  std::vector<double> floors_, best_scores_, scores_;
+  const ContainerInstance* best_ = nullptr;
+  GpuFit best_fit_;
+  std::optional<Candidate> first_;
+};
+
 Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   Placement result;
   const auto& entries = state.EntriesOf(request_.cluster);
@@ -551,33 +629,8 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
     // not the instance's value, checked below) leaves the decision to the scan.
     bool consistent = index.size() == entries.size();
     std::optional<int64_t> tie_remaining;
-    std::optional<ScoreContext> tie_ctx;
-    std::vector<double> tie_floors, best_scores, scores(c.scorers.size());
-    const ContainerInstance* best = nullptr;
-    GpuFit best_fit;
     const int64_t need = cpu ? demand.cpu : demand.memory;
-    struct Candidate {
-      const ContainerInstance* inst;
-      uint32_t pos;
-      GpuFit fit;
-    };
-    std::optional<Candidate> first;
-    // Scores a candidate of the tie group (in registration order) against the best so far; true when no later
-    // one can beat it.
-    auto consider = [&](const Candidate& k) {
-      const uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(k.inst->arn)) : 0;
-      bool at_floor = true;
-      for (size_t i = 0; i < c.scorers.size(); ++i) {
-        scores[i] = c.scorers[i]->Score(*k.inst, *entries[k.pos].load, demand, k.fit, key, *tie_ctx, i, k.pos);
-        // The first score is the same across the tie group; the later ones decide.
-        at_floor = at_floor && (i == 0 || scores[i] <= tie_floors[i]);
-      }
-      if (best && !(scores < best_scores)) return false;  // ties keep the earlier-registered instance
-      best = k.inst;
-      best_scores = scores;
-      best_fit = k.fit;
-      return at_floor;
-    };
+    TieGroupPick pick(c, state, entries, request_, task_seed);
     FilterOutcome f;
     for (auto it = index.lower_bound(HostSlot{need, 0, nullptr}); consistent && it != index.end(); ++it) {
       if (tie_remaining && it->remaining != *tie_remaining) break;
@@ -592,31 +645,9 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
       f.fit = GpuFit{};
       if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, load, false, f)) continue;
       tie_remaining = it->remaining;
-      if (c.scorers.size() == 1) {  // index order already breaks ties by registration order
-        best = &inst;
-        best_fit = f.fit;
-        break;
-      }
-      // A tie group of one needs no later strategy: hold the first candidate, and prepare the scorers (which
-      // may walk the whole cluster, e.g. spread(attribute)) only when a second one passes.
-      if (!first) {
-        first = Candidate{&inst, it->seq, f.fit};
-        continue;
-      }
-      if (!tie_ctx) {
-        tie_ctx = PrepareScorers(c, state, entries, request_.group);
-        tie_floors.resize(c.scorers.size());
-        for (size_t i = 0; i < c.scorers.size(); ++i)
-          tie_floors[i] = std::max(c.floors[i], tie_ctx->per_scorer[i].floor);
-        if (consider(*first)) break;
-      }
-      if (consider(Candidate{&inst, it->seq, f.fit})) break;
+      if (pick.Offer(inst, it->seq, f.fit)) break;
     }
-    if (consistent && !best && first) {  // the tie group had one candidate
-      best = first->inst;
-      best_fit = first->fit;
-    }
-    if (consistent && best) {
+    if (auto [best, best_fit] = pick.Decision(); consistent && best) {
       result.instance = best;
       result.gpu_indices = ChosenGpus(demand, *best, best_fit);
       return result;
@@ -638,31 +669,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
     // An index that disagrees with the instance list (or an entry whose count is not the instance's, checked
     // below) leaves the decision to the scan.
     bool consistent = index.size() <= entries.size();
-    std::optional<ScoreContext> tie_ctx;
-    std::vector<double> tie_floors, best_scores, scores(c.scorers.size());
-    const ContainerInstance* best = nullptr;
-    GpuFit best_fit;
-    struct Candidate {
-      const ContainerInstance* inst;
-      uint32_t pos;
-      GpuFit fit;
-    };
-    std::optional<Candidate> first;
-    // As in the binpack(cpu|memory) path: scores a candidate of the tie group (in registration order) against
-    // the best so far; true when no later one can beat it.
-    auto consider = [&](const Candidate& k) {
-      const uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(k.inst->arn)) : 0;
-      bool at_floor = true;
-      for (size_t i = 0; i < c.scorers.size(); ++i) {
-        scores[i] = c.scorers[i]->Score(*k.inst, *entries[k.pos].load, demand, k.fit, key, *tie_ctx, i, k.pos);
-        at_floor = at_floor && (i == 0 || scores[i] <= tie_floors[i]);  // the first score is the tie's count
-      }
-      if (best && !(scores < best_scores)) return false;  // ties keep the earlier-registered instance
-      best = k.inst;
-      best_scores = scores;
-      best_fit = k.fit;
-      return at_floor;
-    };
+    TieGroupPick pick(c, state, entries, request_, task_seed);
     FilterOutcome f;
     // Filters one instance of the current count; true when the decision is made.
     auto visit = [&](uint32_t pos) {
@@ -672,24 +679,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
       if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, *entries[pos].load, false,
                       f))
         return false;
-      if (c.scorers.size() == 1) {  // registration order breaks ties
-        best = &inst;
-        best_fit = f.fit;
-        return true;
-      }
-      // A tie group of one needs no later strategy: prepare the scorers only when a second candidate passes.
-      if (!first) {
-        first = Candidate{&inst, pos, f.fit};
-        return false;
-      }
-      if (!tie_ctx) {
-        tie_ctx = PrepareScorers(c, state, entries, request_.group);
-        tie_floors.resize(c.scorers.size());
-        for (size_t i = 0; i < c.scorers.size(); ++i)
-          tie_floors[i] = std::max(c.floors[i], tie_ctx->per_scorer[i].floor);
-        if (consider(*first)) return true;
-      }
-      return consider(Candidate{&inst, pos, f.fit});
+      return pick.Offer(inst, pos, f.fit);
     };
     if (consistent && index.size() < entries.size()) {  // some instance has count 0
       // The members' bitmap skips 64 instances of count 1 or more per word, without touching their loads.
@@ -711,7 +701,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
         if (stop) break;
       }
     }
-    if (consistent && !best && !first && !c.distinct_instance) {
+    if (consistent && !pick.started() && !c.distinct_instance) {
       std::optional<int> tie_count;
       for (const auto& [count, pos] : index) {
         if (pos >= entries.size() || entries[pos].load->CountOfGroupId(group_id) != count) {
@@ -720,14 +710,10 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
         }
         if (tie_count && count != *tie_count) break;
         if (visit(pos)) break;
-        if (best || first) tie_count = count;
+        if (pick.started()) tie_count = count;
       }
     }
-    if (consistent && !best && first) {  // the tie group had one candidate
-      best = first->inst;
-      best_fit = first->fit;
-    }
-    if (consistent && best) {
+    if (auto [best, best_fit] = pick.Decision(); consistent && best) {
       result.instance = best;
       result.gpu_indices = ChosenGpus(demand, *best, best_fit);
       return result;
