@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "scheduler/strategies.h"
 #include "scheduler/validation.h"
 
 namespace gpupack::plan {
@@ -43,17 +44,19 @@ Result<PlanStrategy> ParseStrategy(std::string_view text) {
     start = comma + 1;
   }
   if (Status st = ValidatePlacement({}, s.chain); !st.ok())
-    return Status::InvalidParameter("--strategy '" + s.name + "': " + st.message() +
-                                    " (strategies: binpack:gpuMemory, binpack:cpu, binpack:memory, "
-                                    "spread:instanceId, spread:attribute:NAME, random)");
+    return Status::InvalidParameter("--strategy '" + s.name + "': " + st.message() + " (strategies: " +
+                                    StrategySyntaxList() + ")");
   return s;
 }
 
 std::vector<PlanStrategy> AllStrategies() {
   std::vector<PlanStrategy> out;
-  for (const char* name : {"binpack:gpuMemory", "binpack:cpu", "binpack:memory", "spread:instanceId",
-                           "spread:attribute:gpu-model", "random"})
-    out.push_back(std::move(ParseStrategy(name)).value());
+  for (const StrategyKind* kind : ListedStrategies()) {
+    // The kind's first field; a named field (attribute:NAME) names the attribute every planner instance has.
+    std::string field = kind->fields.empty() ? std::string() : std::string(kind->fields.front());
+    if (field.empty() && !kind->field_prefix.empty()) field = std::string(kind->field_prefix) + kGpuModelAttribute;
+    out.push_back(std::move(ParseStrategy(std::string(kind->type) + (field.empty() ? "" : ":" + field))).value());
+  }
   return out;
 }
 

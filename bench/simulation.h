@@ -34,8 +34,9 @@ struct PlanStrategy {
   std::vector<PlacementStrategy> chain;
 };
 Result<PlanStrategy> ParseStrategy(std::string_view text);
-// Every strategy the server has: binpack:gpuMemory, binpack:cpu, binpack:memory, spread:instanceId,
-// spread:attribute:gpu-model, random.
+// Every strategy the server has, one per listed kind of the strategy registry (scheduler/strategies.h), in its
+// list order: binpack:gpuMemory, binpack:cpu, binpack:memory, spread:instanceId, spread:attribute:gpu-model
+// (the attribute kGpuModelAttribute every planner instance has), random.
 std::vector<PlanStrategy> AllStrategies();
 
 inline constexpr const char* kPlanCluster = "plan";

@@ -14,6 +14,7 @@
 #include "bench/protocols.h"
 #include "bench/report.h"
 #include "cli/commands.h"
+#include "scheduler/strategies.h"
 
 namespace gpupack::cli {
 
@@ -31,9 +32,8 @@ void AddPlanFlags(CLI::App& app, PlanFlags& f) {
                  "(smallest count of each instance type), bounds (one-dimensional lower bounds)")
       ->capture_default_str();
   app.add_option("--strategy", f.strategies,
-                 "a RunTask placementStrategy, repeatable: binpack:gpuMemory, binpack:cpu, binpack:memory, "
-                 "spread:instanceId, spread:attribute:NAME, random, or a chain A,B (default: all six for fgd and "
-                 "replay, binpack:gpuMemory for size)")
+                 "a RunTask placementStrategy, repeatable: " + StrategySyntaxList() +
+                     ", or a chain A,B (default: all of them for fgd and replay, binpack:gpuMemory for size)")
       ->allow_extra_args(false);
   app.add_option("--gpu-units", f.gpu_units,
                  "auto, mib (GPU memory in MiB) or milli (every GPU holds 1000 units: the FGD paper's setting); "

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <limits>
 #include <optional>
-#include <string_view>
-#include <unordered_map>
-#include <unordered_set>
+#include <string>
 
+#include "scheduler/placement_parts.h"
 #include "scheduler/query.h"
+#include "scheduler/strategies.h"
 
 namespace gpupack {
 
@@ -36,21 +35,11 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-bool Shareable(const Gpu& g) { return !g.held && (g.mode == GpuMode::kIdle || g.mode == GpuMode::kMps); }
-
-// Status tests without strlen/memcmp calls: the scan asks them of every instance.
-bool IsActive(const ContainerInstance& inst) { return std::string_view(inst.status) == std::string_view("ACTIVE"); }
-bool IsInactive(const ContainerInstance& inst) {
-  return std::string_view(inst.status) == std::string_view("INACTIVE");
+uint64_t HashString(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
 }
-
-// GpuFit is what GpuFitFilter found on an instance that passes it: enough to score the instance without
-// allocating. ChosenGpus() turns it into the GPU indices, for the instance finally chosen.
-struct GpuFit {
-  size_t shared_gpu = SIZE_MAX;    // shared: the chosen GPU
-  MiB chosen_remaining_after = 0;  // shared: remaining memory of the chosen GPU after placement
-  MiB taken_memory = 0;            // dedicated: remaining memory of the GPUs it takes (all of an IDLE GPU)
-};
 
 // FitGpus chooses the GPU(s) for `demand` on `inst`: nullptr and `fit` when they fit, else the failure reason
 // (and, when `detail` is given, the human detail). `prefer_emptiest` flips best fit to worst fit (spread).
@@ -158,179 +147,18 @@ std::vector<size_t> ChosenGpus(const TaskDemand& demand, const ContainerInstance
   return out;
 }
 
-MiB TotalRemainingGpuMemory(const ContainerInstance& inst) {
-  MiB sum = 0;
-  for (const Gpu& g : inst.gpus)
-    if (Shareable(g)) sum += g.remaining_memory_mib;
-  return sum;
-}
-
 }  // namespace
 
 // ---- the compiled request -------------------------------------------------------------------------------
 
-// ScoreContext: what the scorers aggregate over the cluster for one placement (per call, so a Placer stays
-// const and shareable).
-struct ScoreContext {
-  uint32_t group_id = ClusterState::kNoGroupId;  // the request's task group (ClusterState::GroupId)
-  struct PerScorer {
-    // A least score over every non-INACTIVE instance (so over every eligible one), or -inf: like
-    // Scorer::Floor, an instance that reaches it cannot be beaten by a later one.
-    double floor = -std::numeric_limits<double>::infinity();
-    std::vector<uint32_t> value_of;  // spread(attribute): per instance position, the id of its value
-    std::vector<int64_t> totals;     // spread(attribute): per value id, tasks of the group on that value
-  };
-  std::vector<PerScorer> per_scorer;
-};
-
-// Scorer: one placement strategy as a bounded number per eligible instance; lower is better. `pos` is the
-// instance's position in the cluster's registration order (ClusterState::EntriesOf).
-class Scorer {
- public:
-  virtual ~Scorer() = default;
-  // Called once per placement before scoring, to aggregate over the whole cluster where needed.
-  virtual void Prepare(const std::vector<InstanceEntry>&, ScoreContext&, size_t) const {}
-  virtual double Score(const ContainerInstance& inst, const InstanceLoad& load, const TaskDemand& demand,
-                       const GpuFit& fit, uint64_t random_key, const ScoreContext& ctx, size_t self,
-                       size_t pos) const = 0;
-  // The least score an eligible instance can have for `demand` (-inf when unknown). An instance that reaches
-  // it on every strategy cannot be beaten by a later one (ties go to the earlier instance), so the scan stops.
-  virtual double Floor(const TaskDemand&) const { return -std::numeric_limits<double>::infinity(); }
-  // Whether Score ignores the GpuFit and the random key, so that it may be computed before the filters run:
-  // an instance that scores worse than the best so far on such a first strategy needs no filtering.
-  virtual bool ScoresBeforeFit() const { return true; }
-};
-
-namespace {
-
-// binpack(cpu|memory): the resource left on the instance after placement. Least left wins.
-class BinpackHostScorer : public Scorer {
- public:
-  explicit BinpackHostScorer(bool cpu) : cpu_(cpu) {}
-  double Score(const ContainerInstance& inst, const InstanceLoad&, const TaskDemand& d, const GpuFit&, uint64_t,
-               const ScoreContext&, size_t, size_t) const override {
-    return cpu_ ? static_cast<double>(inst.remaining.cpu - d.cpu)
-                : static_cast<double>(inst.remaining.memory - d.memory);
-  }
-  // The CPU and memory filters passed: nothing negative is left.
-  double Floor(const TaskDemand&) const override { return 0; }
-
- private:
-  bool cpu_;
-};
-
-// binpack(gpuMemory): for a shared task, the memory left on the chosen GPU after placement (best fit over the
-// whole cluster, at GPU granularity); for other tasks, the shareable GPU memory left on the instance after it.
-class BinpackGpuMemoryScorer : public Scorer {
- public:
-  double Score(const ContainerInstance& inst, const InstanceLoad&, const TaskDemand& d, const GpuFit& fit, uint64_t,
-               const ScoreContext&, size_t, size_t) const override {
-    if (d.gpu_kind == GpuKind::kShared) return static_cast<double>(fit.chosen_remaining_after);
-    return static_cast<double>(TotalRemainingGpuMemory(inst) - fit.taken_memory);
-  }
-  // A shared task's GPU had at least its need free.
-  double Floor(const TaskDemand& d) const override {
-    return d.gpu_kind == GpuKind::kShared ? 0 : -std::numeric_limits<double>::infinity();
-  }
-  bool ScoresBeforeFit() const override { return false; }
-};
-
-// spread(instanceId|host): tasks of the group already on the instance. Fewest wins.
-class SpreadInstanceScorer : public Scorer {
- public:
-  double Score(const ContainerInstance&, const InstanceLoad& load, const TaskDemand&, const GpuFit&, uint64_t,
-               const ScoreContext& ctx, size_t, size_t) const override {
-    return static_cast<double>(load.CountOfGroupId(ctx.group_id));
-  }
-  double Floor(const TaskDemand&) const override { return 0; }
-};
-
-// spread(attribute:NAME): tasks of the group on all instances sharing this instance's value of NAME. Fewest
-// wins; instances without the attribute count as one more value ("").
-class SpreadAttributeScorer : public Scorer {
- public:
-  explicit SpreadAttributeScorer(std::string attribute) : attribute_(std::move(attribute)) {}
-  // Gives every non-INACTIVE instance the id of its value (values are compared, not hashed, while there are
-  // few of them) and sums the group's tasks per value.
-  void Prepare(const std::vector<InstanceEntry>& entries, ScoreContext& ctx, size_t self) const override {
-    auto& data = ctx.per_scorer[self];
-    data.value_of.assign(entries.size(), 0);
-    std::vector<std::string_view> values;
-    std::unordered_map<std::string_view, uint32_t> many;  // used once there are more than kFew values
-    constexpr size_t kFew = 16;
-    uint32_t last = UINT32_MAX;
-    for (size_t pos = 0; pos < entries.size(); ++pos) {
-      const ContainerInstance& inst = *entries[pos].instance;
-      if (IsInactive(inst)) continue;
-      const Attribute* a = inst.FindAttribute(attribute_);
-      const std::string_view v = a && a->value ? std::string_view(*a->value) : std::string_view();
-      uint32_t id = UINT32_MAX;
-      if (last != UINT32_MAX && values[last] == v) {
-        id = last;
-      } else if (many.empty()) {
-        for (uint32_t k = 0; k < values.size() && id == UINT32_MAX; ++k)
-          if (values[k] == v) id = k;
-        if (id == UINT32_MAX && values.size() < kFew) {
-          id = static_cast<uint32_t>(values.size());
-          values.push_back(v);
-        } else if (id == UINT32_MAX) {
-          for (uint32_t k = 0; k < values.size(); ++k) many.emplace(values[k], k);
-        }
-      }
-      if (id == UINT32_MAX) {
-        auto [it, added] = many.emplace(v, static_cast<uint32_t>(values.size()));
-        if (added) values.push_back(v);
-        id = it->second;
-      }
-      last = id;
-      data.value_of[pos] = id;
-      if (data.totals.size() < values.size()) data.totals.resize(values.size(), 0);
-      data.totals[id] += entries[pos].load->CountOfGroupId(ctx.group_id);
-    }
-    if (!data.totals.empty()) data.floor = static_cast<double>(*std::min_element(data.totals.begin(), data.totals.end()));
-  }
-  double Score(const ContainerInstance&, const InstanceLoad&, const TaskDemand&, const GpuFit&, uint64_t,
-               const ScoreContext& ctx, size_t self, size_t pos) const override {
-    const auto& data = ctx.per_scorer[self];
-    return static_cast<double>(data.totals[data.value_of[pos]]);
-  }
-  double Floor(const TaskDemand&) const override { return 0; }
-
- private:
-  std::string attribute_;
-};
-
-// random: a uniform key from (seed, task index, instance ARN).
-class RandomScorer : public Scorer {
- public:
-  double Score(const ContainerInstance&, const InstanceLoad&, const TaskDemand&, const GpuFit&, uint64_t random_key,
-               const ScoreContext&, size_t, size_t) const override {
-    return static_cast<double>(random_key >> 11);
-  }
-  bool ScoresBeforeFit() const override { return false; }
-};
-
-uint64_t HashString(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
-}  // namespace
-
 struct Placer::Compiled {
   std::vector<std::pair<std::string, query::ExpressionPtr>> member_of;
   bool distinct_instance = false;
-  std::vector<std::unique_ptr<Scorer>> scorers;
+  std::vector<std::unique_ptr<Scorer>> scorers;  // one per strategy, from its registry entry
   std::vector<double> floors;  // Scorer::Floor for the request's demand, one per scorer
-  bool spread_first = false;
-  bool needs_random_key = false;
-  bool random_only = false;  // the only strategy is random: PlaceOne may sample instead of scanning
-  bool gpu_binpack_first = false;  // the first strategy is binpack(gpuMemory): PlaceOne may use the GPU index
-  // The first strategy is binpack(cpu) or binpack(memory): PlaceOne may use that host index.
-  std::optional<HostResource> host_binpack_first;
-  // The first strategy is spread(instanceId|host): PlaceOne may walk the instances by ascending group count.
-  bool spread_instance_first = false;
+  const StrategyKind* first = nullptr;  // the first strategy's entry: its index walk and GPU choice
+  bool prefer_emptiest = false;         // first->gpu_choice is kEmptiest
+  bool needs_random_key = false;        // some strategy's entry reads the random draw
 };
 
 Placer::Placer(PlacementRequest request) : request_(std::move(request)), compiled_(std::make_unique<Compiled>()) {}
@@ -353,34 +181,14 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
   std::vector<PlacementStrategy> strategies = p->request_.strategies;
   if (strategies.empty()) strategies.push_back({"random", ""});
   for (const auto& s : strategies) {
-    if (s.type == "binpack" && (s.field == "cpu" || s.field == "CPU")) {
-      c.scorers.push_back(std::make_unique<BinpackHostScorer>(true));
-    } else if (s.type == "binpack" && (s.field == "memory" || s.field == "MEMORY")) {
-      c.scorers.push_back(std::make_unique<BinpackHostScorer>(false));
-    } else if (s.type == "binpack" && s.field == "gpuMemory") {
-      c.scorers.push_back(std::make_unique<BinpackGpuMemoryScorer>());
-    } else if (s.type == "spread" && (s.field == "instanceId" || s.field == "host")) {
-      c.scorers.push_back(std::make_unique<SpreadInstanceScorer>());
-    } else if (s.type == "spread" && s.field.rfind("attribute:", 0) == 0 && s.field.size() > 10) {
-      c.scorers.push_back(std::make_unique<SpreadAttributeScorer>(s.field.substr(10)));
-    } else if (s.type == "random") {
-      c.scorers.push_back(std::make_unique<RandomScorer>());
-      c.needs_random_key = true;
-    } else {
-      return Status::InvalidParameter("unknown placement strategy '" + s.type + "' with field '" + s.field + "'");
-    }
+    const StrategyKind* kind = ResolveStrategyKind(s);
+    if (!kind) return Status::InvalidParameter("unknown placement strategy '" + s.type + "' with field '" + s.field + "'");
+    if (!c.first) c.first = kind;
+    c.scorers.push_back(kind->make_scorer(s.field));
+    c.needs_random_key = c.needs_random_key || kind->random_key;
   }
   for (const auto& scorer : c.scorers) c.floors.push_back(scorer->Floor(p->request_.demand));
-  c.spread_first = strategies.front().type == "spread";
-  c.random_only = strategies.size() == 1 && strategies.front().type == "random";
-  c.gpu_binpack_first = strategies.front().type == "binpack" && strategies.front().field == "gpuMemory";
-  c.spread_instance_first = strategies.front().type == "spread" &&
-                            (strategies.front().field == "instanceId" || strategies.front().field == "host");
-  if (strategies.front().type == "binpack") {
-    const std::string& field = strategies.front().field;
-    if (field == "cpu" || field == "CPU") c.host_binpack_first = HostResource::kCpu;
-    if (field == "memory" || field == "MEMORY") c.host_binpack_first = HostResource::kMemory;
-  }
+  c.prefer_emptiest = c.first->gpu_choice == GpuChoice::kEmptiest;
   return p;
 }
 
@@ -405,7 +213,7 @@ bool InOnlyList(const PlacementRequest& req, const ContainerInstance& inst) {
 // no string is built (the placement scan); with true, `out.detail` says why it failed (failures[], Explain).
 // Both take the same branches, so the reasons are the same.
 static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<std::string,
-                       query::ExpressionPtr>>& member_of, bool distinct, bool spread_first,
+                       query::ExpressionPtr>>& member_of, bool distinct, bool prefer_emptiest,
                        const ContainerInstance& inst, const InstanceLoad& load, bool with_detail, FilterOutcome& out) {
   out.reason = nullptr;
   auto fail = [&](const char* reason, auto&& make_detail) {
@@ -432,7 +240,7 @@ static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<
       return "instance has " + FormatMiB(inst.remaining.memory) + " of memory free; task needs " + FormatMiB(d.memory);
     });
   // GpuFitFilter
-  if (const char* r = FitGpus(d, inst, req.compute_aware, spread_first, out.fit, with_detail ? &out.detail : nullptr)) {
+  if (const char* r = FitGpus(d, inst, req.compute_aware, prefer_emptiest, out.fit, with_detail ? &out.detail : nullptr)) {
     out.reason = r;
     return false;
   }
@@ -539,187 +347,222 @@ class TieGroupPick {
   std::optional<Candidate> first_;
 };
 
+// ---- the index walks (StrategyKind::index_walk) ----------------------------------------------------------
+
+// SampleRandom: the fast path for random as the only strategy (the default). Rejection sampling over the
+// instance list is uniform over the eligible instances, like the scan, and touches a handful of instances when
+// most are eligible. After kRandomProbes misses (a nearly full cluster) the full scan decides.
+bool SampleRandom(const IndexWalkArgs& args, Placement& result) {
+  const PlacementRequest& req = args.request;
+  const Placer::Compiled& c = args.compiled;
+  const auto& entries = args.entries;
+  if (c.scorers.size() != 1 || entries.empty()) return false;
+  constexpr int kRandomProbes = 32;
+  for (int k = 0; k < kRandomProbes; ++k) {
+    const InstanceEntry& e = entries[Mix(args.task_seed + static_cast<uint64_t>(k)) % entries.size()];
+    if (IsInactive(*e.instance) || !InOnlyList(req, *e.instance)) continue;
+    FilterOutcome f;
+    if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, *e.instance, *e.load, false, f))
+      continue;
+    result.instance = e.instance;
+    result.gpu_indices = ChosenGpus(req.demand, *e.instance, f.fit);
+    return true;
+  }
+  return false;
+}
+
+// WalkGpuIndex: the fast path for binpack(gpuMemory) first and a shared task: walk the cluster's GPUs in
+// ascending remaining memory from the task's need. The first GPU whose instance passes every filter has the
+// least memory left after placement, which is exactly the first score of the scan; its ties (same remaining
+// memory) are then decided by the other strategies and registration order, as in the scan. When nothing fits,
+// the scan builds one failure per instance.
+bool WalkGpuIndex(const IndexWalkArgs& args, Placement& result) {
+  const PlacementRequest& req = args.request;
+  const Placer::Compiled& c = args.compiled;
+  const ClusterState& state = args.state;
+  const auto& entries = args.entries;
+  const TaskDemand& demand = req.demand;
+  if (demand.gpu_kind != GpuKind::kShared) return false;
+  const auto& index = state.GpuIndex(req.cluster);
+  std::vector<const ContainerInstance*> rejected;  // instances that failed a filter (small)
+  std::optional<MiB> tie_remaining;
+  struct Tie {
+    uint32_t pos;
+    GpuFit fit;
+  };
+  std::vector<Tie> ties;
+  for (auto it = index.lower_bound(GpuSlot{demand.gpu_memory, 0, 0, nullptr}); it != index.end(); ++it) {
+    if (tie_remaining && it->remaining != *tie_remaining) break;
+    const ContainerInstance* inst = it->instance;
+    const Gpu& g = inst->gpus[it->gpu];
+    if (g.remaining_memory_mib != it->remaining || !Shareable(g)) continue;
+    if (req.compute_aware && g.compute_used_percent + demand.gpu_compute > 100) continue;
+    if (IsInactive(*inst) || !InOnlyList(req, *inst)) continue;
+    if (std::find(rejected.begin(), rejected.end(), inst) != rejected.end()) continue;
+    bool seen = false;
+    for (const auto& t : ties) seen = seen || t.pos == it->seq;
+    if (seen) continue;
+    FilterOutcome f;
+    if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, *inst, *entries[it->seq].load, false,
+                    f)) {
+      rejected.push_back(inst);
+      continue;
+    }
+    tie_remaining = it->remaining;
+    ties.push_back({it->seq, f.fit});
+    if (c.scorers.size() == 1) break;  // index order already breaks ties by registration order
+  }
+  if (ties.empty()) return false;
+  ScoreContext ctx = PrepareScorers(c, state, entries, req.group);
+  size_t best = 0;
+  std::vector<double> best_scores, scores(c.scorers.size());
+  for (size_t k = 0; k < ties.size(); ++k) {
+    const InstanceEntry& e = entries[ties[k].pos];
+    uint64_t key = c.needs_random_key ? Mix(args.task_seed ^ HashString(e.instance->arn)) : 0;
+    for (size_t i = 0; i < c.scorers.size(); ++i)
+      scores[i] = c.scorers[i]->Score(*e.instance, *e.load, demand, ties[k].fit, key, ctx, i, ties[k].pos);
+    if (k == 0 || scores < best_scores) {
+      best = k;
+      best_scores = scores;
+    }
+  }
+  const ContainerInstance* chosen = entries[ties[best].pos].instance;
+  result.instance = chosen;
+  result.gpu_indices = ChosenGpus(demand, *chosen, ties[best].fit);
+  return true;
+}
+
+// WalkHostIndex: the fast path for binpack(cpu|memory) first: walk the cluster's instances in ascending
+// remaining CPU (memory) from the task's need; the ones below it would fail the CPU (memory) filter. The first
+// instance that passes every filter has the least left after placement, which is exactly the first score of
+// the scan. With one strategy it is the scan's choice (the index orders equal remaining by registration order);
+// with more, the rest of its tie group (same remaining, ascending registration order) is filtered, and when two
+// or more pass they are scored as the scan would, stopping early where the later strategies reach their
+// floors. When nothing fits (or the index could not be trusted) the scan decides and builds the failures.
+static bool WalkHostIndex(const IndexWalkArgs& args, HostResource resource, Placement& result) {
+  const PlacementRequest& req = args.request;
+  const auto& entries = args.entries;
+  if (entries.empty()) return false;
+  const bool cpu = resource == HostResource::kCpu;
+  const auto& index = args.state.HostIndex(req.cluster, resource);
+  // Every instance is indexed once; an index that disagrees with the instance list (or an entry whose key is
+  // not the instance's value, checked below) leaves the decision to the scan.
+  bool consistent = index.size() == entries.size();
+  std::optional<int64_t> tie_remaining;
+  const int64_t need = cpu ? req.demand.cpu : req.demand.memory;
+  const Placer::Compiled& c = args.compiled;
+  TieGroupPick pick(c, args.state, entries, req, args.task_seed);
+  FilterOutcome f;
+  for (auto it = index.lower_bound(HostSlot{need, 0, nullptr}); consistent && it != index.end(); ++it) {
+    if (tie_remaining && it->remaining != *tie_remaining) break;
+    const ContainerInstance& inst = *it->instance;
+    if ((cpu ? inst.remaining.cpu : inst.remaining.memory) != it->remaining || it->seq >= entries.size() ||
+        entries[it->seq].instance != &inst) {
+      consistent = false;
+      break;
+    }
+    if (IsInactive(inst) || !InOnlyList(req, inst)) continue;
+    const InstanceLoad& load = *entries[it->seq].load;
+    f.fit = GpuFit{};
+    if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, load, false, f)) continue;
+    tie_remaining = it->remaining;
+    if (pick.Offer(inst, it->seq, f.fit)) break;
+  }
+  auto [best, best_fit] = pick.Decision();
+  if (!consistent || !best) return false;
+  result.instance = best;
+  result.gpu_indices = ChosenGpus(req.demand, *best, best_fit);
+  return true;
+}
+
+bool WalkCpuIndex(const IndexWalkArgs& args, Placement& result) {
+  return WalkHostIndex(args, HostResource::kCpu, result);
+}
+bool WalkMemoryIndex(const IndexWalkArgs& args, Placement& result) {
+  return WalkHostIndex(args, HostResource::kMemory, result);
+}
+
+// WalkGroupIndex: the fast path for spread(instanceId|host) first: visit the instances by ascending count of the
+// request's group, and in registration order within a count, which is the scan's order of preference on the
+// first strategy. Count 0 first: the instance list in registration order, skipping the members of the group's
+// index (ClusterState::GroupIndex); then the index itself, ordered by (count, registration order). The first
+// instance that passes every filter has the least first score of the scan. With one strategy it is the scan's
+// choice; with more, the rest of its tie group (same count) is filtered and scored as the scan would, stopping
+// early where the later strategies reach their floors. With distinctInstance no instance of count 1 or more
+// passes, so only count 0 is walked. When nothing fits (or the index could not be trusted) the scan decides and
+// builds the failures.
+bool WalkGroupIndex(const IndexWalkArgs& args, Placement& result) {
+  const PlacementRequest& req = args.request;
+  const Placer::Compiled& c = args.compiled;
+  const ClusterState& state = args.state;
+  const auto& entries = args.entries;
+  if (entries.empty()) return false;
+  const uint32_t group_id = state.GroupId(req.group);
+  const GroupMembers& members = state.GroupIndex(req.cluster, group_id);
+  const auto& index = members.by_count;
+  // An index that disagrees with the instance list (or an entry whose count is not the instance's, checked
+  // below) leaves the decision to the scan.
+  bool consistent = index.size() <= entries.size();
+  TieGroupPick pick(c, state, entries, req, args.task_seed);
+  FilterOutcome f;
+  // Filters one instance of the current count; true when the decision is made.
+  auto visit = [&](uint32_t pos) {
+    const ContainerInstance& inst = *entries[pos].instance;
+    if (IsInactive(inst) || !InOnlyList(req, inst)) return false;
+    f.fit = GpuFit{};
+    if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, *entries[pos].load, false, f))
+      return false;
+    return pick.Offer(inst, pos, f.fit);
+  };
+  if (consistent && index.size() < entries.size()) {  // some instance has count 0
+    // The members' bitmap skips 64 instances of count 1 or more per word, without touching their loads.
+    const uint32_t n = static_cast<uint32_t>(entries.size());
+    for (uint32_t word = 0; word * 64 < n; ++word) {
+      uint64_t zeros = word < members.present.size() ? ~members.present[word] : ~uint64_t{0};
+      bool stop = false;
+      while (zeros != 0 && !stop) {
+        const uint32_t pos = word * 64 + static_cast<uint32_t>(std::countr_zero(zeros));
+        zeros &= zeros - 1;
+        if (pos >= n) break;
+        if (entries[pos].load->CountOfGroupId(group_id) != 0) {  // the bitmap disagrees with the load
+          consistent = false;
+          stop = true;
+        } else {
+          stop = visit(pos);
+        }
+      }
+      if (stop) break;
+    }
+  }
+  if (consistent && !pick.started() && !c.distinct_instance) {
+    std::optional<int> tie_count;
+    for (const auto& [count, pos] : index) {
+      if (pos >= entries.size() || entries[pos].load->CountOfGroupId(group_id) != count) {
+        consistent = false;
+        break;
+      }
+      if (tie_count && count != *tie_count) break;
+      if (visit(pos)) break;
+      if (pick.started()) tie_count = count;
+    }
+  }
+  auto [best, best_fit] = pick.Decision();
+  if (!consistent || !best) return false;
+  result.instance = best;
+  result.gpu_indices = ChosenGpus(req.demand, *best, best_fit);
+  return true;
+}
+
 Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   Placement result;
   const auto& entries = state.EntriesOf(request_.cluster);
   const Compiled& c = *compiled_;
   const TaskDemand& demand = request_.demand;
   const uint64_t task_seed = Mix(request_.seed ^ Mix(static_cast<uint64_t>(task_index) + 1));
-  // Fast path for random placement (the default): rejection sampling over the instance list is uniform over
-  // the eligible instances, like the scan below, and touches a handful of instances when most are eligible.
-  // After kRandomProbes misses (a nearly full cluster) the full scan decides.
-  if (c.random_only && !entries.empty()) {
-    constexpr int kRandomProbes = 32;
-    for (int k = 0; k < kRandomProbes; ++k) {
-      const InstanceEntry& e = entries[Mix(task_seed + static_cast<uint64_t>(k)) % entries.size()];
-      if (IsInactive(*e.instance) || !InOnlyList(request_, *e.instance)) continue;
-      FilterOutcome f;
-      if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *e.instance, *e.load, false, f))
-        continue;
-      result.instance = e.instance;
-      result.gpu_indices = ChosenGpus(demand, *e.instance, f.fit);
-      return result;
-    }
-  }
-  // Fast path for binpack(gpuMemory) first and a shared task: walk the cluster's GPUs in ascending remaining
-  // memory from the task's need. The first GPU whose instance passes every filter has the least memory left
-  // after placement, which is exactly the first score of the scan below; its ties (same remaining memory) are
-  // then decided by the other strategies and registration order, as in the scan.
-  if (c.gpu_binpack_first && demand.gpu_kind == GpuKind::kShared) {
-    const auto& index = state.GpuIndex(request_.cluster);
-    std::vector<const ContainerInstance*> rejected;  // instances that failed a filter (small)
-    std::optional<MiB> tie_remaining;
-    struct Tie {
-      uint32_t pos;
-      GpuFit fit;
-    };
-    std::vector<Tie> ties;
-    for (auto it = index.lower_bound(GpuSlot{demand.gpu_memory, 0, 0, nullptr}); it != index.end(); ++it) {
-      if (tie_remaining && it->remaining != *tie_remaining) break;
-      const ContainerInstance* inst = it->instance;
-      const Gpu& g = inst->gpus[it->gpu];
-      if (g.remaining_memory_mib != it->remaining || !Shareable(g)) continue;
-      if (request_.compute_aware && g.compute_used_percent + demand.gpu_compute > 100) continue;
-      if (IsInactive(*inst) || !InOnlyList(request_, *inst)) continue;
-      if (std::find(rejected.begin(), rejected.end(), inst) != rejected.end()) continue;
-      bool seen = false;
-      for (const auto& t : ties) seen = seen || t.pos == it->seq;
-      if (seen) continue;
-      FilterOutcome f;
-      if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst, *entries[it->seq].load,
-                      false, f)) {
-        rejected.push_back(inst);
-        continue;
-      }
-      tie_remaining = it->remaining;
-      ties.push_back({it->seq, f.fit});
-      if (c.scorers.size() == 1) break;  // index order already breaks ties by registration order
-    }
-    if (!ties.empty()) {
-      ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
-      size_t best = 0;
-      std::vector<double> best_scores, scores(c.scorers.size());
-      for (size_t k = 0; k < ties.size(); ++k) {
-        const InstanceEntry& e = entries[ties[k].pos];
-        uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(e.instance->arn)) : 0;
-        for (size_t i = 0; i < c.scorers.size(); ++i)
-          scores[i] = c.scorers[i]->Score(*e.instance, *e.load, demand, ties[k].fit, key, ctx, i, ties[k].pos);
-        if (k == 0 || scores < best_scores) {
-          best = k;
-          best_scores = scores;
-        }
-      }
-      const ContainerInstance* chosen = entries[ties[best].pos].instance;
-      result.instance = chosen;
-      result.gpu_indices = ChosenGpus(demand, *chosen, ties[best].fit);
-      return result;
-    }
-    // Nothing fits: the scan below builds one failure per instance.
-  }
-  // Fast path for binpack(cpu|memory) first: walk the cluster's instances in ascending remaining CPU (memory)
-  // from the task's need; the ones below it would fail the CPU (memory) filter. The first instance that passes
-  // every filter has the least left after placement, which is exactly the first score of the scan below. With
-  // one strategy it is the scan's choice (the index orders equal remaining by registration order); with more,
-  // the rest of its tie group (same remaining, ascending registration order) is filtered, and when two or more
-  // pass they are scored as the scan would, stopping early where the later strategies reach their floors.
-  if (c.host_binpack_first && !entries.empty()) {
-    const bool cpu = *c.host_binpack_first == HostResource::kCpu;
-    const auto& index = state.HostIndex(request_.cluster, *c.host_binpack_first);
-    // Every instance is indexed once; an index that disagrees with the instance list (or an entry whose key is
-    // not the instance's value, checked below) leaves the decision to the scan.
-    bool consistent = index.size() == entries.size();
-    std::optional<int64_t> tie_remaining;
-    const int64_t need = cpu ? demand.cpu : demand.memory;
-    TieGroupPick pick(c, state, entries, request_, task_seed);
-    FilterOutcome f;
-    for (auto it = index.lower_bound(HostSlot{need, 0, nullptr}); consistent && it != index.end(); ++it) {
-      if (tie_remaining && it->remaining != *tie_remaining) break;
-      const ContainerInstance& inst = *it->instance;
-      if ((cpu ? inst.remaining.cpu : inst.remaining.memory) != it->remaining || it->seq >= entries.size() ||
-          entries[it->seq].instance != &inst) {
-        consistent = false;
-        break;
-      }
-      if (IsInactive(inst) || !InOnlyList(request_, inst)) continue;
-      const InstanceLoad& load = *entries[it->seq].load;
-      f.fit = GpuFit{};
-      if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, load, false, f)) continue;
-      tie_remaining = it->remaining;
-      if (pick.Offer(inst, it->seq, f.fit)) break;
-    }
-    if (auto [best, best_fit] = pick.Decision(); consistent && best) {
-      result.instance = best;
-      result.gpu_indices = ChosenGpus(demand, *best, best_fit);
-      return result;
-    }
-    // Nothing fits (or the index could not be trusted): the scan below decides and builds the failures.
-  }
-  // Fast path for spread(instanceId|host) first: visit the instances by ascending count of the request's group,
-  // and in registration order within a count, which is the scan's order of preference on the first strategy.
-  // Count 0 first: the instance list in registration order, skipping the members of the group's index
-  // (ClusterState::GroupIndex); then the index itself, ordered by (count, registration order). The first
-  // instance that passes every filter has the least first score of the scan. With one strategy it is the scan's
-  // choice; with more, the rest of its tie group (same count) is filtered and scored as the scan would, stopping
-  // early where the later strategies reach their floors. With distinctInstance no instance of count 1 or more
-  // passes, so only count 0 is walked.
-  if (c.spread_instance_first && !entries.empty()) {
-    const uint32_t group_id = state.GroupId(request_.group);
-    const GroupMembers& members = state.GroupIndex(request_.cluster, group_id);
-    const auto& index = members.by_count;
-    // An index that disagrees with the instance list (or an entry whose count is not the instance's, checked
-    // below) leaves the decision to the scan.
-    bool consistent = index.size() <= entries.size();
-    TieGroupPick pick(c, state, entries, request_, task_seed);
-    FilterOutcome f;
-    // Filters one instance of the current count; true when the decision is made.
-    auto visit = [&](uint32_t pos) {
-      const ContainerInstance& inst = *entries[pos].instance;
-      if (IsInactive(inst) || !InOnlyList(request_, inst)) return false;
-      f.fit = GpuFit{};
-      if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, *entries[pos].load, false,
-                      f))
-        return false;
-      return pick.Offer(inst, pos, f.fit);
-    };
-    if (consistent && index.size() < entries.size()) {  // some instance has count 0
-      // The members' bitmap skips 64 instances of count 1 or more per word, without touching their loads.
-      const uint32_t n = static_cast<uint32_t>(entries.size());
-      for (uint32_t word = 0; word * 64 < n; ++word) {
-        uint64_t zeros = word < members.present.size() ? ~members.present[word] : ~uint64_t{0};
-        bool stop = false;
-        while (zeros != 0 && !stop) {
-          const uint32_t pos = word * 64 + static_cast<uint32_t>(std::countr_zero(zeros));
-          zeros &= zeros - 1;
-          if (pos >= n) break;
-          if (entries[pos].load->CountOfGroupId(group_id) != 0) {  // the bitmap disagrees with the load
-            consistent = false;
-            stop = true;
-          } else {
-            stop = visit(pos);
-          }
-        }
-        if (stop) break;
-      }
-    }
-    if (consistent && !pick.started() && !c.distinct_instance) {
-      std::optional<int> tie_count;
-      for (const auto& [count, pos] : index) {
-        if (pos >= entries.size() || entries[pos].load->CountOfGroupId(group_id) != count) {
-          consistent = false;
-          break;
-        }
-        if (tie_count && count != *tie_count) break;
-        if (visit(pos)) break;
-        if (pick.started()) tie_count = count;
-      }
-    }
-    if (auto [best, best_fit] = pick.Decision(); consistent && best) {
-      result.instance = best;
-      result.gpu_indices = ChosenGpus(demand, *best, best_fit);
-      return result;
-    }
-    // Nothing fits (or the index could not be trusted): the scan below decides and builds the failures.
-  }
+  // The first strategy's fast path, if it has one (StrategyKind::index_walk): it decides as the scan below would,
+  // or leaves the decision to it.
+  if (c.first->index_walk && c.first->index_walk(IndexWalkArgs{request_, c, state, entries, task_seed}, result))
+    return result;
   ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
   std::vector<double> floors(c.scorers.size());
   for (size_t i = 0; i < c.scorers.size(); ++i) floors[i] = std::max(c.floors[i], ctx.per_scorer[i].floor);
@@ -743,7 +586,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
       if (s0 > best_scores[0] || (single && s0 == best_scores[0])) continue;
     }
     f.fit = GpuFit{};
-    if (!RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, inst, *entries[pos].load, false, f))
+    if (!RunFilters(request_, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, *entries[pos].load, false, f))
       continue;
     uint64_t key = c.needs_random_key ? Mix(task_seed ^ HashString(inst.arn)) : 0;
     bool at_floor = true;
@@ -771,7 +614,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   for (const InstanceEntry& e : entries) {
     if (IsInactive(*e.instance) || !InOnlyList(request_, *e.instance)) continue;
     FilterOutcome fail;
-    RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *e.instance, *e.load, true, fail);
+    RunFilters(request_, c.member_of, c.distinct_instance, c.prefer_emptiest, *e.instance, *e.load, true, fail);
     result.failures.push_back({e.instance->arn, fail.reason ? fail.reason : reason::kAttribute, fail.detail});
   }
   return result;
@@ -790,7 +633,7 @@ std::vector<InstanceVerdict> Placer::Explain(const ClusterState& state, int task
     if (IsInactive(*inst) || !InOnlyList(request_, *inst)) continue;
     const InstanceLoad& load = *entries[pos].load;
     FilterOutcome f;
-    RunFilters(request_, c.member_of, c.distinct_instance, c.spread_first, *inst, load, true, f);
+    RunFilters(request_, c.member_of, c.distinct_instance, c.prefer_emptiest, *inst, load, true, f);
     InstanceVerdict v;
     v.arn = inst->arn;
     v.eligible = f.ok();

@@ -7,8 +7,10 @@
 //   binding constraints (memberOf, distinctInstance);
 //   scorers: one per placement strategy, applied lexicographically (the first strategy decides, the next breaks
 //   its ties, ...); remaining ties go to the instance registered first;
-//   GPU choice inside the chosen instance: best fit (least remaining memory that fits) unless the first strategy
-//   is spread, then the emptiest GPU.
+//   GPU choice inside the chosen instance: the first strategy's (best fit, the least remaining memory that fits;
+//   or, for spread, the emptiest GPU).
+// What each strategy contributes (its field values, scorer, index walk, GPU choice) is its entry in the strategy
+// registry, scheduler/strategies.h.
 // Nothing here mutates state: the caller (PlacementApplier on the server, the planner's loop) reserves the
 // result with ClusterState::ReserveTask and asks again for the next task of the same request.
 #pragma once

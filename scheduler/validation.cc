@@ -6,6 +6,7 @@
 // and then say what to change.
 #include "scheduler/validation.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include "scheduler/cluster_state.h"
 #include "scheduler/query.h"
+#include "scheduler/strategies.h"
 
 namespace gpupack {
 namespace {
@@ -48,6 +50,36 @@ std::string Quoted(std::string_view text) {
   if (text.size() > kMaxQuotedLength) out += "...";
   out += "'";
   return out;
+}
+
+// JoinWords: "a", "a or b", "a, b or c" (with `last` = " or ").
+std::string JoinWords(const std::vector<std::string>& words, std::string_view last) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) out += i + 1 == words.size() ? last : std::string_view(", ");
+    out += words[i];
+  }
+  return out;
+}
+
+// ValidateStrategy checks one placementStrategy against the strategy registry (scheduler/strategies.h). The
+// refusals name what the registry has: the types ("valid types are binpack, spread and random"), and the
+// fields of the request's type ("binpack requires 'field' cpu, memory or gpuMemory"; a type whose kinds take no
+// field: "random takes no 'field'").
+Status ValidateStrategy(const PlacementStrategy& ps) {
+  if (FindStrategyKind(ps)) return Status::Ok();
+  const std::vector<std::string_view> types = StrategyTypes();
+  if (std::find(types.begin(), types.end(), ps.type) == types.end()) {
+    return Status::InvalidParameter("Invalid placement strategy type " + Quoted(ps.type) + "; valid types are " +
+                                    JoinWords(std::vector<std::string>(types.begin(), types.end()), " and ") + ".");
+  }
+  const std::vector<std::string> fields = StrategyFieldNames(ps.type);
+  if (fields.empty()) {
+    return Status::InvalidParameter("Invalid placement strategy: " + ps.type + " takes no 'field', got " +
+                                    Quoted(ps.field) + ".");
+  }
+  return Status::InvalidParameter("Invalid placement strategy: " + ps.type + " requires 'field' " +
+                                  JoinWords(fields, " or ") + ", got " + Quoted(ps.field) + ".");
 }
 
 std::string ContainerSetting(std::string_view field, const std::string& container) {
@@ -534,31 +566,8 @@ Status ValidatePlacement(const std::vector<PlacementConstraint>& constraints,
       return Status::InvalidParameter("Invalid placement constraint: " + parsed.status().message());
     }
   }
-  for (const auto& ps : strategies) {
-    if (ps.type == "binpack") {
-      if (ps.field != "cpu" && ps.field != "memory" && ps.field != "gpuMemory") {
-        return Status::InvalidParameter("Invalid placement strategy: binpack requires 'field' cpu, memory or "
-                                        "gpuMemory, got " +
-                                        Quoted(ps.field) + ".");
-      }
-    } else if (ps.type == "spread") {
-      constexpr std::string_view kAttributePrefix = "attribute:";
-      const bool attribute = ps.field.starts_with(kAttributePrefix) && ps.field.size() > kAttributePrefix.size();
-      if (ps.field != "instanceId" && ps.field != "host" && !attribute) {
-        return Status::InvalidParameter("Invalid placement strategy: spread requires 'field' instanceId, host or "
-                                        "attribute:NAME, got " +
-                                        Quoted(ps.field) + ".");
-      }
-    } else if (ps.type == "random") {
-      if (!ps.field.empty()) {
-        return Status::InvalidParameter("Invalid placement strategy: random takes no 'field', got " +
-                                        Quoted(ps.field) + ".");
-      }
-    } else {
-      return Status::InvalidParameter("Invalid placement strategy type " + Quoted(ps.type) +
-                                      "; valid types are binpack, spread and random.");
-    }
-  }
+  for (const auto& ps : strategies)
+    if (Status st = ValidateStrategy(ps); !st.ok()) return st;
   return Status::Ok();
 }
 

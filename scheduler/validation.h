@@ -21,8 +21,8 @@ Status ValidateTaskDefinition(const TaskDefinition& td);
 Status ValidateOverrides(const TaskDefinition& td, const TaskOverride& overrides);
 
 // RunTask placement: at most 10 constraints (distinctInstance | memberOf with a valid expression) and 5
-// strategies (binpack cpu|memory|gpuMemory, spread instanceId|host|attribute:NAME, random with no field).
-// InvalidParameterException on a bad one.
+// strategies, each a kind of the strategy registry (scheduler/strategies.h: binpack cpu|memory|gpuMemory, spread
+// instanceId|host|attribute:NAME, random with no field). InvalidParameterException on a bad one.
 Status ValidatePlacement(const std::vector<PlacementConstraint>& constraints,
                          const std::vector<PlacementStrategy>& strategies);
 
