@@ -2,7 +2,7 @@
 //
 // Setup (built once, before any benchmark runs, deterministic in kSeed): one cluster of 10,000 container
 // instances x 8 GPUs of 81,559 MiB (H100-like; 196,608 CPU units and 2,000,000 MiB of memory each), filled with
-// tasks reserved through ClusterState::ReserveTask (each Task built the way ControlPlane::PlaceTasks builds it)
+// tasks reserved through ClusterState::ReserveTask (each Task built by BuildTask, as RunTask builds it)
 // until about half of all GPU memory is declared. The mix, by task count: shared 4,096 / 8,192 / 16,384 /
 // 20,480 MiB at 35 / 30 / 20 / 10 %, and 5 % dedicated 1-GPU tasks (a dedicated GPU counts as fully declared).
 // Each fill task goes to a random instance and a random GPU that fits, so free memory is scattered the way a
@@ -36,6 +36,7 @@
 #include "scheduler/cluster_state.h"
 #include "scheduler/model.h"
 #include "scheduler/placement.h"
+#include "scheduler/task_builder.h"
 
 namespace gpupack {
 namespace {
@@ -107,39 +108,52 @@ struct Fixture {
   MiB gpu_memory_total = 0;
   MiB gpu_memory_declared = 0;
   double build_seconds = 0;
+  std::vector<TaskDefinition> definitions;  // DefinitionFor(kMix[k]), per kind
 };
 
-// MakeTask builds a placed task the way ControlPlane::PlaceTasks does (one GPU container named "main").
-Task MakeTask(std::mt19937_64& rng, const Kind& kind, const TaskDemand& demand, const ContainerInstance& inst,
-              const std::vector<size_t>& gpu_indices) {
-  Task t;
-  t.id = Hex(rng, 32);
-  t.arn = kArnPrefix + "task/" + kCluster + "/" + t.id;
-  t.cluster = kCluster;
-  t.task_definition_arn = kArnPrefix + "task-definition/" + kind.family + ":1";
-  t.container_instance_arn = inst.arn;
-  t.group = std::string("family:") + kind.family;
-  t.created_at = 1'700'000'000'000;
-  t.reserved = {demand.cpu, demand.memory};
-  t.gpu_reservations = ReservationsFor(demand, inst, gpu_indices, 1);
-  Container c;
+// DefinitionFor: the task definition of a kind: one essential GPU container named "main" (shared: nvidiaMps with
+// the kind's memory and no compute limit; dedicated: value "1").
+TaskDefinition DefinitionFor(const Kind& kind) {
+  TaskDefinition td;
+  td.family = kind.family;
+  td.revision = 1;
+  td.arn = kArnPrefix + "task-definition/" + kind.family + ":1";
+  ContainerDefinition c;
   c.name = "main";
-  c.container_arn = kArnPrefix + "container/" + kCluster + "/" + t.id + "/main";
   c.image = std::string("registry.example.com/") + kind.family + ":latest";
   c.essential = true;
-  if (demand.gpu_kind == GpuKind::kShared) {
-    c.mps = MpsSharing{demand.gpu_memory, std::nullopt};
-    c.gpu_ids = {inst.gpus[gpu_indices.at(0)].id};
+  ResourceRequirement gpu;
+  gpu.type = "GPU";
+  if (kind.gpu_kind == GpuKind::kShared) {
+    gpu.mps = MpsSharing{kind.gpu_memory, std::nullopt};
+    gpu.has_sharing_strategy = true;
   } else {
-    for (size_t i : gpu_indices) c.gpu_ids.push_back(inst.gpus[i].id);
+    gpu.value = "1";
   }
-  t.containers.push_back(std::move(c));
-  return t;
+  c.resource_requirements.push_back(std::move(gpu));
+  td.containers.push_back(std::move(c));
+  return td;
+}
+
+// MakeTask builds a placed task of definition `td` with BuildTask (scheduler/task_builder.h), as RunTask does.
+Task MakeTask(std::mt19937_64& rng, const TaskDefinition& td, const TaskDemand& demand, const ContainerInstance& inst,
+              const std::vector<size_t>& gpu_indices) {
+  NewTaskFields fields;
+  fields.id = Hex(rng, 32);
+  fields.arn = kArnPrefix + "task/" + kCluster + "/" + fields.id;
+  fields.cluster = kCluster;
+  fields.group = "family:" + td.family;
+  fields.created_at = 1'700'000'000'000;
+  fields.container_arn = [id = fields.id](const std::string& name) {
+    return kArnPrefix + "container/" + kCluster + "/" + id + "/" + name;
+  };
+  return BuildTask(std::move(fields), td, demand, inst, gpu_indices);
 }
 
 Fixture* BuildFixture() {
   const auto start = std::chrono::steady_clock::now();
   auto* f = new Fixture;
+  for (const Kind& kind : kMix) f->definitions.push_back(DefinitionFor(kind));
   std::mt19937_64 rng(kSeed);
   Cluster cluster;
   cluster.name = kCluster;
@@ -189,7 +203,7 @@ Fixture* BuildFixture() {
       }
       if (fits.empty()) continue;
       std::vector<size_t> chosen = {fits[rng() % fits.size()]};
-      Task t = MakeTask(rng, kind, demand, inst, chosen);
+      Task t = MakeTask(rng, f->definitions[k], demand, inst, chosen);
       if (Status s = f->state.ReserveTask(std::move(t)); !s.ok()) {
         std::fprintf(stderr, "placement_bench: fill failed: %s\n", s.message().c_str());
         std::abort();
@@ -339,7 +353,7 @@ void BM_DecideApply(benchmark::State& st, Case c) {
       st.SkipWithError("the half-full cluster had no room for a 4,096 MiB task");
       break;
     }
-    Task t = MakeTask(f.ids, kMix[0], demand, *p.instance, p.gpu_indices);
+    Task t = MakeTask(f.ids, f.definitions[0], demand, *p.instance, p.gpu_indices);
     const std::string arn = t.arn;
     Status reserved = f.state.ReserveTask(std::move(t));
     f.state.SetTaskLastStatus(arn, "STOPPED");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "scheduler/strategies.h"
+#include "scheduler/task_builder.h"
 #include "scheduler/validation.h"
 
 namespace gpupack::plan {
@@ -284,16 +285,14 @@ Simulation::Outcome Simulation::Arrive(int task, int index) {
   else if (shape.demand.gpu_kind == GpuKind::kDedicated)
     placed.share = static_cast<double>(p.gpu_indices.size());
 
-  // The task record RunTask would reserve (api/control_plane.cc PlaceTasks).
-  Task t;
+  // The task record RunTask would reserve, without containers (BuildTask for a shape, scheduler/task_builder.h).
   out.task_id = static_cast<int64_t>(placed_.size());
-  t.id = "t" + std::to_string(out.task_id);
-  t.arn = t.id;
-  t.cluster = kPlanCluster;
-  t.container_instance_arn = inst.arn;
-  t.group = shape.group;
-  t.reserved = {shape.demand.cpu, shape.demand.memory};
-  t.gpu_reservations = ReservationsFor(shape.demand, inst, p.gpu_indices, shape.gpu_containers);
+  NewTaskFields fields;
+  fields.id = "t" + std::to_string(out.task_id);
+  fields.arn = fields.id;
+  fields.cluster = kPlanCluster;
+  fields.group = shape.group;
+  Task t = BuildTask(std::move(fields), shape.demand, shape.gpu_containers, inst, p.gpu_indices);
   placed.arn = t.arn;
   if (Status st = state_.ReserveTask(std::move(t)); !st.ok()) {
     out.task_id = -1;

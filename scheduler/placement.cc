@@ -182,7 +182,8 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
   if (strategies.empty()) strategies.push_back({"random", ""});
   for (const auto& s : strategies) {
     const StrategyKind* kind = ResolveStrategyKind(s);
-    if (!kind) return Status::InvalidParameter("unknown placement strategy '" + s.type + "' with field '" + s.field + "'");
+    if (!kind)
+      return Status::InvalidParameter("unknown placement strategy '" + s.type + "' with field '" + s.field + "'");
     if (!c.first) c.first = kind;
     c.scorers.push_back(kind->make_scorer(s.field));
     c.needs_random_key = c.needs_random_key || kind->random_key;
@@ -240,7 +241,8 @@ static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<
       return "instance has " + FormatMiB(inst.remaining.memory) + " of memory free; task needs " + FormatMiB(d.memory);
     });
   // GpuFitFilter
-  if (const char* r = FitGpus(d, inst, req.compute_aware, prefer_emptiest, out.fit, with_detail ? &out.detail : nullptr)) {
+  if (const char* r =
+          FitGpus(d, inst, req.compute_aware, prefer_emptiest, out.fit, with_detail ? &out.detail : nullptr)) {
     out.reason = r;
     return false;
   }
