@@ -81,11 +81,11 @@ struct IndexWalkArgs {
 };
 
 // The index walks of placement.cc (StrategyKind::index_walk). Each is the fast path of the strategy that comes
-// first in the request: it either decides exactly as the full scan would (fills `result`, returns true) or
-// leaves the decision to the scan (returns false, `result` untouched).
+// first in the request: it either decides (fills `result`, returns true) or leaves the decision to the scan
+// (returns false, `result` untouched). All but SampleRandom decide exactly as the full scan would.
 //
-// SampleRandom: random as the only strategy: rejection sampling over the instance list (uniform over the
-// eligible instances, like the scan), up to 32 probes.
+// SampleRandom: random as the only strategy: rejection sampling over the instance list, up to 32 probes; uniform
+// over the eligible instances like the scan, but not the instance of the scan's least random key.
 bool SampleRandom(const IndexWalkArgs& args, Placement& result);
 // WalkGpuIndex: binpack(gpuMemory) first and a shared task: the cluster's GPUs by ascending remaining memory.
 bool WalkGpuIndex(const IndexWalkArgs& args, Placement& result);

@@ -139,7 +139,8 @@ class RandomScorer : public Scorer {
 //
 // One entry per kind, in the order ValidatePlacement lists types and fields. To add a strategy: write its
 // Scorer above, add an entry here (its type and fields, make_scorer, and index_walk if it has a fast path,
-// gpu_choice, random_key, list_rank), and describe it in docs/placement.md.
+// gpu_choice, random_key, list_rank), and describe it in docs/placement.md. Placement.ScanShortcutsDecideAs-
+// TheFullScan (tests/unit/placement_test.cc) then compares its walk with the scan.
 
 template <typename T, typename... Args>
 std::unique_ptr<Scorer> Make(Args... args) {
@@ -202,6 +203,7 @@ std::vector<StrategyKind> BuildRegistry() {
       .type = "random",
       .make_scorer = [](std::string_view) { return Make<RandomScorer>(); },
       .index_walk = SampleRandom,
+      .walk_is_exact = false,
       .gpu_choice = GpuChoice::kBestFit,
       .random_key = true,
       .list_rank = 6,

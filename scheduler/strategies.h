@@ -34,7 +34,8 @@ enum class GpuChoice {
 };
 
 // IndexWalk: a fast path for a kind that comes first in the request (placement_parts.h lists them). It fills
-// `result` and returns true when it decided, exactly as the full scan would; false leaves it to the scan.
+// `result` and returns true when it decided (as the full scan would, or for random by sampling with the scan's
+// distribution: StrategyKind::walk_is_exact); false leaves the decision to the scan.
 using IndexWalk = bool (*)(const IndexWalkArgs& args, Placement& result);
 
 struct StrategyKind {
@@ -54,6 +55,9 @@ struct StrategyKind {
   std::unique_ptr<Scorer> (*make_scorer)(std::string_view field) = nullptr;
   // The fast path when the kind comes first; null = the scan decides.
   IndexWalk index_walk = nullptr;
+  // Whether index_walk chooses the instance the scan would (true), or only draws as the scan does: random alone
+  // samples a uniformly random eligible instance, the scan's distribution but not the scan's least key.
+  bool walk_is_exact = true;
   // The GPU inside the chosen instance when the kind comes first.
   GpuChoice gpu_choice = GpuChoice::kBestFit;
   // The scorer reads the per-instance random draw (Placer computes it only when some scorer does).

@@ -16,6 +16,7 @@
 #include "bench/protocols.h"
 #include "bench/report.h"
 #include "bench/simulation.h"
+#include "scheduler/strategies.h"
 
 namespace gpupack::plan {
 namespace {
@@ -554,6 +555,25 @@ TEST(PlannerOptionsTest, StrategiesAndSeeds) {
   EXPECT_FALSE(ParseSeeds("51..42").ok());
   EXPECT_FALSE(ParseSeeds("x").ok());
   EXPECT_FALSE(ParseGpuUnits("gib").ok());
+}
+
+// The default list is the strategy registry's listed kinds, in list order, with the planner's attribute for a
+// named field; a refused --strategy names the list.
+TEST(PlannerOptionsTest, DefaultStrategiesComeFromTheRegistry) {
+  std::vector<std::string> names;
+  for (const PlanStrategy& s : AllStrategies()) {
+    names.push_back(s.name);
+    ASSERT_EQ(s.chain.size(), 1u);
+    EXPECT_EQ(ResolveStrategyKind(s.chain[0]), ListedStrategies()[names.size() - 1]) << s.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"binpack:gpuMemory", "binpack:cpu", "binpack:memory", "spread:instanceId",
+                                             "spread:attribute:gpu-model", "random"}));
+  auto bad = ParseStrategy("binpack:foo");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "--strategy 'binpack:foo': Invalid placement strategy: binpack requires 'field' cpu, memory or gpuMemory, "
+            "got 'foo'. (strategies: binpack:gpuMemory, binpack:cpu, binpack:memory, spread:instanceId, "
+            "spread:attribute:NAME, random)");
 }
 
 TEST_F(FgdTest, JsonCsvAndSvgReports) {

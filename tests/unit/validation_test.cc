@@ -10,7 +10,11 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
+
+#include "scheduler/strategies.h"
 
 namespace gpupack {
 namespace {
@@ -445,6 +449,53 @@ TEST_P(PlacementTest, Validates) {
 
 INSTANTIATE_TEST_SUITE_P(Table, PlacementTest, ::testing::ValuesIn(PlacementCases()),
                          [](const auto& info) { return info.param.name; });
+
+// The strategy refusals word for word. ValidatePlacement composes them from the strategy registry
+// (scheduler/strategies.h); clients and the integration bad-input catalogue see this text.
+TEST(PlacementStrategyMessages, WordForWord) {
+  const std::string binpack = "Invalid placement strategy: binpack requires 'field' cpu, memory or gpuMemory, got ";
+  const std::string spread =
+      "Invalid placement strategy: spread requires 'field' instanceId, host or attribute:NAME, got ";
+  const std::string types = "; valid types are binpack, spread and random.";
+  const std::vector<std::pair<PlacementStrategy, std::string>> cases = {
+      {{"binpack", "disk"}, binpack + "'disk'."},
+      {{"binpack", ""}, binpack + "''."},
+      {{"binpack", "CPU"}, binpack + "'CPU'."},  // the Placer's alias, never a client's
+      {{"binpack", "MEMORY"}, binpack + "'MEMORY'."},
+      {{"binpack", std::string(70, 'a')}, binpack + "'" + std::string(64, 'a') + "...'."},
+      {{"spread", ""}, spread + "''."},
+      {{"spread", "attribute:"}, spread + "'attribute:'."},
+      {{"spread", "instanceid"}, spread + "'instanceid'."},
+      {{"random", "cpu"}, "Invalid placement strategy: random takes no 'field', got 'cpu'."},
+      {{"random", "x\x01y"}, "Invalid placement strategy: random takes no 'field', got 'x?y'."},
+      {{"BINPACK", "cpu"}, "Invalid placement strategy type 'BINPACK'" + types},
+      {{"bogus", ""}, "Invalid placement strategy type 'bogus'" + types},
+      {{"", ""}, "Invalid placement strategy type ''" + types},
+  };
+  for (const auto& [strategy, message] : cases) {
+    Status s = ValidatePlacement({}, {{"binpack", "cpu"}, strategy});
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidParameter) << message;
+    EXPECT_EQ(s.message(), message);
+  }
+}
+
+// Every field of every registry kind is accepted, alone and in a chain of one of each kind; aliases are not.
+TEST(PlacementStrategyMessages, EveryRegistryKindValidates) {
+  std::vector<PlacementStrategy> one_of_each;
+  for (const StrategyKind& kind : StrategyRegistry()) {
+    std::vector<std::string> fields(kind.fields.begin(), kind.fields.end());
+    if (!kind.field_prefix.empty()) fields.push_back(std::string(kind.field_prefix) + "ecs.availability-zone");
+    if (!kind.TakesField()) fields.push_back("");
+    for (const std::string& field : fields) {
+      Status s = ValidatePlacement({}, {{std::string(kind.type), field}});
+      EXPECT_TRUE(s.ok()) << kind.name << " " << field << ": " << s.message();
+    }
+    for (std::string_view alias : kind.aliases)
+      EXPECT_FALSE(ValidatePlacement({}, {{std::string(kind.type), std::string(alias)}}).ok()) << alias;
+    if (one_of_each.size() < 5) one_of_each.push_back({std::string(kind.type), fields.front()});
+  }
+  EXPECT_TRUE(ValidatePlacement({}, one_of_each).ok());
+}
 
 // ---- names and reserved variables -------------------------------------------------------------------------
 
