@@ -1,0 +1,363 @@
+// MetricsRegistry tests: the exact text of each family type, escaping, empty families, refused registrations,
+// and counters/histograms updated from several threads while another thread renders. When promtool (from the
+// Prometheus distribution) is on PATH, a rendered sample is also checked with `promtool check metrics`.
+#include "api/metrics.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace gpupack::api {
+namespace {
+
+TEST(MetricsRegistryTest, CounterRendersHelpTypeAndSortedLabelSets) {
+  MetricsRegistry registry;
+  auto& requests = registry.AddCounter("gpupack_requests_total", "ECS API responses by operation and HTTP status.");
+  requests.Inc({{"operation", "RunTask"}, {"code", "200"}});
+  requests.Inc({{"operation", "RunTask"}, {"code", "200"}}, 2);
+  requests.Inc({{"operation", "DescribeTasks"}, {"code", "400"}});
+  requests.Inc({{"operation", "DescribeTasks"}, {"code", "400"}}, -5);  // ignored: counters only go up
+  requests.Inc({{"operation", "DescribeTasks"}, {"code", "400"}}, std::nan(""));  // ignored
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_requests_total ECS API responses by operation and HTTP status.\n"
+            "# TYPE gpupack_requests_total counter\n"
+            "gpupack_requests_total{operation=\"DescribeTasks\",code=\"400\"} 1\n"
+            "gpupack_requests_total{operation=\"RunTask\",code=\"200\"} 3\n");
+  EXPECT_EQ(requests.Value({{"operation", "RunTask"}, {"code", "200"}}), 3);
+  EXPECT_EQ(requests.Value({{"operation", "StopTask"}, {"code", "200"}}), 0);
+}
+
+TEST(MetricsRegistryTest, UnlabelledCounterHasNoBraces) {
+  MetricsRegistry registry;
+  registry.AddCounter("gpupack_placements_total", "Tasks placed.").Inc({}, 1234567);
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_placements_total Tasks placed.\n"
+            "# TYPE gpupack_placements_total counter\n"
+            "gpupack_placements_total 1234567\n");
+}
+
+TEST(MetricsRegistryTest, CollectedGaugeRendersSamplesInCallbackOrderAtEveryScrape) {
+  MetricsRegistry registry;
+  int scrapes = 0;
+  registry.AddCollected("gpupack_gpu_containers", "GPU containers per GPU.", MetricType::kGauge,
+                        [&](std::vector<MetricSample>& out) {
+                          ++scrapes;
+                          out.push_back({{{"instance", "i-2"}, {"gpu", "0"}}, 3});
+                          out.push_back({{{"instance", "i-1"}, {"gpu", "1"}}, 0.25});
+                          out.push_back({{{"instance", "i-1"}, {"gpu", "2"}}, double(scrapes)});
+                        });
+  const std::string expected_head =
+      "# HELP gpupack_gpu_containers GPU containers per GPU.\n"
+      "# TYPE gpupack_gpu_containers gauge\n"
+      "gpupack_gpu_containers{instance=\"i-2\",gpu=\"0\"} 3\n"
+      "gpupack_gpu_containers{instance=\"i-1\",gpu=\"1\"} 0.25\n";
+  EXPECT_EQ(registry.Render(), expected_head + "gpupack_gpu_containers{instance=\"i-1\",gpu=\"2\"} 1\n");
+  EXPECT_EQ(registry.Render(), expected_head + "gpupack_gpu_containers{instance=\"i-1\",gpu=\"2\"} 2\n");
+}
+
+TEST(MetricsRegistryTest, HistogramRendersCumulativeBucketsInAscendingOrderWithInfSumAndCount) {
+  MetricsRegistry registry;
+  // Given unsorted, with a duplicate and an explicit +Inf: rendered ascending, once each, +Inf last.
+  auto& latency = registry.AddHistogram("gpupack_request_duration_seconds", "ECS API request latency by operation.",
+                                        {0.5, 0.0005, 2.5, 0.5, std::numeric_limits<double>::infinity()});
+  EXPECT_EQ(latency.buckets(), (std::vector<double>{0.0005, 0.5, 2.5}));
+  latency.Observe({{"operation", "RunTask"}}, 0.0001);  // <= 0.0005
+  latency.Observe({{"operation", "RunTask"}}, 0.5);     // exactly on a bound: counted in that bucket
+  latency.Observe({{"operation", "RunTask"}}, 1);       // <= 2.5
+  latency.Observe({{"operation", "RunTask"}}, 7.5);     // +Inf only
+  latency.Observe({{"operation", "CreateCluster"}}, 0.25);
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_request_duration_seconds ECS API request latency by operation.\n"
+            "# TYPE gpupack_request_duration_seconds histogram\n"
+            "gpupack_request_duration_seconds_bucket{operation=\"CreateCluster\",le=\"0.0005\"} 0\n"
+            "gpupack_request_duration_seconds_bucket{operation=\"CreateCluster\",le=\"0.5\"} 1\n"
+            "gpupack_request_duration_seconds_bucket{operation=\"CreateCluster\",le=\"2.5\"} 1\n"
+            "gpupack_request_duration_seconds_bucket{operation=\"CreateCluster\",le=\"+Inf\"} 1\n"
+            "gpupack_request_duration_seconds_sum{operation=\"CreateCluster\"} 0.25\n"
+            "gpupack_request_duration_seconds_count{operation=\"CreateCluster\"} 1\n"
+            "gpupack_request_duration_seconds_bucket{operation=\"RunTask\",le=\"0.0005\"} 1\n"
+            "gpupack_request_duration_seconds_bucket{operation=\"RunTask\",le=\"0.5\"} 2\n"
+            "gpupack_request_duration_seconds_bucket{operation=\"RunTask\",le=\"2.5\"} 3\n"
+            "gpupack_request_duration_seconds_bucket{operation=\"RunTask\",le=\"+Inf\"} 4\n"
+            "gpupack_request_duration_seconds_sum{operation=\"RunTask\"} 9.0001\n"
+            "gpupack_request_duration_seconds_count{operation=\"RunTask\"} 4\n");
+  EXPECT_EQ(latency.Count({{"operation", "RunTask"}}), 4u);
+  EXPECT_EQ(latency.Count({{"operation", "StopTask"}}), 0u);
+}
+
+TEST(MetricsRegistryTest, HistogramWithoutLabelsOrBucketsHasOnlyInf) {
+  MetricsRegistry registry;
+  auto& h = registry.AddHistogram("gpupack_batch_size", "Operations per store batch.", {});
+  h.Observe({}, 3);
+  h.Observe({}, std::nan(""));  // counted in +Inf only; the sum becomes NaN, as in the Prometheus clients
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_batch_size Operations per store batch.\n"
+            "# TYPE gpupack_batch_size histogram\n"
+            "gpupack_batch_size_bucket{le=\"+Inf\"} 2\n"
+            "gpupack_batch_size_sum NaN\n"
+            "gpupack_batch_size_count 2\n");
+}
+
+TEST(MetricsRegistryTest, CollectedHistogramKeepsItsSuffixes) {
+  MetricsRegistry registry;
+  registry.AddCollected("gpupack_view_age_seconds", "Age of the read view at each scrape.", MetricType::kHistogram,
+                        [](std::vector<MetricSample>& out) {
+                          out.push_back({{{"le", "1"}}, 2, "_bucket"});
+                          out.push_back({{{"le", "+Inf"}}, 3, "_bucket"});
+                          out.push_back({{}, 4.5, "_sum"});
+                          out.push_back({{}, 3, "_count"});
+                        });
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_view_age_seconds Age of the read view at each scrape.\n"
+            "# TYPE gpupack_view_age_seconds histogram\n"
+            "gpupack_view_age_seconds_bucket{le=\"1\"} 2\n"
+            "gpupack_view_age_seconds_bucket{le=\"+Inf\"} 3\n"
+            "gpupack_view_age_seconds_sum 4.5\n"
+            "gpupack_view_age_seconds_count 3\n");
+}
+
+TEST(MetricsRegistryTest, CollectedSamplesThatWouldBreakTheFormatAreLeftOut) {
+  MetricsRegistry registry;
+  registry.AddCollected("gpupack_agents_connected", "Agents connected now.", MetricType::kGauge,
+                        [](std::vector<MetricSample>& out) {
+                          out.push_back({{{"bad-name", "x"}}, 1});          // not a label name
+                          out.push_back({{{"__reserved", "x"}}, 1});        // reserved prefix
+                          out.push_back({{{"a", "x"}, {"a", "y"}}, 1});     // a label twice
+                          out.push_back({{}, 1, "_sum"});                   // a gauge has no suffixes
+                          out.push_back({{{"cluster", "default"}}, 2});     // the only good one
+                        });
+  registry.AddCollected("gpupack_h", "A collected histogram.", MetricType::kHistogram,
+                        [](std::vector<MetricSample>& out) {
+                          out.push_back({{}, 1, "_bucket"});           // a bucket without le
+                          out.push_back({{{"le", "1"}}, 1, "_sum"});   // le on the sum
+                          out.push_back({{}, 1, ""});                  // no suffix
+                          out.push_back({{}, 1, "_total"});            // not a histogram suffix
+                        });
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_agents_connected Agents connected now.\n"
+            "# TYPE gpupack_agents_connected gauge\n"
+            "gpupack_agents_connected{cluster=\"default\"} 2\n"
+            "# HELP gpupack_h A collected histogram.\n"
+            "# TYPE gpupack_h histogram\n");
+}
+
+TEST(MetricsRegistryTest, EmptyFamiliesStillHaveHelpAndTypeInRegistrationOrder) {
+  MetricsRegistry registry;
+  registry.AddHistogram("gpupack_z_seconds", "Z.", {1});
+  registry.AddCounter("gpupack_a_total", "A.");
+  registry.AddCollected("gpupack_m", "M.", MetricType::kGauge, [](std::vector<MetricSample>&) {});
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_z_seconds Z.\n# TYPE gpupack_z_seconds histogram\n"
+            "# HELP gpupack_a_total A.\n# TYPE gpupack_a_total counter\n"
+            "# HELP gpupack_m M.\n# TYPE gpupack_m gauge\n");
+  EXPECT_EQ(MetricsRegistry().Render(), "");
+}
+
+TEST(MetricsRegistryTest, EscapesLabelValuesAndHelp) {
+  MetricsRegistry registry;
+  auto& c = registry.AddCounter("gpupack_failures_total", "Failures by reason.\nOne line: a \\ stays one.");
+  c.Inc({{"reason", "path C:\\gpu \"0\"\nnext"}});
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_failures_total Failures by reason.\\nOne line: a \\\\ stays one.\n"
+            "# TYPE gpupack_failures_total counter\n"
+            "gpupack_failures_total{reason=\"path C:\\\\gpu \\\"0\\\"\\nnext\"} 1\n");
+  EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+  EXPECT_EQ(EscapeLabelValue("tab\tand unicode \xc3\xa9 stay"), "tab\tand unicode \xc3\xa9 stay");
+}
+
+TEST(MetricsRegistryTest, FormatsIntegersWithoutExponentAndOthersShortest) {
+  EXPECT_EQ(FormatMetricValue(0), "0");
+  EXPECT_EQ(FormatMetricValue(-0.0), "0");
+  EXPECT_EQ(FormatMetricValue(1234567), "1234567");
+  EXPECT_EQ(FormatMetricValue(-42), "-42");
+  EXPECT_EQ(FormatMetricValue(81920), "81920");
+  EXPECT_EQ(FormatMetricValue(1e15), "1000000000000000");
+  EXPECT_EQ(FormatMetricValue(9007199254740993.0), "9007199254740992");  // the double nearest to it
+  EXPECT_EQ(FormatMetricValue(0.0005), "0.0005");
+  EXPECT_EQ(FormatMetricValue(2.5), "2.5");
+  EXPECT_EQ(FormatMetricValue(0.1), "0.1");
+  EXPECT_EQ(FormatMetricValue(0.0001), "0.0001");
+  EXPECT_EQ(FormatMetricValue(0.00001), "1e-05");
+  EXPECT_EQ(FormatMetricValue(1.0 / 3), "0.3333333333333333");  // reads back as the same double
+  EXPECT_EQ(FormatMetricValue(123456.75), "123456.75");
+  EXPECT_EQ(FormatMetricValue(1e300), "1e+300");
+  EXPECT_EQ(FormatMetricValue(std::nan("")), "NaN");
+  EXPECT_EQ(FormatMetricValue(std::numeric_limits<double>::infinity()), "+Inf");
+  EXPECT_EQ(FormatMetricValue(-std::numeric_limits<double>::infinity()), "-Inf");
+}
+
+TEST(MetricsRegistryTest, RefusesProgrammingErrors) {
+  MetricsRegistry registry;
+  registry.AddCounter("gpupack_x_total", "X.");
+  EXPECT_THROW(registry.AddCounter("gpupack_x_total", "again"), std::invalid_argument);
+  EXPECT_THROW(registry.AddHistogram("gpupack_x_total", "again", {1}), std::invalid_argument);
+  EXPECT_THROW(registry.AddCollected("gpupack_x_total", "again", MetricType::kGauge, [](auto&) {}),
+               std::invalid_argument);
+  EXPECT_THROW(registry.AddCounter("", "empty"), std::invalid_argument);
+  EXPECT_THROW(registry.AddCounter("1abc", "digit first"), std::invalid_argument);
+  EXPECT_THROW(registry.AddCounter("gpupack-x", "dash"), std::invalid_argument);
+  EXPECT_THROW(registry.AddCollected("gpupack_y", "no callback", MetricType::kGauge, nullptr), std::invalid_argument);
+  EXPECT_THROW(registry.AddHistogram("gpupack_h1", "NaN bucket", {1, std::nan("")}), std::invalid_argument);
+  EXPECT_THROW(registry.AddHistogram("gpupack_h2", "-Inf bucket", {-std::numeric_limits<double>::infinity()}),
+               std::invalid_argument);
+  registry.AddCounter("ns:gpupack_y_total", "colons are allowed in metric names");
+
+  auto& c = registry.AddCounter("gpupack_c_total", "C.");
+  EXPECT_THROW(c.Inc({{"bad-label", "x"}}), std::invalid_argument);
+  EXPECT_THROW(c.Inc({{"a", "x"}, {"a", "y"}}), std::invalid_argument);
+  auto& h = registry.AddHistogram("gpupack_h_seconds", "H.", {1});
+  EXPECT_THROW(h.Observe({{"le", "1"}}, 1), std::invalid_argument);
+  EXPECT_THROW(h.Observe({{"__name__", "x"}}, 1), std::invalid_argument);
+
+  // Nothing refused was registered or recorded.
+  EXPECT_EQ(registry.Render(),
+            "# HELP gpupack_x_total X.\n# TYPE gpupack_x_total counter\n"
+            "# HELP ns:gpupack_y_total colons are allowed in metric names\n# TYPE ns:gpupack_y_total counter\n"
+            "# HELP gpupack_c_total C.\n# TYPE gpupack_c_total counter\n"
+            "# HELP gpupack_h_seconds H.\n# TYPE gpupack_h_seconds histogram\n");
+}
+
+// ParseSamples maps each sample line `name{labels} value` of a rendering to its value.
+std::map<std::string, double> ParseSamples(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    samples[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return samples;
+}
+
+TEST(MetricsRegistryTest, ConcurrentIncAndObserveWhileRenderingKeepExactTotals) {
+  constexpr int kWriters = 4;
+  constexpr int kPerWriter = 20000;
+  MetricsRegistry registry;
+  auto& counter = registry.AddCounter("gpupack_ops_total", "Ops.");
+  auto& histogram = registry.AddHistogram("gpupack_op_seconds", "Op latency.", {1, 2, 3});
+  std::atomic<uint64_t> collected{0};
+  registry.AddCollected("gpupack_collected", "Read at scrape time.", MetricType::kGauge,
+                        [&](std::vector<MetricSample>& out) { out.push_back({{}, double(collected.load())}); });
+
+  std::atomic<int> writers_left{kWriters};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      const MetricLabels mine = {{"writer", std::to_string(w)}};
+      const MetricLabels shared = {{"writer", "all"}};
+      for (int i = 0; i < kPerWriter; ++i) {
+        counter.Inc(mine);
+        counter.Inc(shared, 2);
+        histogram.Observe(shared, double(i % 4));  // 0, 1, 2, 3: one per bucket and none above 3
+        ++collected;
+      }
+      --writers_left;
+    });
+  }
+  // The renderer checks every snapshot it takes while the writers run: a histogram series is internally
+  // consistent (cumulative buckets never decrease, +Inf equals _count) and counters never go down.
+  int renders = 0;
+  double last_shared = 0;
+  const std::string bucket = "gpupack_op_seconds_bucket{writer=\"all\",le=\"";
+  do {
+    auto s = ParseSamples(registry.Render());
+    ++renders;
+    const double shared = s["gpupack_ops_total{writer=\"all\"}"];
+    EXPECT_GE(shared, last_shared);
+    last_shared = shared;
+    if (s.count("gpupack_op_seconds_count{writer=\"all\"}")) {
+      EXPECT_LE(s[bucket + "1\"}"], s[bucket + "2\"}"]);
+      EXPECT_LE(s[bucket + "2\"}"], s[bucket + "3\"}"]);
+      EXPECT_EQ(s[bucket + "3\"}"], s[bucket + "+Inf\"}"]);
+      EXPECT_EQ(s[bucket + "+Inf\"}"], s["gpupack_op_seconds_count{writer=\"all\"}"]);
+    }
+  } while (writers_left.load() > 0 && renders < 1000000);
+  for (auto& t : writers) t.join();
+
+  auto s = ParseSamples(registry.Render());
+  for (int w = 0; w < kWriters; ++w) {
+    EXPECT_EQ(s["gpupack_ops_total{writer=\"" + std::to_string(w) + "\"}"], kPerWriter);
+    EXPECT_EQ(counter.Value({{"writer", std::to_string(w)}}), kPerWriter);
+  }
+  constexpr double kAll = double(kWriters) * kPerWriter;
+  EXPECT_EQ(s["gpupack_ops_total{writer=\"all\"}"], 2 * kAll);
+  EXPECT_EQ(s[bucket + "1\"}"], kAll / 2);  // 0 and 1
+  EXPECT_EQ(s[bucket + "2\"}"], kAll * 3 / 4);
+  EXPECT_EQ(s[bucket + "3\"}"], kAll);
+  EXPECT_EQ(s[bucket + "+Inf\"}"], kAll);
+  EXPECT_EQ(s["gpupack_op_seconds_count{writer=\"all\"}"], kAll);
+  EXPECT_EQ(s["gpupack_op_seconds_sum{writer=\"all\"}"], kAll / 4 * (0 + 1 + 2 + 3));
+  EXPECT_EQ(s["gpupack_collected"], kAll);
+}
+
+TEST(MetricsRegistryTest, RegisteringWhileRenderingIsSafe) {
+  MetricsRegistry registry;
+  std::atomic<bool> done{false};
+  std::thread renderer([&] {
+    for (int i = 0; i < 100000 && !done.load(); ++i) (void)registry.Render();
+  });
+  for (int i = 0; i < 200; ++i) registry.AddCounter("gpupack_c" + std::to_string(i) + "_total", "C.").Inc({});
+  done = true;
+  renderer.join();
+  EXPECT_EQ(ParseSamples(registry.Render()).size(), 200u);
+}
+
+// A rendering with every kind of family, shaped like the server's /metrics.
+std::string SampleExposition() {
+  MetricsRegistry registry;
+  registry.AddCounter("gpupack_placements_total", "Tasks placed.").Inc({}, 12);
+  auto& failures = registry.AddCounter("gpupack_placement_failures_total",
+                                       "Placement failures (one per rejected instance) by reason.");
+  failures.Inc({{"reason", "not enough GPU memory"}}, 3);
+  failures.Inc({{"reason", "odd \"reason\" with \\ and\nnewline"}});
+  registry.AddCollected("gpupack_gpu_memory_total_mib", "GPU memory per GPU.", MetricType::kGauge,
+                        [](std::vector<MetricSample>& out) {
+                          out.push_back({{{"cluster", "default"}, {"instance", "i-1"}, {"gpu", "GPU-0"}}, 81920});
+                        });
+  auto& latency = registry.AddHistogram("gpupack_request_duration_seconds", "ECS API request latency by operation.",
+                                        {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5});
+  latency.Observe({{"operation", "RunTask"}}, 0.003);
+  latency.Observe({{"operation", "RunTask"}}, 9);
+  registry.AddHistogram("gpupack_empty_seconds", "A histogram with no observations yet.", {1});
+  registry.AddCollected("gpupack_agents_connected", "Node agents connected now.", MetricType::kGauge,
+                        [](std::vector<MetricSample>& out) { out.push_back({{}, 2}); });
+  return registry.Render();
+}
+
+TEST(MetricsRegistryTest, PromtoolAcceptsTheRendering) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool is not on PATH (Debian: apt-get install prometheus)";
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("metrics_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto input = dir / "metrics.txt";
+  const auto report = dir / "promtool.txt";
+  std::ofstream(input) << SampleExposition();
+  const std::string command =
+      "promtool check metrics < '" + input.string() + "' > '" + report.string() + "' 2>&1";
+  const int rc = std::system(command.c_str());
+  std::ifstream in(report);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(dir);
+  // Exit 0 and no findings: the text parses and passes promtool's lint (HELP present, names, units, _total).
+  EXPECT_EQ(rc, 0) << output;
+  EXPECT_EQ(output, "");
+}
+
+}  // namespace
+}  // namespace gpupack::api
