@@ -23,7 +23,7 @@
 #include "api/control_plane.h"
 #include "api/ecs_handler.h"
 #include "api/http_server.h"
-#include "api/sigv4.h"
+#include "protocol/sigv4_verifier.h"
 #include "protocol/messages.h"
 #include "scheduler/placement.h"
 #include "scheduler/query.h"
