@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "api/sigv4.h"
+#include "protocol/sigv4.h"
 #include "scheduler/status.h"
 
 namespace gpupack::agent {
@@ -45,7 +45,7 @@ struct AgentOptions {
   int watchdog_strikes = 2;
   bool stop_tasks_on_exit = false;      // gpupack up: Ctrl-C stops the tasks too
   // The key to SigV4-sign every call and the channel upgrade with (server run with --credentials); none = unsigned.
-  std::optional<api::SigningIdentity> signing;
+  std::optional<protocol::SigningIdentity> signing;
 };
 
 class Agent {

@@ -78,15 +78,15 @@ Result<tcp::endpoint> Resolve(net::io_context& ioc, const ServerEndpoint& server
 // Sign adds SigV4's Authorization, X-Amz-Date and X-Amz-Content-Sha256 to `req`, signing every header it
 // carries except those SignRequest leaves out (Connection, User-Agent, ...).
 template <class Fields>
-void Sign(const api::SigningIdentity& id, http::request<Fields>& req, std::string_view body) {
-  api::HeaderList headers;
+void Sign(const protocol::SigningIdentity& id, http::request<Fields>& req, std::string_view body) {
+  protocol::HeaderList headers;
   for (const auto& field : req) headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   const std::string target(req.target());
   const size_t q = target.find('?');
   const std::string path = target.substr(0, q);
   const std::string query = q == std::string::npos ? "" : target.substr(q + 1);
   for (const auto& [name, value] :
-       api::SignRequest(id.credential, id.region, id.service, std::string(req.method_string()), path, query, headers,
+       protocol::SignRequest(id.credential, id.region, id.service, std::string(req.method_string()), path, query, headers,
                         body, std::chrono::system_clock::now())) {
     req.set(name, value);
   }

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/sigv4.h"
+#include "protocol/sigv4.h"
 #include "scheduler/status.h"
 
 namespace gpupack::agent {
@@ -22,7 +22,7 @@ using Json = nlohmann::json;
 struct ServerEndpoint {
   std::string host;
   uint16_t port = 0;
-  std::optional<api::SigningIdentity> signing;
+  std::optional<protocol::SigningIdentity> signing;
   static Result<ServerEndpoint> Parse(const std::string& url);
   std::string Url() const;
 };

@@ -1,7 +1,7 @@
 // RequestAuthenticator: the server's gate in front of the ECS API and the agent channel when it runs with
 // --credentials (DESIGN.md §8, docs/api.md "Authentication"). It verifies the request's AWS Signature Version 4
 // (SigV4Verifier: service ecs, the server's region, 5-minute clock skew, constant-time compare) and then
-// whether the signing key's role may perform the action (KeyRole, api/sigv4.h).
+// whether the signing key's role may perform the action (KeyRole, protocol/sigv4.h).
 //
 // Thread-safety: immutable after construction; Check may be called from any number of threads at once (the
 // clock function must be thread-safe).
@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "api/http_server.h"
-#include "api/sigv4.h"
+#include "protocol/sigv4_verifier.h"
 
 namespace gpupack::api {
 

@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
-#include "api/sigv4.h"
+#include "protocol/sigv4.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
 
@@ -59,21 +59,21 @@ std::string Env(const char* name) {
 
 // SigningFrom resolves the key the agent signs with, like the AWS CLI: flags first, then the environment.
 // No credentials file at all means unsigned calls (a server without --credentials).
-Result<std::optional<api::SigningIdentity>> SigningFrom(const AgentFlags& f) {
+Result<std::optional<protocol::SigningIdentity>> SigningFrom(const AgentFlags& f) {
   const std::string file = !f.credentials.empty() ? f.credentials : Env("AWS_SHARED_CREDENTIALS_FILE");
-  if (file.empty()) return std::optional<api::SigningIdentity>();
-  auto keys = api::LoadCredentialsFile(file);
+  if (file.empty()) return std::optional<protocol::SigningIdentity>();
+  auto keys = protocol::LoadCredentialsFile(file);
   if (!keys.ok()) return keys.status();
   const std::string profile = !f.profile.empty() ? f.profile : Env("AWS_PROFILE");
-  auto key = api::SelectProfile(*keys, profile, "credentials file " + file);
+  auto key = protocol::SelectProfile(*keys, profile, "credentials file " + file);
   if (!key.ok()) return key.status();
-  api::SigningIdentity id;
+  protocol::SigningIdentity id;
   id.credential = std::move(*key);
   id.region = !f.region.empty()                   ? f.region
               : !Env("AWS_REGION").empty()         ? Env("AWS_REGION")
               : !Env("AWS_DEFAULT_REGION").empty() ? Env("AWS_DEFAULT_REGION")
                                                    : std::string("us-east-1");
-  return std::optional<api::SigningIdentity>(std::move(id));
+  return std::optional<protocol::SigningIdentity>(std::move(id));
 }
 
 Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
@@ -153,25 +153,25 @@ int RunUp(const UpFlags& f) {
   if (!server) return code;
   // With --credentials the agents sign with the file's first gpupack_role=agent key (else its first key), and the
   // banner points clients at its first admin key.
-  std::optional<api::SigningIdentity> agent_signing;
+  std::optional<protocol::SigningIdentity> agent_signing;
   std::string client_profile;
   if (!sf.credentials.empty()) {
-    auto keys = api::LoadCredentialsFile(sf.credentials);  // ServerRuntime::Start has just read it
+    auto keys = protocol::LoadCredentialsFile(sf.credentials);  // ServerRuntime::Start has just read it
     if (!keys.ok()) return Usage(keys.status().message());
-    const api::Credential* agent_key = &keys->front();
-    for (const api::Credential& k : *keys) {
-      if (k.role == api::KeyRole::kAgent) {
+    const protocol::Credential* agent_key = &keys->front();
+    for (const protocol::Credential& k : *keys) {
+      if (k.role == protocol::KeyRole::kAgent) {
         agent_key = &k;
         break;
       }
     }
-    for (const api::Credential& k : *keys) {
-      if (k.role == api::KeyRole::kAdmin) {
+    for (const protocol::Credential& k : *keys) {
+      if (k.role == protocol::KeyRole::kAdmin) {
         client_profile = k.profile;
         break;
       }
     }
-    agent_signing = api::SigningIdentity{*agent_key, sf.region, "ecs"};
+    agent_signing = protocol::SigningIdentity{*agent_key, sf.region, "ecs"};
   }
   std::vector<std::unique_ptr<agent::Agent>> agents;
   for (int i = 0; i < f.agents; ++i) {

@@ -12,7 +12,7 @@
 #include "api/ecs_handler.h"
 #include "api/http_server.h"
 #include "api/request_auth.h"
-#include "api/sigv4.h"
+#include "protocol/sigv4_verifier.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
 #include "storage/group_committer.h"

@@ -23,7 +23,8 @@
 #include "api/control_plane.h"
 #include "api/ecs_handler.h"
 #include "api/http_server.h"
-#include "api/sigv4.h"
+#include "protocol/sigv4_verifier.h"
+#include "protocol/messages.h"
 #include "scheduler/placement.h"
 #include "scheduler/query.h"
 #include "scheduler/validation.h"
@@ -907,6 +908,30 @@ void FuzzSignedRequest(std::string_view wire) {
     Fail("a request outside the clock-skew window verifies", std::string(wire));
 }
 
+// ---- protocol -------------------------------------------------------------------------------------------------
+
+// CheckRoundTrip: an accepted message serializes to text that parses back to the same message and serializes
+// to the same text again.
+template <typename Message, typename Parse>
+void CheckRoundTrip(const Message& m, Parse parse, std::string_view input) {
+  const std::string text = protocol::Serialize(m);
+  auto again = parse(text);
+  if (!again.ok()) Fail("a serialized message does not parse: " + again.status().message(), text);
+  if (!(*again == m)) Fail("a message changed in a serialize/parse round trip", std::string(input) + "\n" + text);
+  if (protocol::Serialize(*again) != text) Fail("serializing a round-tripped message gave other text", text);
+}
+
+template <typename Parse>
+void FuzzMessage(std::string_view text, Parse parse) {
+  auto m = parse(text);
+  if (!m.ok()) {
+    if (m.status().code() != ErrorCode::kInvalidParameter || m.status().message().empty())
+      Fail("a message refused without InvalidParameter and a message", std::string(text));
+    return;
+  }
+  CheckRoundTrip(*m, parse, text);
+}
+
 }  // namespace
 
 // ---- the targets --------------------------------------------------------------------------------------------
@@ -1027,6 +1052,15 @@ int FuzzSigV4(const uint8_t* data, size_t size) {
     case 3: FuzzCredentials(rest); break;
     case 4: FuzzSignedRequest(rest); break;
   }
+  return 0;
+}
+
+int FuzzProtocol(const uint8_t* data, size_t size) {
+  QuietLogs();
+  if (size < 1) return 0;
+  const std::string_view rest = AsText(data + 1, size - 1);
+  if (data[0] % 2 == 0) FuzzMessage(rest, [](std::string_view t) { return protocol::ParseAgentMessage(t); });
+  else FuzzMessage(rest, [](std::string_view t) { return protocol::ParseServerMessage(t); });
   return 0;
 }
 

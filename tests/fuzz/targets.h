@@ -14,6 +14,8 @@
 //               WebSocket, mixed with operation lines as in `operations`.
 //   sigv4       byte 0 picks a SigV4 entry point (Authorization parser, canonical forms, dates, credentials
 //               file, a request as in `http`: verified as is, then signed with SignRequest and verified again).
+//   protocol    byte 0 picks the direction (even: ParseAgentMessage, odd: ParseServerMessage), the rest is one
+//               channel message; an accepted one must survive Serialize and parse back equal (protocol/messages.h).
 // In operations and channel input (and in an http body) these placeholders are replaced before parsing:
 // @I0..@I9 the container instance ARNs and @T0..@T9 the task ARNs known so far (the fixture's first, then
 // those the input's own RegisterContainerInstance/RunTask/StartTask created). Control lines: `!advance` moves
@@ -42,5 +44,6 @@ int FuzzOperations(const uint8_t* data, size_t size);
 int FuzzHttp(const uint8_t* data, size_t size);
 int FuzzChannel(const uint8_t* data, size_t size);
 int FuzzSigV4(const uint8_t* data, size_t size);
+int FuzzProtocol(const uint8_t* data, size_t size);
 
 }  // namespace gpupack::fuzz

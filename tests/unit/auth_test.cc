@@ -25,7 +25,7 @@
 #include "api/ecs_handler.h"
 #include "api/http_server.h"
 #include "api/request_auth.h"
-#include "api/sigv4.h"
+#include "protocol/sigv4_verifier.h"
 #include "storage/group_committer.h"
 #include "storage/sqlite_store.h"
 #include "tests/unit/in_process_server.h"

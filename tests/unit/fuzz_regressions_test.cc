@@ -58,7 +58,8 @@ TEST_P(FuzzReplayTest, SeedCorpusPasses) {
 INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplayTest,
                          ::testing::Values(Target{"query", FuzzQuery}, Target{"codec", FuzzCodec},
                                            Target{"operations", FuzzOperations}, Target{"http", FuzzHttp},
-                                           Target{"channel", FuzzChannel}, Target{"sigv4", FuzzSigV4}),
+                                           Target{"channel", FuzzChannel}, Target{"sigv4", FuzzSigV4},
+                                           Target{"protocol", FuzzProtocol}),
                          [](const ::testing::TestParamInfo<Target>& info) { return std::string(info.param.name); });
 
 }  // namespace

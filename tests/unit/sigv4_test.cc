@@ -1,7 +1,8 @@
 // SigV4 tests: AWS's published Signature Version 4 test suite (inputs, canonical requests, string-to-sign digests
 // and signatures written here as a table), the building blocks, the Authorization parser on garbage, the
 // verifier's refusals (one row per tampering), the clock-skew window's edges, and the credentials file.
-#include "api/sigv4.h"
+#include "protocol/sigv4.h"
+#include "protocol/sigv4_verifier.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
-// SigV4: AWS Signature Version 4 (DESIGN.md §8). The server verifies every API call with SigV4Verifier, the
-// agent signs its calls with SignRequest, and both read keys with LoadCredentialsFile. Pure functions and a
-// value-type verifier: no clock (callers pass `now`), no I/O except LoadCredentialsFile, no globals.
+// SigV4: AWS Signature Version 4. The server verifies every API call with SigV4Verifier (sigv4_verifier.h), the
+// agent signs its calls with SignRequest (here), and both read keys with LoadCredentialsFile. Pure functions and
+// a value-type verifier: no clock (callers pass `now`), no I/O except LoadCredentialsFile, no globals.
 //
 // The canonical request is built exactly as AWS defines it for services other than S3:
 //   method \n canonical URI \n canonical query string \n canonical headers \n signed headers \n payload hash
@@ -9,9 +9,11 @@
 // and the query string is decoded and re-encoded with AWS's strict encoding, sorted by key, then value.
 // The building blocks are public so tests can compare each intermediate string with AWS's test suite.
 //
-// This file is its own CMake target, gpupack::sigv4 (OpenSSL and gpupack::scheduler's Status only), so the node
-// agent can sign without linking the server (gpupack::api). It therefore knows nothing of HttpServer: the
-// verifier reads a SigV4Request view, which an api::HttpRequest converts to through the template overloads.
+// These files are their own CMake target, gpupack::sigv4 (OpenSSL and gpupack::scheduler's Status only), in
+// protocol/ beside the channel's messages, so the node agent can sign without linking the server (gpupack::api).
+// They therefore know nothing of HttpServer: the verifier reads a SigV4Request view, which an api::HttpRequest
+// converts to through the template overloads. The server's code names everything here gpupack::api::..., where
+// it used to live: the aliases at the end of each header.
 #pragma once
 
 #include <chrono>
@@ -24,7 +26,7 @@
 
 #include "scheduler/status.h"
 
-namespace gpupack::api {
+namespace gpupack::protocol {
 
 // KeyRole says what a key may do once its signature is valid (gpupack_role in the credentials file):
 //   admin: every ECS operation and the agent channel (the default);
@@ -122,25 +124,6 @@ std::string SigningKey(std::string_view secret, std::string_view date, std::stri
 // SignatureHex is the hex HMAC-SHA256 of `string_to_sign` under `signing_key`.
 std::string SignatureHex(std::string_view signing_key, std::string_view string_to_sign);
 
-// SigV4Authorization is a parsed Authorization header value.
-struct SigV4Authorization {
-  std::string access_key_id;
-  std::string date;  // YYYYMMDD of the credential scope
-  std::string region;
-  std::string service;
-  std::string terminator;                   // "aws4_request" when well formed
-  std::vector<std::string> signed_headers;  // lower case, sorted, unique
-  std::string signature;                    // 64 lower-case hex digits when well formed (checked by the verifier)
-};
-
-// ParseAuthorization parses
-//   AWS4-HMAC-SHA256 Credential=AKID/20150830/us-east-1/ecs/aws4_request, SignedHeaders=host;x-amz-date,
-//   Signature=<hex>
-// (components in any order, each once, optional spaces around commas). Never throws or reads out of bounds on
-// any input; sizes are bounded (4 KiB header, 64 signed headers). A malformed value → kIncompleteSignature
-// with a message saying what is wrong.
-Result<SigV4Authorization> ParseAuthorization(std::string_view header);
-
 // AuthorizationHeader signs exactly the headers given (they must already hold Host and X-Amz-Date = amz_date;
 // names are lower-cased, sorted and de-duplicated into SignedHeaders) and returns the Authorization value.
 std::string AuthorizationHeader(const Credential& credential, std::string_view region, std::string_view service,
@@ -158,65 +141,32 @@ std::map<std::string, std::string> SignRequest(const Credential& credential, std
                                                std::string_view query, const HeaderList& headers, std::string_view body,
                                                std::chrono::system_clock::time_point now);
 
-// SigV4Result is the verdict on one request: ok with the access key id (and its profile and role) that signed
-// it, or the refusal.
-struct SigV4Result {
-  Status status;
-  std::string access_key_id;  // set when ok
-  std::string profile;        // set when ok
-  KeyRole role = KeyRole::kAdmin;  // set when ok
-};
+}  // namespace gpupack::protocol
 
-// SigV4Request is what the verifier reads of a request: the method and target as on the request line, the
-// headers in wire order (names in any case) and the body. A view: it must not outlive what it points to.
-struct SigV4Request {
-  std::string_view method;
-  std::string_view target;
-  const HeaderList& headers;
-  std::string_view body;
-};
-
-// SigV4Verifier checks a request's Authorization header against the configured keys:
-//   - no Authorization header → kMissingAuthenticationToken;
-//   - malformed Authorization, unsupported algorithm, no or malformed X-Amz-Date (or Date), Host or the date
-//     header not in SignedHeaders, an unsigned X-Amz-Target, duplicated auth headers → kIncompleteSignature;
-//   - scope date ≠ request date, scope region ≠ ours, service ≠ ours, terminator ≠ aws4_request, request time
-//     outside now ± skew, X-Amz-Content-Sha256 not the body's SHA-256 (UNSIGNED-PAYLOAD included), a signed
-//     header the request lacks, and a wrong signature → kInvalidSignature (AWS's wording);
-//   - unknown access key id, or a session token (X-Amz-Security-Token: gpupack issues none) →
-//     kUnrecognizedClient.
-// The payload hash is always computed from the body, and signatures are compared in constant time.
-//
-// Thread-safety: immutable after construction; Verify may be called from any number of threads at once.
-class SigV4Verifier {
- public:
-  // With two credentials of the same access key id the first wins (LoadCredentialsFile refuses such files).
-  SigV4Verifier(std::vector<Credential> credentials, std::string region, std::string service = "ecs",
-                std::chrono::seconds skew = std::chrono::minutes(5));
-
-  SigV4Result Authenticate(const SigV4Request& req, std::chrono::system_clock::time_point now) const;
-  Status Verify(const SigV4Request& req, std::chrono::system_clock::time_point now) const {
-    return Authenticate(req, now).status;
-  }
-  // Any request type with the members method, target, headers and body (api::HttpRequest).
-  template <typename Request>
-  SigV4Result Authenticate(const Request& req, std::chrono::system_clock::time_point now) const {
-    return Authenticate(SigV4Request{req.method, req.target, req.headers, req.body}, now);
-  }
-  template <typename Request>
-  Status Verify(const Request& req, std::chrono::system_clock::time_point now) const {
-    return Authenticate(req, now).status;
-  }
-
-  const std::string& region() const { return region_; }
-  const std::string& service() const { return service_; }
-  std::chrono::seconds skew() const { return skew_; }
-
- private:
-  std::map<std::string, Credential, std::less<>> by_access_key_;
-  std::string region_;
-  std::string service_;
-  std::chrono::seconds skew_;
-};
-
+namespace gpupack::api {
+using protocol::AuthorizationHeader;
+using protocol::CanonicalHeaderValue;
+using protocol::CanonicalQueryString;
+using protocol::CanonicalRequest;
+using protocol::CanonicalUri;
+using protocol::Credential;
+using protocol::CredentialScope;
+using protocol::FormatAmzDate;
+using protocol::HeaderList;
+using protocol::HexSha256;
+using protocol::KeyRole;
+using protocol::KeyRoleName;
+using protocol::kSigV4Algorithm;
+using protocol::kSigV4Terminator;
+using protocol::LoadCredentialsFile;
+using protocol::ParseAmzDate;
+using protocol::ParseCredentials;
+using protocol::ParseHttpDate;
+using protocol::SelectProfile;
+using protocol::SignatureHex;
+using protocol::SigningIdentity;
+using protocol::SigningKey;
+using protocol::SignRequest;
+using protocol::StringToSign;
+using protocol::UriEncode;
 }  // namespace gpupack::api

@@ -1,0 +1,222 @@
+// The agent channel's messages as types (docs/agent-channel.md). The server (api/) and the node agent (agent/)
+// both speak through this library: ParseAgentMessage / ParseServerMessage turn one WebSocket text frame into a
+// typed message, or a Status::InvalidParameter that names the offending field; Serialize writes one back. The
+// wire format is the channel's as it has always been: field names, "type" strings and shapes.
+//
+//   agent -> server                                   server -> agent
+//   {"type":"hello","tasks":[...],"impaired":b}       {"type":"welcome","assign":[...],"stop":[...],
+//                                                       "heartbeatIntervalMs":n}
+//   {"type":"state","id":n,<TaskReport fields>}       {"type":"ack","id":n}
+//   {"type":"heartbeat","id":n,"impaired","heldGpus"} {"type":"ack","id":n}
+//   {"type":"ack","id":n}                             {"type":"assign","id":n,"task":{<Assignment>}}
+//                                                     {"type":"stop","id":n,"taskArn","reason"}
+//                                                     {"type":"error","message","id"?}
+//
+// Parsing: the text must be a JSON object with a string "type"; nesting deeper than kMaxJsonDepth is refused
+// while parsing, before a deep document is built (copying or printing one recurses once per level). Every
+// field's type is checked; a field that is missing takes its default unless it is required (each struct below
+// says which). Unknown fields are ignored, so either side may add one without breaking the other. Errors name
+// the field with its path, e.g. "state.containers[0].status must be PENDING, RUNNING or STOPPED".
+//
+// Serializing never throws: invalid UTF-8 in a string is replaced with U+FFFD.
+//
+// Pure functions and value types: thread-safe. JSON only (nlohmann_json); no I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/model.h"
+#include "scheduler/status.h"
+
+namespace gpupack::protocol {
+
+using Json = nlohmann::json;
+
+inline constexpr const char* kChannelPath = "/agent/v1/channel";
+// The instance attribute an agent registers (value "v1") to say it holds a channel: the server pushes to it.
+inline constexpr const char* kChannelAttribute = "gpupack.agent-channel";
+inline constexpr const char* kChannelVersion = "v1";
+// The attribute an agent registers while its MPS control daemon answers: shared GPU tasks are placed only there.
+inline constexpr const char* kMpsCapability = "ecs.capability.gpu-sharing-mps";
+inline constexpr int kMaxJsonDepth = 64;
+
+// ChannelTarget is the upgrade request's target: kChannelPath + "?containerInstance=" + the ARN percent-encoded.
+std::string ChannelTarget(const std::string& instance_arn);
+// InstanceArnFromTarget is the inverse: containerInstance=<ARN> of the target's query, percent-decoded ('+' is
+// a space); "" when absent.
+std::string InstanceArnFromTarget(const std::string& target);
+// PercentEncode keeps A-Z a-z 0-9 - _ . ~ and writes every other byte as %XX (upper-case hex).
+std::string PercentEncode(std::string_view s);
+
+// ---- vocabulary ---------------------------------------------------------------------------------------------
+
+enum class TaskStatus { kPending, kRunning, kStopped };
+const char* Name(TaskStatus s);  // "PENDING" | "RUNNING" | "STOPPED"
+std::optional<TaskStatus> ParseTaskStatus(std::string_view s);
+
+// StopCode: ECS's stop codes (and their spelling), plus InfrastructureHealth for a task a GPU fault ended.
+enum class StopCode {
+  kTaskFailedToStart,
+  kEssentialContainerExited,
+  kUserInitiated,
+  kServiceSchedulerInitiated,
+  kSpotInterruption,
+  kTerminationNotice,
+  kInfrastructureHealth,
+};
+const char* Name(StopCode c);  // "TaskFailedToStart", "EssentialContainerExited", ...
+std::optional<StopCode> ParseStopCode(std::string_view s);
+
+// ---- what the agent reports ---------------------------------------------------------------------------------
+
+// ContainerReport, wire {"containerName","status","exitCode"?,"reason"?} (reason omitted when empty).
+// Required: containerName, status.
+struct ContainerReport {
+  std::string name;
+  TaskStatus status = TaskStatus::kPending;
+  std::optional<int> exit_code;
+  std::string reason;
+  bool operator==(const ContainerReport&) const = default;
+};
+
+// TaskReport, wire {"taskArn","status","containers":[...],"reason"?,"stopCode"?} (reason omitted when empty).
+// Required: taskArn, status.
+struct TaskReport {
+  std::string task_arn;
+  TaskStatus status = TaskStatus::kPending;
+  std::optional<StopCode> stop_code;
+  std::string reason;
+  std::vector<ContainerReport> containers;
+  bool operator==(const TaskReport&) const = default;
+};
+
+// ---- what the server assigns ---------------------------------------------------------------------------------
+
+// MpsLimits, wire "mps": {"memory","maxComputePercent"?}. Required: memory.
+struct MpsLimits {
+  int64_t memory_mib = 0;
+  std::optional<int> max_compute_percent;
+  bool operator==(const MpsLimits&) const = default;
+};
+
+// AssignedContainer, wire {"name","image","essential","gpuIds","mps"?,"entryPoint","command","environment",
+// "overrideEnvironment","cpu","memory"?,"memoryReservation"?}; environment entries are {"name","value"}.
+// Required: name (the server leaves out entryPoint, command, environment and cpu when the task definition is
+// gone, and overrideEnvironment without an override: they default to empty and 0; essential defaults to true).
+struct AssignedContainer {
+  std::string name, image;
+  bool essential = true;
+  std::vector<std::string> gpu_ids;
+  std::optional<MpsLimits> mps;
+  std::vector<std::string> entry_point, command;
+  std::vector<KeyValuePair> environment, override_environment;
+  int64_t cpu = 0;
+  std::optional<int64_t> memory, memory_reservation;
+  bool operator==(const AssignedContainer&) const = default;
+};
+
+// Assignment, wire {"taskArn","cluster","taskDefinitionArn","desiredStatus","containers":[...]}: what an agent
+// needs to start a task. desired_status is RUNNING or STOPPED (stopped before it started). Required: taskArn.
+struct Assignment {
+  std::string task_arn, cluster, task_definition_arn;
+  TaskStatus desired_status = TaskStatus::kRunning;
+  std::vector<AssignedContainer> containers;
+  bool operator==(const Assignment&) const = default;
+};
+
+// StopOrder, wire {"taskArn","reason"}. Required: taskArn.
+struct StopOrder {
+  std::string task_arn;
+  std::string reason;
+  bool operator==(const StopOrder&) const = default;
+};
+
+// ---- agent -> server -----------------------------------------------------------------------------------------
+
+// Hello opens every connection: every task the agent knows. {"type":"hello","tasks":[...],"impaired":b}
+struct Hello {
+  std::vector<TaskReport> tasks;
+  bool impaired = false;
+  bool operator==(const Hello&) const = default;
+};
+// StateReport: one task changed. {"type":"state","id":n,<TaskReport fields inline>}. Required: id.
+struct StateReport {
+  int64_t id = 0;
+  TaskReport report;
+  bool operator==(const StateReport&) const = default;
+};
+// Heartbeat: {"type":"heartbeat","id":n,"impaired":b,"heldGpus":[...]}. Required: id.
+struct Heartbeat {
+  int64_t id = 0;
+  bool impaired = false;
+  std::vector<std::string> held_gpus;
+  bool operator==(const Heartbeat&) const = default;
+};
+// Ack, both directions: {"type":"ack","id":n}. The agent acks a push once recorded; the server acks a report once
+// durable and a heartbeat once applied. Required: id.
+struct Ack {
+  int64_t id = 0;
+  bool operator==(const Ack&) const = default;
+};
+
+// ---- server -> agent -----------------------------------------------------------------------------------------
+
+// Welcome answers the hello: {"type":"welcome","assign":[...],"stop":[...],"heartbeatIntervalMs":n}.
+struct Welcome {
+  std::vector<Assignment> assign;
+  std::vector<StopOrder> stop;
+  int64_t heartbeat_interval_ms = 5000;
+  bool operator==(const Welcome&) const = default;
+};
+// Assign: {"type":"assign","id":n,"task":{...}}. Required: task. id 0 = none given (nothing to ack).
+struct Assign {
+  int64_t id = 0;
+  Assignment task;
+  bool operator==(const Assign&) const = default;
+};
+// Stop: {"type":"stop","id":n,"taskArn","reason"}. Required: taskArn. id 0 = none given (nothing to ack).
+struct Stop {
+  int64_t id = 0;
+  StopOrder order;
+  bool operator==(const Stop&) const = default;
+};
+// Error answers a message the server could not apply: {"type":"error","message","id"?} (id: the message's).
+struct Error {
+  std::optional<int64_t> id;
+  std::string message;
+  bool operator==(const Error&) const = default;
+};
+
+using AgentMessage = std::variant<Hello, StateReport, Heartbeat, Ack>;
+using ServerMessage = std::variant<Welcome, Assign, Stop, Ack, Error>;
+
+Result<AgentMessage> ParseAgentMessage(std::string_view text);
+Result<ServerMessage> ParseServerMessage(std::string_view text);
+std::string Serialize(const AgentMessage& m);
+std::string Serialize(const ServerMessage& m);
+
+// ParseJsonBounded parses `text` refusing nesting deeper than kMaxJsonDepth before building it; the error says
+// what is wrong (not JSON, too deep). The message parsers start with it.
+Result<Json> ParseJsonBounded(std::string_view text);
+// Dump is Json::dump with invalid UTF-8 replaced (never throws).
+std::string Dump(const Json& j);
+
+// ---- Json converters (the agent persists Assignment and TaskReport in its state directory with them) ----------
+// `path` names the value in error messages ("hello.tasks[2]", "record.assignment").
+Json ToJson(const ContainerReport& c);
+Json ToJson(const TaskReport& r);
+Result<TaskReport> TaskReportFromJson(const Json& j, const std::string& path);
+Json ToJson(const AssignedContainer& c);
+Json ToJson(const Assignment& a);
+Result<Assignment> AssignmentFromJson(const Json& j, const std::string& path);
+Json ToJson(const StopOrder& s);
+Result<StopOrder> StopOrderFromJson(const Json& j, const std::string& path);
+
+}  // namespace gpupack::protocol

@@ -1,0 +1,371 @@
+// protocol/messages.h: every message round-trips, today's wire JSON parses, every type error is refused with a
+// message naming the field, nesting is bounded, serializing never throws.
+#include "protocol/messages.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace gpupack::protocol {
+namespace {
+
+TaskReport SampleReport() {
+  TaskReport r;
+  r.task_arn = "arn:aws:ecs:us-east-1:000000000000:task/default/0123abcd";
+  r.status = TaskStatus::kStopped;
+  r.stop_code = StopCode::kEssentialContainerExited;
+  r.reason = "Essential container in task exited";
+  r.containers.push_back({"main", TaskStatus::kStopped, 3, "killed by signal 9"});
+  r.containers.push_back({"side", TaskStatus::kRunning, std::nullopt, ""});
+  return r;
+}
+
+Assignment SampleAssignment() {
+  Assignment a;
+  a.task_arn = "arn:aws:ecs:us-east-1:000000000000:task/default/0123abcd";
+  a.cluster = "default";
+  a.task_definition_arn = "arn:aws:ecs:us-east-1:000000000000:task-definition/train:3";
+  a.desired_status = TaskStatus::kRunning;
+  AssignedContainer c;
+  c.name = "main";
+  c.image = "busybox";
+  c.essential = true;
+  c.gpu_ids = {"GPU-0", "GPU-1"};
+  c.mps = MpsLimits{4096, 50};
+  c.entry_point = {"/bin/sh", "-c"};
+  c.command = {"exec sleep 60"};
+  c.environment = {{"A", "1"}, {"B", ""}};
+  c.override_environment = {{"A", "2"}};
+  c.cpu = 512;
+  c.memory = 64;
+  c.memory_reservation = 32;
+  a.containers.push_back(c);
+  AssignedContainer bare;
+  bare.name = "sidecar";
+  bare.essential = false;
+  a.containers.push_back(bare);
+  return a;
+}
+
+template <typename M>
+M ParsedAgent(const std::string& text) {
+  auto m = ParseAgentMessage(text);
+  EXPECT_TRUE(m.ok()) << m.status().message() << "\n" << text;
+  if (!m.ok() || !std::holds_alternative<M>(*m)) {
+    ADD_FAILURE() << "not the expected message: " << text;
+    return M{};
+  }
+  return std::get<M>(*m);
+}
+
+template <typename M>
+M ParsedServer(const std::string& text) {
+  auto m = ParseServerMessage(text);
+  EXPECT_TRUE(m.ok()) << m.status().message() << "\n" << text;
+  if (!m.ok() || !std::holds_alternative<M>(*m)) {
+    ADD_FAILURE() << "not the expected message: " << text;
+    return M{};
+  }
+  return std::get<M>(*m);
+}
+
+// ---- round trips --------------------------------------------------------------------------------------------
+
+TEST(ProtocolTest, EveryAgentMessageRoundTrips) {
+  Hello hello{{SampleReport(), TaskReport{"arn:t/2", TaskStatus::kPending, std::nullopt, "", {}}}, true};
+  EXPECT_EQ(ParsedAgent<Hello>(Serialize(AgentMessage(hello))), hello);
+  EXPECT_EQ(ParsedAgent<Hello>(Serialize(AgentMessage(Hello{}))), Hello{});
+  StateReport state{42, SampleReport()};
+  EXPECT_EQ(ParsedAgent<StateReport>(Serialize(AgentMessage(state))), state);
+  for (StopCode code : {StopCode::kTaskFailedToStart, StopCode::kEssentialContainerExited, StopCode::kUserInitiated,
+                        StopCode::kServiceSchedulerInitiated, StopCode::kSpotInterruption,
+                        StopCode::kTerminationNotice, StopCode::kInfrastructureHealth}) {
+    state.report.stop_code = code;
+    EXPECT_EQ(ParsedAgent<StateReport>(Serialize(AgentMessage(state))), state) << Name(code);
+  }
+  Heartbeat hb{7, true, {"GPU-a", "GPU-b"}};
+  EXPECT_EQ(ParsedAgent<Heartbeat>(Serialize(AgentMessage(hb))), hb);
+  EXPECT_EQ(ParsedAgent<Ack>(Serialize(AgentMessage(Ack{9}))), Ack{9});
+}
+
+TEST(ProtocolTest, EveryServerMessageRoundTrips) {
+  Welcome welcome{{SampleAssignment()}, {{"arn:t/1", "the task was stopped while the agent was away"}}, 200};
+  EXPECT_EQ(ParsedServer<Welcome>(Serialize(ServerMessage(welcome))), welcome);
+  EXPECT_EQ(ParsedServer<Welcome>(Serialize(ServerMessage(Welcome{}))), Welcome{});
+  Assign assign{3, SampleAssignment()};
+  EXPECT_EQ(ParsedServer<Assign>(Serialize(ServerMessage(assign))), assign);
+  assign.task.desired_status = TaskStatus::kStopped;
+  EXPECT_EQ(ParsedServer<Assign>(Serialize(ServerMessage(assign))), assign);
+  Stop stop{4, {"arn:t/1", "enough"}};
+  EXPECT_EQ(ParsedServer<Stop>(Serialize(ServerMessage(stop))), stop);
+  EXPECT_EQ(ParsedServer<Ack>(Serialize(ServerMessage(Ack{5}))), Ack{5});
+  Error error{6, "task arn:t/1 is not on this instance"};
+  EXPECT_EQ(ParsedServer<Error>(Serialize(ServerMessage(error))), error);
+  Error no_id{std::nullopt, "unknown message type 'x'"};
+  EXPECT_EQ(ParsedServer<Error>(Serialize(ServerMessage(no_id))), no_id);
+}
+
+TEST(ProtocolTest, ConvertersRoundTripAndNameThePath) {
+  EXPECT_EQ(*TaskReportFromJson(ToJson(SampleReport()), "record.report"), SampleReport());
+  EXPECT_EQ(*AssignmentFromJson(ToJson(SampleAssignment()), "record.assignment"), SampleAssignment());
+  Json bad = ToJson(SampleAssignment());
+  bad["containers"][1]["cpu"] = "lots";
+  auto a = AssignmentFromJson(bad, "record.assignment");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().message(), "record.assignment.containers[1].cpu must be an integer");
+}
+
+// ---- today's wire ----------------------------------------------------------------------------------------------
+
+TEST(ProtocolTest, TodaysAgentMessagesParse) {
+  // As the agent has always written them.
+  auto hello = ParsedAgent<Hello>(R"({"type":"hello","tasks":[{"taskArn":"arn:t/1","status":"RUNNING",
+      "containers":[{"containerName":"main","status":"RUNNING"}]},{"taskArn":"arn:t/2","status":"STOPPED",
+      "reason":"Essential container in task exited","stopCode":"EssentialContainerExited",
+      "containers":[{"containerName":"main","status":"STOPPED","exitCode":0,"reason":"done"}]}],"impaired":false})");
+  ASSERT_EQ(hello.tasks.size(), 2u);
+  EXPECT_EQ(hello.tasks[0].status, TaskStatus::kRunning);
+  EXPECT_FALSE(hello.tasks[0].stop_code.has_value());
+  EXPECT_EQ(hello.tasks[1].stop_code, StopCode::kEssentialContainerExited);
+  EXPECT_EQ(hello.tasks[1].containers[0].exit_code, 0);
+  EXPECT_EQ(hello.tasks[1].containers[0].reason, "done");
+
+  auto state = ParsedAgent<StateReport>(R"({"type":"state","id":12,"taskArn":"arn:t/1","status":"STOPPED",
+      "stopCode":"TaskFailedToStart","reason":"CannotStartContainerError: exec failed",
+      "containers":[{"containerName":"main","status":"STOPPED","reason":"CannotStartContainerError: exec failed"}]})");
+  EXPECT_EQ(state.id, 12);
+  EXPECT_EQ(state.report.task_arn, "arn:t/1");
+  EXPECT_EQ(state.report.stop_code, StopCode::kTaskFailedToStart);
+
+  auto hb = ParsedAgent<Heartbeat>(R"({"type":"heartbeat","id":13,"impaired":true,"heldGpus":["GPU-x"]})");
+  EXPECT_EQ(hb, (Heartbeat{13, true, {"GPU-x"}}));
+  EXPECT_EQ(ParsedAgent<Ack>(R"({"type":"ack","id":14})"), Ack{14});
+}
+
+TEST(ProtocolTest, TodaysServerMessagesParse) {
+  // As ControlPlane::AssignmentFor renders a task whose definition has an override, and one whose definition is
+  // gone (no entryPoint, command, environment, cpu).
+  const std::string assign_text = R"({"type":"assign","id":31,"task":{"taskArn":"arn:t/1","cluster":"default",
+      "taskDefinitionArn":"arn:td/train:1","desiredStatus":"RUNNING","containers":[
+      {"name":"main","image":"busybox","essential":true,"gpuIds":["GPU-0"],"mps":{"memory":4096,"maxComputePercent":25},
+       "entryPoint":["/bin/sh","-c"],"command":["exec sleep 60"],"environment":[{"name":"A","value":"1"}],
+       "cpu":0,"memory":64,"overrideEnvironment":[{"name":"B","value":"2"}],"memoryReservation":32},
+      {"name":"gone","image":"x","essential":false,"gpuIds":[]}]}})";
+  auto assign = ParsedServer<Assign>(assign_text);
+  EXPECT_EQ(assign.id, 31);
+  ASSERT_EQ(assign.task.containers.size(), 2u);
+  const AssignedContainer& c = assign.task.containers[0];
+  EXPECT_EQ(c.mps, (MpsLimits{4096, 25}));
+  EXPECT_EQ(c.entry_point, (std::vector<std::string>{"/bin/sh", "-c"}));
+  EXPECT_EQ(c.environment, (std::vector<KeyValuePair>{{"A", "1"}}));
+  EXPECT_EQ(c.override_environment, (std::vector<KeyValuePair>{{"B", "2"}}));
+  EXPECT_EQ(c.memory, 64);
+  EXPECT_EQ(c.memory_reservation, 32);
+  const AssignedContainer& gone = assign.task.containers[1];
+  EXPECT_FALSE(gone.essential);
+  EXPECT_TRUE(gone.entry_point.empty() && gone.command.empty() && gone.environment.empty());
+  EXPECT_FALSE(gone.mps || gone.memory || gone.memory_reservation);
+  EXPECT_EQ(gone.cpu, 0);
+
+  auto welcome = ParsedServer<Welcome>(R"({"type":"welcome","assign":[{"taskArn":"arn:t/2","cluster":"default",
+      "taskDefinitionArn":"arn:td/x:1","desiredStatus":"STOPPED","containers":[]}],
+      "stop":[{"taskArn":"arn:t/3","reason":"the server does not know this task"}],"heartbeatIntervalMs":200})");
+  ASSERT_EQ(welcome.assign.size(), 1u);
+  EXPECT_EQ(welcome.assign[0].desired_status, TaskStatus::kStopped);
+  EXPECT_EQ(welcome.stop, (std::vector<StopOrder>{{"arn:t/3", "the server does not know this task"}}));
+  EXPECT_EQ(welcome.heartbeat_interval_ms, 200);
+
+  EXPECT_EQ(ParsedServer<Stop>(R"({"type":"stop","id":32,"taskArn":"arn:t/1","reason":"enough"})"),
+            (Stop{32, {"arn:t/1", "enough"}}));
+  EXPECT_EQ(ParsedServer<Ack>(R"({"type":"ack","id":33})"), Ack{33});
+  EXPECT_EQ(ParsedServer<Error>(R"({"type":"error","message":"instance is not registered","id":34})"),
+            (Error{34, "instance is not registered"}));
+  // A push without an id (nothing to ack) and unknown extra fields.
+  EXPECT_EQ(ParsedServer<Stop>(R"({"type":"stop","taskArn":"arn:t/1","future":{"x":[1,2]}})"), (Stop{0, {"arn:t/1", ""}}));
+}
+
+TEST(ProtocolTest, SerializedFormIsTodaysWire) {
+  Json state = Json::parse(Serialize(AgentMessage(StateReport{5, SampleReport()})));
+  EXPECT_EQ(state, Json::parse(R"({"type":"state","id":5,"taskArn":"arn:aws:ecs:us-east-1:000000000000:task/default/0123abcd",
+      "status":"STOPPED","stopCode":"EssentialContainerExited","reason":"Essential container in task exited",
+      "containers":[{"containerName":"main","status":"STOPPED","exitCode":3,"reason":"killed by signal 9"},
+                    {"containerName":"side","status":"RUNNING"}]})"));
+  Json hb = Json::parse(Serialize(AgentMessage(Heartbeat{6, false, {}})));
+  EXPECT_EQ(hb, Json::parse(R"({"type":"heartbeat","id":6,"impaired":false,"heldGpus":[]})"));
+  Json hello = Json::parse(Serialize(AgentMessage(Hello{})));
+  EXPECT_EQ(hello, Json::parse(R"({"type":"hello","tasks":[],"impaired":false})"));
+  Json stop = Json::parse(Serialize(ServerMessage(Stop{7, {"arn:t/1", "enough"}})));
+  EXPECT_EQ(stop, Json::parse(R"({"type":"stop","id":7,"taskArn":"arn:t/1","reason":"enough"})"));
+  Json assign = Json::parse(Serialize(ServerMessage(Assign{8, SampleAssignment()})));
+  EXPECT_EQ(assign["task"]["containers"][0]["mps"], Json::parse(R"({"memory":4096,"maxComputePercent":50})"));
+  EXPECT_FALSE(assign["task"]["containers"][1].contains("mps"));
+  EXPECT_FALSE(assign["task"]["containers"][1].contains("memory"));
+  EXPECT_EQ(assign["task"]["desiredStatus"], "RUNNING");
+}
+
+// ---- refusals ----------------------------------------------------------------------------------------------------
+
+struct Refusal {
+  const char* text;
+  const char* message;
+};
+
+TEST(ProtocolTest, AgentMessageTypeErrorsNameTheField) {
+  const Refusal cases[] = {
+      {R"([1,2])", "messages are JSON objects with a string 'type'"},
+      {R"({"type":7})", "messages are JSON objects with a string 'type'"},
+      {R"({"id":1})", "messages are JSON objects with a string 'type'"},
+      {R"({"type":"hello")", "the message is not valid JSON"},
+      {R"({"type":"welcome"})", "unknown message type 'welcome'"},
+      {R"({"type":"hello","tasks":{}})", "hello.tasks must be an array"},
+      {R"({"type":"hello","impaired":"no"})", "hello.impaired must be true or false"},
+      {R"({"type":"hello","tasks":[{"status":"RUNNING"}]})", "hello.tasks[0].taskArn is required"},
+      {R"({"type":"hello","tasks":[{"taskArn":"a","status":"RUNNING"},{"taskArn":"b","status":"DONE"}]})",
+       "hello.tasks[1].status must be PENDING, RUNNING or STOPPED"},
+      {R"({"type":"hello","tasks":[7]})", "hello.tasks[0] must be an object"},
+      {R"({"type":"state","taskArn":"a","status":"RUNNING"})", "state.id is required"},
+      {R"({"type":"state","id":"1","taskArn":"a","status":"RUNNING"})", "state.id must be an integer"},
+      {R"({"type":"state","id":1.5,"taskArn":"a","status":"RUNNING"})", "state.id must be an integer"},
+      {R"({"type":"state","id":18446744073709551615,"taskArn":"a","status":"RUNNING"})", "state.id must be an integer"},
+      {R"({"type":"state","id":1,"taskArn":5,"status":"RUNNING"})", "state.taskArn must be a string"},
+      {R"({"type":"state","id":1,"taskArn":"a"})", "state.status is required"},
+      {R"({"type":"state","id":1,"taskArn":"a","status":"RUNNING","reason":false})", "state.reason must be a string"},
+      {R"({"type":"state","id":1,"taskArn":"a","status":"STOPPED","stopCode":"Because"})",
+       "state.stopCode must be one of TaskFailedToStart, EssentialContainerExited, UserInitiated, "
+       "ServiceSchedulerInitiated, SpotInterruption, TerminationNotice, InfrastructureHealth"},
+      {R"({"type":"state","id":1,"taskArn":"a","status":"RUNNING","containers":"main"})",
+       "state.containers must be an array"},
+      {R"({"type":"state","id":1,"taskArn":"a","status":"RUNNING","containers":[{"containerName":"m","status":"UP"}]})",
+       "state.containers[0].status must be PENDING, RUNNING or STOPPED"},
+      {R"({"type":"state","id":1,"taskArn":"a","status":"RUNNING","containers":[{"status":"RUNNING"}]})",
+       "state.containers[0].containerName is required"},
+      {R"({"type":"state","id":1,"taskArn":"a","status":"STOPPED","containers":[{"containerName":"m","status":"STOPPED","exitCode":"1"}]})",
+       "state.containers[0].exitCode must be a 32-bit integer"},
+      {R"({"type":"state","id":1,"taskArn":"a","status":"STOPPED","containers":[{"containerName":"m","status":"STOPPED","exitCode":4294967296}]})",
+       "state.containers[0].exitCode must be a 32-bit integer"},
+      {R"({"type":"state","id":1,"taskArn":"a","status":"STOPPED","containers":[{"containerName":"m","status":"STOPPED","reason":1}]})",
+       "state.containers[0].reason must be a string"},
+      {R"({"type":"heartbeat"})", "heartbeat.id is required"},
+      {R"({"type":"heartbeat","id":1,"impaired":0})", "heartbeat.impaired must be true or false"},
+      {R"({"type":"heartbeat","id":1,"heldGpus":"GPU-0"})", "heartbeat.heldGpus must be an array of strings"},
+      {R"({"type":"heartbeat","id":1,"heldGpus":["GPU-0",1]})", "heartbeat.heldGpus[1] must be a string"},
+      {R"({"type":"ack"})", "ack.id is required"},
+      {R"({"type":"ack","id":null})", "ack.id must be an integer"},
+  };
+  for (const Refusal& c : cases) {
+    auto m = ParseAgentMessage(c.text);
+    ASSERT_FALSE(m.ok()) << c.text;
+    EXPECT_EQ(m.status().code(), ErrorCode::kInvalidParameter) << c.text;
+    EXPECT_EQ(m.status().message(), c.message) << c.text;
+  }
+}
+
+TEST(ProtocolTest, ServerMessageTypeErrorsNameTheField) {
+  const Refusal cases[] = {
+      {R"({"type":"hello"})", "unknown message type 'hello'"},
+      {R"({"type":"welcome","assign":{}})", "welcome.assign must be an array"},
+      {R"({"type":"welcome","assign":[{"cluster":"default"}]})", "welcome.assign[0].taskArn is required"},
+      {R"({"type":"welcome","stop":[{"taskArn":"a","reason":3}]})", "welcome.stop[0].reason must be a string"},
+      {R"({"type":"welcome","stop":[{"reason":"x"}]})", "welcome.stop[0].taskArn is required"},
+      {R"({"type":"welcome","heartbeatIntervalMs":"5s"})", "welcome.heartbeatIntervalMs must be an integer"},
+      {R"({"type":"assign","id":1})", "assign.task is required"},
+      {R"({"type":"assign","id":"1","task":{"taskArn":"a"}})", "assign.id must be an integer"},
+      {R"({"type":"assign","id":1,"task":[]})", "assign.task must be an object"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","desiredStatus":"PENDING"}})",
+       "assign.task.desiredStatus must be RUNNING or STOPPED"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","cluster":1}})", "assign.task.cluster must be a string"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","taskDefinitionArn":[]}})",
+       "assign.task.taskDefinitionArn must be a string"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"image":"x"}]}})",
+       "assign.task.containers[0].name is required"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","essential":"yes"}]}})",
+       "assign.task.containers[0].essential must be true or false"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","image":2}]}})",
+       "assign.task.containers[0].image must be a string"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","gpuIds":[0]}]}})",
+       "assign.task.containers[0].gpuIds[0] must be a string"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","mps":4096}]}})",
+       "assign.task.containers[0].mps must be an object"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","mps":{}}]}})",
+       "assign.task.containers[0].mps.memory is required"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","mps":{"memory":1,"maxComputePercent":"50"}}]}})",
+       "assign.task.containers[0].mps.maxComputePercent must be a 32-bit integer"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","entryPoint":"/bin/sh"}]}})",
+       "assign.task.containers[0].entryPoint must be an array of strings"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","command":[1]}]}})",
+       "assign.task.containers[0].command[0] must be a string"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","environment":[{"value":"1"}]}]}})",
+       "assign.task.containers[0].environment[0].name is required"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","overrideEnvironment":[{"name":"A","value":1}]}]}})",
+       "assign.task.containers[0].overrideEnvironment[0].value must be a string"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","cpu":1.5}]}})",
+       "assign.task.containers[0].cpu must be an integer"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","memory":"64"}]}})",
+       "assign.task.containers[0].memory must be an integer"},
+      {R"({"type":"assign","id":1,"task":{"taskArn":"a","containers":[{"name":"m","memoryReservation":true}]}})",
+       "assign.task.containers[0].memoryReservation must be an integer"},
+      {R"({"type":"stop","id":1})", "stop.taskArn is required"},
+      {R"({"type":"stop","id":1,"taskArn":"a","reason":{}})", "stop.reason must be a string"},
+      {R"({"type":"ack","id":"x"})", "ack.id must be an integer"},
+      {R"({"type":"error"})", "error.message is required"},
+      {R"({"type":"error","message":"m","id":"x"})", "error.id must be an integer"},
+  };
+  for (const Refusal& c : cases) {
+    auto m = ParseServerMessage(c.text);
+    ASSERT_FALSE(m.ok()) << c.text;
+    EXPECT_EQ(m.status().code(), ErrorCode::kInvalidParameter) << c.text;
+    EXPECT_EQ(m.status().message(), c.message) << c.text;
+  }
+}
+
+// Nested(levels) is a heartbeat with an unknown field holding `levels` nested arrays (levels 1..levels below the
+// message object, which is level 0).
+std::string Nested(int levels) {
+  return R"({"type":"heartbeat","id":1,"x":)" + std::string(levels, '[') + std::string(levels, ']') + "}";
+}
+
+TEST(ProtocolTest, NestingIsBoundedBeforeTheDocumentIsBuilt) {
+  EXPECT_TRUE(ParseAgentMessage(Nested(kMaxJsonDepth)).ok());
+  auto deep = ParseAgentMessage(Nested(kMaxJsonDepth + 1));
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().message(), "messages nest at most 64 levels deep");
+  // A megabyte of brackets is refused, not a stack overflow.
+  auto huge = ParseServerMessage(std::string(1 << 20, '['));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().message(), "messages nest at most 64 levels deep");
+}
+
+TEST(ProtocolTest, InvalidUtf8IsReplacedNotThrown) {
+  StateReport s{1, SampleReport()};
+  s.report.reason = "bad \xff\xfe bytes";
+  std::string text;
+  ASSERT_NO_THROW(text = Serialize(AgentMessage(s)));
+  auto back = ParsedAgent<StateReport>(text);
+  EXPECT_EQ(back.report.reason, "bad \xEF\xBF\xBD\xEF\xBF\xBD bytes");
+  Error e{std::nullopt, "\xc3"};
+  ASSERT_NO_THROW(text = Serialize(ServerMessage(e)));
+}
+
+TEST(ProtocolTest, NamesAndTheirParsersAgree) {
+  for (TaskStatus s : {TaskStatus::kPending, TaskStatus::kRunning, TaskStatus::kStopped})
+    EXPECT_EQ(ParseTaskStatus(Name(s)), s);
+  EXPECT_EQ(std::string(Name(StopCode::kInfrastructureHealth)), "InfrastructureHealth");
+  EXPECT_EQ(std::string(Name(StopCode::kTaskFailedToStart)), "TaskFailedToStart");
+  EXPECT_FALSE(ParseTaskStatus("running").has_value());
+  EXPECT_FALSE(ParseStopCode("").has_value());
+}
+
+TEST(ProtocolTest, ChannelTargetCarriesTheInstanceArn) {
+  const std::string arn = "arn:aws:ecs:us-east-1:000000000000:container-instance/default/ab cd+%";
+  const std::string target = ChannelTarget(arn);
+  EXPECT_EQ(target.rfind(std::string(kChannelPath) + "?containerInstance=arn%3Aaws%3Aecs", 0), 0u) << target;
+  EXPECT_EQ(InstanceArnFromTarget(target), arn);
+  EXPECT_EQ(InstanceArnFromTarget("/agent/v1/channel?x=1&containerInstance=a%2Fb+c&y=2"), "a/b c");
+  EXPECT_EQ(InstanceArnFromTarget("/agent/v1/channel"), "");
+  EXPECT_EQ(InstanceArnFromTarget("/agent/v1/channel?other=1"), "");
+  EXPECT_EQ(InstanceArnFromTarget("/p?containerInstance=a%4"), "a%4");  // a cut escape stays literal
+}
+
+}  // namespace
+}  // namespace gpupack::protocol
