@@ -5,42 +5,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include "api/ecs_handler.h"  // kMaxJsonDepth
 
 namespace gpupack::api {
 
-std::string InstanceArnFromQuery(const std::string& target) {
-  size_t q = target.find('?');
-  if (q == std::string::npos) return "";
-  std::string query = target.substr(q + 1);
-  size_t pos = 0;
-  while (pos <= query.size()) {
-    size_t amp = query.find('&', pos);
-    std::string pair = query.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
-    if (pair.rfind("containerInstance=", 0) == 0) {
-      std::string raw = pair.substr(18), out;
-      for (size_t i = 0; i < raw.size(); ++i) {
-        if (raw[i] == '%' && i + 2 < raw.size() + 0 && i + 2 <= raw.size() - 1 + 1) {
-          int v = 0;
-          if (std::sscanf(raw.substr(i + 1, 2).c_str(), "%2x", &v) == 1) {
-            out.push_back(static_cast<char>(v));
-            i += 2;
-            continue;
-          }
-        }
-        out.push_back(raw[i] == '+' ? ' ' : raw[i]);
-      }
-      return out;
-    }
-    if (amp == std::string::npos) break;
-    pos = amp + 1;
-  }
-  return "";
-}
-
 AgentChannel::AgentChannel(ControlPlane& control_plane, AgentChannelOptions options)
     : cp_(control_plane), options_(options) {
-  cp_.SetAgentNotifier([this](const std::string& arn, Json message) { Push(arn, std::move(message)); });
+  cp_.SetAgentNotifier([this](const std::string& arn, AgentPush push) { Push(arn, std::move(push)); });
   watchdog_ = std::thread([this] { Watchdog(); });
 }
 
@@ -67,7 +37,7 @@ WebSocketHandler AgentChannel::Handler() {
         return s;
       }
     }
-    std::string arn = InstanceArnFromQuery(req.target);
+    std::string arn = protocol::InstanceArnFromTarget(req.target);
     if (arn.empty()) return Status::InvalidParameter("the agent channel needs ?containerInstance=<ARN>");
     return cp_.CheckAgentInstance(arn);
   };
@@ -92,7 +62,7 @@ size_t AgentChannel::unacked_pushes(const std::string& instance_arn) const {
 }
 
 void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req) {
-  std::string arn = InstanceArnFromQuery(req.target);
+  std::string arn = protocol::InstanceArnFromTarget(req.target);
   std::shared_ptr<WebSocketConnection> replaced;
   {
     std::lock_guard lock(mu_);
@@ -113,6 +83,10 @@ void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, cons
   spdlog::info("agent channel: {} connected from {}", arn, conn->remote_address());
 }
 
+void AgentChannel::Reply(const std::shared_ptr<WebSocketConnection>& conn, const protocol::ServerMessage& message) {
+  conn->Send(protocol::Serialize(message));
+}
+
 void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, std::string text) {
   std::string arn;
   {
@@ -122,30 +96,26 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
     it->second.last_seen = std::chrono::steady_clock::now();
     arn = it->second.instance_arn;
   }
-  // Nesting is limited as for request bodies (kMaxJsonDepth): copying or printing a deeper document (the id is
-  // echoed, hello's tasks are copied) recurses once per level and a 1 MiB message would overflow the stack.
-  bool too_deep = false;
-  Json msg = Json::parse(text, [&too_deep](int depth, Json::parse_event_t, Json&) {
-    if (depth > kMaxJsonDepth) too_deep = true;
-    return !too_deep;
-  }, /*allow_exceptions=*/false);
-  if (too_deep) {
-    conn->Send(Json{{"type", "error"}, {"message", "messages nest at most " + std::to_string(kMaxJsonDepth) +
-                                                       " levels deep"}}.dump());
+  auto parsed = protocol::ParseAgentMessage(text);
+  if (!parsed.ok()) {
+    // Echo the message's id when it has one, so the agent can tell which report was refused.
+    // An ack is never answered, not even a malformed one.
+    protocol::Error error{std::nullopt, parsed.status().message()};
+    if (auto j = protocol::ParseJsonBounded(text); j.ok() && j->is_object()) {
+      if (j->value("type", Json()) == "ack") return;
+      if (j->contains("id") && (*j)["id"].is_number_integer()) error.id = (*j)["id"].get<int64_t>();
+    }
+    Reply(conn, error);
     return;
   }
-  if (!msg.is_object() || !msg.contains("type") || !msg["type"].is_string()) {
-    conn->Send(Json{{"type", "error"}, {"message", "messages are JSON objects with a string 'type'"}}.dump());
-    return;
-  }
-  const std::string type = msg["type"];
-  Json id = msg.contains("id") ? msg["id"] : Json();
-  auto reply = [conn, id](OperationResult r) {
-    Json out = r.status.ok() ? r.body : Json{{"type", "error"}, {"message", r.status.message()}};
-    if (!id.is_null()) out["id"] = id;
-    conn->Send(out.dump(-1, ' ', false, Json::error_handler_t::replace));
+  // A report or heartbeat is answered with an ack of its id once durable, or an error naming it.
+  auto answer = [this, conn](int64_t id) {
+    return [this, conn, id](Status s) {
+      if (s.ok()) Reply(conn, protocol::Ack{id});
+      else Reply(conn, protocol::Error{id, s.message()});
+    };
   };
-  if (type == "hello") {
+  if (auto* hello = std::get_if<protocol::Hello>(&*parsed)) {
     // Pushes sent on this connection so far come from operations that ran before the hello's reconcile, which
     // sees their outcome: the welcome carries whatever of them the agent still lacks, so they need no ack.
     std::vector<int64_t> covered;
@@ -155,9 +125,10 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
       if (it != peers_.end())
         for (const auto& [push_id, _] : it->second.unacked) covered.push_back(push_id);
     }
-    cp_.AgentHello(arn, msg, [this, conn, reply, covered = std::move(covered)](OperationResult r) {
-      if (r.status.ok()) {
-        r.body["heartbeatIntervalMs"] = options_.heartbeat_interval.count();
+    cp_.AgentHello(arn, *hello, [this, conn, covered = std::move(covered)](Status s, protocol::Welcome welcome) {
+      if (!s.ok()) return Reply(conn, protocol::Error{std::nullopt, s.message()});
+      welcome.heartbeat_interval_ms = options_.heartbeat_interval.count();
+      {
         std::lock_guard lock(mu_);
         auto it = peers_.find(conn.get());
         if (it != peers_.end()) {
@@ -165,21 +136,18 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
           for (int64_t push_id : covered) it->second.unacked.erase(push_id);
         }
       }
-      reply(std::move(r));
+      Reply(conn, welcome);
     });
-  } else if (type == "state") {
-    cp_.AgentStateChange(arn, msg, reply);
-  } else if (type == "heartbeat") {
-    cp_.AgentHeartbeat(arn, msg, reply);
-  } else if (type == "ack") {
+  } else if (auto* state = std::get_if<protocol::StateReport>(&*parsed)) {
+    cp_.AgentReport(arn, state->report, answer(state->id));
+  } else if (auto* heartbeat = std::get_if<protocol::Heartbeat>(&*parsed)) {
+    cp_.AgentHeartbeat(arn, *heartbeat, answer(heartbeat->id));
+  } else if (auto* ack = std::get_if<protocol::Ack>(&*parsed)) {
     // The agent recorded a push: stop re-sending it. An unknown id (already acked, or from a replaced
     // connection) is ignored; an ack is never answered.
-    if (!id.is_number_integer()) return;
     std::lock_guard lock(mu_);
     auto it = peers_.find(conn.get());
-    if (it != peers_.end()) it->second.unacked.erase(id.get<int64_t>());
-  } else {
-    reply({Status::InvalidParameter("unknown message type '" + type.substr(0, 64) + "'"), {}});
+    if (it != peers_.end()) it->second.unacked.erase(ack->id);
   }
 }
 
@@ -198,8 +166,23 @@ void AgentChannel::OnClose(const std::shared_ptr<WebSocketConnection>& conn) {
   cp_.AgentDisconnected(arn);
 }
 
-void AgentChannel::Push(const std::string& instance_arn, Json message) {
-  message["id"] = next_push_id_++;
+namespace {
+
+int64_t& PushId(AgentPush& push) {
+  return std::visit([](auto& p) -> int64_t& { return p.id; }, push);
+}
+
+protocol::ServerMessage AsMessage(const AgentPush& push) {
+  return std::visit([](const auto& p) -> protocol::ServerMessage { return p; }, push);
+}
+
+const char* PushType(const AgentPush& push) { return std::holds_alternative<protocol::Assign>(push) ? "assign" : "stop"; }
+
+}  // namespace
+
+void AgentChannel::Push(const std::string& instance_arn, AgentPush push) {
+  const int64_t id = next_push_id_++;
+  PushId(push) = id;
   std::shared_ptr<WebSocketConnection> conn;
   {
     std::lock_guard lock(mu_);
@@ -207,16 +190,17 @@ void AgentChannel::Push(const std::string& instance_arn, Json message) {
     if (it == by_instance_.end()) return;
     Peer& peer = peers_[it->second];
     // Kept before it is sent, so an ack cannot arrive before the push is pending.
-    peer.unacked[message["id"].get<int64_t>()] = Unacked{message, std::chrono::steady_clock::now(), 1};
+    peer.unacked[id] = Unacked{push, std::chrono::steady_clock::now(), 1};
     conn = peer.conn;
   }
-  SendPush(conn, instance_arn, message);
+  SendPush(conn, instance_arn, push);
 }
 
 void AgentChannel::SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
-                            const Json& message) {
-  if (options_.drop_push && options_.drop_push(instance_arn, message)) return;
-  conn->Send(message.dump(-1, ' ', false, Json::error_handler_t::replace));
+                            const AgentPush& message) {
+  std::string text = protocol::Serialize(AsMessage(message));
+  if (options_.drop_push && options_.drop_push(instance_arn, Json::parse(text, nullptr, false))) return;
+  conn->Send(std::move(text));
 }
 
 // Watchdog closes connections whose agent has been silent for missed_heartbeats intervals; closing marks the
@@ -233,7 +217,7 @@ void AgentChannel::Watchdog() {
     std::shared_ptr<WebSocketConnection> conn;
     std::string instance_arn;
     int64_t id;
-    Json message;
+    AgentPush message;
     bool last;  // sent push_attempts times already
   };
   while (!stopping_) {
@@ -269,8 +253,8 @@ void AgentChannel::Watchdog() {
       const bool wanted = cp_.ResendPushIfWanted(d.instance_arn, d.message, [&] {
         if (d.last) return;
         ++push_retries_;
-        spdlog::info("agent channel: {} has not acked {} {}; sending it again", d.instance_arn,
-                     d.message.value("type", ""), d.id);
+        spdlog::info("agent channel: {} has not acked {} {}; sending it again", d.instance_arn, PushType(d.message),
+                     d.id);
         SendPush(d.conn, d.instance_arn, d.message);  // only queues it, under the control plane's lock
       });
       if (!wanted) {
@@ -279,7 +263,7 @@ void AgentChannel::Watchdog() {
         closed.insert(d.conn.get());
         ++push_unacked_closes_;
         spdlog::warn("agent channel: {} acked no {} after {} sends; disconnecting it (it reconciles on reconnect)",
-                     d.instance_arn, d.message.value("type", ""), options_.push_attempts);
+                     d.instance_arn, PushType(d.message), options_.push_attempts);
         d.conn->Close();
       }
     }

@@ -1,5 +1,6 @@
-// AgentChannel: the server end of the agent channel (DESIGN §6). One WebSocket per agent at
-// /agent/v1/channel?containerInstance=<ARN>, JSON text messages:
+// AgentChannel: the server end of the agent channel. One WebSocket per agent at
+// /agent/v1/channel?containerInstance=<ARN>, JSON text messages typed by the protocol library
+// (protocol/messages.h):
 //
 //   agent -> server                                   server -> agent
 //   {"type":"hello","tasks":[...],"impaired":b}       {"type":"welcome","assign":[...],"stop":[...],
@@ -38,10 +39,11 @@
 #include "api/control_plane.h"
 #include "api/http_server.h"
 #include "api/request_auth.h"
+#include "protocol/messages.h"
 
 namespace gpupack::api {
 
-inline constexpr const char* kAgentChannelPath = "/agent/v1/channel";
+inline constexpr const char* kAgentChannelPath = protocol::kChannelPath;
 
 struct AgentChannelOptions {
   std::chrono::milliseconds heartbeat_interval{5000};
@@ -70,9 +72,9 @@ class AgentChannel {
   // The WebSocket endpoint to register in HttpServerOptions::websockets[kAgentChannelPath].
   WebSocketHandler Handler();
 
-  // Push sends a message to the agent of an instance with a fresh "id" and keeps it until the agent acks that
-  // id (see above); dropped when the instance is not connected (it reconciles on reconnect).
-  void Push(const std::string& instance_arn, Json message);
+  // Push sends an assign or stop to the agent of an instance with a fresh id and keeps it until the agent acks
+  // that id (see above); dropped when the instance is not connected (it reconciles on reconnect).
+  void Push(const std::string& instance_arn, AgentPush push);
 
   size_t connected() const;
   // Connections opened since construction (a reconnect counts once more).
@@ -88,7 +90,7 @@ class AgentChannel {
 
  private:
   struct Unacked {
-    Json message;  // with its id
+    AgentPush message;  // with its id
     std::chrono::steady_clock::time_point sent;
     int sends = 1;
   };
@@ -104,7 +106,9 @@ class AgentChannel {
   void OnMessage(const std::shared_ptr<WebSocketConnection>& conn, std::string text);
   void OnClose(const std::shared_ptr<WebSocketConnection>& conn);
   void Watchdog();
-  void SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn, const Json& message);
+  void SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
+                const AgentPush& message);
+  void Reply(const std::shared_ptr<WebSocketConnection>& conn, const protocol::ServerMessage& message);
 
   ControlPlane& cp_;
   const AgentChannelOptions options_;
@@ -119,7 +123,5 @@ class AgentChannel {
   std::atomic<uint64_t> connections_opened_{0}, push_retries_{0}, push_unacked_closes_{0};
 };
 
-// InstanceArnFromQuery extracts containerInstance=<ARN> (percent-decoded) from a request target.
-std::string InstanceArnFromQuery(const std::string& target);
 
 }  // namespace gpupack::api

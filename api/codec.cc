@@ -440,23 +440,16 @@ Json ResourcesJson(const Resources& r) {
 
 }  // namespace
 
-Json ToJson(const ArnContext& ctx, const Cluster& c, const ClusterState& state) {
-  int registered = 0, running = 0, pending = 0;
-  for (const ContainerInstance* inst : state.InstancesOf(c.name)) {
-    if (inst->status == "INACTIVE") continue;
-    ++registered;
-    running += inst->running_tasks_count;
-    pending += inst->pending_tasks_count;
-  }
+Json ToJson(const ArnContext& ctx, const Cluster& c, const ClusterCounts& counts) {
   Json settings = Json::array(
       {{{"name", "containerInsights"}, {"value", "disabled"}},
        {{"name", "gpupack.computeAwarePlacement"}, {"value", c.settings.compute_aware_placement ? "enabled" : "disabled"}}});
   return {{"clusterArn", ctx.ClusterArn(c.name)},
           {"clusterName", c.name},
           {"status", c.status},
-          {"registeredContainerInstancesCount", registered},
-          {"runningTasksCount", running},
-          {"pendingTasksCount", pending},
+          {"registeredContainerInstancesCount", counts.registered_instances},
+          {"runningTasksCount", counts.running_tasks},
+          {"pendingTasksCount", counts.pending_tasks},
           {"activeServicesCount", 0},
           {"statistics", Json::array()},
           {"tags", ToJson(c.tags, true)},

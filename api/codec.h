@@ -68,7 +68,14 @@ Result<std::vector<Attribute>> ParseAttributes(const Json& list, const std::stri
 
 // ---- responses
 
-Json ToJson(const ArnContext& ctx, const Cluster& cluster, const ClusterState& state);
+// ClusterCounts: what DescribeClusters counts over a cluster's instances that are not INACTIVE.
+struct ClusterCounts {
+  int registered_instances = 0;
+  int running_tasks = 0;
+  int pending_tasks = 0;
+};
+
+Json ToJson(const ArnContext& ctx, const Cluster& cluster, const ClusterCounts& counts);
 Json ToJson(const TaskDefinition& td);
 Json ToJson(const ArnContext& ctx, const Task& task);
 Json ToJson(const ContainerInstance& instance);

@@ -16,60 +16,6 @@
 
 namespace gpupack::api {
 
-// Latency histogram per operation (bounded set of labels: only known operations are recorded).
-struct RequestMetrics {
-  static constexpr std::array<double, 10> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5};
-  struct Histogram {
-    std::array<uint64_t, kBuckets.size()> buckets{};
-    uint64_t count = 0;
-    double sum = 0;
-  };
-  std::mutex mu;
-  std::map<std::string, Histogram> by_operation;       // guarded by mu
-  std::map<std::pair<std::string, int>, uint64_t> responses;  // (operation, http status) -> count; guarded by mu
-  std::map<std::string, uint64_t> auth_refusals;  // ECS error type -> count; guarded by mu
-
-  void AuthRefused(const std::string& type) {
-    std::lock_guard lock(mu);
-    ++auth_refusals[type];
-  }
-
-  void Observe(const std::string& op, int status, double seconds) {
-    std::lock_guard lock(mu);
-    Histogram& h = by_operation[op];
-    for (size_t i = 0; i < kBuckets.size(); ++i)
-      if (seconds <= kBuckets[i]) ++h.buckets[i];
-    ++h.count;
-    h.sum += seconds;
-    ++responses[{op, status}];
-  }
-
-  std::string Text() {
-    std::lock_guard lock(mu);
-    std::ostringstream m;
-    m << "# HELP gpupack_request_duration_seconds ECS API request latency by operation.\n"
-         "# TYPE gpupack_request_duration_seconds histogram\n";
-    for (const auto& [op, h] : by_operation) {
-      for (size_t i = 0; i < kBuckets.size(); ++i)
-        m << "gpupack_request_duration_seconds_bucket{operation=\"" << op << "\",le=\"" << kBuckets[i] << "\"} "
-          << h.buckets[i] << "\n";
-      m << "gpupack_request_duration_seconds_bucket{operation=\"" << op << "\",le=\"+Inf\"} " << h.count << "\n";
-      m << "gpupack_request_duration_seconds_sum{operation=\"" << op << "\"} " << h.sum << "\n";
-      m << "gpupack_request_duration_seconds_count{operation=\"" << op << "\"} " << h.count << "\n";
-    }
-    m << "# HELP gpupack_requests_total ECS API responses by operation and HTTP status.\n"
-         "# TYPE gpupack_requests_total counter\n";
-    for (const auto& [key, n] : responses)
-      m << "gpupack_requests_total{operation=\"" << key.first << "\",code=\"" << key.second << "\"} " << n << "\n";
-    m << "# HELP gpupack_auth_refusals_total ECS API requests refused by authentication or authorization, by "
-         "ECS error type.\n"
-         "# TYPE gpupack_auth_refusals_total counter\n";
-    for (const auto& [type, n] : auth_refusals)
-      m << "gpupack_auth_refusals_total{type=\"" << type << "\"} " << n << "\n";
-    return m.str();
-  }
-};
-
 namespace {
 
 std::string NewRequestId() {
@@ -134,17 +80,29 @@ Result<Json> ParseBody(const std::string& body) {
 
 }  // namespace
 
-EcsHandler::EcsHandler(ControlPlane& control_plane)
-    : cp_(control_plane), metrics_(std::make_unique<RequestMetrics>()) {}
+EcsHandler::EcsHandler(ControlPlane& control_plane, MetricsRegistry& metrics)
+    : cp_(control_plane),
+      metrics_(metrics),
+      durations_(metrics.AddHistogram("gpupack_request_duration_seconds", "ECS API request latency by operation.",
+                                      {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5})),
+      responses_(metrics.AddCounter("gpupack_requests_total", "ECS API responses by operation and HTTP status.")),
+      auth_refusals_(metrics.AddCounter("gpupack_auth_refusals_total",
+                                        "ECS API requests refused by authentication or authorization, by ECS error "
+                                        "type.")) {}
 EcsHandler::~EcsHandler() = default;
 
 Handler EcsHandler::AsHandler() {
   return [this](HttpRequest&& req, Responder respond) { Handle(std::move(req), std::move(respond)); };
 }
 
+void EcsHandler::Observe(const std::string& operation, int status, double seconds) {
+  durations_.Observe({{"operation", operation}}, seconds);
+  responses_.Inc({{"operation", operation}, {"code", std::to_string(status)}});
+}
+
 void EcsHandler::RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
                             const Responder& respond) {
-  metrics_->AuthRefused(ToEcsError(status.code()).type);
+  auth_refusals_.Inc({{"type", ToEcsError(status.code()).type}});
   // The first line only: an InvalidSignatureException carries the canonical request the client should have sent.
   const std::string& m = status.message();
   spdlog::warn("auth: refused {} {} from {}: {}: {}", req.method, req.target.substr(0, 100), req.remote_address,
@@ -168,7 +126,7 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   if (req.method == "GET" && path == "/metrics") {
     HttpResponse r;
     r.headers = {{"Content-Type", "text/plain; version=0.0.4"}, {"x-amzn-RequestId", request_id}};
-    r.body = cp_.MetricsText() + metrics_->Text() + (extra_metrics_ ? extra_metrics_() : "");
+    r.body = metrics_.Render();
     respond(std::move(r));
     return;
   }
@@ -200,13 +158,13 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   if (!target || target->rfind(kTargetPrefix, 0) != 0) {
     Status s(ErrorCode::kUnknownOperation,
              target ? "unknown operation target '" + target->substr(0, 200) + "'" : "missing X-Amz-Target header");
-    metrics_->Observe("unknown", 400, 0);
+    Observe("unknown", 400, 0);
     respond(ErrorResponse(s, request_id));
     return;
   }
   operation = target->substr(std::char_traits<char>::length(kTargetPrefix));
   if (!ControlPlane::Knows(operation)) {
-    metrics_->Observe("unknown", 400, 0);
+    Observe("unknown", 400, 0);
     respond(ErrorResponse(Status(ErrorCode::kUnknownOperation, "unknown operation '" + operation.substr(0, 100) + "'"),
                           request_id));
     return;
@@ -219,7 +177,7 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   }
   auto body = ParseBody(req.body);
   if (!body.ok()) {
-    metrics_->Observe(operation, 400, 0);
+    Observe(operation, 400, 0);
     respond(ErrorResponse(body.status(), request_id));
     return;
   }
@@ -228,7 +186,7 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
     HttpResponse resp = r.status.ok()
                             ? JsonResponse(200, r.body.dump(-1, ' ', false, Json::error_handler_t::replace), request_id)
                             : ErrorResponse(r.status, request_id);
-    metrics_->Observe(operation, resp.status, secs);
+    Observe(operation, resp.status, secs);
     spdlog::info("op={} status={} latency_ms={:.3f} request_id={}{}", operation, resp.status, secs * 1000, request_id,
                  r.status.ok() ? "" : " error=" + std::string(ToEcsError(r.status.code()).type));
     respond(std::move(resp));

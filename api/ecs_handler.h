@@ -1,6 +1,6 @@
-// EcsHandler: the HTTP face of the control plane. Routes `POST /` with X-Amz-Target to ControlPlane, and
-// serves GET /healthz and GET /metrics. Every response carries x-amzn-RequestId and Date; errors use ECS's
-// shape {"__type", "message"}.
+// EcsHandler: the HTTP face of the control plane. Hands `POST /` with X-Amz-Target to the router, and serves
+// GET /healthz and GET /metrics (the server's MetricsRegistry). Every response carries x-amzn-RequestId and
+// Date; errors use ECS's shape {"__type", "message"}.
 #pragma once
 
 #include <atomic>
@@ -8,6 +8,7 @@
 
 #include "api/control_plane.h"
 #include "api/http_server.h"
+#include "api/metrics.h"
 #include "api/request_auth.h"
 
 namespace gpupack::api {
@@ -15,12 +16,11 @@ namespace gpupack::api {
 inline constexpr const char* kTargetPrefix = "AmazonEC2ContainerServiceV20141113.";
 inline constexpr int kMaxJsonDepth = 64;
 
-// Request metrics kept by the handler (lock-free counters).
-struct RequestMetrics;
-
 class EcsHandler {
  public:
-  explicit EcsHandler(ControlPlane& control_plane);
+  // The handler registers its request families (latency by operation, responses, auth refusals) in `metrics`
+  // and serves the whole registry at /metrics. Both must outlive the handler.
+  EcsHandler(ControlPlane& control_plane, MetricsRegistry& metrics);
   ~EcsHandler();
 
   // The Handler to give HttpServer. The EcsHandler must outlive the server.
@@ -28,19 +28,19 @@ class EcsHandler {
 
   void Handle(HttpRequest&& request, Responder respond);
 
-  // Optional: extra Prometheus text appended to /metrics (e.g. the HTTP server's own stats).
-  void SetExtraMetrics(std::function<std::string()> extra) { extra_metrics_ = std::move(extra); }
-
   // Optional: require SigV4 (see above). Set before the server starts; `auth` must outlive the handler.
   void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
 
  private:
+  void Observe(const std::string& operation, int status, double seconds);
   void RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
                   const Responder& respond);
 
   ControlPlane& cp_;
-  std::unique_ptr<RequestMetrics> metrics_;
-  std::function<std::string()> extra_metrics_;
+  MetricsRegistry& metrics_;
+  MetricsRegistry::Histogram& durations_;
+  MetricsRegistry::Counter& responses_;
+  MetricsRegistry::Counter& auth_refusals_;
   const RequestAuthenticator* auth_ = nullptr;
 };
 

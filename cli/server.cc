@@ -7,15 +7,11 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
-#include "api/agent_channel.h"
-#include "api/control_plane.h"
-#include "api/ecs_handler.h"
-#include "api/http_server.h"
 #include "api/request_auth.h"
+#include "api/server.h"
 #include "protocol/sigv4_verifier.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
-#include "storage/group_committer.h"
 #include "storage/sqlite_store.h"
 
 namespace gpupack::cli {
@@ -64,21 +60,13 @@ struct ServerRuntime::Impl {
   std::unique_ptr<api::RequestAuthenticator> authenticator;  // null without --credentials; outlives the rest
   size_t key_count = 0;
   std::unique_ptr<SqliteStore> store;
-  std::unique_ptr<GroupCommitter> committer;
-  std::unique_ptr<api::ControlPlane> control_plane;
-  std::unique_ptr<api::AgentChannel> channel;
-  std::unique_ptr<api::EcsHandler> handler;
-  std::unique_ptr<api::HttpServer> http;
+  std::unique_ptr<api::Server> server;  // destroyed before the store
   std::string endpoint;
 };
 
 ServerRuntime::ServerRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-ServerRuntime::~ServerRuntime() {
-  impl_->http->Stop();
-  impl_->channel.reset();
-  impl_->committer->Flush();
-}
+ServerRuntime::~ServerRuntime() { impl_->server.reset(); }
 
 std::string ServerRuntime::endpoint() const { return impl_->endpoint; }
 
@@ -135,46 +123,23 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   auto store = SqliteStore::Open(f.db);
   if (!store.ok()) return fail("cannot open database " + f.db + ": " + store.status().message());
   impl->store = std::move(*store);
-  impl->committer = std::make_unique<GroupCommitter>(*impl->store);
-  api::ControlPlaneOptions cp_options;
-  cp_options.arn.region = f.region;
-  cp_options.arn.account = f.account_id;
-  impl->control_plane = std::make_unique<api::ControlPlane>(cp_options, *impl->store, *impl->committer);
-  if (Status s = impl->control_plane->Load(); !s.ok()) return fail("cannot load state from " + f.db + ": " + s.message());
-  api::AgentChannelOptions channel_options;
-  channel_options.authenticator = impl->authenticator.get();
-  impl->channel = std::make_unique<api::AgentChannel>(*impl->control_plane, channel_options);
-  impl->handler = std::make_unique<api::EcsHandler>(*impl->control_plane);
-  impl->handler->SetAuthenticator(impl->authenticator.get());
-  api::HttpServerOptions http;
-  http.host = host;
-  http.port = static_cast<uint16_t>(port);
-  http.threads = std::max(1, f.threads);
-  http.websockets[api::kAgentChannelPath] = impl->channel->Handler();
-  auto server = api::HttpServer::Create(http, impl->handler->AsHandler());
-  if (!server.ok()) return fail("cannot listen on " + f.listen + ": " + server.status().message());
-  impl->http = std::move(*server);
-  api::HttpServer* srv = impl->http.get();
-  GroupCommitter* committer = impl->committer.get();
-  api::AgentChannel* channel = impl->channel.get();
-  impl->handler->SetExtraMetrics([srv, committer, channel] {
-    auto s = srv->stats();
-    auto c = committer->stats();
-    return "# TYPE gpupack_http_connections_open gauge\ngpupack_http_connections_open " +
-           std::to_string(s.connections_open) + "\n# TYPE gpupack_http_requests_total counter\ngpupack_http_requests_total " +
-           std::to_string(s.requests) + "\n# TYPE gpupack_agents_connected gauge\ngpupack_agents_connected " +
-           std::to_string(channel->connected()) + "\n# TYPE gpupack_store_commits_total counter\ngpupack_store_commits_total " +
-           std::to_string(c.commits) + "\n# TYPE gpupack_store_batches_total counter\ngpupack_store_batches_total " +
-           std::to_string(c.batches) + "\n# TYPE gpupack_agent_channel_auth_refusals_total counter\n"
-           "gpupack_agent_channel_auth_refusals_total " + std::to_string(channel->auth_refusals()) + "\n"
-           "# TYPE gpupack_agent_push_retries_total counter\ngpupack_agent_push_retries_total " +
-           std::to_string(channel->push_retries()) + "\n# TYPE gpupack_agent_push_unacked_closes_total counter\n"
-           "gpupack_agent_push_unacked_closes_total " + std::to_string(channel->push_unacked_closes()) + "\n";
-  });
+  api::ServerOptions options;
+  options.host = host;
+  options.port = static_cast<uint16_t>(port);
+  options.threads = f.threads;
+  options.control_plane.arn.region = f.region;
+  options.control_plane.arn.account = f.account_id;
+  options.authenticator = impl->authenticator.get();
   std::signal(SIGPIPE, SIG_IGN);
-  srv->Start();
+  auto server = api::Server::Start(std::move(options), *impl->store);
+  if (!server.ok()) {
+    const std::string& m = server.status().message();
+    if (m.rfind("cannot load state: ", 0) == 0) return fail("cannot load state from " + f.db + ": " + m.substr(19));
+    return fail("cannot listen on " + f.listen + ": " + m);
+  }
+  impl->server = std::move(*server);
   impl->endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                   std::to_string(srv->port());
+                   std::to_string(impl->server->port());
   return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));
 }
 

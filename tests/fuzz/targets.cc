@@ -23,8 +23,9 @@
 #include "api/control_plane.h"
 #include "api/ecs_handler.h"
 #include "api/http_server.h"
-#include "protocol/sigv4_verifier.h"
+#include "api/server_metrics.h"
 #include "protocol/messages.h"
+#include "protocol/sigv4_verifier.h"
 #include "scheduler/placement.h"
 #include "scheduler/query.h"
 #include "scheduler/validation.h"
@@ -303,6 +304,7 @@ class Harness {
  public:
   // Harness loads the fixture (built once per process, see TheImage()) into a fresh store and control plane.
   explicit Harness(bool with_channel) : committer_(store_), cp_(Options(7), store_, committer_) {
+    api::AddControlPlaneMetrics(metrics_, cp_);
     const Image& image = TheImage();
     WriteBatch batch;
     for (const auto& c : image.snapshot.clusters) batch.PutCluster(c);
@@ -409,7 +411,7 @@ class Harness {
     req.method = "GET";
     req.target = std::string(api::kAgentChannelPath) + "?containerInstance=" + arn;
     req.remote_address = "127.0.0.1:40000";
-    if (api::InstanceArnFromQuery(req.target) != arn) Fail("InstanceArnFromQuery does not give back the ARN", req.target);
+    if (protocol::InstanceArnFromTarget(req.target) != arn) Fail("InstanceArnFromTarget does not give back the ARN", req.target);
     if (!handler_.accept(req).ok()) return;
     conn_ = std::make_shared<FakeConnection>();
     handler_.on_open(conn_, req);
@@ -448,7 +450,10 @@ class Harness {
       if (type == "error" && (!out.contains("message") || !out["message"].is_string() ||
                               out["message"].get<std::string>().empty()))
         Fail("a channel error without a message", s);
-      if (!id.is_null() && (!out.contains("id") || out["id"] != id)) Fail("a channel answer lost the message id", s);
+      // Reports and heartbeats carry integer ids (protocol/messages.h); their ack or error names it. A welcome
+      // answers the connection's one hello and carries none.
+      if (id.is_number_integer() && type != "welcome" && (!out.contains("id") || out["id"] != id))
+        Fail("a channel answer lost the message id", s);
       if (!typed && type != "error")  // not JSON, no string type, or nested deeper than kMaxJsonDepth
         Fail("a channel message that is not a typed JSON object within the nesting limit was not refused", s);
       if (type == "error" && out["message"].get<std::string>().rfind("internal error", 0) == 0)
@@ -570,7 +575,7 @@ class Harness {
   void CheckInvariants(const std::string& after) {
     committer_.Flush();
     std::map<std::string, std::pair<std::optional<int64_t>, std::optional<int64_t>>> gpus;  // labels -> (total, allocated)
-    const std::string text = cp_.MetricsText();
+    const std::string text = metrics_.Render();
     size_t pos = 0;
     while (pos < text.size()) {
       size_t end = text.find('\n', pos);
@@ -723,7 +728,8 @@ class Harness {
 
   void Hello(size_t index) {
     OperationResult hello = Wait([&](api::ControlPlane::Done done) {
-      cp_.AgentHello(instances_.at(index), {{"type", "hello"}, {"tasks", Json::array()}}, std::move(done));
+      cp_.AgentHello(instances_.at(index), protocol::Hello{},
+                     [done = std::move(done)](Status s, protocol::Welcome) { done({s, {}}); });
     });
     if (!hello.status.ok()) Fail("fixture: hello failed: " + hello.status.message());
   }
@@ -736,7 +742,7 @@ class Harness {
     Must("RegisterContainerInstance", Instance(4096, 16384, {{"GPU-b0", 81920}}, {{{"name", "zone"}, {"value", "b"}}}));
     Must("RegisterContainerInstance",
          Instance(4096, 16384, {{"GPU-c0", 16384}},
-                  {{{"name", "zone"}, {"value", "c"}}, {{"name", api::ControlPlane::kChannelAttribute}}}));
+                  {{{"name", "zone"}, {"value", "c"}}, {{"name", protocol::kChannelAttribute}}}));
     Must("RegisterTaskDefinition",
          TaskDef("mps", {{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}, {"maxComputePercent", 25}}}}}}));
     Must("RegisterTaskDefinition", TaskDef("dedicated", {{"type", "GPU"}, {"value", "1"}}));
@@ -753,6 +759,7 @@ class Harness {
   MemoryStore store_;
   GroupCommitter committer_;
   api::ControlPlane cp_;
+  api::MetricsRegistry metrics_;                // /metrics of cp_ (AddControlPlaneMetrics)
   std::unique_ptr<api::AgentChannel> channel_;  // after cp_: destroyed first
   api::WebSocketHandler handler_;
   std::shared_ptr<FakeConnection> conn_;
@@ -1007,7 +1014,8 @@ int FuzzChannel(const uint8_t* data, size_t size) {
 int FuzzHttp(const uint8_t* data, size_t size) {
   QuietLogs();
   Harness h(/*with_channel=*/false);
-  api::EcsHandler handler(h.control_plane());
+  api::MetricsRegistry metrics;
+  api::EcsHandler handler(h.control_plane(), metrics);
   api::HttpRequest req = ParseWire(AsText(data, size));
   req.body = h.Substitute(req.body);
   const std::string method = req.method, target = req.target, body = req.body;

@@ -1,6 +1,6 @@
-// InProcessServer: `gpupack server` in-process on loopback (SQLite file, group committer, control plane, agent
-// channel, ECS handler, HTTP server), for tests that drive real agents or raw peers against it. Header-only so
-// each test binary compiles its own copy.
+// InProcessServer: `gpupack server` in-process on loopback (a SQLite file under api::Server, the same assembly
+// the binary uses), for tests that drive real agents or raw peers against it. Header-only so each test binary
+// compiles its own copy.
 #pragma once
 
 #include <chrono>
@@ -10,11 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "api/agent_channel.h"
-#include "api/control_plane.h"
-#include "api/ecs_handler.h"
-#include "api/http_server.h"
-#include "storage/group_committer.h"
+#include "api/server.h"
 #include "storage/sqlite_store.h"
 
 namespace gpupack::testing_support {
@@ -29,39 +25,26 @@ class InProcessServer {
  public:
   explicit InProcessServer(const std::string& db, InProcessServerOptions options = {}) {
     store_ = std::move(SqliteStore::Open(db)).value();
-    committer_ = std::make_unique<GroupCommitter>(*store_);
-    cp_ = std::make_unique<api::ControlPlane>(api::ControlPlaneOptions{}, *store_, *committer_);
-    EXPECT_TRUE(cp_->Load().ok());
-    options.channel.authenticator = options.authenticator;
-    channel_ = std::make_unique<api::AgentChannel>(*cp_, std::move(options.channel));
-    handler_ = std::make_unique<api::EcsHandler>(*cp_);
-    if (options.authenticator != nullptr) handler_->SetAuthenticator(options.authenticator);
-    api::HttpServerOptions o;
+    api::ServerOptions o;
     o.port = options.port;
-    o.websockets[api::kAgentChannelPath] = channel_->Handler();
-    http_ = std::move(api::HttpServer::Create(o, handler_->AsHandler())).value();
-    http_->Start();
+    o.channel = std::move(options.channel);
+    o.authenticator = options.authenticator;
+    auto server = api::Server::Start(std::move(o), *store_);
+    EXPECT_TRUE(server.ok()) << server.status().message();
+    server_ = std::move(server).value();
   }
-  ~InProcessServer() {
-    http_->Stop();
-    channel_.reset();
-    committer_->Flush();
-  }
+  ~InProcessServer() { server_.reset(); }
   InProcessServer(const InProcessServer&) = delete;
   InProcessServer& operator=(const InProcessServer&) = delete;
 
-  uint16_t port() const { return http_->port(); }
+  uint16_t port() const { return server_->port(); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
-  api::AgentChannel& channel() { return *channel_; }
-  const api::AgentChannel& channel() const { return *channel_; }
+  api::AgentChannel& channel() { return server_->channel(); }
+  const api::AgentChannel& channel() const { return server_->channel(); }
 
  private:
   std::unique_ptr<SqliteStore> store_;
-  std::unique_ptr<GroupCommitter> committer_;
-  std::unique_ptr<api::ControlPlane> cp_;
-  std::unique_ptr<api::AgentChannel> channel_;
-  std::unique_ptr<api::EcsHandler> handler_;
-  std::unique_ptr<api::HttpServer> http_;
+  std::unique_ptr<api::Server> server_;
 };
 
 }  // namespace gpupack::testing_support

@@ -1,0 +1,134 @@
+#include "api/applier.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "api/operations/operations.h"
+
+namespace gpupack::api {
+
+Applier::Applier(ApplierOptions options, Store& store, GroupCommitter& committer)
+    : options_(std::move(options)), store_(store), committer_(committer) {
+  if (!options_.clock)
+    options_.clock = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  rng_.seed(options_.seed ? options_.seed : std::random_device{}());
+}
+
+Status Applier::Load() {
+  std::lock_guard lock(mu_);
+  // Tasks go straight from the store into state_ (PutTask needs no cluster or instance and touches no
+  // reservation), so a restart never holds every decoded task twice. The store hands them over before it
+  // returns the rest of the snapshot; if it then fails, the tasks it handed over are dropped again, leaving
+  // state_ as it was (Load runs once, on an applier that holds no task yet).
+  std::vector<std::string> held_before;
+  for (const auto& [arn, task] : state_.Tasks()) held_before.push_back(arn);
+  auto snap = store_.LoadStreaming([this](Task&& t) {
+    state_.PutTask(std::move(t));
+    return Status::Ok();
+  });
+  if (!snap.ok()) {
+    std::vector<std::string> streamed;
+    for (const auto& [arn, task] : state_.Tasks())
+      if (std::find(held_before.begin(), held_before.end(), arn) == held_before.end()) streamed.push_back(arn);
+    for (const std::string& arn : streamed) {
+      state_.FindTask(arn)->resources_released = true;  // never reserved: it was only put
+      (void)state_.EraseStoppedTask(arn);
+    }
+    return snap.status();
+  }
+  for (auto& c : snap->clusters) state_.PutCluster(std::move(c));
+  for (auto& td : snap->task_definitions) state_.PutTaskDefinition(std::move(td));
+  for (auto& i : snap->instances) {
+    if (UsesChannel(i)) i.agent_connected = false;  // until its agent says hello again
+    state_.PutInstance(std::move(i));
+  }
+  for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
+  state_.RebuildReservations();
+  auto view = ReadView::FromState(state_);
+  std::lock_guard view_lock(view_mu_);
+  view_ = std::move(view);
+  return Status::Ok();
+}
+
+void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
+  std::unique_lock lock(mu_);
+  Transaction txn(state_, options_.arn, Now(), rng_, counters_);
+  if (txn.now() - last_purge_ >= 60'000) {
+    last_purge_ = txn.now();
+    PurgeExpired(txn, options_.stopped_task_retention_ms);
+  }
+  Status s;
+  try {
+    s = op(txn);
+  } catch (const std::exception& e) {
+    s = Status::Server(std::string("internal error: ") + e.what());
+  }
+  Transaction::Outcome outcome = txn.Finish();
+  const bool wait_durable = !outcome.batch.empty() || (outcome.write && s.ok());
+  if (!wait_durable) {
+    lock.unlock();
+    done(s);
+    return;
+  }
+  if (degraded_.load()) {
+    // The disk is behind memory; nothing more may be acknowledged until a restart reloads the durable state.
+    lock.unlock();
+    done(Status::Server("the server could not persist an earlier change and refuses writes until restarted"));
+    return;
+  }
+  // Writes are answered once durable; agents hear of new assignments and stops only then, so they never act on
+  // a change that could be lost. A write with an empty batch goes through the committer too, as a barrier
+  // behind the commits before it. Submitting under the lock keeps commits in the order writes were applied.
+  // This callback is the commit step: the one place a fencing check would go.
+  auto shared = std::make_shared<Transaction::Outcome>(std::move(outcome));
+  committer_.Submit(std::move(shared->batch), [this, shared, s, done = std::move(done)](Status commit) {
+    if (!commit.ok()) {
+      degraded_.store(true);
+      spdlog::error("commit failed, refusing writes until restart: {}", commit.message());
+      done(Status::Server("could not persist the change: " + commit.message()));
+      return;
+    }
+    if (!shared->delta.empty()) Publish(std::move(shared->delta));
+    {
+      std::lock_guard push_lock(push_mu_);
+      if (push_sink_)
+        for (auto& [arn, push] : shared->pushes) push_sink_(arn, std::move(push));
+    }
+    done(s);
+  });
+}
+
+void Applier::Publish(ViewDelta delta) {
+  std::shared_ptr<const ReadView> base = View();
+  auto next = ReadView::Apply(*base, std::move(delta));
+  std::lock_guard lock(view_mu_);
+  view_ = std::move(next);
+}
+
+void Applier::Inspect(const std::function<void(const ClusterState&)>& f) const {
+  std::lock_guard lock(mu_);
+  f(state_);
+}
+
+std::shared_ptr<const ReadView> Applier::View() const {
+  std::lock_guard lock(view_mu_);
+  return view_;
+}
+
+void Applier::SetPushSink(PushSink sink) {
+  std::lock_guard lock(push_mu_);
+  push_sink_ = std::move(sink);
+}
+
+PlacementCounters Applier::counters() const {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
+}  // namespace gpupack::api

@@ -1,0 +1,25 @@
+// The agent channel's operations (api/agent_channel.h delivers them; the applier runs them serialized).
+#pragma once
+
+#include "api/operations/operations.h"
+#include "protocol/messages.h"
+
+namespace gpupack::api {
+
+// FromProtocol: a channel report as the report ApplyTaskReport takes.
+TaskStateReport FromProtocol(const protocol::TaskReport& report);
+
+// AgentHello reconciles the agent's tasks with the server's and fills the welcome; the instance is connected.
+Status AgentHello(const std::string& instance_arn, const protocol::Hello& hello, Transaction& txn,
+                  protocol::Welcome& out);
+// AgentReport applies one state report about a task on the agent's instance.
+Status AgentReport(const std::string& instance_arn, const protocol::TaskReport& report, Transaction& txn);
+// AgentHeartbeat applies the agent's MPS health and held GPUs.
+Status AgentHeartbeat(const std::string& instance_arn, const protocol::Heartbeat& heartbeat, Transaction& txn);
+// AgentDisconnected marks the instance's agent disconnected (channel closed or heartbeats missed).
+void AgentDisconnected(const std::string& instance_arn, Transaction& txn);
+// PushStillWanted: an assign while its task is PENDING on that instance and not being stopped; a stop until
+// the task is STOPPED there.
+bool PushStillWanted(const ClusterState& state, const std::string& instance_arn, const AgentPush& push);
+
+}  // namespace gpupack::api

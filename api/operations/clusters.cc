@@ -1,0 +1,83 @@
+// Clusters: CreateCluster, DeleteCluster, UpdateClusterSettings, DescribeClusters, ListClusters.
+#include "api/operations/operations.h"
+#include "api/operations/resolve.h"
+
+namespace gpupack::api {
+
+namespace {
+
+ClusterCounts CountsOf(const ClusterState& state, const std::string& cluster) {
+  ClusterCounts counts;
+  for (const ContainerInstance* inst : state.InstancesOf(cluster)) {
+    if (inst->status == "INACTIVE") continue;
+    ++counts.registered_instances;
+    counts.running_tasks += inst->running_tasks_count;
+    counts.pending_tasks += inst->pending_tasks_count;
+  }
+  return counts;
+}
+
+}  // namespace
+
+// CreateCluster is idempotent: an ACTIVE cluster of that name is answered as it is.
+Status CreateCluster(const CreateClusterRequest& in, Transaction& txn, ClusterResult& out) {
+  GP_ASSIGN(name, ClusterNameFrom(txn.arn(), in.cluster_name));
+  if (const Cluster* existing = txn.state().FindCluster(name); existing && existing->status == "ACTIVE") {
+    out = {*existing, CountsOf(txn.state(), name)};
+    return Status::Ok();
+  }
+  Cluster c;
+  c.name = name;
+  c.arn = txn.arn().ClusterArn(name);
+  c.settings.compute_aware_placement = in.compute_aware.value_or(false);
+  c.tags = in.tags;
+  c.created_at = txn.now();
+  txn.PutCluster(c);
+  out = {c, CountsOf(txn.state(), name)};
+  return Status::Ok();
+}
+
+Status UpdateClusterSettings(const UpdateClusterSettingsRequest& in, Transaction& txn, ClusterResult& out) {
+  GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
+  Cluster c = *cluster;
+  if (in.compute_aware) c.settings.compute_aware_placement = *in.compute_aware;
+  txn.PutCluster(c);
+  out = {c, CountsOf(txn.state(), c.name)};
+  return Status::Ok();
+}
+
+// DeleteCluster: only a cluster without registered instances and without running tasks.
+Status DeleteCluster(const DeleteClusterRequest& in, Transaction& txn, ClusterResult& out) {
+  GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
+  for (const ContainerInstance* inst : txn.state().InstancesOf(cluster->name))
+    if (inst->status != "INACTIVE")
+      return Status::Client("The cluster cannot be deleted while container instances are active or draining.");
+  for (const auto& [_, t] : txn.state().Tasks())
+    if (t.cluster == cluster->name && t.last_status != "STOPPED")
+      return Status::Client("The cluster cannot be deleted while tasks are active.");
+  Cluster c = *cluster;
+  c.status = "INACTIVE";
+  txn.PutCluster(c);
+  out = {c, CountsOf(txn.state(), c.name)};
+  return Status::Ok();
+}
+
+Status DescribeClusters(const DescribeClustersRequest& in, const ReadContext& ctx, ClustersResult& out) {
+  for (const auto& ref : in.clusters) {
+    auto name = ClusterNameFrom(ctx.arn, ref);
+    const Cluster* c = name.ok() ? ctx.view.FindCluster(*name) : nullptr;
+    if (c) out.clusters.push_back({*c, ctx.view.CountsOf(c->name)});
+    else out.failures.push_back({name.ok() ? ctx.arn.ClusterArn(*name) : ref, "MISSING", ""});
+  }
+  return Status::Ok();
+}
+
+Status ListClusters(const ListClustersRequest& in, const ReadContext& ctx, ListPage& out) {
+  std::vector<std::string> arns;
+  for (const Cluster* c : ctx.view.Clusters())
+    if (c->status == "ACTIVE") arns.push_back(ctx.arn.ClusterArn(c->name));
+  out = PageOf("clusterArns", std::move(arns), in.page.begin, in.page.limit);
+  return Status::Ok();
+}
+
+}  // namespace gpupack::api

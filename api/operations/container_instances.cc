@@ -1,0 +1,163 @@
+// Container instances: RegisterContainerInstance, DeregisterContainerInstance, DescribeContainerInstances,
+// ListContainerInstances, UpdateContainerInstancesState.
+#include <algorithm>
+
+#include "api/operations/operations.h"
+#include "api/operations/resolve.h"
+#include "scheduler/query.h"
+
+namespace gpupack::api {
+
+namespace {
+
+void SortAttributes(std::vector<Attribute>& attrs) {
+  std::stable_sort(attrs.begin(), attrs.end(), [](const Attribute& a, const Attribute& b) { return a.name < b.name; });
+  std::vector<Attribute> unique;
+  for (auto& a : attrs) {
+    if (!unique.empty() && unique.back().name == a.name) unique.back() = std::move(a);
+    else unique.push_back(std::move(a));
+  }
+  attrs = std::move(unique);
+}
+
+std::shared_ptr<const ContainerInstance> Copy(const ClusterState& state, const std::string& arn) {
+  return std::make_shared<const ContainerInstance>(*state.FindInstance(arn));
+}
+
+}  // namespace
+
+// RegisterContainerInstance: a new instance, or (containerInstanceArn given) a re-registration that keeps the
+// instance's tasks, its agent connection and its fault holds.
+Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Transaction& txn, InstanceResult& out) {
+  const ClusterState& state = txn.state();
+  GP_ASSIGN(cluster, ActiveCluster(state, txn.arn(), in.cluster));
+  ContainerInstance inst;
+  const ContainerInstance* existing = nullptr;
+  if (in.container_instance_arn) {
+    GP_ASSIGN(id, ResourceIdFrom(txn.arn(), "container-instance", *in.container_instance_arn, cluster->name));
+    existing = state.FindInstance(txn.arn().InstanceArn(cluster->name, id));
+    if (!existing) return Status::InvalidParameter("containerInstanceArn names no instance of this cluster");
+    inst = *existing;
+  } else {
+    inst.id = txn.NewId();
+    inst.arn = txn.arn().InstanceArn(cluster->name, inst.id);
+    inst.cluster = cluster->name;
+    inst.registered_at = txn.now();
+  }
+  std::vector<Attribute> attrs = in.attributes;
+  if (in.agent_version) inst.agent_version = *in.agent_version;
+  if (!in.ec2_instance_id.empty()) inst.ec2_instance_id = in.ec2_instance_id;
+  if (!in.instance_type.empty()) inst.instance_type = in.instance_type;
+  if (inst.ec2_instance_id.empty()) inst.ec2_instance_id = "i-" + inst.id.substr(0, 17);
+  if (!inst.instance_type.empty()) attrs.push_back({"ecs.instance-type", inst.instance_type});
+  SortAttributes(attrs);
+  // Re-registration keeps the tasks: GPUs that still hold reservations must still be there, and a shared one
+  // still large enough for the memory its tasks declared (else its remaining memory would go negative).
+  if (existing) {
+    for (const auto& g : existing->gpus) {
+      const bool still_there =
+          std::any_of(in.gpus.begin(), in.gpus.end(), [&g](const Gpu& now) { return now.id == g.id; });
+      if (g.container_count > 0 && !still_there)
+        return Status::InvalidParameter("GPU " + g.id + " holds running tasks and cannot disappear on re-registration");
+      const MiB held = g.total_memory_mib - g.remaining_memory_mib;
+      for (const auto& now : in.gpus)
+        if (g.mode == GpuMode::kMps && now.id == g.id && now.total_memory_mib < held)
+          return Status::InvalidParameter("GPU " + g.id + " holds " + std::to_string(held) +
+                                          " MiB declared by running tasks and cannot shrink to " +
+                                          std::to_string(now.total_memory_mib) + " MiB on re-registration");
+    }
+  }
+  inst.registered = in.total;
+  inst.remaining = in.total;
+  inst.gpus = in.gpus;
+  inst.attributes = std::move(attrs);
+  inst.status = "ACTIVE";
+  if (existing) {
+    for (auto& g : inst.gpus)
+      for (const auto& old : existing->gpus)
+        if (old.id == g.id) g.held = old.held;
+  } else {
+    inst.agent_connected = !UsesChannel(inst);  // a channel agent is connected once it says hello
+  }
+  const std::string arn = inst.arn;
+  txn.PutInstance(std::move(inst), existing != nullptr);
+  out.instance = Copy(state, arn);
+  return Status::Ok();
+}
+
+// DeregisterContainerInstance: refused while tasks run unless `force`, which stops them.
+Status DeregisterContainerInstance(const DeregisterContainerInstanceRequest& in, Transaction& txn,
+                                   InstanceResult& out) {
+  GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
+  GP_ASSIGN(inst, ResolveInstance(txn.state(), txn.arn(), cluster->name, in.container_instance));
+  const std::string arn = inst->arn;
+  const std::vector<std::string> task_arns = txn.state().LoadOf(arn).task_arns;
+  if (!task_arns.empty() && !in.force)
+    return Status::InvalidParameter("container instance has " + std::to_string(task_arns.size()) +
+                                    " task(s) that are not stopped; stop them or deregister with force");
+  for (const auto& task_arn : task_arns) {
+    txn.UpdateTask(task_arn, [](Task& t) {
+      t.stop_code = "InfrastructureHealth";
+      t.stopped_reason = "container instance deregistered";
+    });
+    FinishStop(task_arn, txn);
+  }
+  txn.UpdateInstance(arn, [](ContainerInstance& i) {
+    i.status = "INACTIVE";
+    i.agent_connected = false;
+  });
+  out.instance = Copy(txn.state(), arn);
+  return Status::Ok();
+}
+
+Status DescribeContainerInstances(const DescribeContainerInstancesRequest& in, const ReadContext& ctx,
+                                  InstancesResult& out) {
+  GP_ASSIGN(cluster, ActiveCluster(ctx.view, ctx.arn, in.cluster));
+  for (const auto& ref : in.container_instances) {
+    auto id = ResourceIdFrom(ctx.arn, "container-instance", ref);
+    auto inst = id.ok() ? ctx.view.InstancePtr(ctx.arn.InstanceArn(cluster->name, *id)) : nullptr;
+    if (inst) out.instances.push_back(std::move(inst));
+    else out.failures.push_back({ref, "MISSING", ""});
+  }
+  return Status::Ok();
+}
+
+// ListContainerInstances: registration order; `filter` in the cluster query language.
+Status ListContainerInstances(const ListContainerInstancesRequest& in, const ReadContext& ctx, ListPage& out) {
+  GP_ASSIGN(cluster, ActiveCluster(ctx.view, ctx.arn, in.cluster));
+  query::ExpressionPtr expr;
+  if (in.filter && !in.filter->empty()) {
+    GP_ASSIGN(e, query::Parse(*in.filter));
+    expr = e;
+  }
+  std::vector<std::string> arns;
+  for (const InstanceRecord* rec : ctx.view.InstancesOf(cluster->name)) {
+    const ContainerInstance& inst = rec->instance;
+    if (inst.status == "INACTIVE") continue;
+    if (in.status && inst.status != *in.status) continue;
+    if (expr && !query::Evaluate(*expr, inst, rec->load)) continue;
+    arns.push_back(inst.arn);
+  }
+  out = PageOf("containerInstanceArns", std::move(arns), in.page.begin, in.page.limit);
+  return Status::Ok();
+}
+
+// UpdateContainerInstancesState: ACTIVE <-> DRAINING; unknown instances come back as MISSING failures.
+Status UpdateContainerInstancesState(const UpdateContainerInstancesStateRequest& in, Transaction& txn,
+                                     InstancesResult& out) {
+  GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
+  for (const auto& ref : in.container_instances) {
+    auto inst = ResolveInstance(txn.state(), txn.arn(), cluster->name, ref);
+    if (!inst.ok()) {
+      out.failures.push_back({ref, "MISSING", ""});
+      continue;
+    }
+    const std::string arn = (*inst)->arn;
+    if ((*inst)->status != in.status)
+      txn.UpdateInstance(arn, [&in](ContainerInstance& i) { i.status = in.status; });
+    out.instances.push_back(Copy(txn.state(), arn));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpupack::api

@@ -1,0 +1,85 @@
+// The ECS operations, one file per resource (clusters.cc, task_definitions.cc, tasks.cc,
+// container_instances.cc, attributes.cc) plus the agents' reports (task_reports.cc). Each holds ECS's rules for
+// its resource and nothing else: no JSON, no locks, no storage.
+//
+//   write:  Status Op(const XRequest&, Transaction&, Result&)   run by the applier, serialized
+//   read:   Status Op(const XRequest&, const ReadContext&, Result&)  on a published read view, any thread
+//
+// api/router.cc maps each X-Amz-Target to one of these with its parser and renderer.
+#pragma once
+
+#include "api/codec.h"
+#include "api/read_view.h"
+#include "api/requests.h"
+#include "api/results.h"
+#include "api/transaction.h"
+
+namespace gpupack::api {
+
+// ReadContext: what a read operation may look at.
+struct ReadContext {
+  const ReadView& view;
+  const ArnContext& arn;
+};
+
+// ---- clusters
+Status CreateCluster(const CreateClusterRequest& in, Transaction& txn, ClusterResult& out);
+Status DeleteCluster(const DeleteClusterRequest& in, Transaction& txn, ClusterResult& out);
+Status UpdateClusterSettings(const UpdateClusterSettingsRequest& in, Transaction& txn, ClusterResult& out);
+Status DescribeClusters(const DescribeClustersRequest& in, const ReadContext& ctx, ClustersResult& out);
+Status ListClusters(const ListClustersRequest& in, const ReadContext& ctx, ListPage& out);
+
+// ---- task definitions
+Status RegisterTaskDefinition(const RegisterTaskDefinitionRequest& in, Transaction& txn, TaskDefinitionResult& out);
+Status DeregisterTaskDefinition(const DeregisterTaskDefinitionRequest& in, Transaction& txn,
+                                TaskDefinitionResult& out);
+Status DescribeTaskDefinition(const DescribeTaskDefinitionRequest& in, const ReadContext& ctx,
+                              TaskDefinitionResult& out);
+Status ListTaskDefinitions(const ListTaskDefinitionsRequest& in, const ReadContext& ctx, ListPage& out);
+Status ListTaskDefinitionFamilies(const ListTaskDefinitionFamiliesRequest& in, const ReadContext& ctx, ListPage& out);
+
+// ---- tasks
+Status RunTask(const RunTaskRequest& in, Transaction& txn, TasksResult& out);
+Status StartTask(const StartTaskRequest& in, Transaction& txn, TasksResult& out);
+Status StopTask(const StopTaskRequest& in, Transaction& txn, TaskResult& out);
+Status DescribeTasks(const DescribeTasksRequest& in, const ReadContext& ctx, TasksResult& out);
+Status ListTasks(const ListTasksRequest& in, const ReadContext& ctx, ListPage& out);
+// ExplainPlacement reads the applier's working state (see ExplainPlacementRequest).
+Status ExplainPlacement(const ExplainPlacementRequest& in, const ClusterState& state, const ArnContext& arn,
+                        ExplainResult& out);
+// PurgeExpired forgets STOPPED tasks older than `retention_ms` (run by the applier at most once a minute).
+void PurgeExpired(Transaction& txn, EpochMs retention_ms);
+
+// ---- task state reports (agents)
+// ApplyTaskReport applies what an agent reports about a task on `instance_arn` ("" = any instance): the
+// ECS SubmitTaskStateChange call and the channel's state reports and hellos all end here.
+Status ApplyTaskReport(const std::string& task_arn, const TaskStateReport& report, Transaction& txn);
+Status SubmitTaskStateChange(const SubmitTaskStateChangeRequest& in, Transaction& txn, AckResult& out);
+Status SubmitContainerStateChange(const SubmitContainerStateChangeRequest& in, Transaction& txn, AckResult& out);
+// StopTaskRecord marks a task for stopping: a PENDING task that no connected agent holds stops at once;
+// otherwise its agent is asked and reports STOPPED when the containers are gone.
+void StopTaskRecord(const std::string& task_arn, const std::string& stop_code, const std::string& reason,
+                    Transaction& txn);
+// FinishStop records a task STOPPED now and releases what it held.
+void FinishStop(const std::string& task_arn, Transaction& txn);
+// AssignmentFor: what an agent needs to start `task` (command, environment, limits and GPUs per container).
+protocol::Assignment AssignmentFor(const Task& task, const ClusterState& state, const ArnContext& arn);
+
+// ---- container instances
+Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Transaction& txn, InstanceResult& out);
+Status DeregisterContainerInstance(const DeregisterContainerInstanceRequest& in, Transaction& txn,
+                                   InstanceResult& out);
+Status DescribeContainerInstances(const DescribeContainerInstancesRequest& in, const ReadContext& ctx,
+                                  InstancesResult& out);
+Status ListContainerInstances(const ListContainerInstancesRequest& in, const ReadContext& ctx, ListPage& out);
+Status UpdateContainerInstancesState(const UpdateContainerInstancesStateRequest& in, Transaction& txn,
+                                     InstancesResult& out);
+// UsesChannel: the instance's agent holds a channel (it registered the channel attribute).
+bool UsesChannel(const ContainerInstance& instance);
+
+// ---- attributes
+Status PutAttributes(const PutAttributesRequest& in, Transaction& txn, AttributesResult& out);
+Status DeleteAttributes(const DeleteAttributesRequest& in, Transaction& txn, AttributesResult& out);
+Status ListAttributes(const ListAttributesRequest& in, const ReadContext& ctx, AttributesResult& out);
+
+}  // namespace gpupack::api

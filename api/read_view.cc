@@ -1,0 +1,187 @@
+#include "api/read_view.h"
+
+#include <algorithm>
+
+namespace gpupack::api {
+
+size_t ReadView::ShardOf(const std::string& key) { return std::hash<std::string>{}(key) % kShards; }
+
+std::shared_ptr<const ReadView> ReadView::FromState(const ClusterState& state) {
+  auto view = std::make_shared<ReadView>();
+  auto clusters = std::make_shared<std::map<std::string, Cluster>>();
+  for (const Cluster* c : state.Clusters()) clusters->emplace(c->name, *c);
+  view->clusters_ = std::move(clusters);
+
+  auto tds = std::make_shared<std::map<std::string, std::shared_ptr<const TaskDefinitionFamily>>>();
+  for (const auto& [family, revisions] : state.TaskDefinitions()) {
+    auto f = std::make_shared<TaskDefinitionFamily>();
+    for (const auto& [rev, td] : revisions) f->emplace(rev, std::make_shared<const TaskDefinition>(td));
+    tds->emplace(family, std::move(f));
+  }
+  view->task_definitions_ = std::move(tds);
+
+  std::array<InstanceShard, kShards> instance_shards;
+  auto by_cluster = std::make_shared<std::map<std::string, std::vector<std::string>>>();
+  for (const Cluster* c : state.Clusters())
+    for (const ContainerInstance* inst : state.InstancesOf(c->name)) {
+      auto rec = std::make_shared<InstanceRecord>();
+      rec->instance = *inst;
+      rec->load.group_counts = state.LoadOf(*inst).group_counts;
+      rec->load.task_arns = state.LoadOf(*inst).task_arns;
+      instance_shards[ShardOf(inst->arn)].emplace(inst->arn, std::move(rec));
+      (*by_cluster)[c->name].push_back(inst->arn);
+    }
+  for (size_t i = 0; i < kShards; ++i)
+    view->instances_[i] = std::make_shared<const InstanceShard>(std::move(instance_shards[i]));
+  view->instances_by_cluster_ = std::move(by_cluster);
+
+  std::array<TaskShard, kShards> task_shards;
+  for (const auto& [arn, t] : state.Tasks()) task_shards[ShardOf(arn)].emplace(arn, std::make_shared<const Task>(t));
+  for (size_t i = 0; i < kShards; ++i) view->tasks_[i] = std::make_shared<const TaskShard>(std::move(task_shards[i]));
+  view->task_count_ = state.Tasks().size();
+  return view;
+}
+
+std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta delta) {
+  auto view = std::make_shared<ReadView>(base);  // shares every shard and map with `base`
+  view->sequence_ = base.sequence_ + 1;
+
+  if (!delta.clusters.empty()) {
+    auto clusters = std::make_shared<std::map<std::string, Cluster>>(*base.clusters_);
+    for (auto& c : delta.clusters) (*clusters)[c.name] = std::move(c);
+    view->clusters_ = std::move(clusters);
+  }
+
+  if (!delta.task_definitions.empty()) {
+    auto tds = std::make_shared<std::map<std::string, std::shared_ptr<const TaskDefinitionFamily>>>(*base.task_definitions_);
+    for (auto& td : delta.task_definitions) {
+      auto it = tds->find(td->family);
+      auto family = it == tds->end() ? std::make_shared<TaskDefinitionFamily>()
+                                     : std::make_shared<TaskDefinitionFamily>(*it->second);
+      (*family)[td->revision] = td;
+      (*tds)[td->family] = std::move(family);
+    }
+    view->task_definitions_ = std::move(tds);
+  }
+
+  // Copy on write per shard: the first change to a shard in this delta copies it.
+  std::array<std::shared_ptr<InstanceShard>, kShards> instance_copies;
+  std::shared_ptr<std::map<std::string, std::vector<std::string>>> by_cluster;
+  for (auto& rec : delta.instances) {
+    const std::string& arn = rec->instance.arn;
+    const size_t s = ShardOf(arn);
+    if (!instance_copies[s]) instance_copies[s] = std::make_shared<InstanceShard>(*base.instances_[s]);
+    auto [it, inserted] = instance_copies[s]->try_emplace(arn, rec);
+    if (!inserted) {
+      it->second = rec;
+    } else {
+      if (!by_cluster) by_cluster = std::make_shared<std::map<std::string, std::vector<std::string>>>(*base.instances_by_cluster_);
+      (*by_cluster)[rec->instance.cluster].push_back(arn);
+    }
+  }
+  for (size_t s = 0; s < kShards; ++s)
+    if (instance_copies[s]) view->instances_[s] = std::move(instance_copies[s]);
+  if (by_cluster) view->instances_by_cluster_ = std::move(by_cluster);
+
+  std::array<std::shared_ptr<TaskShard>, kShards> task_copies;
+  auto task_shard = [&](const std::string& arn) -> TaskShard& {
+    const size_t s = ShardOf(arn);
+    if (!task_copies[s]) task_copies[s] = std::make_shared<TaskShard>(*base.tasks_[s]);
+    return *task_copies[s];
+  };
+  for (auto& t : delta.tasks) {
+    TaskShard& shard = task_shard(t->arn);
+    auto [it, inserted] = shard.try_emplace(t->arn, t);
+    if (inserted) ++view->task_count_;
+    else it->second = t;
+  }
+  for (const auto& arn : delta.erased_tasks)
+    if (task_shard(arn).erase(arn) != 0) --view->task_count_;
+  for (size_t s = 0; s < kShards; ++s)
+    if (task_copies[s]) view->tasks_[s] = std::move(task_copies[s]);
+  return view;
+}
+
+const Cluster* ReadView::FindCluster(const std::string& name) const {
+  auto it = clusters_->find(name);
+  return it == clusters_->end() ? nullptr : &it->second;
+}
+
+std::vector<const Cluster*> ReadView::Clusters() const {
+  std::vector<const Cluster*> out;
+  for (const auto& [_, c] : *clusters_) out.push_back(&c);
+  return out;
+}
+
+ClusterCounts ReadView::CountsOf(const std::string& cluster) const {
+  ClusterCounts counts;
+  for (const InstanceRecord* rec : InstancesOf(cluster)) {
+    if (rec->instance.status == "INACTIVE") continue;
+    ++counts.registered_instances;
+    counts.running_tasks += rec->instance.running_tasks_count;
+    counts.pending_tasks += rec->instance.pending_tasks_count;
+  }
+  return counts;
+}
+
+const TaskDefinition* ReadView::FindTaskDefinition(const std::string& family, int revision) const {
+  auto f = task_definitions_->find(family);
+  if (f == task_definitions_->end()) return nullptr;
+  auto r = f->second->find(revision);
+  return r == f->second->end() ? nullptr : r->second.get();
+}
+
+const TaskDefinition* ReadView::LatestActiveRevision(const std::string& family) const {
+  auto f = task_definitions_->find(family);
+  if (f == task_definitions_->end()) return nullptr;
+  for (auto it = f->second->rbegin(); it != f->second->rend(); ++it)
+    if (it->second->status == "ACTIVE") return it->second.get();
+  return nullptr;
+}
+
+const InstanceRecord* ReadView::FindInstanceRecord(const std::string& arn) const {
+  const InstanceShard& shard = *instances_[ShardOf(arn)];
+  auto it = shard.find(arn);
+  return it == shard.end() ? nullptr : it->second.get();
+}
+
+const ContainerInstance* ReadView::FindInstance(const std::string& arn) const {
+  const InstanceRecord* rec = FindInstanceRecord(arn);
+  return rec ? &rec->instance : nullptr;
+}
+
+std::vector<const InstanceRecord*> ReadView::InstancesOf(const std::string& cluster) const {
+  std::vector<const InstanceRecord*> out;
+  auto it = instances_by_cluster_->find(cluster);
+  if (it == instances_by_cluster_->end()) return out;
+  out.reserve(it->second.size());
+  for (const auto& arn : it->second)
+    if (const InstanceRecord* rec = FindInstanceRecord(arn)) out.push_back(rec);
+  return out;
+}
+
+std::shared_ptr<const ContainerInstance> ReadView::InstancePtr(const std::string& arn) const {
+  const InstanceShard& shard = *instances_[ShardOf(arn)];
+  auto it = shard.find(arn);
+  if (it == shard.end()) return nullptr;
+  return std::shared_ptr<const ContainerInstance>(it->second, &it->second->instance);
+}
+
+std::shared_ptr<const Task> ReadView::TaskPtr(const std::string& arn) const {
+  const TaskShard& shard = *tasks_[ShardOf(arn)];
+  auto it = shard.find(arn);
+  return it == shard.end() ? nullptr : it->second;
+}
+
+const Task* ReadView::FindTask(const std::string& arn) const {
+  const TaskShard& shard = *tasks_[ShardOf(arn)];
+  auto it = shard.find(arn);
+  return it == shard.end() ? nullptr : it->second.get();
+}
+
+void ReadView::ForEachTask(const std::function<void(const Task&)>& f) const {
+  for (const auto& shard : tasks_)
+    for (const auto& [_, t] : *shard) f(*t);
+}
+
+}  // namespace gpupack::api

@@ -1,0 +1,104 @@
+// ReadView: an immutable snapshot of the committed cluster state, for Describe/List calls and /metrics.
+//
+// The applier publishes a new view after each commit (api/applier.h); readers take the current one with
+// Applier::View() and never touch the writer's lock or its working state, so a read shows only what is durable
+// and never waits for a placement. A view is never changed once published: every entity is held as a
+// shared_ptr<const T>, and a new view shares with the previous one everything its commit did not touch.
+// Tasks and instances live in sharded maps; a commit copies only the shards it touched (copy on write), so
+// publishing costs O(changed entities x shard size), not O(state).
+//
+// Thread-safe: any number of threads may read one view concurrently.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "api/codec.h"
+#include "scheduler/cluster_state.h"
+#include "scheduler/model.h"
+
+namespace gpupack::api {
+
+// InstanceRecord: a container instance and the load its tasks put on it (for memberOf-style filters).
+struct InstanceRecord {
+  ContainerInstance instance;
+  InstanceLoad load;  // group_counts and task_arns (group ids are the working state's business)
+};
+
+using TaskDefinitionFamily = std::map<int, std::shared_ptr<const TaskDefinition>>;  // revision -> definition
+
+// ViewDelta: what one commit changed, as copies made by the transaction under the writer's lock. Applied to
+// the previous view once the commit is durable.
+struct ViewDelta {
+  std::vector<Cluster> clusters;
+  std::vector<std::shared_ptr<const TaskDefinition>> task_definitions;
+  std::vector<std::shared_ptr<const InstanceRecord>> instances;
+  std::vector<std::shared_ptr<const Task>> tasks;
+  std::vector<std::string> erased_tasks;
+  bool empty() const {
+    return clusters.empty() && task_definitions.empty() && instances.empty() && tasks.empty() && erased_tasks.empty();
+  }
+};
+
+class ReadView {
+ public:
+  static constexpr size_t kShards = 256;
+
+  // FromState: a view of everything in `state` (at load).
+  static std::shared_ptr<const ReadView> FromState(const ClusterState& state);
+  // Apply: the view after `delta`, sharing every untouched shard with `base`.
+  static std::shared_ptr<const ReadView> Apply(const ReadView& base, ViewDelta delta);
+
+  // ---- clusters
+  const Cluster* FindCluster(const std::string& name) const;
+  std::vector<const Cluster*> Clusters() const;  // sorted by name
+  ClusterCounts CountsOf(const std::string& cluster) const;
+
+  // ---- task definitions
+  const TaskDefinition* FindTaskDefinition(const std::string& family, int revision) const;
+  const TaskDefinition* LatestActiveRevision(const std::string& family) const;
+  // Families sorted by name, each with its revisions in ascending order.
+  const std::map<std::string, std::shared_ptr<const TaskDefinitionFamily>>& TaskDefinitions() const {
+    return *task_definitions_;
+  }
+
+  // ---- container instances
+  const InstanceRecord* FindInstanceRecord(const std::string& arn) const;
+  const ContainerInstance* FindInstance(const std::string& arn) const;
+  // InstancePtr: the instance as a shared pointer that keeps it alive beyond this view (null when unknown).
+  std::shared_ptr<const ContainerInstance> InstancePtr(const std::string& arn) const;
+  // Instances of a cluster in registration order, INACTIVE ones included.
+  std::vector<const InstanceRecord*> InstancesOf(const std::string& cluster) const;
+
+  // ---- tasks
+  const Task* FindTask(const std::string& arn) const;
+  // TaskPtr: the task as a shared pointer that keeps it alive beyond this view (null when unknown).
+  std::shared_ptr<const Task> TaskPtr(const std::string& arn) const;
+  // ForEachTask calls `f` for every task, in no particular order.
+  void ForEachTask(const std::function<void(const Task&)>& f) const;
+  size_t task_count() const { return task_count_; }
+
+  // The number of commits published before this view (0 = the view of the loaded state).
+  uint64_t sequence() const { return sequence_; }
+
+ private:
+  using TaskShard = std::unordered_map<std::string, std::shared_ptr<const Task>>;
+  using InstanceShard = std::unordered_map<std::string, std::shared_ptr<const InstanceRecord>>;
+  static size_t ShardOf(const std::string& key);
+
+  std::shared_ptr<const std::map<std::string, Cluster>> clusters_;
+  std::shared_ptr<const std::map<std::string, std::shared_ptr<const TaskDefinitionFamily>>> task_definitions_;
+  std::array<std::shared_ptr<const InstanceShard>, kShards> instances_;
+  std::shared_ptr<const std::map<std::string, std::vector<std::string>>> instances_by_cluster_;  // ARNs in order
+  std::array<std::shared_ptr<const TaskShard>, kShards> tasks_;
+  size_t task_count_ = 0;
+  uint64_t sequence_ = 0;
+};
+
+}  // namespace gpupack::api

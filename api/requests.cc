@@ -1,0 +1,516 @@
+#include "api/requests.h"
+
+#include <algorithm>
+#include <set>
+
+#include "api/codec.h"
+
+namespace gpupack::api {
+
+namespace {
+
+constexpr size_t kMaxDescribe = 100;
+constexpr int kMaxRunCount = 10;
+
+#define GP_TRY(expr)                    \
+  do {                                  \
+    Status _s = (expr);                 \
+    if (!_s.ok()) return _s;            \
+  } while (0)
+
+#define GP_ASSIGN(lhs, expr)                  \
+  auto lhs##_r = (expr);                      \
+  if (!lhs##_r.ok()) return lhs##_r.status(); \
+  auto lhs = std::move(lhs##_r).value()
+
+Status RequireString(const Json& in, const std::string& key, std::string& out) {
+  GP_ASSIGN(v, OptString(in, key));
+  if (!v || v->empty()) return Status::InvalidParameter(key + " is required");
+  out = *v;
+  return Status::Ok();
+}
+
+Status OptionalRef(const Json& in, const std::string& key, std::string& out) {
+  GP_ASSIGN(v, OptString(in, key));
+  out = v.value_or("");
+  return Status::Ok();
+}
+
+// ParsePage: maxResults 1..100 (default 100) and a nextToken this server issued ("gp1.<hex offset>").
+Result<PageRequest> ParsePage(const Json& in) {
+  GP_ASSIGN(max_results, OptInt(in, "maxResults"));
+  GP_ASSIGN(token, OptString(in, "nextToken"));
+  PageRequest page;
+  if (max_results) {
+    if (*max_results < 1 || *max_results > 100) return Status::InvalidParameter("maxResults must be between 1 and 100");
+    page.limit = static_cast<size_t>(*max_results);
+  }
+  if (token && !token->empty()) {
+    if (token->rfind("gp1.", 0) != 0 || token->size() > 20)
+      return Status::InvalidParameter("nextToken is not a token this server issued");
+    try {
+      page.begin = std::stoull(token->substr(4), nullptr, 16);
+    } catch (...) {
+      return Status::InvalidParameter("nextToken is not a token this server issued");
+    }
+  }
+  return page;
+}
+
+// ParseComputeAware: the cluster settings gpupack understands (containerInsights is accepted and ignored).
+Result<std::optional<bool>> ParseComputeAware(const Json& settings) {
+  GP_ASSIGN(attrs, ParseAttributes(settings, "settings"));
+  std::optional<bool> out;
+  for (const auto& a : attrs) {
+    if (a.name == "gpupack.computeAwarePlacement") {
+      if (a.value != "enabled" && a.value != "disabled")
+        return Status::InvalidParameter("setting gpupack.computeAwarePlacement must be 'enabled' or 'disabled'");
+      out = a.value == "enabled";
+    } else if (a.name != "containerInsights") {
+      return Status::InvalidParameter("unknown cluster setting '" + a.name + "'");
+    }
+  }
+  return out;
+}
+
+Result<TaskOverride> ParseOverrides(const Json& in) {
+  if (!in.contains("overrides")) return TaskOverride{};
+  return ParseTaskOverride(in["overrides"], "overrides");
+}
+
+Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_TRY(RequireString(in, "taskDefinition", r.task_definition));
+  GP_ASSIGN(count, OptInt(in, "count"));
+  r.count = count.value_or(1);
+  if (!start_task && (r.count < 1 || r.count > kMaxRunCount))
+    return Status::InvalidParameter("count must be between 1 and 10");
+  GP_ASSIGN(launch_type, OptString(in, "launchType"));
+  if (launch_type && *launch_type != "EC2")
+    return Status::InvalidParameter("launchType " + *launch_type + " is not supported; gpupack places EC2-style tasks");
+  GP_ASSIGN(group, OptString(in, "group"));
+  r.group = group;
+  GP_ASSIGN(started_by, OptString(in, "startedBy"));
+  if (started_by && started_by->size() > 128) return Status::InvalidParameter("startedBy is at most 128 characters");
+  r.started_by = started_by;
+  GP_ASSIGN(client_token, OptString(in, "clientToken"));
+  if (client_token && client_token->size() > 64) return Status::InvalidParameter("clientToken is at most 64 characters");
+  r.client_token = client_token;
+  GP_ASSIGN(tags, ParseTags(in));
+  r.tags = std::move(tags);
+  GP_ASSIGN(overrides, ParseOverrides(in));
+  r.overrides = std::move(overrides);
+  GP_ASSIGN(constraints, ParsePlacementConstraints(in, "placementConstraints"));
+  r.constraints = std::move(constraints);
+  GP_ASSIGN(strategies, ParsePlacementStrategies(in, "placementStrategy"));
+  r.strategies = std::move(strategies);
+  if (start_task) {
+    GP_ASSIGN(refs, OptStringList(in, "containerInstances"));
+    r.container_instances = std::move(refs);
+  }
+  r.fingerprint = in.dump();
+  return Status::Ok();
+}
+
+Result<ContainerStateReport> ParseContainerReport(const Json& c, const std::string& name_key) {
+  ContainerStateReport r;
+  GP_ASSIGN(name, OptString(c, name_key));
+  GP_ASSIGN(status, OptString(c, "status"));
+  GP_ASSIGN(exit_code, OptInt(c, "exitCode"));
+  GP_ASSIGN(reason, OptString(c, "reason"));
+  r.name = name;
+  r.status = status;
+  r.exit_code = exit_code;
+  r.reason = reason;
+  return r;
+}
+
+Result<std::vector<AttributeTarget>> ParseAttributeTargets(const Json& list, bool put) {
+  std::vector<AttributeTarget> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    GP_ASSIGN(one, ParseAttributes(Json::array({list[i]}), "attributes"));
+    GP_ASSIGN(target_type, OptString(list[i], "targetType"));
+    GP_ASSIGN(target_id, OptString(list[i], "targetId"));
+    if (put && target_type && *target_type != "container-instance")
+      return Status::InvalidParameter("attributes[" + std::to_string(i) + "].targetType must be container-instance");
+    if (!target_id)
+      return Status::InvalidParameter(put ? "attributes[" + std::to_string(i) + "].targetId is required"
+                                          : std::string("attributes[].targetId is required"));
+    const Attribute& a = one[0];
+    if (put) {
+      if (a.name.size() > 128) return Status::InvalidParameter("attribute names are at most 128 characters");
+      if (a.value && a.value->size() > 128) return Status::InvalidParameter("attribute values are at most 128 characters");
+      if (a.name.rfind("ecs.", 0) == 0) return Status::InvalidParameter("attributes starting with 'ecs.' are reserved");
+    }
+    out.push_back({a, *target_id});
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsTaskStatus(const std::string& status) {
+  return status == "PENDING" || status == "RUNNING" || status == "STOPPED";
+}
+
+// ---- clusters
+
+Result<CreateClusterRequest> ParseCreateCluster(const Json& in) {
+  CreateClusterRequest r;
+  GP_ASSIGN(name, OptString(in, "clusterName"));
+  r.cluster_name = name.value_or("default");
+  GP_ASSIGN(tags, ParseTags(in));
+  r.tags = std::move(tags);
+  if (in.contains("settings") && !in["settings"].is_null()) {
+    GP_ASSIGN(compute_aware, ParseComputeAware(in["settings"]));
+    r.compute_aware = compute_aware;
+  }
+  return r;
+}
+
+Result<DeleteClusterRequest> ParseDeleteCluster(const Json& in) {
+  DeleteClusterRequest r;
+  GP_TRY(RequireString(in, "cluster", r.cluster));
+  return r;
+}
+
+Result<UpdateClusterSettingsRequest> ParseUpdateClusterSettings(const Json& in) {
+  UpdateClusterSettingsRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  if (!in.contains("settings")) return Status::InvalidParameter("settings is required");
+  GP_ASSIGN(compute_aware, ParseComputeAware(in["settings"]));
+  r.compute_aware = compute_aware;
+  return r;
+}
+
+Result<DescribeClustersRequest> ParseDescribeClusters(const Json& in) {
+  DescribeClustersRequest r;
+  GP_ASSIGN(refs, OptStringList(in, "clusters"));
+  if (refs.size() > kMaxDescribe) return Status::InvalidParameter("clusters can have at most 100 entries");
+  if (refs.empty()) refs.push_back("default");
+  r.clusters = std::move(refs);
+  return r;
+}
+
+Result<ListClustersRequest> ParseListClusters(const Json& in) {
+  ListClustersRequest r;
+  GP_ASSIGN(page, ParsePage(in));
+  r.page = page;
+  return r;
+}
+
+// ---- task definitions
+
+Result<RegisterTaskDefinitionRequest> ParseRegisterTaskDefinitionRequest(const Json& in) {
+  GP_ASSIGN(td, ParseRegisterTaskDefinition(in));
+  return RegisterTaskDefinitionRequest{std::move(td)};
+}
+
+Result<DeregisterTaskDefinitionRequest> ParseDeregisterTaskDefinition(const Json& in) {
+  DeregisterTaskDefinitionRequest r;
+  GP_TRY(RequireString(in, "taskDefinition", r.task_definition));
+  return r;
+}
+
+Result<DescribeTaskDefinitionRequest> ParseDescribeTaskDefinition(const Json& in) {
+  DescribeTaskDefinitionRequest r;
+  GP_TRY(RequireString(in, "taskDefinition", r.task_definition));
+  return r;
+}
+
+Result<ListTaskDefinitionsRequest> ParseListTaskDefinitions(const Json& in) {
+  ListTaskDefinitionsRequest r;
+  GP_ASSIGN(prefix, OptString(in, "familyPrefix"));
+  GP_ASSIGN(status, OptString(in, "status"));
+  GP_ASSIGN(sort, OptString(in, "sort"));
+  r.family_prefix = prefix;
+  r.status = status.value_or("ACTIVE");
+  if (r.status != "ACTIVE" && r.status != "INACTIVE" && r.status != "DELETE_IN_PROGRESS")
+    return Status::InvalidParameter("status must be ACTIVE or INACTIVE");
+  if (sort && *sort != "ASC" && *sort != "DESC") return Status::InvalidParameter("sort must be ASC or DESC");
+  r.descending = sort && *sort == "DESC";
+  GP_ASSIGN(page, ParsePage(in));
+  r.page = page;
+  return r;
+}
+
+Result<ListTaskDefinitionFamiliesRequest> ParseListTaskDefinitionFamilies(const Json& in) {
+  ListTaskDefinitionFamiliesRequest r;
+  GP_ASSIGN(prefix, OptString(in, "familyPrefix"));
+  GP_ASSIGN(status, OptString(in, "status"));
+  r.family_prefix = prefix;
+  r.status = status.value_or("ACTIVE");
+  if (r.status != "ACTIVE" && r.status != "INACTIVE" && r.status != "ALL")
+    return Status::InvalidParameter("status must be ACTIVE, INACTIVE or ALL");
+  GP_ASSIGN(page, ParsePage(in));
+  r.page = page;
+  return r;
+}
+
+// ---- tasks
+
+Result<RunTaskRequest> ParseRunTask(const Json& in) {
+  RunTaskRequest r;
+  GP_TRY(ParsePlaceTasks(in, r, false));
+  return r;
+}
+
+Result<StartTaskRequest> ParseStartTask(const Json& in) {
+  StartTaskRequest r;
+  GP_TRY(ParsePlaceTasks(in, r, true));
+  return r;
+}
+
+Result<StopTaskRequest> ParseStopTask(const Json& in) {
+  StopTaskRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_TRY(RequireString(in, "task", r.task));
+  GP_ASSIGN(reason, OptString(in, "reason"));
+  if (reason && reason->size() > 1024) return Status::InvalidParameter("reason is at most 1024 characters");
+  r.reason = reason;
+  return r;
+}
+
+Result<DescribeTasksRequest> ParseDescribeTasks(const Json& in) {
+  DescribeTasksRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  if (!in.contains("tasks")) return Status::InvalidParameter("tasks is required");
+  GP_ASSIGN(refs, OptStringList(in, "tasks"));
+  if (refs.empty()) return Status::InvalidParameter("tasks must name at least one task");
+  if (refs.size() > kMaxDescribe) return Status::InvalidParameter("tasks can have at most 100 entries");
+  r.tasks = std::move(refs);
+  return r;
+}
+
+Result<ListTasksRequest> ParseListTasks(const Json& in) {
+  ListTasksRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_ASSIGN(instance, OptString(in, "containerInstance"));
+  GP_ASSIGN(family, OptString(in, "family"));
+  GP_ASSIGN(started_by, OptString(in, "startedBy"));
+  GP_ASSIGN(desired, OptString(in, "desiredStatus"));
+  r.container_instance = instance;
+  r.family = family;
+  r.started_by = started_by;
+  r.desired_status = desired.value_or("RUNNING");
+  if (r.desired_status != "RUNNING" && r.desired_status != "PENDING" && r.desired_status != "STOPPED")
+    return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
+  GP_ASSIGN(page, ParsePage(in));
+  r.page = page;
+  return r;
+}
+
+Result<ExplainPlacementRequest> ParseExplainPlacement(const Json& in) {
+  ExplainPlacementRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_TRY(RequireString(in, "taskDefinition", r.task_definition));
+  GP_ASSIGN(overrides, ParseOverrides(in));
+  r.overrides = std::move(overrides);
+  GP_ASSIGN(constraints, ParsePlacementConstraints(in, "placementConstraints"));
+  r.constraints = std::move(constraints);
+  GP_ASSIGN(strategies, ParsePlacementStrategies(in, "placementStrategy"));
+  r.strategies = std::move(strategies);
+  GP_ASSIGN(group, OptString(in, "group"));
+  r.group = group;
+  GP_ASSIGN(seed, OptInt(in, "seed"));
+  r.seed = static_cast<uint64_t>(seed.value_or(0));
+  return r;
+}
+
+Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) {
+  SubmitTaskStateChangeRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_TRY(RequireString(in, "task", r.task));
+  GP_TRY(RequireString(in, "status", r.report.status));
+  if (!IsTaskStatus(r.report.status)) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  GP_ASSIGN(reason, OptString(in, "reason"));
+  GP_ASSIGN(stop_code, OptString(in, "stopCode"));  // ours: the agent names why a task stopped
+  r.report.reason = reason;
+  r.report.stop_code = stop_code;
+  r.report.has_containers = in.contains("containers");
+  if (in.contains("containers") && in["containers"].is_array()) {
+    for (const auto& c : in["containers"]) {
+      GP_ASSIGN(report, ParseContainerReport(c, "containerName"));
+      if (report.status && !IsTaskStatus(*report.status))
+        return Status::InvalidParameter("containers[].status must be PENDING, RUNNING or STOPPED");
+      r.report.containers.push_back(std::move(report));
+    }
+  }
+  return r;
+}
+
+Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const Json& in) {
+  SubmitContainerStateChangeRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_TRY(RequireString(in, "task", r.task));
+  GP_TRY(RequireString(in, "containerName", r.container_name));
+  GP_ASSIGN(status, OptString(in, "status"));
+  GP_ASSIGN(exit_code, OptInt(in, "exitCode"));
+  GP_ASSIGN(reason, OptString(in, "reason"));
+  if (status && !IsTaskStatus(*status)) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  r.status = status;
+  r.exit_code = exit_code;
+  r.reason = reason;
+  return r;
+}
+
+// ---- container instances
+
+Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Json& in) {
+  RegisterContainerInstanceRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_ASSIGN(existing, OptString(in, "containerInstanceArn"));
+  if (existing && !existing->empty()) r.container_instance_arn = existing;
+  // totalResources: CPU and MEMORY are required.
+  bool has_cpu = false, has_mem = false;
+  if (in.contains("totalResources")) {
+    const Json& tr = in["totalResources"];
+    if (!tr.is_array()) return Status::InvalidParameter("totalResources: expected a list");
+    for (const auto& res : tr) {
+      GP_ASSIGN(name, OptString(res, "name"));
+      GP_ASSIGN(iv, OptInt(res, "integerValue"));
+      if (!name) return Status::InvalidParameter("totalResources[].name is required");
+      if (*name == "CPU" || *name == "MEMORY") {
+        if (!iv || *iv < 0) return Status::InvalidParameter("totalResources " + *name + " needs a non-negative integerValue");
+        if (*name == "CPU") {
+          r.total.cpu = *iv;
+          has_cpu = true;
+        } else {
+          r.total.memory = *iv;
+          has_mem = true;
+        }
+      }
+    }
+  }
+  if (!has_cpu || !has_mem) return Status::InvalidParameter("totalResources must give CPU and MEMORY");
+  // platformDevices: GPUs with gpuInfo.memoryInMiB.
+  std::set<std::string> ids;
+  if (in.contains("platformDevices") && !in["platformDevices"].is_null()) {
+    const Json& pd = in["platformDevices"];
+    if (!pd.is_array() || pd.size() > 64) return Status::InvalidParameter("platformDevices: expected a list of at most 64");
+    for (size_t i = 0; i < pd.size(); ++i) {
+      const Json& d = pd[i];
+      const std::string at = "platformDevices[" + std::to_string(i) + "]";
+      GP_ASSIGN(id, OptString(d, "id"));
+      GP_ASSIGN(type, OptString(d, "type"));
+      if (!id || id->empty() || id->size() > 255) return Status::InvalidParameter(at + ".id is required");
+      if (std::any_of(id->begin(), id->end(), [](char c) { return c <= ' ' || c > '~' || c == '"' || c == '\\'; }))
+        return Status::InvalidParameter(at + ".id must be printable ASCII without spaces, quotes or back slashes");
+      if (type.value_or("") != "GPU") return Status::InvalidParameter(at + ".type must be GPU");
+      if (!ids.insert(*id).second) return Status::InvalidParameter("platformDevices: GPU " + *id + " is listed twice");
+      MiB mem = 0;
+      if (d.contains("gpuInfo")) {
+        GP_ASSIGN(m, OptInt(d["gpuInfo"], "memoryInMiB"));
+        if (m) mem = *m;
+      }
+      if (mem <= 0) return Status::InvalidParameter(at + ".gpuInfo.memoryInMiB must be a positive integer");
+      Gpu g;
+      g.id = *id;
+      g.total_memory_mib = g.remaining_memory_mib = mem;
+      r.gpus.push_back(std::move(g));
+    }
+  }
+  if (in.contains("attributes")) {
+    GP_ASSIGN(attrs, ParseAttributes(in["attributes"], "attributes"));
+    r.attributes = std::move(attrs);
+  }
+  if (in.contains("versionInfo") && in["versionInfo"].is_object()) {
+    GP_ASSIGN(v, OptString(in["versionInfo"], "agentVersion"));
+    r.agent_version = v.value_or("");
+  }
+  GP_ASSIGN(identity, OptString(in, "instanceIdentityDocument"));
+  if (identity && !identity->empty()) {
+    Json d = Json::parse(*identity, nullptr, false);
+    if (d.is_object() && d.contains("instanceId") && d["instanceId"].is_string()) r.ec2_instance_id = d["instanceId"];
+    if (d.is_object() && d.contains("instanceType") && d["instanceType"].is_string()) r.instance_type = d["instanceType"];
+  }
+  return r;
+}
+
+Result<DeregisterContainerInstanceRequest> ParseDeregisterContainerInstance(const Json& in) {
+  DeregisterContainerInstanceRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_TRY(RequireString(in, "containerInstance", r.container_instance));
+  GP_ASSIGN(force, OptBool(in, "force"));
+  r.force = force.value_or(false);
+  return r;
+}
+
+Result<DescribeContainerInstancesRequest> ParseDescribeContainerInstances(const Json& in) {
+  DescribeContainerInstancesRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  if (!in.contains("containerInstances")) return Status::InvalidParameter("containerInstances is required");
+  GP_ASSIGN(refs, OptStringList(in, "containerInstances"));
+  if (refs.empty()) return Status::InvalidParameter("containerInstances must name at least one instance");
+  if (refs.size() > kMaxDescribe) return Status::InvalidParameter("containerInstances can have at most 100 entries");
+  r.container_instances = std::move(refs);
+  return r;
+}
+
+Result<ListContainerInstancesRequest> ParseListContainerInstances(const Json& in) {
+  ListContainerInstancesRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_ASSIGN(filter, OptString(in, "filter"));
+  GP_ASSIGN(status, OptString(in, "status"));
+  if (status && *status != "ACTIVE" && *status != "DRAINING" && *status != "REGISTERING" &&
+      *status != "DEREGISTERING" && *status != "REGISTRATION_FAILED")
+    return Status::InvalidParameter("status must be ACTIVE, DRAINING, REGISTERING, DEREGISTERING or REGISTRATION_FAILED");
+  r.filter = filter;
+  r.status = status;
+  GP_ASSIGN(page, ParsePage(in));
+  r.page = page;
+  return r;
+}
+
+Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(const Json& in) {
+  UpdateContainerInstancesStateRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  GP_ASSIGN(refs, OptStringList(in, "containerInstances"));
+  GP_TRY(RequireString(in, "status", r.status));
+  if (r.status != "ACTIVE" && r.status != "DRAINING") return Status::InvalidParameter("status must be ACTIVE or DRAINING");
+  if (refs.empty() || refs.size() > 10) return Status::InvalidParameter("containerInstances must name 1 to 10 instances");
+  r.container_instances = std::move(refs);
+  return r;
+}
+
+// ---- attributes
+
+Result<PutAttributesRequest> ParsePutAttributes(const Json& in) {
+  PutAttributesRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  if (!in.contains("attributes")) return Status::InvalidParameter("attributes is required");
+  const Json& list = in["attributes"];
+  if (!list.is_array() || list.empty() || list.size() > 10)
+    return Status::InvalidParameter("attributes must be a list of 1 to 10 attributes");
+  GP_ASSIGN(targets, ParseAttributeTargets(list, true));
+  r.attributes = std::move(targets);
+  return r;
+}
+
+Result<DeleteAttributesRequest> ParseDeleteAttributes(const Json& in) {
+  DeleteAttributesRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  if (!in.contains("attributes") || !in["attributes"].is_array() || in["attributes"].empty())
+    return Status::InvalidParameter("attributes must be a non-empty list");
+  GP_ASSIGN(targets, ParseAttributeTargets(in["attributes"], false));
+  r.attributes = std::move(targets);
+  return r;
+}
+
+Result<ListAttributesRequest> ParseListAttributes(const Json& in) {
+  ListAttributesRequest r;
+  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  std::string target_type;
+  GP_TRY(RequireString(in, "targetType", target_type));
+  if (target_type != "container-instance") return Status::InvalidParameter("targetType must be container-instance");
+  GP_ASSIGN(name, OptString(in, "attributeName"));
+  GP_ASSIGN(value, OptString(in, "attributeValue"));
+  if (value && !name) return Status::InvalidParameter("attributeValue needs attributeName");
+  r.attribute_name = name;
+  r.attribute_value = value;
+  GP_ASSIGN(page, ParsePage(in));
+  r.page = page;
+  return r;
+}
+
+}  // namespace gpupack::api

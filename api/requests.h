@@ -1,0 +1,267 @@
+// Typed ECS requests: one struct per operation, parsed from the JSON 1.1 body by api/requests.cc.
+//
+// Parsing checks what the body alone decides (types, required fields, ECS's length and count limits) and
+// leaves whatever needs the cluster's state (does the cluster exist, which task a reference names) to the
+// operation. References (clusters, tasks, instances, task definitions) stay as the caller wrote them: name,
+// short id or ARN. Whether an operation writes is a property of its request type (kAccess): the router sends a
+// write through the applier and a read to the published read view.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/model.h"
+#include "scheduler/status.h"
+
+namespace gpupack::api {
+
+using Json = nlohmann::json;
+
+enum class Access { kRead, kWrite };
+
+// Page: maxResults and nextToken of a List call (1..100, default 100; tokens this server issued).
+struct PageRequest {
+  size_t limit = 100;
+  size_t begin = 0;  // the offset nextToken names
+};
+
+// ---- clusters
+
+struct CreateClusterRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster_name;  // as sent; "default" when absent
+  std::vector<KeyValuePair> tags;
+  std::optional<bool> compute_aware;  // settings: gpupack.computeAwarePlacement
+};
+struct DeleteClusterRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+};
+struct UpdateClusterSettingsRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::optional<bool> compute_aware;
+};
+struct DescribeClustersRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::vector<std::string> clusters;  // at least "default"
+};
+struct ListClustersRequest {
+  static constexpr Access kAccess = Access::kRead;
+  PageRequest page;
+};
+
+// ---- task definitions
+
+struct RegisterTaskDefinitionRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  TaskDefinition definition;  // family, containers, ...; revision and ARN are the operation's
+};
+struct DeregisterTaskDefinitionRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string task_definition;
+};
+struct DescribeTaskDefinitionRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string task_definition;
+};
+struct ListTaskDefinitionsRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::optional<std::string> family_prefix;
+  std::string status = "ACTIVE";
+  bool descending = false;
+  PageRequest page;
+};
+struct ListTaskDefinitionFamiliesRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::optional<std::string> family_prefix;
+  std::string status = "ACTIVE";  // ACTIVE | INACTIVE | ALL
+  PageRequest page;
+};
+
+// ---- tasks
+
+// RunTask and StartTask: StartTask names the instances and has no count.
+struct PlaceTasksRequest {
+  std::string cluster;
+  std::string task_definition;
+  int64_t count = 1;
+  std::optional<std::string> group;
+  std::optional<std::string> started_by;
+  std::optional<std::string> client_token;
+  std::vector<KeyValuePair> tags;
+  TaskOverride overrides;
+  std::vector<PlacementConstraint> constraints;
+  std::vector<PlacementStrategy> strategies;
+  std::vector<std::string> container_instances;  // StartTask only
+  std::string fingerprint;  // the request as sent: a repeated clientToken must carry the same request
+};
+struct RunTaskRequest : PlaceTasksRequest {
+  static constexpr Access kAccess = Access::kWrite;
+};
+struct StartTaskRequest : PlaceTasksRequest {
+  static constexpr Access kAccess = Access::kWrite;
+};
+struct StopTaskRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::string task;
+  std::optional<std::string> reason;
+};
+struct DescribeTasksRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string cluster;
+  std::vector<std::string> tasks;
+};
+struct ListTasksRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string cluster;
+  std::optional<std::string> container_instance;
+  std::optional<std::string> family;
+  std::optional<std::string> started_by;
+  std::string desired_status = "RUNNING";
+  PageRequest page;
+};
+// ExplainPlacement (ours): RunTask's placement without placing. It reads the applier's latest state (the
+// placement code needs the whole cluster state), so it runs serialized with the writes but writes nothing.
+struct ExplainPlacementRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string cluster;
+  std::string task_definition;
+  TaskOverride overrides;
+  std::vector<PlacementConstraint> constraints;
+  std::vector<PlacementStrategy> strategies;
+  std::optional<std::string> group;
+  uint64_t seed = 0;
+};
+
+// A task's state as an agent reports it, through the channel or through ECS's SubmitTaskStateChange. Both
+// paths end in one ApplyTaskReport (api/ops/task_reports.cc).
+struct ContainerStateReport {
+  std::optional<std::string> name;
+  std::optional<std::string> status;  // PENDING | RUNNING | STOPPED
+  std::optional<int64_t> exit_code;
+  std::optional<std::string> reason;
+};
+struct TaskStateReport {
+  std::string status;  // PENDING | RUNNING | STOPPED
+  std::optional<std::string> reason;
+  std::optional<std::string> stop_code;
+  bool has_containers = false;  // a containers list was sent (even empty): the task record is written
+  std::vector<ContainerStateReport> containers;
+};
+struct SubmitTaskStateChangeRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::string task;
+  TaskStateReport report;
+};
+struct SubmitContainerStateChangeRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::string task;
+  std::string container_name;
+  std::optional<std::string> status;
+  std::optional<int64_t> exit_code;
+  std::optional<std::string> reason;
+};
+
+// ---- container instances
+
+struct RegisterContainerInstanceRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::optional<std::string> container_instance_arn;  // re-registration
+  Resources total;
+  std::vector<Gpu> gpus;  // platformDevices of type GPU
+  std::vector<Attribute> attributes;
+  std::optional<std::string> agent_version;  // versionInfo.agentVersion ("" when versionInfo has none)
+  std::string ec2_instance_id;  // from instanceIdentityDocument
+  std::string instance_type;
+};
+struct DeregisterContainerInstanceRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::string container_instance;
+  bool force = false;
+};
+struct DescribeContainerInstancesRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string cluster;
+  std::vector<std::string> container_instances;
+};
+struct ListContainerInstancesRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string cluster;
+  std::optional<std::string> filter;
+  std::optional<std::string> status;
+  PageRequest page;
+};
+struct UpdateContainerInstancesStateRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::vector<std::string> container_instances;
+  std::string status;  // ACTIVE | DRAINING
+};
+
+// ---- attributes
+
+struct AttributeTarget {
+  Attribute attribute;
+  std::string target_id;  // an instance id or ARN
+};
+struct PutAttributesRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::vector<AttributeTarget> attributes;
+};
+struct DeleteAttributesRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::vector<AttributeTarget> attributes;
+};
+struct ListAttributesRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string cluster;
+  std::optional<std::string> attribute_name;
+  std::optional<std::string> attribute_value;
+  PageRequest page;
+};
+
+// ---- parsing: the JSON body of each operation into its request (errors name the field)
+
+Result<CreateClusterRequest> ParseCreateCluster(const Json& in);
+Result<DeleteClusterRequest> ParseDeleteCluster(const Json& in);
+Result<UpdateClusterSettingsRequest> ParseUpdateClusterSettings(const Json& in);
+Result<DescribeClustersRequest> ParseDescribeClusters(const Json& in);
+Result<ListClustersRequest> ParseListClusters(const Json& in);
+Result<RegisterTaskDefinitionRequest> ParseRegisterTaskDefinitionRequest(const Json& in);
+Result<DeregisterTaskDefinitionRequest> ParseDeregisterTaskDefinition(const Json& in);
+Result<DescribeTaskDefinitionRequest> ParseDescribeTaskDefinition(const Json& in);
+Result<ListTaskDefinitionsRequest> ParseListTaskDefinitions(const Json& in);
+Result<ListTaskDefinitionFamiliesRequest> ParseListTaskDefinitionFamilies(const Json& in);
+Result<RunTaskRequest> ParseRunTask(const Json& in);
+Result<StartTaskRequest> ParseStartTask(const Json& in);
+Result<StopTaskRequest> ParseStopTask(const Json& in);
+Result<DescribeTasksRequest> ParseDescribeTasks(const Json& in);
+Result<ListTasksRequest> ParseListTasks(const Json& in);
+Result<ExplainPlacementRequest> ParseExplainPlacement(const Json& in);
+Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in);
+Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const Json& in);
+Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Json& in);
+Result<DeregisterContainerInstanceRequest> ParseDeregisterContainerInstance(const Json& in);
+Result<DescribeContainerInstancesRequest> ParseDescribeContainerInstances(const Json& in);
+Result<ListContainerInstancesRequest> ParseListContainerInstances(const Json& in);
+Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(const Json& in);
+Result<PutAttributesRequest> ParsePutAttributes(const Json& in);
+Result<DeleteAttributesRequest> ParseDeleteAttributes(const Json& in);
+Result<ListAttributesRequest> ParseListAttributes(const Json& in);
+
+// IsTaskStatus: PENDING, RUNNING or STOPPED.
+bool IsTaskStatus(const std::string& status);
+
+}  // namespace gpupack::api

@@ -1,0 +1,88 @@
+// Typed ECS results: what each operation answers, rendered to ECS's JSON shapes by Render (api/results.cc).
+//
+// Entities are shared, immutable copies: a read result points into the read view it was answered from, a write
+// result holds copies taken under the applier's lock, so rendering needs no lock.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/codec.h"
+#include "api/read_view.h"
+#include "scheduler/placement.h"
+
+namespace gpupack::api {
+
+// Failure: failures[] of Describe and RunTask calls.
+struct Failure {
+  std::string arn;
+  std::string reason;
+  std::string detail;  // ours; empty = left out
+};
+
+struct ClusterResult {
+  Cluster cluster;
+  ClusterCounts counts;
+};
+struct ClustersResult {
+  std::vector<ClusterResult> clusters;
+  std::vector<Failure> failures;
+};
+// ListPage: one page of a List call: `key` names the list in the answer.
+struct ListPage {
+  const char* key = "";
+  std::vector<std::string> items;
+  std::optional<std::string> next_token;
+};
+struct TaskDefinitionResult {
+  std::shared_ptr<const TaskDefinition> definition;
+  bool with_tags = true;  // RegisterTaskDefinition and DescribeTaskDefinition answer tags beside it
+};
+struct TasksResult {
+  std::vector<std::shared_ptr<const Task>> tasks;
+  std::vector<Failure> failures;
+};
+struct TaskResult {
+  std::shared_ptr<const Task> task;
+};
+struct InstanceResult {
+  std::shared_ptr<const ContainerInstance> instance;
+};
+struct InstancesResult {
+  std::vector<std::shared_ptr<const ContainerInstance>> instances;
+  std::vector<Failure> failures;
+};
+struct AttributeRow {
+  std::string name;
+  std::optional<std::string> value;
+  std::string target_arn;
+};
+struct AttributesResult {
+  std::vector<AttributeRow> attributes;
+  std::optional<std::string> next_token;  // ListAttributes only
+};
+struct AckResult {};
+struct ExplainResult {
+  TaskDemand demand;
+  std::vector<InstanceVerdict> instances;
+  std::string chosen;  // empty when nothing fits
+};
+
+Json Render(const ArnContext& ctx, const ClusterResult& r);
+Json Render(const ArnContext& ctx, const ClustersResult& r);
+Json Render(const ArnContext& ctx, const ListPage& r);
+Json Render(const ArnContext& ctx, const TaskDefinitionResult& r);
+Json Render(const ArnContext& ctx, const TasksResult& r);
+Json Render(const ArnContext& ctx, const TaskResult& r);
+Json Render(const ArnContext& ctx, const InstanceResult& r);
+Json Render(const ArnContext& ctx, const InstancesResult& r);
+Json Render(const ArnContext& ctx, const AttributesResult& r);
+Json Render(const ArnContext& ctx, const AckResult& r);
+Json Render(const ArnContext& ctx, const ExplainResult& r);
+
+// PageOf: the page of `items` that `page` asks for, under `key` (nextToken when more remain).
+ListPage PageOf(const char* key, std::vector<std::string> items, size_t begin, size_t limit);
+
+}  // namespace gpupack::api

@@ -1,0 +1,140 @@
+#include "api/router.h"
+
+#include <map>
+#include <memory>
+
+#include "api/operations/operations.h"
+
+namespace gpupack::api {
+
+namespace {
+
+struct Route {
+  Access access;
+  std::function<void(Applier&, const Json&, Router::Done)> run;
+};
+
+// Guarded runs a read; a bug that throws answers ServerException instead of ending the process (writes are
+// guarded the same way inside the applier).
+template <typename F>
+Status Guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return Status::Server(std::string("internal error: ") + e.what());
+  }
+}
+
+template <typename Req>
+using Parser = Result<Req> (*)(const Json&);
+
+template <typename Req>
+Result<Req> GuardedParse(Parser<Req> parse, const Json& body) {
+  try {
+    return parse(body);
+  } catch (const std::exception& e) {
+    return Status::Server(std::string("internal error: ") + e.what());
+  }
+}
+
+// WriteRoute: parse, then run the operation in the applier; render once the commit is durable.
+template <typename Req, typename Res>
+Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)) {
+  static_assert(Req::kAccess == Access::kWrite, "a write operation takes a write request");
+  return {Access::kWrite, [parse, op](Applier& applier, const Json& body, Router::Done done) {
+            auto req = GuardedParse(parse, body);
+            if (!req.ok()) return done({req.status(), {}});
+            auto request = std::make_shared<Req>(std::move(req).value());
+            auto result = std::make_shared<Res>();
+            applier.Write([request, result, op](Transaction& txn) { return op(*request, txn, *result); },
+                          [&applier, result, done = std::move(done)](Status s) {
+                            done({s, s.ok() ? Render(applier.arn(), *result) : Json()});
+                          });
+          }};
+}
+
+// ReadRoute: parse, then answer from the last published read view.
+template <typename Req, typename Res>
+Route ReadRoute(Parser<Req> parse, Status (*op)(const Req&, const ReadContext&, Res&)) {
+  static_assert(Req::kAccess == Access::kRead, "a read operation takes a read request");
+  return {Access::kRead, [parse, op](Applier& applier, const Json& body, Router::Done done) {
+            auto req = GuardedParse(parse, body);
+            if (!req.ok()) return done({req.status(), {}});
+            std::shared_ptr<const ReadView> view = applier.View();
+            Res result;
+            Status s = Guarded([&] { return op(*req, ReadContext{*view, applier.arn()}, result); });
+            done({s, s.ok() ? Render(applier.arn(), result) : Json()});
+          }};
+}
+
+// ExplainRoute: the placement dry run reads the applier's working state (the placer needs a ClusterState).
+Route ExplainRoute() {
+  return {Access::kRead, [](Applier& applier, const Json& body, Router::Done done) {
+            auto req = GuardedParse<ExplainPlacementRequest>(&ParseExplainPlacement, body);
+            if (!req.ok()) return done({req.status(), {}});
+            ExplainResult result;
+            Status s;
+            applier.Inspect([&](const ClusterState& state) {
+              s = Guarded([&] { return ExplainPlacement(*req, state, applier.arn(), result); });
+            });
+            done({s, s.ok() ? Render(applier.arn(), result) : Json()});
+          }};
+}
+
+const std::map<std::string, Route>& Routes() {
+  static const std::map<std::string, Route> kRoutes = {
+      {"CreateCluster", WriteRoute(&ParseCreateCluster, &CreateCluster)},
+      {"DeleteCluster", WriteRoute(&ParseDeleteCluster, &DeleteCluster)},
+      {"UpdateClusterSettings", WriteRoute(&ParseUpdateClusterSettings, &UpdateClusterSettings)},
+      {"DescribeClusters", ReadRoute(&ParseDescribeClusters, &DescribeClusters)},
+      {"ListClusters", ReadRoute(&ParseListClusters, &ListClusters)},
+      {"RegisterTaskDefinition", WriteRoute(&ParseRegisterTaskDefinitionRequest, &RegisterTaskDefinition)},
+      {"DeregisterTaskDefinition", WriteRoute(&ParseDeregisterTaskDefinition, &DeregisterTaskDefinition)},
+      {"DescribeTaskDefinition", ReadRoute(&ParseDescribeTaskDefinition, &DescribeTaskDefinition)},
+      {"ListTaskDefinitions", ReadRoute(&ParseListTaskDefinitions, &ListTaskDefinitions)},
+      {"ListTaskDefinitionFamilies", ReadRoute(&ParseListTaskDefinitionFamilies, &ListTaskDefinitionFamilies)},
+      {"RunTask", WriteRoute(&ParseRunTask, &RunTask)},
+      {"StartTask", WriteRoute(&ParseStartTask, &StartTask)},
+      {"StopTask", WriteRoute(&ParseStopTask, &StopTask)},
+      {"DescribeTasks", ReadRoute(&ParseDescribeTasks, &DescribeTasks)},
+      {"ListTasks", ReadRoute(&ParseListTasks, &ListTasks)},
+      {"RegisterContainerInstance", WriteRoute(&ParseRegisterContainerInstance, &RegisterContainerInstance)},
+      {"DeregisterContainerInstance", WriteRoute(&ParseDeregisterContainerInstance, &DeregisterContainerInstance)},
+      {"DescribeContainerInstances", ReadRoute(&ParseDescribeContainerInstances, &DescribeContainerInstances)},
+      {"ListContainerInstances", ReadRoute(&ParseListContainerInstances, &ListContainerInstances)},
+      {"UpdateContainerInstancesState",
+       WriteRoute(&ParseUpdateContainerInstancesState, &UpdateContainerInstancesState)},
+      {"PutAttributes", WriteRoute(&ParsePutAttributes, &PutAttributes)},
+      {"DeleteAttributes", WriteRoute(&ParseDeleteAttributes, &DeleteAttributes)},
+      {"ListAttributes", ReadRoute(&ParseListAttributes, &ListAttributes)},
+      {"SubmitTaskStateChange", WriteRoute(&ParseSubmitTaskStateChange, &SubmitTaskStateChange)},
+      {"SubmitContainerStateChange", WriteRoute(&ParseSubmitContainerStateChange, &SubmitContainerStateChange)},
+      {"ExplainPlacement", ExplainRoute()},
+  };
+  return kRoutes;
+}
+
+}  // namespace
+
+bool Router::Knows(const std::string& operation) { return Routes().count(operation) != 0; }
+
+std::optional<Access> Router::AccessOf(const std::string& operation) {
+  auto it = Routes().find(operation);
+  if (it == Routes().end()) return std::nullopt;
+  return it->second.access;
+}
+
+void Router::Dispatch(const std::string& operation, const Json& body, Done done) const {
+  auto it = Routes().find(operation);
+  if (it == Routes().end()) {
+    done({Status(ErrorCode::kUnknownOperation, "unknown operation '" + operation.substr(0, 100) + "'"), {}});
+    return;
+  }
+  if (!body.is_object()) {
+    done({Status::Client("request body must be a JSON object"), {}});
+    return;
+  }
+  it->second.run(applier_, body, std::move(done));
+}
+
+}  // namespace gpupack::api

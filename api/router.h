@@ -1,0 +1,41 @@
+// Router: X-Amz-Target operation name -> parser, operation and renderer.
+//
+// Each route parses the JSON body into the operation's typed request (api/requests.h), runs it, and renders
+// its typed result (api/results.h). A request type whose kAccess is kWrite goes through the applier (serialized,
+// answered once durable); a read runs at once on the last published read view, on the caller's thread.
+// Thread-safe: Dispatch may be called from any thread.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "api/applier.h"
+#include "api/requests.h"
+
+namespace gpupack::api {
+
+struct OperationResult {
+  Status status;
+  Json body;  // the response document when status is ok
+};
+
+class Router {
+ public:
+  using Done = std::function<void(OperationResult)>;
+
+  explicit Router(Applier& applier) : applier_(applier) {}
+
+  // Dispatch runs one ECS operation (the part of X-Amz-Target after the dot). `done` is called exactly once,
+  // possibly on the committer's thread.
+  void Dispatch(const std::string& operation, const Json& body, Done done) const;
+
+  // Knows: is this an operation we serve? AccessOf: does it write (nullopt when unknown)?
+  static bool Knows(const std::string& operation);
+  static std::optional<Access> AccessOf(const std::string& operation);
+
+ private:
+  Applier& applier_;
+};
+
+}  // namespace gpupack::api

@@ -1,0 +1,41 @@
+#include "api/server.h"
+
+#include "api/ecs_handler.h"
+#include "api/server_metrics.h"
+#include "storage/group_committer.h"
+
+namespace gpupack::api {
+
+Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& store) {
+  std::unique_ptr<Server> s(new Server());
+  s->committer_ = std::make_unique<GroupCommitter>(store);
+  s->control_plane_ = std::make_unique<ControlPlane>(std::move(options.control_plane), store, *s->committer_);
+  if (Status st = s->control_plane_->Load(); !st.ok()) return Status(st.code(), "cannot load state: " + st.message());
+  s->metrics_ = std::make_unique<MetricsRegistry>();
+  AddControlPlaneMetrics(*s->metrics_, *s->control_plane_);
+  options.channel.authenticator = options.authenticator;
+  s->channel_ = std::make_unique<AgentChannel>(*s->control_plane_, options.channel);
+  s->handler_ = std::make_unique<EcsHandler>(*s->control_plane_, *s->metrics_);
+  s->handler_->SetAuthenticator(options.authenticator);
+  HttpServerOptions http;
+  http.host = options.host;
+  http.port = options.port;
+  http.threads = std::max(1, options.threads);
+  http.websockets[kAgentChannelPath] = s->channel_->Handler();
+  auto server = HttpServer::Create(http, s->handler_->AsHandler());
+  if (!server.ok()) return server.status();
+  s->http_ = std::move(*server);
+  AddServerMetrics(*s->metrics_, *s->http_, *s->committer_, *s->channel_);
+  s->http_->Start();
+  return s;
+}
+
+Server::~Server() {
+  if (http_) http_->Stop();
+  channel_.reset();
+  if (committer_) committer_->Flush();
+}
+
+uint16_t Server::port() const { return http_->port(); }
+
+}  // namespace gpupack::api

@@ -1,0 +1,56 @@
+// Server: one gpupack server assembled over a Store: the group committer, the control plane (applier, router,
+// read views), the agent channel, the ECS handler, the metrics registry and the HTTP server. `gpupack server`
+// (cli/server.cc) and the tests build it the same way, whatever the store.
+//
+// Lifetime: the Store must outlive the Server. The destructor stops serving, closes the agent channel and
+// commits everything already submitted. Thread-safe accessors.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "api/agent_channel.h"
+#include "api/control_plane.h"
+#include "api/http_server.h"
+#include "api/metrics.h"
+#include "api/request_auth.h"
+#include "storage/store.h"
+
+namespace gpupack::api {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: any free port
+  int threads = 2;    // HTTP io threads
+  ControlPlaneOptions control_plane;
+  AgentChannelOptions channel;
+  // With --credentials: every call and channel upgrade must be signed. Must outlive the server; null = none.
+  const RequestAuthenticator* authenticator = nullptr;
+};
+
+class Server {
+ public:
+  // Start loads the store's state, listens and serves. Errors: the state cannot be loaded ("cannot load
+  // state: ..."), or the address cannot be bound.
+  static Result<std::unique_ptr<Server>> Start(ServerOptions options, Store& store);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  uint16_t port() const;
+  ControlPlane& control_plane() { return *control_plane_; }
+  AgentChannel& channel() { return *channel_; }
+  const AgentChannel& channel() const { return *channel_; }
+  MetricsRegistry& metrics() { return *metrics_; }
+
+ private:
+  Server() = default;
+  std::unique_ptr<GroupCommitter> committer_;
+  std::unique_ptr<ControlPlane> control_plane_;
+  std::unique_ptr<MetricsRegistry> metrics_;
+  std::unique_ptr<AgentChannel> channel_;
+  std::unique_ptr<class EcsHandler> handler_;
+  std::unique_ptr<HttpServer> http_;
+};
+
+}  // namespace gpupack::api

@@ -1,0 +1,147 @@
+#include "api/transaction.h"
+
+namespace gpupack::api {
+
+Transaction::Transaction(ClusterState& state, const ArnContext& arn, EpochMs now, std::mt19937_64& rng,
+                         PlacementCounters& counters)
+    : state_(state), arn_(arn), now_(now), rng_(rng), counters_(counters) {}
+
+std::string Transaction::NewId() {
+  static const char* kHex = "0123456789abcdef";
+  std::string id(32, '0');
+  uint64_t a = rng_(), b = rng_();
+  for (int i = 0; i < 16; ++i) {
+    id[i] = kHex[(a >> (i * 4)) & 15];
+    id[16 + i] = kHex[(b >> (i * 4)) & 15];
+  }
+  return id;
+}
+
+uint64_t Transaction::NextSeed() { return rng_(); }
+
+void Transaction::PutCluster(Cluster cluster) {
+  clusters_.insert(cluster.name);
+  state_.PutCluster(std::move(cluster));
+}
+
+void Transaction::PutTaskDefinition(TaskDefinition td) {
+  task_definitions_.emplace(td.family, td.revision);
+  state_.PutTaskDefinition(std::move(td));
+}
+
+void Transaction::PutInstance(ContainerInstance instance, bool rebuild) {
+  const std::string arn = instance.arn;
+  const bool known = instances_.count(arn) != 0;
+  state_.PutInstance(std::move(instance));
+  if (rebuild) state_.RebuildReservations();
+  ContainerInstance* stored = state_.FindInstance(arn);
+  if (!known) {
+    instances_.insert(arn);
+    ++stored->version;
+  }
+}
+
+void Transaction::TouchInstance(ContainerInstance& instance) {
+  if (instances_.insert(instance.arn).second) ++instance.version;
+}
+
+void Transaction::ViewInstance(const std::string& arn) {
+  if (!arn.empty()) instance_views_.insert(arn);
+}
+
+void Transaction::UpdateInstance(const std::string& arn, const std::function<void(ContainerInstance&)>& change) {
+  ContainerInstance* inst = state_.FindInstance(arn);
+  if (!inst) return;
+  change(*inst);
+  TouchInstance(*inst);
+}
+
+void Transaction::TouchTask(Task& task) {
+  if (tasks_.insert(task.arn).second) {
+    task_order_.push_back(task.arn);
+    ++task.version;
+  }
+}
+
+Status Transaction::ReserveTask(Task task) {
+  const std::string arn = task.arn, instance = task.container_instance_arn;
+  if (Status s = state_.ReserveTask(std::move(task)); !s.ok()) return s;
+  tasks_.insert(arn);  // a new task keeps version 1
+  task_order_.push_back(arn);
+  erased_tasks_.erase(arn);
+  ViewInstance(instance);
+  return Status::Ok();
+}
+
+void Transaction::UpdateTask(const std::string& arn, const std::function<void(Task&)>& change) {
+  Task* task = state_.FindTask(arn);
+  if (!task) return;
+  change(*task);
+  TouchTask(*task);
+}
+
+void Transaction::SetTaskStatus(const std::string& arn, const std::string& status) {
+  Task* task = state_.FindTask(arn);
+  if (!task) return;
+  state_.SetTaskLastStatus(arn, status);
+  TouchTask(*task);
+  ViewInstance(task->container_instance_arn);
+}
+
+Status Transaction::EraseStoppedTask(const std::string& arn) {
+  if (Status s = state_.EraseStoppedTask(arn); !s.ok()) return s;
+  if (tasks_.erase(arn)) std::erase(task_order_, arn);
+  erased_tasks_.insert(arn);
+  return Status::Ok();
+}
+
+void Transaction::PutClientToken(ClientTokenRecord record) {
+  client_tokens_.push_back(record);
+  state_.PutClientToken(std::move(record));
+}
+
+void Transaction::Push(const std::string& instance_arn, AgentPush push) {
+  pushes_.emplace_back(instance_arn, std::move(push));
+}
+
+Transaction::Outcome Transaction::Finish() {
+  Outcome out;
+  out.write = write_;
+  for (const auto& name : clusters_)
+    if (const Cluster* c = state_.FindCluster(name)) {
+      out.batch.PutCluster(*c);
+      out.delta.clusters.push_back(*c);
+    }
+  for (const auto& [family, revision] : task_definitions_)
+    if (const TaskDefinition* td = state_.FindTaskDefinition(family, revision)) {
+      out.batch.PutTaskDefinition(*td);
+      out.delta.task_definitions.push_back(std::make_shared<const TaskDefinition>(*td));
+    }
+  std::set<std::string> viewed = instance_views_;
+  viewed.insert(instances_.begin(), instances_.end());
+  for (const auto& arn : instances_)
+    if (const ContainerInstance* inst = state_.FindInstance(arn)) out.batch.PutInstance(*inst);
+  for (const auto& arn : viewed)
+    if (const ContainerInstance* inst = state_.FindInstance(arn)) {
+      auto rec = std::make_shared<InstanceRecord>();
+      rec->instance = *inst;
+      const InstanceLoad& load = state_.LoadOf(*inst);
+      rec->load.group_counts = load.group_counts;
+      rec->load.task_arns = load.task_arns;
+      out.delta.instances.push_back(std::move(rec));
+    }
+  for (const auto& arn : task_order_)
+    if (const Task* t = state_.FindTask(arn)) {
+      out.batch.PutTask(*t);
+      out.delta.tasks.push_back(std::make_shared<const Task>(*t));
+    }
+  for (const auto& arn : erased_tasks_) {
+    out.batch.DeleteTask(arn);
+    out.delta.erased_tasks.push_back(arn);
+  }
+  for (auto& rec : client_tokens_) out.batch.PutClientToken(std::move(rec));
+  out.pushes = std::move(pushes_);
+  return out;
+}
+
+}  // namespace gpupack::api

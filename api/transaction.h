@@ -1,0 +1,116 @@
+// Transaction: the only way an operation changes the cluster state.
+//
+// The applier (api/applier.h) hands each write operation one Transaction over its working ClusterState. The
+// operation reads the state through state() (const) and changes it only through the methods below; each change
+// bumps the entity's version once per transaction and is recorded, so Finish() yields the WriteBatch to commit,
+// the copies the next read view needs, and the pushes to send agents once the batch is durable. No operation
+// writes a WriteBatch, bumps a version or talks to an agent by hand.
+//
+// Not thread-safe: used by one operation, on the applier's thread of control, under its lock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "api/codec.h"
+#include "api/read_view.h"
+#include "protocol/messages.h"
+#include "scheduler/cluster_state.h"
+#include "storage/store.h"
+
+namespace gpupack::api {
+
+// AgentPush: what the server sends an agent after a commit (the channel adds the id).
+using AgentPush = std::variant<protocol::Assign, protocol::Stop>;
+
+// PlacementCounters: placements and refusals, for /metrics (kept by the applier).
+struct PlacementCounters {
+  uint64_t placements = 0;
+  std::map<std::string, uint64_t> failures_by_reason;
+};
+
+class Transaction {
+ public:
+  Transaction(ClusterState& state, const ArnContext& arn, EpochMs now, std::mt19937_64& rng,
+              PlacementCounters& counters);
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  const ClusterState& state() const { return state_; }
+  const ArnContext& arn() const { return arn_; }
+  EpochMs now() const { return now_; }
+  std::string NewId();      // 32 hex digits from the applier's seeded generator
+  uint64_t NextSeed();      // a placement seed from the same generator
+
+  // ---- clusters and task definitions: replaced whole
+  void PutCluster(Cluster cluster);
+  void PutTaskDefinition(TaskDefinition td);
+
+  // ---- container instances
+  // PutInstance adds or replaces an instance (registration); `rebuild` recomputes every reservation, for a
+  // re-registration whose GPU list may have changed under held reservations.
+  void PutInstance(ContainerInstance instance, bool rebuild);
+  // UpdateInstance applies `change` to a stored instance and records it.
+  void UpdateInstance(const std::string& arn, const std::function<void(ContainerInstance&)>& change);
+
+  // ---- tasks
+  // ReserveTask adds a placed task and holds its reservations (ClusterState::ReserveTask).
+  Status ReserveTask(Task task);
+  // UpdateTask applies `change` to a stored task and records it. `change` must not touch last_status (use
+  // SetTaskStatus, the only way reservations move).
+  void UpdateTask(const std::string& arn, const std::function<void(Task&)>& change);
+  // SetTaskStatus moves a task to PENDING, RUNNING or STOPPED (STOPPED releases its reservations exactly once).
+  void SetTaskStatus(const std::string& arn, const std::string& status);
+  // EraseStoppedTask forgets a STOPPED task whose retention expired.
+  Status EraseStoppedTask(const std::string& arn);
+  void PutClientToken(ClientTokenRecord record);
+
+  // ---- agents and metrics
+  void Push(const std::string& instance_arn, AgentPush push);
+  void CountPlacement() { ++counters_.placements; }
+  void CountFailure(const std::string& reason) { ++counters_.failures_by_reason[reason]; }
+
+  // MarkWrite: the answer must wait for every commit before it even when this transaction changed nothing (a
+  // repeated clientToken or StopTask answers from memory that an earlier commit still in flight may have made).
+  void MarkWrite() { write_ = true; }
+
+  struct Outcome {
+    WriteBatch batch;
+    ViewDelta delta;
+    std::vector<std::pair<std::string, AgentPush>> pushes;  // (instance ARN, push)
+    bool write = false;  // the answer waits for the commits before it
+  };
+  // Finish collects what the transaction changed. Call once, at the end.
+  Outcome Finish();
+
+ private:
+  void TouchTask(Task& task);
+  void TouchInstance(ContainerInstance& instance);
+  void ViewInstance(const std::string& arn);  // derived fields changed: the view needs it, the store does not
+
+  ClusterState& state_;
+  const ArnContext& arn_;
+  const EpochMs now_;
+  std::mt19937_64& rng_;
+  PlacementCounters& counters_;
+  bool write_ = false;
+
+  std::set<std::string> clusters_;
+  std::set<std::pair<std::string, int>> task_definitions_;
+  std::set<std::string> instances_;       // persisted and viewed
+  std::set<std::string> instance_views_;  // viewed only (reservations changed)
+  std::vector<std::string> task_order_;   // changed tasks, in first-change order
+  std::set<std::string> tasks_;
+  std::set<std::string> erased_tasks_;
+  std::vector<ClientTokenRecord> client_tokens_;
+  std::vector<std::pair<std::string, AgentPush>> pushes_;
+};
+
+}  // namespace gpupack::api
