@@ -1,11 +1,13 @@
 // HttpServer: a small HTTP/1.1 server for the ECS API, /healthz, /metrics and (later) the agent channel.
 //
-// The public surface is plain C++: Boost.Beast and Asio stay inside http_server.cc (pimpl), so code that
-// includes this header compiles fast (DESIGN.md §3).
+// The public surface is plain C++: Boost.Beast and Asio stay inside the server's own .cc files in api/
+// (pimpl; http_server_impl.h tells which file does what), so code that includes this header compiles fast
+// (one Beast translation unit takes tens of seconds).
 //
-// Shape (STYLE.md item 10): one listener, one session per connection on its own strand, limits and timeouts
-// on every read (DESIGN.md §8), and a Handler that turns an HttpRequest into an HttpResponse, either at once
-// or later from any thread (e.g. after the placement applier's durable commit).
+// Shape: a thin HTTP layer. One listener, one session per connection on its own strand, limits and timeouts on
+// every read (bad input is answered with a 4xx in ECS's error shape or closed, never a hang), and a Handler that
+// turns an HttpRequest into an HttpResponse, either at once or later from any thread (e.g. after the placement
+// applier's durable commit).
 #pragma once
 
 #include <chrono>
@@ -142,7 +144,7 @@ class HttpServer {
 
   Stats stats() const;
 
-  struct Impl;  // defined in http_server.cc
+  struct Impl;  // defined in http_server_impl.h
 
  private:
   explicit HttpServer(std::unique_ptr<Impl> impl);
