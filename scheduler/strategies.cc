@@ -139,8 +139,8 @@ class RandomScorer : public Scorer {
 //
 // One entry per kind, in the order ValidatePlacement lists types and fields. To add a strategy: write its
 // Scorer above, add an entry here (its type and fields, make_scorer, and index_walk if it has a fast path,
-// gpu_choice, random_key, list_rank), and describe it in docs/placement.md. Placement.ScanShortcutsDecideAs-
-// TheFullScan (tests/unit/placement_test.cc) then compares its walk with the scan.
+// gpu_choice, random_key, list_rank), and describe it in docs/placement.md. The placement test
+// ScanShortcutsDecideAsTheFullScan then compares its walk with the scan.
 
 template <typename T, typename... Args>
 std::unique_ptr<Scorer> Make(Args... args) {
@@ -209,16 +209,6 @@ std::vector<StrategyKind> BuildRegistry() {
       .list_rank = 6,
   });
   return r;
-}
-
-// Join: "a, b or c" (the last two joined by `last`).
-std::string Join(const std::vector<std::string>& items, std::string_view last) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += i + 1 == items.size() ? std::string(last) : std::string(", ");
-    out += items[i];
-  }
-  return out;
 }
 
 }  // namespace
@@ -290,9 +280,9 @@ std::vector<const StrategyKind*> ListedStrategies() {
 }
 
 std::string StrategySyntaxList() {
-  std::vector<std::string> names;
-  for (const StrategyKind* k : ListedStrategies()) names.push_back(k->Syntax());
-  return Join(names, ", ");
+  std::string out;
+  for (const StrategyKind* k : ListedStrategies()) out += (out.empty() ? "" : ", ") + k->Syntax();
+  return out;
 }
 
 }  // namespace gpupack
