@@ -21,7 +21,7 @@
 #
 # Usage: bench/read_under_load.sh [GPUPACK_BIN] [--instances N] [--connections N] [--duration S] [--quiet-s S]
 #                                 [--read-interval-ms MS] [--batch N] [--server-threads N] [--dir DIR] [--keep]
-# Defaults: build-bench/gpupack, 200 instances, 32 connections, 15 s, 5 s, 20 ms, 100, the server's own
+# Defaults: build-bench/gpupack, 200 instances, 32 connections, 15 s, 10 s, 20 ms, 10 (--batch 100: ECS's most), the server's own
 # --threads, the database under $TMPDIR or /tmp.
 set -euo pipefail
 
@@ -37,9 +37,9 @@ gpus_per_instance=8
 gpu_total_mib=81559
 connections=32
 duration=15
-quiet_s=5
+quiet_s=10
 read_interval_ms=20
-batch=100
+batch=10
 server_threads=""
 task_gpu_mib=2048
 parent_dir="${TMPDIR:-/tmp}"

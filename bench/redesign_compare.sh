@@ -7,7 +7,7 @@
 #   1. bench/runtask_load.sh --gpupack BIN: RunTask calls/s and p99 (--instances x 8 GPUs, 64 connections);
 #   2. bench/read_under_load.sh BIN: DescribeTasks / DescribeContainerInstances / ListTasks p99 under RunTask load
 #      (200 instances, 32 connections), and its RunTask calls/s;
-#   3. placement_bench --benchmark_filter='BM_DecideRate/(binpack_gpuMemory|random)$': decisions/s over CPU time
+#   3. placement_bench --benchmark_filter='BM_DecideRate/(binpack_gpuMemory|random)': decisions/s over CPU time
 #      (10,000 instances x 8 GPUs, half full; about 15 s of setup per run), with OLD_PLACEMENT_BENCH and
 #      NEW_PLACEMENT_BENCH (default: BUILD/bench/placement_bench next to each BUILD/gpupack; skipped when missing);
 #   4. with --launch: bench/launch_at_scale.sh BIN (2,000 tasks on 64 agents; about 1-2 minutes each).
@@ -85,11 +85,11 @@ run_one() {  # run_one SIDE ROUND BIN PLACEMENT_BENCH
 
   if (( placement )); then
     f="$out/placement.$side.$round.json"; l=$(load1)
-    GPUPACK_BENCH_MIN_TIME=$min_time "$pb" --benchmark_filter='BM_DecideRate/(binpack_gpuMemory|random)$' \
+    GPUPACK_BENCH_MIN_TIME=$min_time "$pb" --benchmark_filter='BM_DecideRate/(binpack_gpuMemory|random)' \
       --benchmark_out="$f" --benchmark_out_format=json >"$out/placement.$side.$round.txt" 2>&1 || echo "placement_bench failed: $f" >&2
     for c in binpack_gpuMemory random; do
       record "decisions_per_s_$c" "$side" "$round" \
-        "$(jq -r --arg n "BM_DecideRate/$c" '.benchmarks[] | select(.name == $n) | .["decisions/s"] | floor' "$f" 2>/dev/null)" "$l"
+        "$(jq -r --arg n "BM_DecideRate/$c" '.benchmarks[] | select(.name == $n or (.name | startswith($n + "/"))) | .["decisions/s"] | floor' "$f" 2>/dev/null)" "$l"
     done
   fi
 
@@ -132,11 +132,11 @@ awk '
     return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
   }
   END {
-    printf "%-36s %-34s %-34s %12s %12s %8s\n", "figure", "old runs (value@load)", "new runs (value@load)", "old median", "new median", "new/old"
+    printf "%-42s %-34s %-34s %12s %12s %8s\n", "figure", "old runs (value@load)", "new runs (value@load)", "old median", "new median", "new/old"
     for (i = 1; i <= n; i++) {
       k = names[i]
       mo = median(ov, k, no[k]); mn = median(nv, k, nn[k])
-      printf "%-36s %-34s %-34s %12s %12s %8s\n", k, old[k], new[k], mo, mn, (mo != "" && mn != "" && mo + 0 != 0) ? sprintf("%.2f", mn / mo) : "-"
+      printf "%-42s %-34s %-34s %12s %12s %8s\n", k, old[k], new[k], mo, mn, (mo != "" && mn != "" && mo + 0 != 0) ? sprintf("%.2f", mn / mo) : "-"
     }
   }' "$results"
 echo
