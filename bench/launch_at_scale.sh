@@ -194,16 +194,17 @@ poll() {
   local t
   while :; do
     t=$(now)
-    curl -sS --max-time 5 -X POST "$endpoint/" -H "X-Amz-Target: $target.DescribeClusters" \
+    curl -sS --max-time 10 -X POST "$endpoint/" -H "X-Amz-Target: $target.DescribeClusters" \
       -H "Content-Type: application/x-amz-json-1.1" --data-binary '{"clusters":["default"]}' 2>/dev/null |
       jq -r --arg t "$t" --arg answered "$(wc -l <"$work/calls.txt" 2>/dev/null || echo 0)" \
         '"\($t) \($answered) \(.clusters[0].runningTasksCount) \(.clusters[0].pendingTasksCount)"' \
-        >>"$work/timeline.txt" 2>/dev/null || true
+        >>"$work/timeline.txt" 2>/dev/null || echo "$t" >>"$work/poll_failures.txt"
     sleep "$(awk -v ms="$poll_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
   done
 }
 : >"$work/calls.txt"
 : >"$work/timeline.txt"
+: >"$work/poll_failures.txt"
 ticks_up0=$(ticks "$up_pid")
 busy0=$(busy_ticks)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -323,7 +324,7 @@ CPU, first call to all RUNNING ($window_s s; $(nproc) CPUs = $(awk -v n="$(nproc
   idle after     $idle_cores cores used by gpupack up over the $idle_s s after all RUNNING (no calls: the agents' monitoring of $tasks tasks)
   whole machine  $machine_cpu s busy ($(cores "$machine_cpu") of $(nproc) cores), other engineers' work included
 EOF
-echo "timeline         seconds after the first call: RunTask answered / RUNNING / PENDING"
+echo "timeline         seconds after the first call: RunTask answered / RUNNING / PENDING ($(wc -l <"$work/timeline.txt") polls, $(wc -l <"$work/poll_failures.txt") failed)"
 awk -v t0="$t0" -v every=5 '{ e = $1 - t0; if (e >= next_t || NR == 1) { printf "  %6.1f s  %5d / %5d / %5d\n", e, $2, $3, $4; next_t = e + every } last = $0 } END { split(last, f, " "); printf "  %6.1f s  %5d / %5d / %5d (last poll)\n", f[1] - t0, f[2], f[3], f[4] }' "$work/timeline.txt"
 [[ -n "$perf_out" ]] && echo "perf             recorded into $perf_out ($(tail -1 "$work/perf.out" 2>/dev/null))"
 
