@@ -104,8 +104,6 @@ marked_pids() {
   grep -lzx "GPUPACK_BENCH_RUN=$run_id" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/\([0-9]*\)/environ$|\1|' || true
 }
 
-stop_seconds=""
-left_after_stop=""
 cleanup() {
   local rc=$?
   [[ -n "$perf_pid" ]] && { kill -INT "$perf_pid" 2>/dev/null || true; wait "$perf_pid" 2>/dev/null || true; }
@@ -128,7 +126,7 @@ cleanup() {
   done
   pids=$(marked_pids)
   if [[ -n "$pids" ]]; then
-    echo "launch_at_scale: processes of this run still alive after cleanup: $(echo $pids | wc -w)" >&2
+    echo "launch_at_scale: processes of this run still alive after cleanup: $(wc -w <<<"$pids")" >&2
   fi
   if (( keep )); then echo "kept $work" >&2; else rm -rf "$work"; fi
   exit "$rc"

@@ -152,6 +152,7 @@ secs=$(r duration_s)
 cores() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$hz" 'BEGIN { printf "%.2f", (s > 0 ? (b - a) / hz / s : 0) }'; }
 # row FILE: one line per operation, aligned.
 rows() {
+  # shellcheck disable=SC2016  # JavaScript template literals, not shell
   node -e '
     const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").filter(Boolean);
     for (const l of lines) {

@@ -23,7 +23,6 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
 command_line=$(printf '%q ' "$0" "$@")
 
 [[ $# -ge 2 && "$1" != -* && "$2" != -* ]] || { sed -n '2,25p' "$0"; exit 2; }
