@@ -1,0 +1,263 @@
+// The applier, its transactions and the read view: reads show only committed state, a write's answer comes
+// once its commit is durable, a transaction records what it changed (batch, versions, view), a view shares what
+// a commit did not touch, and the router says which operations write.
+#include "api/applier.h"
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include <gtest/gtest.h>
+
+#include "api/control_plane.h"
+#include "api/operations/operations.h"
+#include "storage/group_committer.h"
+#include "storage/memory_store.h"
+
+namespace gpupack::api {
+namespace {
+
+// GatedStore: a MemoryStore whose commits wait while the gate is closed, so a test can look at the server
+// while a write is decided but not yet durable.
+class GatedStore : public MemoryStore {
+ public:
+  Status Commit(const WriteBatch& batch) override {
+    std::unique_lock lock(mu_);
+    ++waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return open_; });
+    --waiting_;
+    lock.unlock();
+    return MemoryStore::Commit(batch);
+  }
+  void Close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  // WaitForCommit blocks until a commit waits at the gate (bounded: 10 s).
+  bool WaitForCommit() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [this] { return waiting_ > 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int waiting_ = 0;
+};
+
+Json Resources(int cpu, int mem) {
+  return Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", cpu}},
+                      {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", mem}}});
+}
+
+class ApplierTest : public ::testing::Test {
+ protected:
+  ApplierTest() : committer_(store_), cp_(Options(), store_, committer_) { EXPECT_TRUE(cp_.Load().ok()); }
+  ~ApplierTest() override {
+    store_.Open();
+    committer_.Flush();
+  }
+
+  static ControlPlaneOptions Options() {
+    ControlPlaneOptions o;
+    o.seed = 11;
+    o.clock = [] { return EpochMs{1'700'000'000'000}; };
+    return o;
+  }
+
+  std::future<OperationResult> Start(const std::string& op, const Json& body) {
+    auto p = std::make_shared<std::promise<OperationResult>>();
+    auto f = p->get_future();
+    cp_.Execute(op, body, [p](OperationResult r) { p->set_value(std::move(r)); });
+    return f;
+  }
+  Json Ok(const std::string& op, const Json& body) {
+    OperationResult r = Start(op, body).get();
+    EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
+    return r.body;
+  }
+
+  // SetUpCluster: a cluster, an instance with one 24,576 MiB GPU, and a task definition sharing 4,096 MiB.
+  void SetUpCluster() {
+    Ok("CreateCluster", Json::object());
+    Ok("RegisterContainerInstance",
+       {{"totalResources", Resources(8192, 32768)},
+        {"platformDevices", Json::array({{{"id", "GPU-0"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 24576}}}}})}});
+    Ok("RegisterTaskDefinition",
+       {{"family", "mps"},
+        {"containerDefinitions",
+         Json::array({{{"name", "main"},
+                       {"image", "busybox"},
+                       {"memory", 64},
+                       {"resourceRequirements",
+                        Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
+  }
+
+  GatedStore store_;
+  GroupCommitter committer_;
+  ControlPlane cp_;
+};
+
+TEST_F(ApplierTest, ReadsShowATaskOnlyOnceItsRunTaskIsDurable) {
+  SetUpCluster();
+  store_.Close();
+  auto run = Start("RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_TRUE(store_.WaitForCommit());
+  // Placed in memory, not durable: no read may show it, and the GPU still reads as free.
+  EXPECT_EQ(run.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout) << "answered before durable";
+  EXPECT_TRUE(Ok("ListTasks", {{"desiredStatus", "RUNNING"}})["taskArns"].empty());
+  Json ci = Ok("ListContainerInstances", Json::object());
+  Json d = Ok("DescribeContainerInstances", {{"containerInstances", ci["containerInstanceArns"]}});
+  EXPECT_EQ(d["containerInstances"][0]["gpuDevices"][0]["remainingMemoryInMiB"], 24576);
+  EXPECT_EQ(Ok("DescribeClusters", Json::object())["clusters"][0]["pendingTasksCount"], 0);
+
+  store_.Open();
+  OperationResult r = run.get();
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  const std::string arn = r.body["tasks"][0]["taskArn"];
+  // The answer comes after the view that shows it was published: a read right after sees the task.
+  Json tasks = Ok("DescribeTasks", {{"tasks", {arn}}});
+  ASSERT_EQ(tasks["tasks"].size(), 1u);
+  EXPECT_EQ(tasks["tasks"][0]["lastStatus"], "PENDING");
+  d = Ok("DescribeContainerInstances", {{"containerInstances", ci["containerInstanceArns"]}});
+  EXPECT_EQ(d["containerInstances"][0]["gpuDevices"][0]["remainingMemoryInMiB"], 24576 - 4096);
+  EXPECT_EQ(Ok("DescribeClusters", Json::object())["clusters"][0]["pendingTasksCount"], 1);
+}
+
+TEST_F(ApplierTest, ATaskWhoseCommitFailedIsNeverVisibleAndWritesAreRefused) {
+  SetUpCluster();
+  store_.FailCommits(Status::Server("disk full"));
+  OperationResult r = Start("RunTask", {{"taskDefinition", "mps"}}).get();
+  EXPECT_EQ(r.status.code(), ErrorCode::kServer);
+  EXPECT_FALSE(cp_.healthy());
+  // The placement happened in the working state, but the view never took it.
+  EXPECT_TRUE(Ok("ListTasks", {{"desiredStatus", "RUNNING"}})["taskArns"].empty());
+  Json ci = Ok("ListContainerInstances", Json::object());
+  Json d = Ok("DescribeContainerInstances", {{"containerInstances", ci["containerInstanceArns"]}});
+  EXPECT_EQ(d["containerInstances"][0]["gpuDevices"][0]["remainingMemoryInMiB"], 24576);
+  store_.FailCommits(Status::Ok());
+  EXPECT_EQ(Start("CreateCluster", {{"clusterName", "other"}}).get().status.code(), ErrorCode::kServer);
+}
+
+TEST_F(ApplierTest, ReadsAnswerWhileAWriteWaitsForItsCommit) {
+  SetUpCluster();
+  store_.Close();
+  auto run = Start("RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_TRUE(store_.WaitForCommit());
+  // The writer holds no lock while its commit is in flight; reads come from the view in any case.
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Ok("ListClusters", Json::object())["clusterArns"].size(), 1u);
+  store_.Open();
+  EXPECT_TRUE(run.get().status.ok());
+}
+
+TEST(TransactionTest, RecordsWhatChangedOnceWithOneVersionBump) {
+  ClusterState state;
+  std::mt19937_64 rng(3);
+  PlacementCounters counters;
+  ArnContext arn;
+  Cluster c;
+  c.name = "default";
+  state.PutCluster(c);
+  ContainerInstance inst;
+  inst.arn = arn.InstanceArn("default", "i1");
+  inst.id = "i1";
+  inst.cluster = "default";
+  inst.registered = inst.remaining = {4096, 8192};
+  state.PutInstance(inst);
+
+  Transaction txn(state, arn, 1000, rng, counters);
+  txn.UpdateInstance(inst.arn, [](ContainerInstance& i) { i.status = "DRAINING"; });
+  txn.UpdateInstance(inst.arn, [](ContainerInstance& i) { i.agent_connected = false; });
+  Task t;
+  t.arn = arn.TaskArn("default", "t1");
+  t.id = "t1";
+  t.cluster = "default";
+  t.container_instance_arn = inst.arn;
+  t.reserved = {1024, 512};
+  ASSERT_TRUE(txn.ReserveTask(t).ok());
+  txn.SetTaskStatus(t.arn, "RUNNING");
+  txn.UpdateTask(t.arn, [](Task& task) { task.started_at = 1000; });
+  Transaction::Outcome out = txn.Finish();
+
+  // One put per entity with its final value; the instance's version moved once for two changes; a new task
+  // keeps version 1 through its first transaction.
+  ASSERT_EQ(out.batch.instances().size(), 1u);
+  EXPECT_EQ(out.batch.instances()[0].status, "DRAINING");
+  EXPECT_FALSE(out.batch.instances()[0].agent_connected);
+  EXPECT_EQ(out.batch.instances()[0].version, inst.version + 1);
+  ASSERT_EQ(out.batch.tasks().size(), 1u);
+  EXPECT_EQ(out.batch.tasks()[0].last_status, "RUNNING");
+  EXPECT_EQ(out.batch.tasks()[0].started_at, 1000);
+  EXPECT_EQ(out.batch.tasks()[0].version, 1);
+  // The view delta carries the same entities, the instance with its reservation: 4096 - 1024 CPU left.
+  ASSERT_EQ(out.delta.instances.size(), 1u);
+  EXPECT_EQ(out.delta.instances[0]->instance.remaining.cpu, 3072);
+  EXPECT_EQ(out.delta.instances[0]->load.task_arns, std::vector<std::string>{t.arn});
+  ASSERT_EQ(out.delta.tasks.size(), 1u);
+  EXPECT_EQ(out.delta.tasks[0]->last_status, "RUNNING");
+}
+
+TEST(ReadViewTest, ApplySharesWhatACommitDidNotTouch) {
+  ClusterState state;
+  Cluster c;
+  c.name = "default";
+  state.PutCluster(c);
+  for (int i = 0; i < 50; ++i) {
+    Task t;
+    t.arn = "task-" + std::to_string(i);
+    t.cluster = "default";
+    t.resources_released = true;
+    state.PutTask(t);
+  }
+  auto v0 = ReadView::FromState(state);
+  EXPECT_EQ(v0->task_count(), 50u);
+
+  ViewDelta delta;
+  auto changed = std::make_shared<Task>(*v0->FindTask("task-7"));
+  changed->last_status = "STOPPED";
+  delta.tasks.push_back(changed);
+  delta.erased_tasks.push_back("task-8");
+  auto added = std::make_shared<Task>();
+  added->arn = "task-new";
+  delta.tasks.push_back(added);
+  auto v1 = ReadView::Apply(*v0, delta);
+
+  EXPECT_EQ(v1->sequence(), v0->sequence() + 1);
+  EXPECT_EQ(v1->task_count(), 50u);  // one erased, one added
+  EXPECT_EQ(v1->FindTask("task-7")->last_status, "STOPPED");
+  EXPECT_EQ(v0->FindTask("task-7")->last_status, "PENDING");  // the old view is unchanged
+  EXPECT_EQ(v1->FindTask("task-8"), nullptr);
+  EXPECT_NE(v0->FindTask("task-8"), nullptr);
+  EXPECT_NE(v1->FindTask("task-new"), nullptr);
+  // Untouched tasks are the same objects in both views (shared, not copied).
+  for (int i = 0; i < 50; ++i) {
+    const std::string arn = "task-" + std::to_string(i);
+    if (arn == "task-7" || arn == "task-8") continue;
+    EXPECT_EQ(v0->FindTask(arn), v1->FindTask(arn)) << arn;
+  }
+  size_t seen = 0;
+  v1->ForEachTask([&seen](const Task&) { ++seen; });
+  EXPECT_EQ(seen, 50u);
+}
+
+TEST(RouterTest, WhetherAnOperationWritesIsItsRequestTypes) {
+  EXPECT_EQ(Router::AccessOf("RunTask"), Access::kWrite);
+  EXPECT_EQ(Router::AccessOf("SubmitTaskStateChange"), Access::kWrite);
+  EXPECT_EQ(Router::AccessOf("DescribeTasks"), Access::kRead);
+  EXPECT_EQ(Router::AccessOf("ListAttributes"), Access::kRead);
+  EXPECT_EQ(Router::AccessOf("ExplainPlacement"), Access::kRead);
+  EXPECT_EQ(Router::AccessOf("NoSuchOperation"), std::nullopt);
+  EXPECT_FALSE(Router::Knows("describeTasks"));  // names are case-sensitive, as in ECS
+}
+
+}  // namespace
+}  // namespace gpupack::api
