@@ -1,8 +1,12 @@
-// Agent: the node agent (DESIGN §6). Discovers GPUs, supervises the MPS daemon, registers the instance, holds
-// the channel to the server, and runs each assigned task through a runtime with the MPS limits injected.
-//
-// Threads: one worker thread owns every task and talks to the runtime, the MPS supervisor and the channel;
-// the channel's io thread only queues messages for it. Nothing else touches the task table.
+// Agent: the node agent. Discovers GPUs, supervises the MPS daemon, registers the instance, holds the channel to
+// the server, and runs each assigned task through a runtime with the MPS limits injected. It is wiring; the work
+// is done by its parts (docs/agent-channel.md, "The agent"):
+//   - TaskManager and ManagedTask (task_manager.h, managed_task.h): one state machine per task, its events run on
+//     that task's turn of a worker pool (TaskExecutor), so a slow stop or start delays only its own task; a
+//     monitor thread notices containers that ended;
+//   - TaskStore (task_store.h): the persisted task records;
+//   - GpuHealth (gpu_health.h): MPS probes, GPU faults, held GPUs and the GPU memory watchdog, on its own thread;
+//   - ServerConnection (server_connection.h): registration, the channel, acks, and heartbeats on their own timer.
 //
 // State survives a restart of the agent in `state_dir`: instance.json (the container instance ARN, so a
 // restarted agent re-registers the same instance) and tasks/<id>.json (every task not yet reported STOPPED and
@@ -43,6 +47,8 @@ struct AgentOptions {
   // shared GPU, or uses a GPU it was not given, in `watchdog_strikes` readings in a row. 0 turns it off.
   std::chrono::milliseconds watchdog_interval{1000};
   int watchdog_strikes = 2;
+  // At most this many tasks' events (starts, stops) run at once; each task's run one at a time.
+  size_t task_threads = 32;
   bool stop_tasks_on_exit = false;      // gpupack up: Ctrl-C stops the tasks too
   // The key to SigV4-sign every call and the channel upgrade with (server run with --credentials); none = unsigned.
   std::optional<protocol::SigningIdentity> signing;
@@ -53,11 +59,12 @@ class Agent {
   static Result<std::unique_ptr<Agent>> Create(AgentOptions options);
   ~Agent();  // Stop()
 
-  // Start discovers GPUs, starts (or adopts) the MPS daemon, registers with the server and starts the worker.
+  // Start discovers GPUs, starts (or adopts) the MPS daemon, registers with the server and starts the parts.
   // Fails when the server cannot be reached or refuses the registration.
   Status Start();
-  // Stop ends the worker and the channel and quits the MPS daemon this agent started. Containers keep running
-  // unless stop_tasks_on_exit (a restarted agent re-adopts them).
+  // Stop ends the parts and the channel and quits the MPS daemon this agent started. Containers keep running
+  // unless stop_tasks_on_exit (then every task is stopped and reported first; a restarted agent re-adopts them
+  // otherwise).
   void Stop();
 
   std::string instance_arn() const;

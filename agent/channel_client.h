@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/messages.h"
 #include "protocol/sigv4.h"
 #include "scheduler/status.h"
 
@@ -62,7 +63,7 @@ class ChannelClient {
   std::unique_ptr<Impl> impl_;
 };
 
-// PercentEncode for query values (ARNs carry ':' and '/').
+// PercentEncode for query values (ARNs carry ':' and '/'): protocol::PercentEncode.
 std::string PercentEncode(const std::string& s);
 
 }  // namespace gpupack::agent

@@ -6,8 +6,10 @@
 // apart. The runtime id is the engine's container id. Images are not pulled: a missing image is an error that
 // carries the engine's message (it becomes TaskFailedToStart).
 //
-// Thread-compatible (the agent's one worker thread calls it); it holds no state besides its options, so a new
-// instance after an agent restart sees everything an earlier one created.
+// Thread-safe: it holds no state besides its options (const after construction) and every engine request has a
+// connection of its own (DockerClient), so calls for different containers may run at once; calls for the same
+// container must not overlap (the agent runs each task's work one event at a time). A new instance after an agent
+// restart sees everything an earlier one created.
 #include <algorithm>
 #include <cstdio>
 #include <map>

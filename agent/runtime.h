@@ -1,5 +1,5 @@
 // Container runtimes behind one interface: `process` (fork/exec in its own process group) and `docker`
-// (Docker Engine API over its unix socket). The agent's per-task state machine drives them.
+// (Docker Engine API over its unix socket). The agent's per-task state machines drive them (ManagedTask).
 #pragma once
 
 #include <chrono>
@@ -46,7 +46,9 @@ struct RuntimeContainer {
   ContainerStatus status;
 };
 
-// Runtime: thread-compatible (the agent calls it from its one worker thread).
+// Runtime: thread-safe for different containers. The agent runs each task's events on a worker pool, so Start,
+// Inspect, Stop and Remove of different containers (and List and Owners) may run at once; calls for one container
+// never overlap (one task's events run one at a time).
 class Runtime {
  public:
   virtual ~Runtime() = default;

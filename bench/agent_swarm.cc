@@ -3,7 +3,8 @@
 //
 // Real agents are too heavy to run by the hundred on one host (each supervises an MPS daemon and forks
 // containers), so each simulated agent is only the channel protocol (docs/agent-channel.md) on a
-// ChannelClient: RegisterContainerInstance (8 GPUs, gpupack.agent-channel=v1), the WebSocket, hello, a
+// ChannelClient, its messages built and read with the protocol library (protocol/messages.h):
+// RegisterContainerInstance (8 GPUs, gpupack.agent-channel=v1), the WebSocket, hello, a
 // heartbeat every heartbeatIntervalMs (staggered across the agents), and an answer to every assign (an ack of
 // its id, then a RUNNING state report) and every stop (a STOPPED report, then an ack). Like a real agent it keeps
 // every task until the server acknowledged its STOPPED report, reports them all in each hello, and ignores an
@@ -64,13 +65,14 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/channel_client.h"
+#include "protocol/messages.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+namespace protocol = gpupack::protocol;
 using gpupack::agent::CallEcs;
 using gpupack::agent::ChannelClient;
-using gpupack::agent::PercentEncode;
 using gpupack::agent::ServerEndpoint;
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -279,7 +281,8 @@ struct SimAgent {
   Clock::time_point next_heartbeat{};  // heartbeat thread only
 
   void OnMessage(const std::string& text);
-  void SendState(const std::string& task_arn, const std::string& status, const Json& container_names);
+  void SendState(const std::string& task_arn, const std::string& status,
+                 const std::vector<std::string>& container_names);
   void Send(const std::string& text) {
     std::lock_guard lock(chan_mu);
     if (client) client->Send(text);
@@ -328,79 +331,86 @@ struct Swarm {
   }
 };
 
-Json ContainerReports(const std::string& status, const Json& container_names) {
-  Json containers = Json::array();
+// ContainerReports: every container of a task in `status` (STOPPED ones exited on SIGTERM).
+std::vector<protocol::ContainerReport> ContainerReports(protocol::TaskStatus status,
+                                                        const std::vector<std::string>& container_names) {
+  std::vector<protocol::ContainerReport> containers;
   for (const auto& name : container_names) {
-    Json ctr = {{"containerName", name}, {"status", status}};
-    if (status == "STOPPED") ctr["exitCode"] = 143;
-    containers.push_back(std::move(ctr));
+    protocol::ContainerReport c{name, status, std::nullopt, ""};
+    if (status == protocol::TaskStatus::kStopped) c.exit_code = 143;
+    containers.push_back(std::move(c));
   }
   return containers;
 }
 
-void SimAgent::SendState(const std::string& task_arn, const std::string& status, const Json& container_names) {
-  int64_t id = next_id++;
-  Json m = {{"type", "state"}, {"id", id}, {"taskArn", task_arn}, {"status", status},
-            {"containers", ContainerReports(status, container_names)}};
+protocol::TaskStatus StatusOf(const std::string& status) {
+  return protocol::ParseTaskStatus(status).value_or(protocol::TaskStatus::kPending);
+}
+
+void SimAgent::SendState(const std::string& task_arn, const std::string& status,
+                         const std::vector<std::string>& container_names) {
+  protocol::StateReport m;
+  m.id = next_id++;
+  m.report.task_arn = task_arn;
+  m.report.status = StatusOf(status);
+  m.report.containers = ContainerReports(m.report.status, container_names);
   if (status == "STOPPED") {
-    m["stopCode"] = "UserInitiated";
-    m["reason"] = "Task stopped by user";
+    m.report.stop_code = protocol::StopCode::kUserInitiated;
+    m.report.reason = "Task stopped by user";
   }
   {
     std::lock_guard lock(mu);
-    pending[id] = {task_arn, status};
+    pending[m.id] = {task_arn, status};
   }
-  Send(m.dump());
+  Send(protocol::Serialize(protocol::AgentMessage(m)));
 }
 
 bool SimAgent::Connect(const ServerEndpoint& server, std::string* error) {
-  auto c = ChannelClient::Connect(server, "/agent/v1/channel?containerInstance=" + PercentEncode(arn),
+  auto c = ChannelClient::Connect(server, protocol::ChannelTarget(arn),
                                   {[this](std::string m) { OnMessage(m); }, [this] { ++swarm->closes; }});
   if (!c.ok()) {
     *error = c.status().message();
     return false;
   }
-  Json reported = Json::array();
+  protocol::Hello hello;
   {
     std::lock_guard lock(mu);
     hello_reported = tasks;
     swarm->hello_tasks += static_cast<int64_t>(tasks.size());
     for (const auto& [task_arn, status] : tasks)
-      reported.push_back({{"taskArn", task_arn}, {"status", status}, {"containers", ContainerReports(status, Json::array({"main"}))}});
+      hello.tasks.push_back({task_arn, StatusOf(status), std::nullopt, "", ContainerReports(StatusOf(status), {"main"})});
   }
   std::lock_guard lock(chan_mu);
   client = std::move(*c);
   connected = true;
-  client->Send(Json{{"type", "hello"}, {"tasks", reported}, {"impaired", false}}.dump());
+  client->Send(protocol::Serialize(protocol::AgentMessage(hello)));
   return true;
 }
 
 void SimAgent::OnMessage(const std::string& text) {
-  Json m = Json::parse(text, nullptr, false);
-  if (!m.is_object()) return swarm->Error("a message that is not a JSON object");
-  const std::string type = m.value("type", "");
+  auto parsed = protocol::ParseServerMessage(text);
+  if (!parsed.ok()) return swarm->Error("a message the protocol refuses: " + parsed.status().message());
   // A push (assign, stop) is acked once recorded, else the server sends it again and finally closes the channel.
-  auto ack = [this](const Json& push) {
-    if (swarm->no_ack || !push.contains("id") || !push["id"].is_number_integer()) return;
+  auto ack = [this](int64_t push_id) {
+    if (swarm->no_ack || push_id == 0) return;
     ++swarm->push_acks;
-    Send(Json{{"type", "ack"}, {"id", push["id"]}}.dump());
+    Send(protocol::Serialize(protocol::AgentMessage(protocol::Ack{push_id})));
   };
-  auto assign = [this, &ack](const Json& task, const Json& push) {
+  auto assign = [this, &ack](const protocol::Assignment& task, int64_t push_id) {
     ++swarm->assigns;
-    std::string task_arn = task.value("taskArn", "");
     {
       std::lock_guard lock(mu);
-      if (tasks.count(task_arn)) {  // never start a task twice
+      if (tasks.count(task.task_arn)) {  // never start a task twice
         ++swarm->duplicate_assigns;
-        return ack(push);
+        return ack(push_id);
       }
-      tasks[task_arn] = "RUNNING";
+      tasks[task.task_arn] = "RUNNING";
     }
-    ack(push);
-    swarm->Stamp(task_arn, &TaskTimes::assigned);
-    Json names = Json::array();
-    for (const auto& c : task.value("containers", Json::array())) names.push_back(c.value("name", ""));
-    SendState(task_arn, "RUNNING", names);
+    ack(push_id);
+    swarm->Stamp(task.task_arn, &TaskTimes::assigned);
+    std::vector<std::string> names;
+    for (const auto& c : task.containers) names.push_back(c.name);
+    SendState(task.task_arn, "RUNNING", names);
   };
   auto stop = [this](const std::string& task_arn) {
     ++swarm->stops;
@@ -408,9 +418,10 @@ void SimAgent::OnMessage(const std::string& text) {
       std::lock_guard lock(mu);
       if (auto it = tasks.find(task_arn); it != tasks.end()) it->second = "STOPPED";
     }
-    SendState(task_arn, "STOPPED", Json::array({"main"}));
+    SendState(task_arn, "STOPPED", {"main"});
   };
-  if (type == "welcome") {
+  protocol::ServerMessage& m = *parsed;
+  if (const auto* welcome = std::get_if<protocol::Welcome>(&m)) {
     // The welcome comes once the hello's reports are applied and durable: they count as acknowledged.
     std::map<std::string, std::string> reported;
     {
@@ -420,33 +431,35 @@ void SimAgent::OnMessage(const std::string& text) {
         if (status == "STOPPED" && tasks.count(task_arn) && tasks[task_arn] == "STOPPED") tasks.erase(task_arn);
     }
     for (const auto& [task_arn, status] : reported) swarm->Acked(task_arn, status);
-    swarm->welcome_stops += static_cast<int64_t>(m.value("stop", Json::array()).size());
-    swarm->welcome_assigns += static_cast<int64_t>(m.value("assign", Json::array()).size());
-    for (const auto& s : m.value("stop", Json::array())) stop(s.value("taskArn", ""));
-    for (const auto& a : m.value("assign", Json::array())) assign(a, Json());
+    swarm->welcome_stops += static_cast<int64_t>(welcome->stop.size());
+    swarm->welcome_assigns += static_cast<int64_t>(welcome->assign.size());
+    for (const auto& s : welcome->stop) stop(s.task_arn);
+    for (const auto& a : welcome->assign) assign(a, 0);
     welcomed = true;
-  } else if (type == "assign") {
-    assign(m.value("task", Json::object()), m);
-  } else if (type == "stop") {
-    stop(m.value("taskArn", ""));
-    ack(m);
-  } else if (type == "ack" || type == "error") {
-    if (type == "error") swarm->Error(m.value("message", "(no message)"));
-    if (!m.contains("id") || !m["id"].is_number_integer()) return;
+  } else if (const auto* push = std::get_if<protocol::Assign>(&m)) {
+    assign(push->task, push->id);
+  } else if (const auto* order = std::get_if<protocol::Stop>(&m)) {
+    stop(order->order.task_arn);
+    ack(order->id);
+  } else {
+    const auto* error = std::get_if<protocol::Error>(&m);
+    if (error) swarm->Error(error->message.empty() ? "(no message)" : error->message);
+    const std::optional<int64_t> id = error ? error->id : std::optional<int64_t>(std::get<protocol::Ack>(m).id);
+    if (!id) return;
     std::pair<std::string, std::string> what;
     {
       std::lock_guard lock(mu);
-      auto it = pending.find(m["id"].get<int64_t>());
+      auto it = pending.find(*id);
       if (it == pending.end()) {
-        if (type == "ack") ++swarm->heartbeat_acks;
+        if (!error) ++swarm->heartbeat_acks;
         return;
       }
       what = it->second;
       pending.erase(it);
-      if (type == "ack" && what.second == "STOPPED" && tasks.count(what.first) && tasks[what.first] == "STOPPED")
+      if (!error && what.second == "STOPPED" && tasks.count(what.first) && tasks[what.first] == "STOPPED")
         tasks.erase(what.first);  // the server has it: forget it
     }
-    if (type != "ack") return;
+    if (error) return;
     ++swarm->state_acks;
     swarm->Acked(what.first, what.second);
     swarm->Stamp(what.first, what.second == "RUNNING" ? &TaskTimes::running_acked : &TaskTimes::stopped_acked);
@@ -606,7 +619,7 @@ int main(int argc, char** argv) {
         if (now < a->next_heartbeat) continue;
         a->next_heartbeat += heartbeat_interval;
         ++swarm.heartbeats;
-        a->Send(Json{{"type", "heartbeat"}, {"id", a->next_id++}, {"impaired", false}, {"heldGpus", Json::array()}}.dump());
+        a->Send(protocol::Serialize(protocol::AgentMessage(protocol::Heartbeat{a->next_id++, false, {}})));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

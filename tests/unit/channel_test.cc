@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -75,7 +76,7 @@ class ChannelTest : public ::testing::Test {
     o.mps_pipe_dir = (dir_ / "mps").string();
     o.cpu = 4096;
     o.memory = 8192;
-    o.stop_grace = 300ms;
+    o.stop_grace = stop_grace_;
     o.monitor_interval = 20ms;
     o.mps_probe_interval = 50ms;
     o.watchdog_interval = watchdog_interval_;
@@ -208,6 +209,7 @@ class ChannelTest : public ::testing::Test {
 
   fs::path dir_;
   std::chrono::milliseconds watchdog_interval_ = 20ms;
+  std::chrono::milliseconds stop_grace_ = 300ms;
   bool stop_tasks_on_exit_ = true;
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<agent::Agent> agent_;
@@ -541,6 +543,70 @@ TEST_F(ChannelTest, WatchdogOffStopsNothing) {
   EXPECT_EQ(kill(child, 0), 0);
   server_->Call("StopTask", {{"task", arn}});
   WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+}
+
+// ---- A slow stop holds up nothing else (the agent's tasks run side by side) ----------------------------------
+
+// A task whose two containers ignore SIGTERM takes two stop graces to stop (SIGKILL after each). Meanwhile a second
+// task starts on the same agent within 2 s, and heartbeats keep flowing: the instance reads agentConnected at every
+// poll, and the channel, which the server closes after 600 ms without a heartbeat, is never reopened.
+TEST_F(ChannelTest, ASlowStopHoldsUpNeitherAnotherTasksStartNorTheHeartbeats) {
+  stop_grace_ = 10s;
+  StartAgent();
+  auto stubborn = [&](const std::string& name) {
+    const std::string ready = (dir_ / ("ready-" + name)).string();
+    return Json{{"name", name}, {"image", "busybox"}, {"memory", 64}, {"entryPoint", {"/bin/sh", "-c"}},
+                {"command", {"trap '' TERM; touch " + ready + "; sleep 600"}}};
+  };
+  server_->Call("RegisterTaskDefinition", {{"family", "stubborn"},
+                                           {"containerDefinitions", Json::array({stubborn("main"), stubborn("side")})}});
+  Json quick = {{"name", "main"}, {"image", "busybox"}, {"memory", 64}, {"entryPoint", {"/bin/sh", "-c"}},
+                {"command", {"exec sleep 60"}}};
+  server_->Call("RegisterTaskDefinition", {{"family", "quick"}, {"containerDefinitions", Json::array({quick})}});
+  const std::string slow = Run("stubborn");
+  WaitTask(slow, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  for (int i = 0; i < 500 && !(fs::exists(dir_ / "ready-main") && fs::exists(dir_ / "ready-side")); ++i)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(fs::exists(dir_ / "ready-main") && fs::exists(dir_ / "ready-side")) << "the containers never trapped TERM";
+  ASSERT_EQ(server_->channel().connections_opened(), 1u);
+
+  const auto stop_sent = std::chrono::steady_clock::now();
+  server_->Call("StopTask", {{"task", slow}, {"reason", "slowly"}});
+  const std::string fast = Run("quick");
+  const auto run_sent = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::duration> fast_running;
+  Json slow_task;
+  int polls = 0, disconnected_polls = 0;
+  for (int i = 0; i < 800; ++i) {  // every 50 ms, at most 40 s: the stop takes two graces, 20 s
+    Json d = server_->Call("DescribeTasks", {{"tasks", Json::array({slow, fast})}});
+    ASSERT_EQ(d["tasks"].size(), 2u) << d.dump();
+    for (const Json& t : d["tasks"]) {
+      if (t["taskArn"] == slow) slow_task = t;
+      if (t["taskArn"] == fast && t["lastStatus"] == "RUNNING" && !fast_running)
+        fast_running = std::chrono::steady_clock::now() - run_sent;
+    }
+    Json ci = server_->Call("DescribeContainerInstances",
+                            {{"containerInstances", Json::array({agent_->instance_arn()})}});
+    ++polls;
+    if (ci["containerInstances"][0]["agentConnected"] != true) ++disconnected_polls;
+    if (slow_task["lastStatus"] == "STOPPED") break;
+    std::this_thread::sleep_for(50ms);
+  }
+  const auto stop_took = std::chrono::steady_clock::now() - stop_sent;
+  ASSERT_EQ(slow_task["lastStatus"], "STOPPED") << slow_task.dump();
+  // The stop really was slow: SIGTERM was ignored and each container was killed after its grace.
+  EXPECT_GE(stop_took, 2 * 10s - 1s);
+  EXPECT_EQ(slow_task["containers"][0]["exitCode"], 128 + 9) << slow_task.dump();
+  EXPECT_EQ(slow_task["containers"][1]["exitCode"], 128 + 9) << slow_task.dump();
+  EXPECT_EQ(slow_task["stoppedReason"], "slowly");
+  // The other task started meanwhile, and the agent stayed connected throughout.
+  EXPECT_TRUE(fast_running.has_value()) << "the second task never reached RUNNING during the stop";
+  if (fast_running) {
+    EXPECT_LE(*fast_running, 2s) << std::chrono::duration_cast<std::chrono::milliseconds>(*fast_running).count() << " ms";
+  }
+  EXPECT_GT(polls, 100);
+  EXPECT_EQ(disconnected_polls, 0) << "of " << polls << " polls";
+  EXPECT_EQ(server_->channel().connections_opened(), 1u);
 }
 
 TEST_F(ChannelTest, ContainerThatCannotStartFailsTheTask) {

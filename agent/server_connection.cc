@@ -1,0 +1,301 @@
+#include "agent/server_connection.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+namespace gpupack::agent {
+
+namespace fs = std::filesystem;
+using protocol::TaskStatus;
+
+namespace {
+
+constexpr const char* kAgentVersion = "gpupack-agent 0.1.0";
+
+// WriteFileAtomically writes via a temporary file and rename, so a crash leaves the old or the new content.
+bool WriteFileAtomically(const fs::path& path, const std::string& content) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << content;
+    out.flush();
+    if (!out) return false;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  return !ec;
+}
+
+}  // namespace
+
+ServerConnection::ServerConnection(ConnectionOptions options, Listener& listener, Health health)
+    : options_(std::move(options)), listener_(listener), health_(std::move(health)) {
+  std::ifstream in(fs::path(options_.state_dir) / "instance.json");
+  if (!in) return;
+  Json j = Json::parse(in, nullptr, false);
+  if (j.is_object() && j.contains("containerInstanceArn") && j["containerInstanceArn"].is_string())
+    instance_arn_ = j["containerInstanceArn"];
+}
+
+ServerConnection::~ServerConnection() { Stop(); }
+
+std::string ServerConnection::instance_arn() const {
+  std::lock_guard lock(mu_);
+  return instance_arn_;
+}
+
+// ---- registration ------------------------------------------------------------------------------------------------
+
+Status ServerConnection::Register() {
+  std::lock_guard registering(register_mu_);
+  const Registration& reg = options_.registration;
+  Json devices = Json::array();
+  for (const auto& d : reg.devices)
+    devices.push_back({{"id", d.uuid}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", d.usable_mib}}}});
+  Json attrs = Json::array({{{"name", protocol::kChannelAttribute}, {"value", protocol::kChannelVersion}}});
+  const bool serving = health_.mps_serving ? health_.mps_serving() : false;
+  if (serving) attrs.push_back({{"name", protocol::kMpsCapability}});
+  if (!reg.devices.empty()) attrs.push_back({{"name", "gpupack.gpu-model"}, {"value", reg.devices[0].name}});
+  for (const auto& [k, v] : reg.attributes) attrs.push_back({{"name", k}, {"value", v}});
+  Json identity = {{"instanceId", reg.name}};
+  if (!reg.instance_type.empty()) identity["instanceType"] = reg.instance_type;
+  Json body = {{"cluster", reg.cluster},
+               {"instanceIdentityDocument", identity.dump()},
+               {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", reg.cpu}},
+                                               {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", reg.memory}}})},
+               {"platformDevices", devices},
+               {"attributes", attrs},
+               {"versionInfo", {{"agentVersion", kAgentVersion}}}};
+  std::string arn = instance_arn();
+  if (!arn.empty()) body["containerInstanceArn"] = arn;
+  auto r = CallEcs(options_.server, "RegisterContainerInstance", body);
+  if (!r.ok() && r.status().code() == ErrorCode::kClusterNotFound) {
+    // Like the ECS agent with the default cluster: create the cluster it was told to join.
+    auto created = CallEcs(options_.server, "CreateCluster", Json{{"clusterName", reg.cluster}});
+    if (!created.ok()) return created.status();
+    r = CallEcs(options_.server, "RegisterContainerInstance", body);
+  }
+  if (!r.ok() && !arn.empty() && r.status().code() == ErrorCode::kInvalidParameter) {
+    spdlog::warn("agent: the server no longer knows {}; registering as a new instance", arn);
+    body.erase("containerInstanceArn");
+    r = CallEcs(options_.server, "RegisterContainerInstance", body);
+  }
+  if (!r.ok()) return r.status();
+  const Json& ci = (*r)["containerInstance"];
+  if (!ci.is_object() || !ci.contains("containerInstanceArn") || !ci["containerInstanceArn"].is_string())
+    return Status::Server("RegisterContainerInstance answered no containerInstanceArn");
+  arn = ci["containerInstanceArn"].get<std::string>();
+  {
+    std::lock_guard lock(mu_);
+    instance_arn_ = arn;
+  }
+  registered_capability_ = serving;
+  WriteFileAtomically(fs::path(options_.state_dir) / "instance.json", Json{{"containerInstanceArn", arn}}.dump());
+  spdlog::info("agent: registered {} with {} GPU(s) in cluster {}", arn, reg.devices.size(), reg.cluster);
+  return Status::Ok();
+}
+
+void ServerConnection::MpsServingChanged(bool serving) {
+  if (serving == registered_capability_.load()) return;
+  // ecs.capability.gpu-sharing-mps only while the daemon answers.
+  if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
+}
+
+// ---- the connection thread ----------------------------------------------------------------------------------------
+
+void ServerConnection::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void ServerConnection::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ServerConnection::Loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (closed_) {
+      // Dropped outside the lock: its destructor joins its io thread, whose callbacks take the lock.
+      std::unique_ptr<ChannelClient> old = std::move(channel_);
+      closed_ = false;
+      ready_ = false;
+      next_connect_ = Clock::now() + backoff_;
+      lock.unlock();
+      spdlog::warn("agent: channel closed; reconnecting");
+      old.reset();
+      lock.lock();
+      continue;
+    }
+    if (!channel_ && Clock::now() >= next_connect_) {
+      lock.unlock();
+      Connect();
+      lock.lock();
+      continue;
+    }
+    if (ready_ && (heartbeat_due_ || Clock::now() >= next_heartbeat_)) {
+      heartbeat_due_ = false;
+      next_heartbeat_ = Clock::now() + heartbeat_interval_;
+      lock.unlock();
+      SendHeartbeat();
+      lock.lock();
+      continue;
+    }
+    const auto wake = channel_ ? (ready_ ? next_heartbeat_ : Clock::now() + heartbeat_interval_) : next_connect_;
+    cv_.wait_until(lock, wake, [this] { return stopping_ || closed_ || heartbeat_due_; });
+  }
+  std::unique_ptr<ChannelClient> old = std::move(channel_);
+  ready_ = false;
+  lock.unlock();
+  old.reset();
+}
+
+void ServerConnection::Connect() {
+  uint64_t generation = 0;
+  {
+    std::lock_guard lock(mu_);
+    generation = ++generation_;
+  }
+  auto c = ChannelClient::Connect(options_.server, protocol::ChannelTarget(instance_arn()),
+                                  {[this, generation](std::string m) { OnMessage(generation, m); },
+                                   [this, generation] { OnClosed(generation); }});
+  if (!c.ok()) {
+    std::chrono::milliseconds retry;
+    {
+      std::lock_guard lock(mu_);
+      retry = backoff_;
+    }
+    spdlog::warn("agent: channel: {}; retrying in {} ms", c.status().message(), retry.count());
+    if (c.status().message().find("refused") != std::string::npos) {
+      // The server may have forgotten the instance (a new database): register again.
+      if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
+    }
+    std::lock_guard lock(mu_);
+    next_connect_ = Clock::now() + backoff_;
+    backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(5000));
+    return;
+  }
+  const bool impaired = health_.impaired ? health_.impaired() : false;
+  std::lock_guard lock(mu_);
+  channel_ = std::move(*c);
+  closed_ = false;
+  backoff_ = std::chrono::milliseconds(100);
+  pending_acks_.clear();
+  hello_stopped_.clear();
+  // Under the lock SendState takes: a report either made it into this snapshot or goes out after the hello.
+  protocol::Hello hello;
+  hello.tasks = listener_.HelloTasks();
+  hello.impaired = impaired;
+  for (const auto& t : hello.tasks)
+    if (t.status == TaskStatus::kStopped) hello_stopped_.insert(t.task_arn);
+  channel_->Send(protocol::Serialize(protocol::AgentMessage(hello)));
+  ready_ = true;
+  next_heartbeat_ = Clock::now();
+  spdlog::info("agent: channel open; reported {} task(s)", hello.tasks.size());
+}
+
+void ServerConnection::SendHeartbeat() {
+  protocol::Heartbeat hb;
+  hb.impaired = health_.impaired ? health_.impaired() : false;
+  if (health_.held_gpus) hb.held_gpus = health_.held_gpus();
+  hb.id = next_id_++;
+  const std::string text = protocol::Serialize(protocol::AgentMessage(hb));
+  std::lock_guard lock(mu_);
+  if (ready_ && channel_) channel_->Send(text);
+}
+
+void ServerConnection::HeartbeatNow() {
+  {
+    std::lock_guard lock(mu_);
+    heartbeat_due_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ---- reports and acks -------------------------------------------------------------------------------------------
+
+void ServerConnection::SendState(const protocol::TaskReport& report) {
+  std::lock_guard lock(mu_);
+  if (!ready_ || !channel_) return;  // the next hello reports it
+  const int64_t id = next_id_++;
+  pending_acks_[id] = {report.task_arn, report.status};
+  channel_->Send(protocol::Serialize(protocol::AgentMessage(protocol::StateReport{id, report})));
+}
+
+// Ack tells the server a push (assign, stop) is recorded, so it stops re-sending it. A push without an id needs
+// none; a lost ack only makes the server send the push again, which changes nothing.
+void ServerConnection::Ack(int64_t push_id) {
+  if (push_id == 0) return;
+  std::lock_guard lock(mu_);
+  if (channel_) channel_->Send(protocol::Serialize(protocol::AgentMessage(protocol::Ack{push_id})));
+}
+
+void ServerConnection::WaitForAcks(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return pending_acks_.empty() || !ready_ || closed_; });
+}
+
+// ---- the channel's io thread -------------------------------------------------------------------------------------
+
+void ServerConnection::OnClosed(uint64_t generation) {
+  {
+    std::lock_guard lock(mu_);
+    if (generation != generation_) return;
+    closed_ = true;
+    ready_ = false;
+  }
+  cv_.notify_all();
+}
+
+void ServerConnection::OnMessage(uint64_t generation, const std::string& text) {
+  {
+    std::lock_guard lock(mu_);
+    if (generation != generation_) return;  // a message of a channel already replaced
+  }
+  auto parsed = protocol::ParseServerMessage(text);
+  if (!parsed.ok()) {
+    spdlog::warn("agent: ignoring a message from the server: {}", parsed.status().message());
+    return;
+  }
+  protocol::ServerMessage& m = *parsed;
+  if (auto* welcome = std::get_if<protocol::Welcome>(&m)) {
+    std::set<std::string> hello_stopped;
+    {
+      std::lock_guard lock(mu_);
+      heartbeat_interval_ = std::chrono::milliseconds(std::max<int64_t>(50, welcome->heartbeat_interval_ms));
+      hello_stopped.swap(hello_stopped_);
+    }
+    listener_.OnWelcome(*welcome, hello_stopped);
+    HeartbeatNow();
+  } else if (auto* assign = std::get_if<protocol::Assign>(&m)) {
+    listener_.OnAssign(std::move(assign->task), assign->id);  // acked once the task is persisted
+  } else if (auto* stop = std::get_if<protocol::Stop>(&m)) {
+    listener_.OnStop(stop->order, stop->id);
+  } else {
+    const auto* error = std::get_if<protocol::Error>(&m);
+    const std::optional<int64_t> id = error ? error->id : std::optional<int64_t>(std::get<protocol::Ack>(m).id);
+    if (error && !id) {
+      spdlog::warn("agent: the server answered an error: {}", error->message);
+      return;
+    }
+    std::pair<std::string, TaskStatus> acked;
+    {
+      std::lock_guard lock(mu_);
+      auto it = pending_acks_.find(*id);
+      if (it == pending_acks_.end()) return;  // a heartbeat's ack, or one from before a reconnect
+      acked = it->second;
+      pending_acks_.erase(it);
+    }
+    cv_.notify_all();
+    if (error) spdlog::warn("agent: server refused the report for {}: {}", acked.first, error->message);
+    listener_.OnReportAcked(acked.first, acked.second);
+  }
+}
+
+}  // namespace gpupack::agent

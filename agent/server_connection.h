@@ -1,0 +1,126 @@
+// ServerConnection: the agent's connection to the server. It registers the instance (RegisterContainerInstance,
+// again whenever the MPS capability changes or the server no longer knows the instance), holds the WebSocket
+// channel (hello, welcome, pushes and their acks, state reports and their acks) and reconnects with backoff
+// (100 ms doubling to 5 s). Heartbeats run on the connection's own thread and timer, so they keep flowing
+// whatever the tasks are doing; they read the GPU health's held GPUs and impairment, which never wait on a probe.
+//
+// Threads: the connection thread (Start/Stop) connects, reconnects, re-registers after a refused upgrade and
+// sends heartbeats; the channel's io thread parses each message (protocol::ParseServerMessage) and hands it to
+// the Listener, whose calls must be quick (the TaskManager only records and posts). SendState, Ack and
+// HeartbeatNow may be called from any thread. Thread-safe.
+//
+// A hello reports every task of the store; its snapshot is taken under the same lock SendState takes, and a task
+// writes its record before it reports, so every state change is either in the hello or sent after it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "agent/channel_client.h"
+#include "agent/gpu_discovery.h"
+#include "agent/managed_task.h"
+#include "protocol/messages.h"
+
+namespace gpupack::agent {
+
+// Registration: what RegisterContainerInstance says about this instance.
+struct Registration {
+  std::string cluster = "default";
+  std::vector<GpuDevice> devices;
+  std::vector<std::pair<std::string, std::string>> attributes;
+  std::string instance_type;
+  std::string name;  // instanceIdentityDocument's instanceId
+  int64_t cpu = 0;     // CPU units
+  int64_t memory = 0;  // MiB
+};
+
+struct ConnectionOptions {
+  ServerEndpoint server;
+  std::string state_dir;  // instance.json: the instance ARN, so a restarted agent re-registers the same instance
+  Registration registration;
+};
+
+class ServerConnection final : public Reporter {
+ public:
+  // Listener receives what the server says; every call is on the channel's io thread and must be quick.
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    virtual std::vector<protocol::TaskReport> HelloTasks() = 0;  // every task the agent knows
+    virtual void OnWelcome(const protocol::Welcome& welcome, const std::set<std::string>& hello_stopped) = 0;
+    virtual void OnAssign(protocol::Assignment assignment, int64_t push_id) = 0;
+    virtual void OnStop(const protocol::StopOrder& order, int64_t push_id) = 0;
+    virtual void OnReportAcked(const std::string& arn, protocol::TaskStatus status) = 0;
+  };
+  // Health: what heartbeats and registrations say about the GPUs (GpuHealth); quick and thread-safe.
+  struct Health {
+    std::function<bool()> impaired;
+    std::function<std::vector<std::string>()> held_gpus;
+    std::function<bool()> mps_serving;
+  };
+
+  ServerConnection(ConnectionOptions options, Listener& listener, Health health);
+  ~ServerConnection() override;  // Stop()
+
+  // Register registers the instance (the ARN of instance.json when there is one) and records its ARN.
+  Status Register();
+  // MpsServingChanged re-registers when `serving` differs from the capability last registered.
+  void MpsServingChanged(bool serving);
+  void Start();  // the connection thread
+  void Stop();   // closes the channel and joins the thread
+
+  std::string instance_arn() const;
+
+  // Reporter
+  void SendState(const protocol::TaskReport& report) override;
+  void Ack(int64_t push_id) override;
+
+  // HeartbeatNow sends a heartbeat at once (health changed; the welcome came).
+  void HeartbeatNow();
+  // WaitForAcks waits (bounded) until every state report sent is acknowledged or the channel is gone.
+  void WaitForAcks(std::chrono::milliseconds timeout);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void Loop();
+  void Connect();
+  void SendHeartbeat();
+  void OnMessage(uint64_t generation, const std::string& text);
+  void OnClosed(uint64_t generation);
+
+  const ConnectionOptions options_;
+  Listener& listener_;
+  const Health health_;
+
+  std::mutex register_mu_;  // one registration at a time
+  std::atomic<bool> registered_capability_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string instance_arn_;                    // guarded by mu_
+  std::unique_ptr<ChannelClient> channel_;      // guarded by mu_
+  uint64_t generation_ = 0;                     // the current channel's; older channels' callbacks are ignored
+  bool ready_ = false;                          // the hello went out on channel_
+  bool closed_ = false;                         // channel_ closed; the connection thread drops it
+  bool heartbeat_due_ = false;
+  bool stopping_ = false;
+  std::map<int64_t, std::pair<std::string, protocol::TaskStatus>> pending_acks_;  // report id -> task, status
+  std::set<std::string> hello_stopped_;  // tasks the last hello reported STOPPED: the welcome acknowledges them
+  std::chrono::milliseconds heartbeat_interval_{5000};
+  std::chrono::milliseconds backoff_{100};
+  Clock::time_point next_heartbeat_{}, next_connect_{};
+  std::atomic<int64_t> next_id_{1};
+  std::thread thread_;
+};
+
+}  // namespace gpupack::agent
