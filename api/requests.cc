@@ -12,21 +12,20 @@ namespace {
 constexpr size_t kMaxDescribe = 100;
 constexpr int kMaxRunCount = 10;
 
-#define GP_TRY(expr)                    \
-  do {                                  \
-    Status _s = (expr);                 \
-    if (!_s.ok()) return _s;            \
-  } while (0)
-
-#define GP_ASSIGN(lhs, expr)                  \
-  auto lhs##_r = (expr);                      \
-  if (!lhs##_r.ok()) return lhs##_r.status(); \
-  auto lhs = std::move(lhs##_r).value()
-
 Status RequireString(const Json& in, const std::string& key, std::string& out) {
   GP_ASSIGN(v, OptString(in, key));
   if (!v || v->empty()) return Status::InvalidParameter(key + " is required");
   out = *v;
+  return Status::Ok();
+}
+
+// RequireRefs: `key` is required and names 1 to 100 resources (a Describe call).
+Status RequireRefs(const Json& in, const std::string& key, const std::string& what, std::vector<std::string>& out) {
+  if (!in.contains(key)) return Status::InvalidParameter(key + " is required");
+  GP_ASSIGN(refs, OptStringList(in, key));
+  if (refs.empty()) return Status::InvalidParameter(key + " must name at least one " + what);
+  if (refs.size() > kMaxDescribe) return Status::InvalidParameter(key + " can have at most 100 entries");
+  out = std::move(refs);
   return Status::Ok();
 }
 
@@ -274,11 +273,7 @@ Result<StopTaskRequest> ParseStopTask(const Json& in) {
 Result<DescribeTasksRequest> ParseDescribeTasks(const Json& in) {
   DescribeTasksRequest r;
   GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  if (!in.contains("tasks")) return Status::InvalidParameter("tasks is required");
-  GP_ASSIGN(refs, OptStringList(in, "tasks"));
-  if (refs.empty()) return Status::InvalidParameter("tasks must name at least one task");
-  if (refs.size() > kMaxDescribe) return Status::InvalidParameter("tasks can have at most 100 entries");
-  r.tasks = std::move(refs);
+  GP_TRY(RequireRefs(in, "tasks", "task", r.tasks));
   return r;
 }
 
@@ -439,11 +434,7 @@ Result<DeregisterContainerInstanceRequest> ParseDeregisterContainerInstance(cons
 Result<DescribeContainerInstancesRequest> ParseDescribeContainerInstances(const Json& in) {
   DescribeContainerInstancesRequest r;
   GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  if (!in.contains("containerInstances")) return Status::InvalidParameter("containerInstances is required");
-  GP_ASSIGN(refs, OptStringList(in, "containerInstances"));
-  if (refs.empty()) return Status::InvalidParameter("containerInstances must name at least one instance");
-  if (refs.size() > kMaxDescribe) return Status::InvalidParameter("containerInstances can have at most 100 entries");
-  r.container_instances = std::move(refs);
+  GP_TRY(RequireRefs(in, "containerInstances", "instance", r.container_instances));
   return r;
 }
 

@@ -76,4 +76,17 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
+// GP_TRY returns a non-ok Status from the enclosing function; GP_ASSIGN declares `lhs` from a Result or
+// returns its Status. For functions that return Status or Result<T>.
+#define GP_TRY(expr)             \
+  do {                           \
+    ::gpupack::Status _s = (expr); \
+    if (!_s.ok()) return _s;     \
+  } while (0)
+
+#define GP_ASSIGN(lhs, expr)                  \
+  auto lhs##_r = (expr);                      \
+  if (!lhs##_r.ok()) return lhs##_r.status(); \
+  auto lhs = std::move(lhs##_r).value()
+
 }  // namespace gpupack

@@ -9,17 +9,6 @@
 
 namespace gpupack::api {
 
-#define GP_TRY(expr)                    \
-  do {                                  \
-    Status _s = (expr);                 \
-    if (!_s.ok()) return _s;            \
-  } while (0)
-
-#define GP_ASSIGN(lhs, expr)                  \
-  auto lhs##_r = (expr);                      \
-  if (!lhs##_r.ok()) return lhs##_r.status(); \
-  auto lhs = std::move(lhs##_r).value()
-
 // ActiveCluster: the ACTIVE cluster `ref` names (empty = "default"), else ClusterNotFoundException.
 template <typename State>
 Result<const Cluster*> ActiveCluster(const State& state, const ArnContext& arn, const std::string& ref) {

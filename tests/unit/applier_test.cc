@@ -3,7 +3,6 @@
 // a commit did not touch, and the router says which operations write.
 #include "api/applier.h"
 
-#include <condition_variable>
 #include <future>
 #include <mutex>
 
@@ -13,46 +12,12 @@
 #include "api/operations/operations.h"
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
+#include "tests/unit/gated_store.h"
 
 namespace gpupack::api {
 namespace {
 
-// GatedStore: a MemoryStore whose commits wait while the gate is closed, so a test can look at the server
-// while a write is decided but not yet durable.
-class GatedStore : public MemoryStore {
- public:
-  Status Commit(const WriteBatch& batch) override {
-    std::unique_lock lock(mu_);
-    ++waiting_;
-    cv_.notify_all();
-    cv_.wait(lock, [this] { return open_; });
-    --waiting_;
-    lock.unlock();
-    return MemoryStore::Commit(batch);
-  }
-  void Close() {
-    std::lock_guard lock(mu_);
-    open_ = false;
-  }
-  void Open() {
-    {
-      std::lock_guard lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  // WaitForCommit blocks until a commit waits at the gate (bounded: 10 s).
-  bool WaitForCommit() {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(10), [this] { return waiting_ > 0; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;
-  int waiting_ = 0;
-};
+using testing_support::GatedStore;
 
 Json Resources(int cpu, int mem) {
   return Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", cpu}},

@@ -13,6 +13,7 @@
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
 #include "storage/sqlite_store.h"
+#include "tests/unit/gated_store.h"
 
 namespace gpupack::api {
 namespace {
@@ -490,35 +491,7 @@ TEST_F(ControlPlaneTest, ClientTokenIsIdempotent) {
   EXPECT_EQ(list["taskArns"].size(), 2u);
 }
 
-// GatedStore holds every Commit while its gate is closed: the window between a write's placement in memory and
-// its commit, which a crash can cut.
-class GatedStore : public Store {
- public:
-  Result<Snapshot> Load() override { return inner_.Load(); }
-  Status Commit(const WriteBatch& batch) override {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [this] { return open_; });
-    return inner_.Commit(batch);
-  }
-  void Close() {
-    std::lock_guard lock(mu_);
-    open_ = false;
-  }
-  void Open() {
-    {
-      std::lock_guard lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  MemoryStore& inner() { return inner_; }
-
- private:
-  MemoryStore inner_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;
-};
+using testing_support::GatedStore;
 
 // Regression (found by bench/crash_safety.mjs): a write that changes nothing itself (a RunTask repeating a
 // clientToken, a StopTask or STOPPED report repeated by a retry) was answered at once from memory, while the
