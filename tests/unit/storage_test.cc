@@ -50,7 +50,7 @@ Cluster FullCluster(const std::string& name) {
   Cluster c;
   c.name = name;
   c.arn = "arn:aws:ecs:us-east-1:000000000000:cluster/" + name;
-  c.status = "INACTIVE";
+  c.status = LifecycleStatus::kInactive;
   c.settings.compute_aware_placement = true;
   c.tags = {{"team", "ml"}, {"cost-center", "42"}};
   c.created_at = 1'700'000'000'123;
@@ -62,7 +62,7 @@ TaskDefinition FullTaskDefinition(const std::string& family, int revision) {
   td.family = family;
   td.revision = revision;
   td.arn = "arn:aws:ecs:us-east-1:000000000000:task-definition/" + family + ":" + std::to_string(revision);
-  td.status = "INACTIVE";
+  td.status = LifecycleStatus::kInactive;
   ContainerDefinition shared;
   shared.name = "infer";
   shared.image = "registry/infer:1.2";
@@ -106,7 +106,7 @@ ContainerInstance FullInstance(const std::string& arn) {
   i.cluster = "gpu";
   i.ec2_instance_id = "i-0123456789abcdef0";
   i.instance_type = "g5.12xlarge";
-  i.status = "DRAINING";
+  i.status = InstanceStatus::kDraining;
   i.status_reason = "operator drain";
   i.agent_connected = false;
   i.impaired = true;
@@ -134,9 +134,9 @@ Task FullTask(const std::string& arn) {
   t.group = "family:infer";
   t.started_by = "ci-job-7";
   t.launch_type = "EXTERNAL";
-  t.last_status = "STOPPED";
-  t.desired_status = "STOPPED";
-  t.stop_code = "EssentialContainerExited";
+  t.last_status = TaskStatus::kStopped;
+  t.desired_status = TaskStatus::kStopped;
+  t.stop_code = stop_codes::kEssentialContainerExited;
   t.stopped_reason = "Essential container in task exited";
   t.created_at = 1'700'000'000'001;
   t.started_at = 1'700'000'000'002;
@@ -146,7 +146,7 @@ Task FullTask(const std::string& arn) {
   c.name = "infer";
   c.container_arn = arn + "/container/infer";
   c.image = "registry/infer:1.2";
-  c.last_status = "STOPPED";
+  c.last_status = TaskStatus::kStopped;
   c.exit_code = 0;  // present and zero: must not come back as absent
   c.reason = "exited";
   c.essential = false;
@@ -442,7 +442,7 @@ TEST_P(StoreContractTest, UpsertOverwritesAndKeepsFirstStoredPosition) {
   updated.gpus[0].remaining_memory_mib = 1;
   b2.PutInstance(updated);
   Cluster renamed = FullCluster("gpu");
-  renamed.status = "ACTIVE";
+  renamed.status = LifecycleStatus::kActive;
   b2.PutCluster(renamed);
   ASSERT_TRUE(store_->Commit(b2).ok());
 
@@ -612,7 +612,7 @@ TEST_F(SqliteStoreTest, FailedBatchAppliesNothingAndNamesTheFailure) {
 
   WriteBatch b;
   Cluster changed = FullCluster("gpu");
-  changed.status = "ACTIVE";
+  changed.status = LifecycleStatus::kActive;
   b.PutCluster(changed);                // written before the failure
   b.PutTask(SmallTask("existing", 2));  // written before the failure
   b.PutTask(SmallTask("poison"));       // fails
