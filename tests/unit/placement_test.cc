@@ -92,6 +92,43 @@ Placement Place(const ClusterState& s, TaskDemand d, std::vector<PlacementStrate
   return (*p)->PlaceOne(s);
 }
 
+// Every status's Name is ECS's spelling and parses back; any other spelling (case included) does not parse.
+TEST(ModelStatus, NamesAreEcsSpellingsAndParseBack) {
+  const std::pair<TaskStatus, std::string_view> tasks[] = {
+      {TaskStatus::kPending, "PENDING"}, {TaskStatus::kRunning, "RUNNING"}, {TaskStatus::kStopped, "STOPPED"}};
+  for (const auto& [status, name] : tasks) {
+    EXPECT_EQ(Name(status), name);
+    EXPECT_EQ(ParseTaskStatus(name), status) << name;
+  }
+  const std::pair<InstanceStatus, std::string_view> instances[] = {{InstanceStatus::kActive, "ACTIVE"},
+                                                                   {InstanceStatus::kDraining, "DRAINING"},
+                                                                   {InstanceStatus::kInactive, "INACTIVE"}};
+  for (const auto& [status, name] : instances) {
+    EXPECT_EQ(Name(status), name);
+    EXPECT_EQ(ParseInstanceStatus(name), status) << name;
+  }
+  const std::pair<LifecycleStatus, std::string_view> lifecycles[] = {{LifecycleStatus::kActive, "ACTIVE"},
+                                                                     {LifecycleStatus::kInactive, "INACTIVE"}};
+  for (const auto& [status, name] : lifecycles) {
+    EXPECT_EQ(Name(status), name);
+    EXPECT_EQ(ParseLifecycleStatus(name), status) << name;
+  }
+  for (std::string_view other : {"", "running", "Running", "RUNNING ", "DELETED", "DEPROVISIONING", "ALL"}) {
+    EXPECT_EQ(ParseTaskStatus(other), std::nullopt) << other;
+    EXPECT_EQ(ParseInstanceStatus(other), std::nullopt) << other;
+    EXPECT_EQ(ParseLifecycleStatus(other), std::nullopt) << other;
+  }
+  EXPECT_EQ(ParseInstanceStatus("REGISTERING"), std::nullopt);
+  EXPECT_EQ(ParseLifecycleStatus("DRAINING"), std::nullopt);
+  // The model's defaults are what a new record is in.
+  EXPECT_EQ(Task().last_status, TaskStatus::kPending);
+  EXPECT_EQ(Task().desired_status, TaskStatus::kRunning);
+  EXPECT_EQ(Container().last_status, TaskStatus::kPending);
+  EXPECT_EQ(ContainerInstance().status, InstanceStatus::kActive);
+  EXPECT_EQ(Cluster().status, LifecycleStatus::kActive);
+  EXPECT_EQ(TaskDefinition().status, LifecycleStatus::kActive);
+}
+
 TEST(Placement, BestFitGpuInsideTheInstance) {
   ClusterState s;
   s.PutInstance(Instance("a").Gpus(3, 20000));
@@ -122,7 +159,8 @@ TEST(Placement, FailureReasonsPerInstance) {
   EXPECT_EQ(p.failures[2], (PlacementFailure{"arn:i/small", "RESOURCE:GPU_MEMORY",
                                              "largest free block on any GPU is 3,000 MiB; task needs 4,096 MiB on one GPU"}));
   EXPECT_EQ(p.failures[3].reason, "RESOURCE:GPU");
-  EXPECT_EQ(p.failures[4].reason, "STATUS");
+  EXPECT_EQ(p.failures[4],
+            (PlacementFailure{"arn:i/drain", "STATUS", "container instance is DRAINING; it takes no new tasks"}));
   EXPECT_EQ(p.failures[5].reason, "AGENT");
 }
 
