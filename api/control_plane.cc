@@ -47,7 +47,7 @@ Status ControlPlane::CheckAgentInstance(const std::string& instance_arn) const {
   const ContainerInstance* inst = nullptr;
   auto view = applier_.View();
   inst = view->FindInstance(instance_arn);
-  if (!inst || inst->status == "INACTIVE")
+  if (!inst || inst->status == InstanceStatus::kInactive)
     return Status::InvalidParameter("containerInstance " + instance_arn.substr(0, 300) + " is not registered");
   return Status::Ok();
 }

@@ -116,7 +116,7 @@ std::vector<const Cluster*> ReadView::Clusters() const {
 ClusterCounts ReadView::CountsOf(const std::string& cluster) const {
   ClusterCounts counts;
   for (const InstanceRecord* rec : InstancesOf(cluster)) {
-    if (rec->instance.status == "INACTIVE") continue;
+    if (rec->instance.status == InstanceStatus::kInactive) continue;
     ++counts.registered_instances;
     counts.running_tasks += rec->instance.running_tasks_count;
     counts.pending_tasks += rec->instance.pending_tasks_count;
@@ -135,7 +135,7 @@ const TaskDefinition* ReadView::LatestActiveRevision(const std::string& family) 
   auto f = task_definitions_->find(family);
   if (f == task_definitions_->end()) return nullptr;
   for (auto it = f->second->rbegin(); it != f->second->rend(); ++it)
-    if (it->second->status == "ACTIVE") return it->second.get();
+    if (it->second->status == LifecycleStatus::kActive) return it->second.get();
   return nullptr;
 }
 

@@ -111,6 +111,8 @@ Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
   return Status::Ok();
 }
 
+// ParseContainerReport: one entry of SubmitTaskStateChange's containers; its status is checked after the types
+// of all its fields.
 Result<ContainerStateReport> ParseContainerReport(const Json& c, const std::string& name_key) {
   ContainerStateReport r;
   GP_ASSIGN(name, OptString(c, name_key));
@@ -118,7 +120,10 @@ Result<ContainerStateReport> ParseContainerReport(const Json& c, const std::stri
   GP_ASSIGN(exit_code, OptInt(c, "exitCode"));
   GP_ASSIGN(reason, OptString(c, "reason"));
   r.name = name;
-  r.status = status;
+  if (status) {
+    r.status = ParseTaskStatus(*status);
+    if (!r.status) return Status::InvalidParameter("containers[].status must be PENDING, RUNNING or STOPPED");
+  }
   r.exit_code = exit_code;
   r.reason = reason;
   return r;
@@ -147,10 +152,6 @@ Result<std::vector<AttributeTarget>> ParseAttributeTargets(const Json& list, boo
 }
 
 }  // namespace
-
-bool IsTaskStatus(const std::string& status) {
-  return status == "PENDING" || status == "RUNNING" || status == "STOPPED";
-}
 
 // ---- clusters
 
@@ -223,9 +224,12 @@ Result<ListTaskDefinitionsRequest> ParseListTaskDefinitions(const Json& in) {
   GP_ASSIGN(status, OptString(in, "status"));
   GP_ASSIGN(sort, OptString(in, "sort"));
   r.family_prefix = prefix;
-  r.status = status.value_or("ACTIVE");
-  if (r.status != "ACTIVE" && r.status != "INACTIVE" && r.status != "DELETE_IN_PROGRESS")
-    return Status::InvalidParameter("status must be ACTIVE or INACTIVE");
+  if (status && *status == "DELETE_IN_PROGRESS") {
+    r.status = std::nullopt;  // ECS's; accepted, and no revision here is ever in it
+  } else if (status) {
+    r.status = ParseLifecycleStatus(*status);
+    if (!r.status) return Status::InvalidParameter("status must be ACTIVE or INACTIVE");
+  }
   if (sort && *sort != "ASC" && *sort != "DESC") return Status::InvalidParameter("sort must be ASC or DESC");
   r.descending = sort && *sort == "DESC";
   GP_ASSIGN(page, ParsePage(in));
@@ -238,9 +242,12 @@ Result<ListTaskDefinitionFamiliesRequest> ParseListTaskDefinitionFamilies(const 
   GP_ASSIGN(prefix, OptString(in, "familyPrefix"));
   GP_ASSIGN(status, OptString(in, "status"));
   r.family_prefix = prefix;
-  r.status = status.value_or("ACTIVE");
-  if (r.status != "ACTIVE" && r.status != "INACTIVE" && r.status != "ALL")
-    return Status::InvalidParameter("status must be ACTIVE, INACTIVE or ALL");
+  if (status && *status == "ALL") {
+    r.status = std::nullopt;
+  } else if (status) {
+    r.status = ParseLifecycleStatus(*status);
+    if (!r.status) return Status::InvalidParameter("status must be ACTIVE, INACTIVE or ALL");
+  }
   GP_ASSIGN(page, ParsePage(in));
   r.page = page;
   return r;
@@ -287,9 +294,11 @@ Result<ListTasksRequest> ParseListTasks(const Json& in) {
   r.container_instance = instance;
   r.family = family;
   r.started_by = started_by;
-  r.desired_status = desired.value_or("RUNNING");
-  if (r.desired_status != "RUNNING" && r.desired_status != "PENDING" && r.desired_status != "STOPPED")
-    return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
+  if (desired) {
+    const std::optional<TaskStatus> parsed = ParseTaskStatus(*desired);
+    if (!parsed) return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
+    r.desired_status = *parsed;
+  }
   GP_ASSIGN(page, ParsePage(in));
   r.page = page;
   return r;
@@ -316,8 +325,11 @@ Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) 
   SubmitTaskStateChangeRequest r;
   GP_TRY(OptionalRef(in, "cluster", r.cluster));
   GP_TRY(RequireString(in, "task", r.task));
-  GP_TRY(RequireString(in, "status", r.report.status));
-  if (!IsTaskStatus(r.report.status)) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  std::string status;
+  GP_TRY(RequireString(in, "status", status));
+  const std::optional<TaskStatus> parsed = ParseTaskStatus(status);
+  if (!parsed) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  r.report.status = *parsed;
   GP_ASSIGN(reason, OptString(in, "reason"));
   GP_ASSIGN(stop_code, OptString(in, "stopCode"));  // ours: the agent names why a task stopped
   r.report.reason = reason;
@@ -326,8 +338,6 @@ Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) 
   if (in.contains("containers") && in["containers"].is_array()) {
     for (const auto& c : in["containers"]) {
       GP_ASSIGN(report, ParseContainerReport(c, "containerName"));
-      if (report.status && !IsTaskStatus(*report.status))
-        return Status::InvalidParameter("containers[].status must be PENDING, RUNNING or STOPPED");
       r.report.containers.push_back(std::move(report));
     }
   }
@@ -342,8 +352,10 @@ Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const 
   GP_ASSIGN(status, OptString(in, "status"));
   GP_ASSIGN(exit_code, OptInt(in, "exitCode"));
   GP_ASSIGN(reason, OptString(in, "reason"));
-  if (status && !IsTaskStatus(*status)) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
-  r.status = status;
+  if (status) {
+    r.status = ParseTaskStatus(*status);
+    if (!r.status) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  }
   r.exit_code = exit_code;
   r.reason = reason;
   return r;
@@ -443,11 +455,18 @@ Result<ListContainerInstancesRequest> ParseListContainerInstances(const Json& in
   GP_TRY(OptionalRef(in, "cluster", r.cluster));
   GP_ASSIGN(filter, OptString(in, "filter"));
   GP_ASSIGN(status, OptString(in, "status"));
-  if (status && *status != "ACTIVE" && *status != "DRAINING" && *status != "REGISTERING" &&
-      *status != "DEREGISTERING" && *status != "REGISTRATION_FAILED")
-    return Status::InvalidParameter("status must be ACTIVE, DRAINING, REGISTERING, DEREGISTERING or REGISTRATION_FAILED");
+  if (status) {
+    // ECS's transitional statuses are accepted; no instance here is ever in them.
+    const std::optional<InstanceStatus> parsed = ParseInstanceStatus(*status);
+    if (parsed && *parsed != InstanceStatus::kInactive)
+      r.status = parsed;
+    else if (*status == "REGISTERING" || *status == "DEREGISTERING" || *status == "REGISTRATION_FAILED")
+      r.status_matches_none = true;
+    else
+      return Status::InvalidParameter(
+          "status must be ACTIVE, DRAINING, REGISTERING, DEREGISTERING or REGISTRATION_FAILED");
+  }
   r.filter = filter;
-  r.status = status;
   GP_ASSIGN(page, ParsePage(in));
   r.page = page;
   return r;
@@ -457,8 +476,12 @@ Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(
   UpdateContainerInstancesStateRequest r;
   GP_TRY(OptionalRef(in, "cluster", r.cluster));
   GP_ASSIGN(refs, OptStringList(in, "containerInstances"));
-  GP_TRY(RequireString(in, "status", r.status));
-  if (r.status != "ACTIVE" && r.status != "DRAINING") return Status::InvalidParameter("status must be ACTIVE or DRAINING");
+  std::string status;
+  GP_TRY(RequireString(in, "status", status));
+  const std::optional<InstanceStatus> parsed = ParseInstanceStatus(status);
+  if (!parsed || *parsed == InstanceStatus::kInactive)
+    return Status::InvalidParameter("status must be ACTIVE or DRAINING");
+  r.status = *parsed;
   if (refs.empty() || refs.size() > 10) return Status::InvalidParameter("containerInstances must name 1 to 10 instances");
   r.container_instances = std::move(refs);
   return r;

@@ -72,14 +72,15 @@ struct DescribeTaskDefinitionRequest {
 struct ListTaskDefinitionsRequest {
   static constexpr Access kAccess = Access::kRead;
   std::optional<std::string> family_prefix;
-  std::string status = "ACTIVE";
+  // status: the revisions listed; nullopt for ECS's DELETE_IN_PROGRESS, which no revision here is ever in.
+  std::optional<LifecycleStatus> status = LifecycleStatus::kActive;
   bool descending = false;
   PageRequest page;
 };
 struct ListTaskDefinitionFamiliesRequest {
   static constexpr Access kAccess = Access::kRead;
   std::optional<std::string> family_prefix;
-  std::string status = "ACTIVE";  // ACTIVE | INACTIVE | ALL
+  std::optional<LifecycleStatus> status = LifecycleStatus::kActive;  // nullopt: ALL
   PageRequest page;
 };
 
@@ -123,7 +124,9 @@ struct ListTasksRequest {
   std::optional<std::string> container_instance;
   std::optional<std::string> family;
   std::optional<std::string> started_by;
-  std::string desired_status = "RUNNING";
+  // desired_status: STOPPED lists the tasks desired STOPPED; RUNNING and PENDING both list the others (ECS's
+  // PENDING and RUNNING tasks both have desiredStatus RUNNING).
+  TaskStatus desired_status = TaskStatus::kRunning;
   PageRequest page;
 };
 // ExplainPlacement (ours): RunTask's placement without placing. It reads the applier's latest state (the
@@ -143,12 +146,12 @@ struct ExplainPlacementRequest {
 // paths end in one ApplyTaskReport (api/ops/task_reports.cc).
 struct ContainerStateReport {
   std::optional<std::string> name;
-  std::optional<std::string> status;  // PENDING | RUNNING | STOPPED
+  std::optional<TaskStatus> status;
   std::optional<int64_t> exit_code;
   std::optional<std::string> reason;
 };
 struct TaskStateReport {
-  std::string status;  // PENDING | RUNNING | STOPPED
+  TaskStatus status = TaskStatus::kPending;
   std::optional<std::string> reason;
   std::optional<std::string> stop_code;
   bool has_containers = false;  // a containers list was sent (even empty): the task record is written
@@ -165,7 +168,7 @@ struct SubmitContainerStateChangeRequest {
   std::string cluster;
   std::string task;
   std::string container_name;
-  std::optional<std::string> status;
+  std::optional<TaskStatus> status;
   std::optional<int64_t> exit_code;
   std::optional<std::string> reason;
 };
@@ -198,14 +201,17 @@ struct ListContainerInstancesRequest {
   static constexpr Access kAccess = Access::kRead;
   std::string cluster;
   std::optional<std::string> filter;
-  std::optional<std::string> status;
+  // status: only instances in this status (ACTIVE or DRAINING). ECS's REGISTERING, DEREGISTERING and
+  // REGISTRATION_FAILED are accepted and set status_matches_none instead: no instance here is ever in them.
+  std::optional<InstanceStatus> status;
+  bool status_matches_none = false;
   PageRequest page;
 };
 struct UpdateContainerInstancesStateRequest {
   static constexpr Access kAccess = Access::kWrite;
   std::string cluster;
   std::vector<std::string> container_instances;
-  std::string status;  // ACTIVE | DRAINING
+  InstanceStatus status = InstanceStatus::kActive;  // ACTIVE or DRAINING
 };
 
 // ---- attributes
@@ -260,8 +266,5 @@ Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(
 Result<PutAttributesRequest> ParsePutAttributes(const Json& in);
 Result<DeleteAttributesRequest> ParseDeleteAttributes(const Json& in);
 Result<ListAttributesRequest> ParseListAttributes(const Json& in);
-
-// IsTaskStatus: PENDING, RUNNING or STOPPED.
-bool IsTaskStatus(const std::string& status);
 
 }  // namespace gpupack::api

@@ -13,7 +13,7 @@ void AddGpuGauge(MetricsRegistry& metrics, const ControlPlane& cp, const char* n
     auto view = cp.applier().View();
     for (const Cluster* c : view->Clusters())
       for (const InstanceRecord* rec : view->InstancesOf(c->name)) {
-        if (rec->instance.status == "INACTIVE") continue;
+        if (rec->instance.status == InstanceStatus::kInactive) continue;
         for (const Gpu& g : rec->instance.gpus) {
           MetricLabels labels = {{"cluster", c->name}, {"instance", rec->instance.id}, {"gpu", g.id}};
           if (with_mode) labels.emplace_back("mode", GpuModeName(g.mode));

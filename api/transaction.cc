@@ -80,7 +80,7 @@ void Transaction::UpdateTask(const std::string& arn, const std::function<void(Ta
   TouchTask(*task);
 }
 
-void Transaction::SetTaskStatus(const std::string& arn, const std::string& status) {
+void Transaction::SetTaskStatus(const std::string& arn, TaskStatus status) {
   Task* task = state_.FindTask(arn);
   if (!task) return;
   state_.SetTaskLastStatus(arn, status);

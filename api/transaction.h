@@ -67,7 +67,7 @@ class Transaction {
   // SetTaskStatus, the only way reservations move).
   void UpdateTask(const std::string& arn, const std::function<void(Task&)>& change);
   // SetTaskStatus moves a task to PENDING, RUNNING or STOPPED (STOPPED releases its reservations exactly once).
-  void SetTaskStatus(const std::string& arn, const std::string& status);
+  void SetTaskStatus(const std::string& arn, TaskStatus status);
   // EraseStoppedTask forgets a STOPPED task whose retention expired.
   Status EraseStoppedTask(const std::string& arn);
   void PutClientToken(ClientTokenRecord record);

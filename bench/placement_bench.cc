@@ -356,7 +356,7 @@ void BM_DecideApply(benchmark::State& st, Case c) {
     Task t = MakeTask(f.ids, f.definitions[0], demand, *p.instance, p.gpu_indices);
     const std::string arn = t.arn;
     Status reserved = f.state.ReserveTask(std::move(t));
-    f.state.SetTaskLastStatus(arn, "STOPPED");
+    f.state.SetTaskLastStatus(arn, TaskStatus::kStopped);
     Status purged = f.state.EraseStoppedTask(arn);
     const int64_t c2 = ThreadCpuNs();
     const auto t2 = std::chrono::steady_clock::now();

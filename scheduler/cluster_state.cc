@@ -40,7 +40,7 @@ const TaskDefinition* ClusterState::LatestActiveRevision(const std::string& fami
   auto f = task_definitions_.find(family);
   if (f == task_definitions_.end()) return nullptr;
   for (auto it = f->second.rbegin(); it != f->second.rend(); ++it)
-    if (it->second.status == "ACTIVE") return &it->second;
+    if (it->second.status == LifecycleStatus::kActive) return &it->second;
   return nullptr;
 }
 
@@ -234,12 +234,12 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
     else ++by_id->second;
     ++load.group_counts[task.group];
     load.task_arns.push_back(task.arn);
-    if (task.last_status == "RUNNING") ++inst.running_tasks_count; else ++inst.pending_tasks_count;
+    if (task.last_status == TaskStatus::kRunning) ++inst.running_tasks_count; else ++inst.pending_tasks_count;
   } else {
     if (--load.group_counts[task.group] <= 0) load.group_counts.erase(task.group);
     if (by_id != load.group_id_counts.end() && --by_id->second <= 0) load.group_id_counts.erase(by_id);
     std::erase(load.task_arns, task.arn);
-    if (task.last_status == "RUNNING") --inst.running_tasks_count; else --inst.pending_tasks_count;
+    if (task.last_status == TaskStatus::kRunning) --inst.running_tasks_count; else --inst.pending_tasks_count;
     inst.running_tasks_count = std::max(0, inst.running_tasks_count);
     inst.pending_tasks_count = std::max(0, inst.pending_tasks_count);
   }
@@ -269,17 +269,17 @@ bool ClusterState::ReleaseTask(const std::string& task_arn) {
   return true;
 }
 
-void ClusterState::SetTaskLastStatus(const std::string& task_arn, const std::string& last_status) {
+void ClusterState::SetTaskLastStatus(const std::string& task_arn, TaskStatus last_status) {
   Task* task = FindTask(task_arn);
   if (!task || task->last_status == last_status) return;
-  if (last_status == "STOPPED") {
+  if (last_status == TaskStatus::kStopped) {
     ReleaseTask(task_arn);
     task->last_status = last_status;
     return;
   }
   ContainerInstance* inst = task->resources_released ? nullptr : FindInstance(task->container_instance_arn);
   if (inst) {
-    bool was_running = task->last_status == "RUNNING", now_running = last_status == "RUNNING";
+    bool was_running = task->last_status == TaskStatus::kRunning, now_running = last_status == TaskStatus::kRunning;
     if (was_running != now_running) {
       inst->running_tasks_count += now_running ? 1 : -1;
       inst->pending_tasks_count += now_running ? -1 : 1;

@@ -146,8 +146,8 @@ class ClusterState {
   // container_instance_arn, reserved and gpu_reservations must be filled (the placement decision).
   Status ReserveTask(Task task);
   // SetTaskLastStatus moves a task between PENDING and RUNNING (keeping the instance's pending/running
-  // counters right) or records any other status; STOPPED also releases its reservations.
-  void SetTaskLastStatus(const std::string& task_arn, const std::string& last_status);
+  // counters right); STOPPED also releases its reservations.
+  void SetTaskLastStatus(const std::string& task_arn, TaskStatus last_status);
   // ReleaseTask returns a task's reservations once; false when it had none left to return.
   bool ReleaseTask(const std::string& task_arn);
 

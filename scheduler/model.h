@@ -8,12 +8,42 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpupack {
 
 using MiB = int64_t;
 using EpochMs = int64_t;
+
+// ---- Statuses ---------------------------------------------------------------------------------------------
+// Each status is an enum in memory; Name() gives ECS's spelling (what the codec answers and what the store
+// writes) and Parse*() reads it back, nullopt for any other string.
+
+// TaskStatus: Task::last_status, Task::desired_status and Container::last_status.
+enum class TaskStatus { kPending, kRunning, kStopped };
+const char* Name(TaskStatus status);  // "PENDING" | "RUNNING" | "STOPPED"
+std::optional<TaskStatus> ParseTaskStatus(std::string_view text);
+
+// InstanceStatus: ContainerInstance::status. DRAINING takes no new tasks; INACTIVE is deregistered.
+enum class InstanceStatus { kActive, kDraining, kInactive };
+const char* Name(InstanceStatus status);  // "ACTIVE" | "DRAINING" | "INACTIVE"
+std::optional<InstanceStatus> ParseInstanceStatus(std::string_view text);
+
+// LifecycleStatus: Cluster::status and TaskDefinition::status. INACTIVE is a deleted cluster or a deregistered
+// revision, kept so that it can still be described.
+enum class LifecycleStatus { kActive, kInactive };
+const char* Name(LifecycleStatus status);  // "ACTIVE" | "INACTIVE"
+std::optional<LifecycleStatus> ParseLifecycleStatus(std::string_view text);
+
+// stop_codes: the ECS stop codes the server sets on Task::stop_code. Stop codes stay strings in the model: in
+// ECS they are free text, and an agent may report one the server does not know.
+namespace stop_codes {
+inline constexpr char kTaskFailedToStart[] = "TaskFailedToStart";
+inline constexpr char kEssentialContainerExited[] = "EssentialContainerExited";
+inline constexpr char kUserInitiated[] = "UserInitiated";
+inline constexpr char kInfrastructureHealth[] = "InfrastructureHealth";
+}  // namespace stop_codes
 
 // ---- Task definitions -------------------------------------------------------------------------------------
 
@@ -77,7 +107,7 @@ struct TaskDefinition {
   std::string family;
   int revision = 0;
   std::string arn;
-  std::string status = "ACTIVE";  // ACTIVE | INACTIVE
+  LifecycleStatus status = LifecycleStatus::kActive;
   std::vector<ContainerDefinition> containers;
   std::optional<std::string> cpu;     // task-level cpu as sent ("1024" or "1 vCPU")
   std::optional<std::string> memory;  // task-level memory as sent ("2048" or "2 GB")
@@ -115,7 +145,7 @@ struct ClusterSettings {
 struct Cluster {
   std::string name;
   std::string arn;
-  std::string status = "ACTIVE";  // ACTIVE | INACTIVE
+  LifecycleStatus status = LifecycleStatus::kActive;
   ClusterSettings settings;
   std::vector<KeyValuePair> tags;
   EpochMs created_at = 0;
@@ -156,7 +186,7 @@ struct ContainerInstance {
   std::string cluster;  // cluster name
   std::string ec2_instance_id;
   std::string instance_type;
-  std::string status = "ACTIVE";  // ACTIVE | DRAINING | INACTIVE
+  InstanceStatus status = InstanceStatus::kActive;
   std::string status_reason;
   bool agent_connected = true;
   bool impaired = false;          // the agent reports its MPS daemon unhealthy; nothing is placed
@@ -202,7 +232,7 @@ struct Container {
   std::string name;
   std::string container_arn;
   std::string image;
-  std::string last_status = "PENDING";  // PENDING | RUNNING | STOPPED
+  TaskStatus last_status = TaskStatus::kPending;
   std::optional<int> exit_code;
   std::string reason;
   bool essential = true;
@@ -230,9 +260,9 @@ struct Task {
   std::string group;
   std::string started_by;
   std::string launch_type = "EC2";
-  std::string last_status = "PENDING";   // PENDING | RUNNING | STOPPED (plus transitional states)
-  std::string desired_status = "RUNNING";
-  std::string stop_code;
+  TaskStatus last_status = TaskStatus::kPending;
+  TaskStatus desired_status = TaskStatus::kRunning;
+  std::string stop_code;                  // an ECS stop code (stop_codes names the server's own), "" = none
   std::string stopped_reason;
   EpochMs created_at = 0;
   EpochMs started_at = 0;

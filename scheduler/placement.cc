@@ -225,7 +225,9 @@ static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<
   const TaskDemand& d = req.demand;
   // StatusFilter
   if (!IsActive(inst))
-    return fail(reason::kStatus, [&] { return "container instance is " + inst.status + "; it takes no new tasks"; });
+    return fail(reason::kStatus, [&] {
+      return std::string("container instance is ") + Name(inst.status) + "; it takes no new tasks";
+    });
   // AgentFilter
   if (!inst.agent_connected) return fail(reason::kAgent, [] { return "the instance's agent is not connected"; });
   if (inst.impaired)

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <string_view>
 #include <vector>
 
 #include "scheduler/cluster_state.h"
@@ -21,13 +20,9 @@ inline bool Shareable(const Gpu& g) {
   return !g.held && (g.mode == GpuMode::kIdle || g.mode == GpuMode::kMps);
 }
 
-// Status tests without strlen/memcmp calls: the scan asks them of every instance.
-inline bool IsActive(const ContainerInstance& inst) {
-  return std::string_view(inst.status) == std::string_view("ACTIVE");
-}
-inline bool IsInactive(const ContainerInstance& inst) {
-  return std::string_view(inst.status) == std::string_view("INACTIVE");
-}
+// Status tests the scan asks of every instance.
+inline bool IsActive(const ContainerInstance& inst) { return inst.status == InstanceStatus::kActive; }
+inline bool IsInactive(const ContainerInstance& inst) { return inst.status == InstanceStatus::kInactive; }
 
 // GpuFit is what GpuFitFilter found on an instance that passes it: enough to score the instance without
 // allocating. ChosenGpus() (placement.cc) turns it into the GPU indices, for the instance finally chosen.

@@ -45,6 +45,9 @@ json Enc(int64_t v);
 json Enc(int v);
 json Enc(bool v);
 json Enc(GpuMode v);
+json Enc(TaskStatus v);
+json Enc(InstanceStatus v);
+json Enc(LifecycleStatus v);
 json Enc(const MpsSharing& v);
 json Enc(const ResourceRequirement& v);
 json Enc(const KeyValuePair& v);
@@ -71,6 +74,9 @@ void Dec(const json& j, const Path& path, int64_t& out);
 void Dec(const json& j, const Path& path, int& out);
 void Dec(const json& j, const Path& path, bool& out);
 void Dec(const json& j, const Path& path, GpuMode& out);
+void Dec(const json& j, const Path& path, TaskStatus& out);
+void Dec(const json& j, const Path& path, InstanceStatus& out);
+void Dec(const json& j, const Path& path, LifecycleStatus& out);
 void Dec(const json& j, const Path& path, MpsSharing& out);
 void Dec(const json& j, const Path& path, ResourceRequirement& out);
 void Dec(const json& j, const Path& path, KeyValuePair& out);
@@ -128,6 +134,11 @@ json Enc(GpuMode v) {
   }
   return "IDLE";
 }
+
+// Statuses are stored as ECS's names, as they were when the model held them as strings.
+json Enc(TaskStatus v) { return Name(v); }
+json Enc(InstanceStatus v) { return Name(v); }
+json Enc(LifecycleStatus v) { return Name(v); }
 
 template <typename T>
 json Enc(const std::vector<T>& v) {
@@ -399,6 +410,27 @@ void Dec(const json& j, const Path& path, GpuMode& out) {
   } else {
     throw DecodeError("field '" + path.str() + "': unknown GPU mode '" + s + "'");
   }
+}
+
+// DecStatus reads a status stored as its ECS name; any other string is an error naming the field and the string.
+template <typename E>
+void DecStatus(const json& j, const Path& path, std::optional<E> (*parse)(std::string_view), const char* what,
+               E& out) {
+  if (!j.is_string()) Mismatch(path, "string", j);
+  const auto& s = j.get_ref<const std::string&>();
+  const std::optional<E> v = parse(s);
+  if (!v) throw DecodeError("field '" + path.str() + "': unknown " + what + " '" + s + "'");
+  out = *v;
+}
+
+void Dec(const json& j, const Path& path, TaskStatus& out) {
+  DecStatus(j, path, ParseTaskStatus, "task status", out);
+}
+void Dec(const json& j, const Path& path, InstanceStatus& out) {
+  DecStatus(j, path, ParseInstanceStatus, "container instance status", out);
+}
+void Dec(const json& j, const Path& path, LifecycleStatus& out) {
+  DecStatus(j, path, ParseLifecycleStatus, "status", out);
 }
 
 template <typename T>

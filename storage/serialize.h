@@ -3,7 +3,8 @@
 // Every field of every model struct is written, with snake_case names and values as they are in memory
 // (times in epoch ms, enums as their ECS names, `extra_json` as a string), so ToDoc followed by FromDoc gives
 // back an equal struct. An absent std::optional is an absent key. Fields missing from a document (written by an
-// older binary) keep the struct's default; a field of the wrong type is an error, never a crash.
+// older binary) keep the struct's default; a field of the wrong type, or an enum name this binary does not
+// know (a status, a GPU mode), is an error, never a crash.
 // Strings that are not valid UTF-8 are written with U+FFFD in place of the bad bytes.
 #pragma once
 

@@ -8,16 +8,30 @@
 
 namespace gpupack::api {
 
+namespace {
+
+// ToModel: the channel's task status as the model's (the two enums name the same three ECS statuses).
+TaskStatus ToModel(protocol::TaskStatus status) {
+  switch (status) {
+    case protocol::TaskStatus::kPending: return TaskStatus::kPending;
+    case protocol::TaskStatus::kRunning: return TaskStatus::kRunning;
+    case protocol::TaskStatus::kStopped: return TaskStatus::kStopped;
+  }
+  return TaskStatus::kPending;
+}
+
+}  // namespace
+
 TaskStateReport FromProtocol(const protocol::TaskReport& report) {
   TaskStateReport r;
-  r.status = protocol::Name(report.status);
+  r.status = ToModel(report.status);
   if (!report.reason.empty()) r.reason = report.reason;
   if (report.stop_code) r.stop_code = protocol::Name(*report.stop_code);
   r.has_containers = true;
   for (const auto& c : report.containers) {
     ContainerStateReport cr;
     cr.name = c.name;
-    cr.status = protocol::Name(c.status);
+    cr.status = ToModel(c.status);
     if (c.exit_code) cr.exit_code = *c.exit_code;
     if (!c.reason.empty()) cr.reason = c.reason;
     r.containers.push_back(std::move(cr));
@@ -31,7 +45,7 @@ TaskStateReport FromProtocol(const protocol::TaskReport& report) {
 Status AgentHello(const std::string& instance_arn, const protocol::Hello& hello, Transaction& txn,
                   protocol::Welcome& out) {
   const ContainerInstance* inst = txn.state().FindInstance(instance_arn);
-  if (!inst || inst->status == "INACTIVE") return Status::InvalidParameter("instance is not registered");
+  if (!inst || inst->status == InstanceStatus::kInactive) return Status::InvalidParameter("instance is not registered");
   std::set<std::string> reported;
   for (const protocol::TaskReport& rt : hello.tasks) {
     reported.insert(rt.task_arn);
@@ -41,21 +55,22 @@ Status AgentHello(const std::string& instance_arn, const protocol::Hello& hello,
       if (!stopped) out.stop.push_back({rt.task_arn, "the server does not know this task"});
       continue;
     }
-    if (t->last_status == "STOPPED") {
+    if (t->last_status == TaskStatus::kStopped) {
       if (!stopped) out.stop.push_back({rt.task_arn, "the task was stopped while the agent was away"});
       continue;
     }
     GP_TRY(ApplyTaskReport(rt.task_arn, FromProtocol(rt), txn));
-    if (t->last_status != "STOPPED" && t->desired_status == "STOPPED") out.stop.push_back({rt.task_arn, t->stopped_reason});
+    if (t->last_status != TaskStatus::kStopped && t->desired_status == TaskStatus::kStopped)
+      out.stop.push_back({rt.task_arn, t->stopped_reason});
   }
   for (const std::string& arn : std::vector<std::string>(txn.state().LoadOf(instance_arn).task_arns)) {
     if (reported.count(arn)) continue;
     const Task* t = txn.state().FindTask(arn);
     if (!t) continue;
-    if (t->desired_status == "STOPPED" || t->last_status == "RUNNING") {
+    if (t->desired_status == TaskStatus::kStopped || t->last_status == TaskStatus::kRunning) {
       // Not on the agent any more: it ended while the agent was away or its state was lost.
       txn.UpdateTask(arn, [](Task& task) {
-        if (task.stop_code.empty()) task.stop_code = "TaskFailedToStart";
+        if (task.stop_code.empty()) task.stop_code = stop_codes::kTaskFailedToStart;
         if (task.stopped_reason.empty()) task.stopped_reason = "the agent no longer runs this task (its state was lost)";
       });
       FinishStop(arn, txn);
@@ -105,12 +120,12 @@ void AgentDisconnected(const std::string& instance_arn, Transaction& txn) {
 bool PushStillWanted(const ClusterState& state, const std::string& instance_arn, const AgentPush& push) {
   if (const auto* assign = std::get_if<protocol::Assign>(&push)) {
     const Task* t = state.FindTask(assign->task.task_arn);
-    return t && t->container_instance_arn == instance_arn && t->last_status == "PENDING" &&
-           t->desired_status != "STOPPED";
+    return t && t->container_instance_arn == instance_arn && t->last_status == TaskStatus::kPending &&
+           t->desired_status != TaskStatus::kStopped;
   }
   const auto& stop = std::get<protocol::Stop>(push);
   const Task* t = state.FindTask(stop.order.task_arn);
-  return t && t->container_instance_arn == instance_arn && t->last_status != "STOPPED";
+  return t && t->container_instance_arn == instance_arn && t->last_status != TaskStatus::kStopped;
 }
 
 }  // namespace gpupack::api

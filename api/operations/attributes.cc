@@ -54,7 +54,7 @@ Status ListAttributes(const ListAttributesRequest& in, const ReadContext& ctx, A
   GP_ASSIGN(cluster, ActiveCluster(ctx.view, ctx.arn, in.cluster));
   std::vector<AttributeRow> rows;
   for (const InstanceRecord* rec : ctx.view.InstancesOf(cluster->name)) {
-    if (rec->instance.status == "INACTIVE") continue;
+    if (rec->instance.status == InstanceStatus::kInactive) continue;
     for (const auto& a : rec->instance.attributes) {
       if (in.attribute_name && a.name != *in.attribute_name) continue;
       if (in.attribute_value && a.value != *in.attribute_value) continue;

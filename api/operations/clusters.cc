@@ -9,7 +9,7 @@ namespace {
 ClusterCounts CountsOf(const ClusterState& state, const std::string& cluster) {
   ClusterCounts counts;
   for (const ContainerInstance* inst : state.InstancesOf(cluster)) {
-    if (inst->status == "INACTIVE") continue;
+    if (inst->status == InstanceStatus::kInactive) continue;
     ++counts.registered_instances;
     counts.running_tasks += inst->running_tasks_count;
     counts.pending_tasks += inst->pending_tasks_count;
@@ -22,7 +22,8 @@ ClusterCounts CountsOf(const ClusterState& state, const std::string& cluster) {
 // CreateCluster is idempotent: an ACTIVE cluster of that name is answered as it is.
 Status CreateCluster(const CreateClusterRequest& in, Transaction& txn, ClusterResult& out) {
   GP_ASSIGN(name, ClusterNameFrom(txn.arn(), in.cluster_name));
-  if (const Cluster* existing = txn.state().FindCluster(name); existing && existing->status == "ACTIVE") {
+  const Cluster* existing = txn.state().FindCluster(name);
+  if (existing && existing->status == LifecycleStatus::kActive) {
     out = {*existing, CountsOf(txn.state(), name)};
     return Status::Ok();
   }
@@ -50,13 +51,13 @@ Status UpdateClusterSettings(const UpdateClusterSettingsRequest& in, Transaction
 Status DeleteCluster(const DeleteClusterRequest& in, Transaction& txn, ClusterResult& out) {
   GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
   for (const ContainerInstance* inst : txn.state().InstancesOf(cluster->name))
-    if (inst->status != "INACTIVE")
+    if (inst->status != InstanceStatus::kInactive)
       return Status::Client("The cluster cannot be deleted while container instances are active or draining.");
   for (const auto& [_, t] : txn.state().Tasks())
-    if (t.cluster == cluster->name && t.last_status != "STOPPED")
+    if (t.cluster == cluster->name && t.last_status != TaskStatus::kStopped)
       return Status::Client("The cluster cannot be deleted while tasks are active.");
   Cluster c = *cluster;
-  c.status = "INACTIVE";
+  c.status = LifecycleStatus::kInactive;
   txn.PutCluster(c);
   out = {c, CountsOf(txn.state(), c.name)};
   return Status::Ok();
@@ -75,7 +76,7 @@ Status DescribeClusters(const DescribeClustersRequest& in, const ReadContext& ct
 Status ListClusters(const ListClustersRequest& in, const ReadContext& ctx, ListPage& out) {
   std::vector<std::string> arns;
   for (const Cluster* c : ctx.view.Clusters())
-    if (c->status == "ACTIVE") arns.push_back(ctx.arn.ClusterArn(c->name));
+    if (c->status == LifecycleStatus::kActive) arns.push_back(ctx.arn.ClusterArn(c->name));
   out = PageOf("clusterArns", std::move(arns), in.page.begin, in.page.limit);
   return Status::Ok();
 }

@@ -71,7 +71,7 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
   inst.remaining = in.total;
   inst.gpus = in.gpus;
   inst.attributes = std::move(attrs);
-  inst.status = "ACTIVE";
+  inst.status = InstanceStatus::kActive;
   if (existing) {
     for (auto& g : inst.gpus)
       for (const auto& old : existing->gpus)
@@ -97,13 +97,13 @@ Status DeregisterContainerInstance(const DeregisterContainerInstanceRequest& in,
                                     " task(s) that are not stopped; stop them or deregister with force");
   for (const auto& task_arn : task_arns) {
     txn.UpdateTask(task_arn, [](Task& t) {
-      t.stop_code = "InfrastructureHealth";
+      t.stop_code = stop_codes::kInfrastructureHealth;
       t.stopped_reason = "container instance deregistered";
     });
     FinishStop(task_arn, txn);
   }
   txn.UpdateInstance(arn, [](ContainerInstance& i) {
-    i.status = "INACTIVE";
+    i.status = InstanceStatus::kInactive;
     i.agent_connected = false;
   });
   out.instance = Copy(txn.state(), arn);
@@ -133,8 +133,8 @@ Status ListContainerInstances(const ListContainerInstancesRequest& in, const Rea
   std::vector<std::string> arns;
   for (const InstanceRecord* rec : ctx.view.InstancesOf(cluster->name)) {
     const ContainerInstance& inst = rec->instance;
-    if (inst.status == "INACTIVE") continue;
-    if (in.status && inst.status != *in.status) continue;
+    if (inst.status == InstanceStatus::kInactive) continue;
+    if (in.status_matches_none || (in.status && inst.status != *in.status)) continue;
     if (expr && !query::Evaluate(*expr, inst, rec->load)) continue;
     arns.push_back(inst.arn);
   }

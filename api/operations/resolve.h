@@ -14,7 +14,7 @@ template <typename State>
 Result<const Cluster*> ActiveCluster(const State& state, const ArnContext& arn, const std::string& ref) {
   GP_ASSIGN(name, ClusterNameFrom(arn, ref));
   const Cluster* c = state.FindCluster(name);
-  if (!c || c->status != "ACTIVE") return Status::ClusterNotFound("Cluster not found: " + name);
+  if (!c || c->status != LifecycleStatus::kActive) return Status::ClusterNotFound("Cluster not found: " + name);
   return c;
 }
 
@@ -42,7 +42,7 @@ Result<const ContainerInstance*> ResolveInstance(const State& state, const ArnCo
                                                  const std::string& ref) {
   GP_ASSIGN(id, ResourceIdFrom(arn, "container-instance", ref, cluster));
   const ContainerInstance* inst = state.FindInstance(arn.InstanceArn(cluster, id));
-  if (!inst || inst->status == "INACTIVE")
+  if (!inst || inst->status == InstanceStatus::kInactive)
     return Status::InvalidParameter("The referenced container instance was not found: " + ref.substr(0, 300));
   return inst;
 }

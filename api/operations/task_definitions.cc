@@ -15,7 +15,7 @@ Status RegisterTaskDefinition(const RegisterTaskDefinitionRequest& in, Transacti
   GP_TRY(ValidateTaskDefinition(td));
   td.revision = txn.state().LatestRevision(td.family) + 1;
   td.arn = txn.arn().TaskDefinitionArn(td.family, td.revision);
-  td.status = "ACTIVE";
+  td.status = LifecycleStatus::kActive;
   td.registered_at = txn.now();
   out = {std::make_shared<const TaskDefinition>(td), true};
   txn.PutTaskDefinition(std::move(td));
@@ -30,8 +30,8 @@ Status DeregisterTaskDefinition(const DeregisterTaskDefinitionRequest& in, Trans
   const TaskDefinition* found = txn.state().FindTaskDefinition(r.family, r.revision);
   if (!found) return Status::Client("The specified task definition does not exist.");
   TaskDefinition td = *found;
-  if (td.status != "INACTIVE") {
-    td.status = "INACTIVE";
+  if (td.status != LifecycleStatus::kInactive) {
+    td.status = LifecycleStatus::kInactive;
     td.deregistered_at = txn.now();
     txn.PutTaskDefinition(td);
   }
@@ -54,7 +54,7 @@ Status ListTaskDefinitions(const ListTaskDefinitionsRequest& in, const ReadConte
   for (const auto& [family, revisions] : ctx.view.TaskDefinitions()) {
     if (in.family_prefix && family != *in.family_prefix) continue;
     for (const auto& [rev, td] : *revisions)
-      if (td->status == in.status) arns.push_back(td->arn);
+      if (in.status && td->status == *in.status) arns.push_back(td->arn);
   }
   if (in.descending) std::reverse(arns.begin(), arns.end());
   out = PageOf("taskDefinitionArns", std::move(arns), in.page.begin, in.page.limit);
@@ -67,8 +67,8 @@ Status ListTaskDefinitionFamilies(const ListTaskDefinitionFamiliesRequest& in, c
   for (const auto& [family, revisions] : ctx.view.TaskDefinitions()) {
     if (in.family_prefix && family.rfind(*in.family_prefix, 0) != 0) continue;
     const bool any_active = std::any_of(revisions->begin(), revisions->end(),
-                                        [](const auto& r) { return r.second->status == "ACTIVE"; });
-    if (in.status == "ALL" || (in.status == "ACTIVE") == any_active) families.push_back(family);
+                                        [](const auto& r) { return r.second->status == LifecycleStatus::kActive; });
+    if (!in.status || (*in.status == LifecycleStatus::kActive) == any_active) families.push_back(family);
   }
   out = PageOf("families", std::move(families), in.page.begin, in.page.limit);
   return Status::Ok();

@@ -5,12 +5,6 @@
 
 namespace gpupack::api {
 
-namespace {
-
-bool IsTerminal(const std::string& status) { return status == "STOPPED" || status == "DELETED"; }
-
-}  // namespace
-
 bool UsesChannel(const ContainerInstance& instance) {
   return instance.FindAttribute(protocol::kChannelAttribute) != nullptr;
 }
@@ -18,21 +12,21 @@ bool UsesChannel(const ContainerInstance& instance) {
 void FinishStop(const std::string& task_arn, Transaction& txn) {
   const EpochMs now = txn.now();
   txn.UpdateTask(task_arn, [now](Task& t) {
-    t.desired_status = "STOPPED";
+    t.desired_status = TaskStatus::kStopped;
     if (!t.stopping_at) t.stopping_at = now;
     t.stopped_at = now;
-    for (auto& c : t.containers) c.last_status = "STOPPED";
+    for (auto& c : t.containers) c.last_status = TaskStatus::kStopped;
   });
-  txn.SetTaskStatus(task_arn, "STOPPED");  // releases reservations exactly once
+  txn.SetTaskStatus(task_arn, TaskStatus::kStopped);  // releases reservations exactly once
 }
 
 void StopTaskRecord(const std::string& task_arn, const std::string& stop_code, const std::string& reason,
                     Transaction& txn) {
   const Task* task = txn.state().FindTask(task_arn);
-  if (!task || task->desired_status == "STOPPED" || task->last_status == "STOPPED") return;
+  if (!task || task->desired_status == TaskStatus::kStopped || task->last_status == TaskStatus::kStopped) return;
   const EpochMs now = txn.now();
   txn.UpdateTask(task_arn, [&](Task& t) {
-    t.desired_status = "STOPPED";
+    t.desired_status = TaskStatus::kStopped;
     t.stop_code = stop_code;
     t.stopped_reason = reason;
     t.stopping_at = now;
@@ -45,7 +39,7 @@ void StopTaskRecord(const std::string& task_arn, const std::string& stop_code, c
   }
   // A task no agent has started yet stops at once. A running one waits for its agent's report (a channel agent
   // that is away gets the stop when it reconnects).
-  if (task->last_status == "PENDING") FinishStop(task_arn, txn);
+  if (task->last_status == TaskStatus::kPending) FinishStop(task_arn, txn);
 }
 
 // ApplyTaskReport: container reports are checked by the parser and applied together (never half a report); a
@@ -58,27 +52,27 @@ Status ApplyTaskReport(const std::string& task_arn, const TaskStateReport& repor
       for (const auto& r : report.containers)
         for (auto& ctr : t.containers) {
           if (!r.name || ctr.name != *r.name) continue;
-          if (r.status && !IsTerminal(ctr.last_status)) ctr.last_status = *r.status;
+          if (r.status && ctr.last_status != TaskStatus::kStopped) ctr.last_status = *r.status;
           if (r.exit_code) ctr.exit_code = static_cast<int>(*r.exit_code);
           if (r.reason) ctr.reason = *r.reason;
         }
     });
   }
-  if (task->last_status == "STOPPED") return Status::Ok();  // late or repeated: nothing moves
-  if (report.status == "RUNNING" && task->last_status != "RUNNING") {
-    txn.SetTaskStatus(task_arn, "RUNNING");
+  if (task->last_status == TaskStatus::kStopped) return Status::Ok();  // late or repeated: nothing moves
+  if (report.status == TaskStatus::kRunning && task->last_status != TaskStatus::kRunning) {
+    txn.SetTaskStatus(task_arn, TaskStatus::kRunning);
     const EpochMs now = txn.now();
     txn.UpdateTask(task_arn, [now](Task& t) {
       t.started_at = now;
       for (auto& c : t.containers)
-        if (c.last_status == "PENDING") c.last_status = "RUNNING";
+        if (c.last_status == TaskStatus::kPending) c.last_status = TaskStatus::kRunning;
     });
-  } else if (report.status == "STOPPED") {
+  } else if (report.status == TaskStatus::kStopped) {
     txn.UpdateTask(task_arn, [&report](Task& t) {
       if (t.stop_code.empty()) {
         t.stop_code = report.stop_code && !report.stop_code->empty() ? *report.stop_code
-                      : t.last_status == "PENDING"                   ? "TaskFailedToStart"
-                                                                     : "EssentialContainerExited";
+                      : t.last_status == TaskStatus::kPending        ? stop_codes::kTaskFailedToStart
+                                                                     : stop_codes::kEssentialContainerExited;
       }
       if (report.reason && !report.reason->empty()) t.stopped_reason = *report.reason;
     });
@@ -103,7 +97,7 @@ Status SubmitContainerStateChange(const SubmitContainerStateChangeRequest& in, T
   txn.UpdateTask(task->arn, [&in](Task& t) {
     for (auto& c : t.containers) {
       if (c.name != in.container_name) continue;
-      if (in.status && !IsTerminal(c.last_status)) c.last_status = *in.status;
+      if (in.status && c.last_status != TaskStatus::kStopped) c.last_status = *in.status;
       if (in.exit_code) c.exit_code = static_cast<int>(*in.exit_code);
       if (in.reason) c.reason = *in.reason;
     }
@@ -122,7 +116,8 @@ protocol::Assignment AssignmentFor(const Task& task, const ClusterState& state, 
   a.task_arn = task.arn;
   a.cluster = task.cluster;
   a.task_definition_arn = task.task_definition_arn;
-  a.desired_status = task.desired_status == "STOPPED" ? protocol::TaskStatus::kStopped : protocol::TaskStatus::kRunning;
+  a.desired_status =
+      task.desired_status == TaskStatus::kStopped ? protocol::TaskStatus::kStopped : protocol::TaskStatus::kRunning;
   for (const Container& c : task.containers) {
     protocol::AssignedContainer ac;
     ac.name = c.name;

@@ -35,7 +35,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
   GP_ASSIGN(cluster, ActiveCluster(state, txn.arn(), in.cluster));
   GP_TRY(ValidatePlacement(in.constraints, in.strategies));
   GP_ASSIGN(td, ResolveTaskDefinition(state, txn.arn(), in.task_definition));
-  if (td->status != "ACTIVE" && in.task_definition.find(':') == std::string::npos)
+  if (td->status != LifecycleStatus::kActive && in.task_definition.find(':') == std::string::npos)
     return Status::Client("task definition " + td->family + " has no ACTIVE revision");
   GP_TRY(ValidateOverrides(*td, in.overrides));
 
@@ -128,7 +128,7 @@ Status StopTask(const StopTaskRequest& in, Transaction& txn, TaskResult& out) {
   GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
   GP_ASSIGN(task, ResolveTask(txn.state(), txn.arn(), cluster->name, in.task));
   const std::string arn = task->arn;
-  StopTaskRecord(arn, "UserInitiated", in.reason.value_or("Task stopped by user"), txn);
+  StopTaskRecord(arn, stop_codes::kUserInitiated, in.reason.value_or("Task stopped by user"), txn);
   out.task = std::make_shared<const Task>(*txn.state().FindTask(arn));
   txn.MarkWrite();
   return Status::Ok();
@@ -157,12 +157,12 @@ Status ListTasks(const ListTasksRequest& in, const ReadContext& ctx, ListPage& o
     GP_ASSIGN(id, ResourceIdFrom(ctx.arn, "container-instance", *in.container_instance));
     instance_arn = ctx.arn.InstanceArn(cluster->name, id);
   }
-  const bool want_stopped = in.desired_status == "STOPPED";
+  const bool want_stopped = in.desired_status == TaskStatus::kStopped;
   const std::string family_part = in.family ? "task-definition/" + *in.family + ":" : "";
   std::vector<std::pair<EpochMs, std::string>> rows;
   ctx.view.ForEachTask([&](const Task& t) {
     if (t.cluster != cluster->name) return;
-    if (want_stopped != (t.desired_status == "STOPPED")) return;
+    if (want_stopped != (t.desired_status == TaskStatus::kStopped)) return;
     if (!instance_arn.empty() && t.container_instance_arn != instance_arn) return;
     if (in.started_by && t.started_by != *in.started_by) return;
     if (in.family && t.task_definition_arn.find(family_part) == std::string::npos) return;
@@ -196,7 +196,8 @@ Status ExplainPlacement(const ExplainPlacementRequest& in, const ClusterState& s
 void PurgeExpired(Transaction& txn, EpochMs retention_ms) {
   std::vector<std::string> expired;
   for (const auto& [arn, t] : txn.state().Tasks())
-    if (t.last_status == "STOPPED" && t.resources_released && t.stopped_at && txn.now() - t.stopped_at > retention_ms)
+    if (t.last_status == TaskStatus::kStopped && t.resources_released && t.stopped_at &&
+        txn.now() - t.stopped_at > retention_ms)
       expired.push_back(arn);
   for (const auto& arn : expired) (void)txn.EraseStoppedTask(arn);
 }

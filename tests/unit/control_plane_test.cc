@@ -616,5 +616,84 @@ TEST_F(ControlPlaneTest, DrainingInstancesTakeNoNewTasks) {
   EXPECT_EQ(r["failures"][0]["reason"], "STATUS");
 }
 
+// The status filters of the List calls keep ECS's meaning, including the values ECS accepts that no record here
+// is ever in, and a status that is not one of ECS's is refused with the same message as ever.
+TEST_F(ControlPlaneTest, StatusFiltersAndStatusErrorsOfRequests) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  RegisterShared(s, "live", 1024);  // live:1, deregistered below, and live:2
+  RegisterShared(s, "live", 1024);
+  RegisterShared(s, "gone", 1024);
+  s.Ok("DeregisterTaskDefinition", {{"taskDefinition", "live:1"}});
+  s.Ok("DeregisterTaskDefinition", {{"taskDefinition", "gone:1"}});
+  auto arns = [](const Json& body, const char* key) {
+    std::vector<std::string> out;
+    for (const auto& v : body[key]) {
+      const std::string arn = v;
+      out.push_back(arn.substr(arn.rfind('/') + 1));
+    }
+    return out;
+  };
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(arns(s.Ok("ListTaskDefinitions", Json::object()), "taskDefinitionArns"), (Names{"live:2"}));
+  EXPECT_EQ(arns(s.Ok("ListTaskDefinitions", {{"status", "INACTIVE"}}), "taskDefinitionArns"),
+            (Names{"gone:1", "live:1"}));
+  EXPECT_EQ(arns(s.Ok("ListTaskDefinitions", {{"status", "DELETE_IN_PROGRESS"}}), "taskDefinitionArns"), Names{});
+  EXPECT_EQ(s.Ok("ListTaskDefinitionFamilies", Json::object())["families"], Json::array({"live"}));
+  EXPECT_EQ(s.Ok("ListTaskDefinitionFamilies", {{"status", "INACTIVE"}})["families"], Json::array({"gone"}));
+  EXPECT_EQ(s.Ok("ListTaskDefinitionFamilies", {{"status", "ALL"}})["families"], Json::array({"gone", "live"}));
+
+  const std::string active = RegisterInstance(s, {22587});
+  const std::string draining = RegisterInstance(s, {22587});
+  const std::string gone = RegisterInstance(s, {22587});
+  s.Ok("UpdateContainerInstancesState", {{"containerInstances", Json::array({draining})}, {"status", "DRAINING"}});
+  s.Ok("DeregisterContainerInstance", {{"containerInstance", gone}});
+  auto instances = [&](const Json& body) { return s.Ok("ListContainerInstances", body)["containerInstanceArns"]; };
+  EXPECT_EQ(instances(Json::object()), Json::array({active, draining}));
+  EXPECT_EQ(instances({{"status", "ACTIVE"}}), Json::array({active}));
+  EXPECT_EQ(instances({{"status", "DRAINING"}}), Json::array({draining}));
+  for (const char* none : {"REGISTERING", "DEREGISTERING", "REGISTRATION_FAILED"})
+    EXPECT_EQ(instances({{"status", none}}), Json::array()) << none;
+
+  s.Ok("RunTask", {{"taskDefinition", "live"}});
+  const Json running = s.Ok("ListTasks", Json::object())["taskArns"];
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(s.Ok("ListTasks", {{"desiredStatus", "PENDING"}})["taskArns"], running);
+  EXPECT_EQ(s.Ok("ListTasks", {{"desiredStatus", "STOPPED"}})["taskArns"], Json::array());
+  const std::string task = running[0];
+
+  struct Refused {
+    const char* op;
+    Json body;
+    const char* message;
+  };
+  const Refused refused[] = {
+      {"ListTaskDefinitions", {{"status", "ALL"}}, "status must be ACTIVE or INACTIVE"},
+      {"ListTaskDefinitionFamilies", {{"status", "active"}}, "status must be ACTIVE, INACTIVE or ALL"},
+      {"ListContainerInstances", {{"status", "INACTIVE"}},
+       "status must be ACTIVE, DRAINING, REGISTERING, DEREGISTERING or REGISTRATION_FAILED"},
+      {"UpdateContainerInstancesState", {{"containerInstances", Json::array({active})}, {"status", "INACTIVE"}},
+       "status must be ACTIVE or DRAINING"},
+      {"ListTasks", {{"desiredStatus", "DEPROVISIONING"}}, "desiredStatus must be RUNNING, PENDING or STOPPED"},
+      {"SubmitTaskStateChange", {{"task", task}, {"status", "STOPPING"}}, "status must be PENDING, RUNNING or STOPPED"},
+      {"SubmitTaskStateChange",
+       {{"task", task},
+        {"status", "RUNNING"},
+        {"containers", Json::array({{{"containerName", "c"}, {"status", "x"}}})}},
+       "containers[].status must be PENDING, RUNNING or STOPPED"},
+      {"SubmitContainerStateChange", {{"task", task}, {"containerName", "c"}, {"status", "DELETED"}},
+       "status must be PENDING, RUNNING or STOPPED"},
+  };
+  for (const auto& r : refused) {
+    const OperationResult out = s.Call(r.op, r.body);
+    EXPECT_EQ(out.status.code(), ErrorCode::kInvalidParameter) << r.op << " " << r.body.dump();
+    EXPECT_EQ(out.status.message(), r.message) << r.op << " " << r.body.dump();
+  }
+  // Nothing refused changed the task.
+  const Json t = s.Ok("DescribeTasks", {{"tasks", Json::array({task})}})["tasks"][0];
+  EXPECT_EQ(t["lastStatus"], "PENDING");
+  EXPECT_EQ(t["containers"][0]["lastStatus"], "PENDING");
+}
+
 }  // namespace
 }  // namespace gpupack::api

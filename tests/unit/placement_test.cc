@@ -36,7 +36,7 @@ class Instance {
   Instance& Cpu(int64_t cpu) { ci_.registered.cpu = ci_.remaining.cpu = cpu; return *this; }
   Instance& Memory(MiB m) { ci_.registered.memory = ci_.remaining.memory = m; return *this; }
   Instance& Attr(std::string n, std::string v) { ci_.attributes.push_back({std::move(n), std::move(v)}); return *this; }
-  Instance& Status(std::string s) { ci_.status = std::move(s); return *this; }
+  Instance& Status(InstanceStatus s) { ci_.status = s; return *this; }
   Instance& Disconnected() { ci_.agent_connected = false; return *this; }
   Instance& Impaired() { ci_.impaired = true; return *this; }
   operator ContainerInstance() const { return ci_; }  // NOLINT
@@ -92,6 +92,43 @@ Placement Place(const ClusterState& s, TaskDemand d, std::vector<PlacementStrate
   return (*p)->PlaceOne(s);
 }
 
+// Every status's Name is ECS's spelling and parses back; any other spelling (case included) does not parse.
+TEST(ModelStatus, NamesAreEcsSpellingsAndParseBack) {
+  const std::pair<TaskStatus, std::string_view> tasks[] = {
+      {TaskStatus::kPending, "PENDING"}, {TaskStatus::kRunning, "RUNNING"}, {TaskStatus::kStopped, "STOPPED"}};
+  for (const auto& [status, name] : tasks) {
+    EXPECT_EQ(Name(status), name);
+    EXPECT_EQ(ParseTaskStatus(name), status) << name;
+  }
+  const std::pair<InstanceStatus, std::string_view> instances[] = {{InstanceStatus::kActive, "ACTIVE"},
+                                                                   {InstanceStatus::kDraining, "DRAINING"},
+                                                                   {InstanceStatus::kInactive, "INACTIVE"}};
+  for (const auto& [status, name] : instances) {
+    EXPECT_EQ(Name(status), name);
+    EXPECT_EQ(ParseInstanceStatus(name), status) << name;
+  }
+  const std::pair<LifecycleStatus, std::string_view> lifecycles[] = {{LifecycleStatus::kActive, "ACTIVE"},
+                                                                     {LifecycleStatus::kInactive, "INACTIVE"}};
+  for (const auto& [status, name] : lifecycles) {
+    EXPECT_EQ(Name(status), name);
+    EXPECT_EQ(ParseLifecycleStatus(name), status) << name;
+  }
+  for (std::string_view other : {"", "running", "Running", "RUNNING ", "DELETED", "DEPROVISIONING", "ALL"}) {
+    EXPECT_EQ(ParseTaskStatus(other), std::nullopt) << other;
+    EXPECT_EQ(ParseInstanceStatus(other), std::nullopt) << other;
+    EXPECT_EQ(ParseLifecycleStatus(other), std::nullopt) << other;
+  }
+  EXPECT_EQ(ParseInstanceStatus("REGISTERING"), std::nullopt);
+  EXPECT_EQ(ParseLifecycleStatus("DRAINING"), std::nullopt);
+  // The model's defaults are what a new record is in.
+  EXPECT_EQ(Task().last_status, TaskStatus::kPending);
+  EXPECT_EQ(Task().desired_status, TaskStatus::kRunning);
+  EXPECT_EQ(Container().last_status, TaskStatus::kPending);
+  EXPECT_EQ(ContainerInstance().status, InstanceStatus::kActive);
+  EXPECT_EQ(Cluster().status, LifecycleStatus::kActive);
+  EXPECT_EQ(TaskDefinition().status, LifecycleStatus::kActive);
+}
+
 TEST(Placement, BestFitGpuInsideTheInstance) {
   ClusterState s;
   s.PutInstance(Instance("a").Gpus(3, 20000));
@@ -112,7 +149,7 @@ TEST(Placement, FailureReasonsPerInstance) {
   s.PutInstance(Instance("mem").Gpus(1, 40000).Memory(256));         // 256 < 512 MiB
   s.PutInstance(Instance("small").Gpus(2, 3000));                    // 3,000 < 4,096 on each GPU
   s.PutInstance(Instance("nogpu"));                                  // no GPU at all
-  s.PutInstance(Instance("drain").Gpus(1, 40000).Status("DRAINING"));
+  s.PutInstance(Instance("drain").Gpus(1, 40000).Status(InstanceStatus::kDraining));
   s.PutInstance(Instance("gone").Gpus(1, 40000).Disconnected());
   Placement p = Place(s, Shared(4096));
   ASSERT_FALSE(p.placed());
@@ -122,7 +159,8 @@ TEST(Placement, FailureReasonsPerInstance) {
   EXPECT_EQ(p.failures[2], (PlacementFailure{"arn:i/small", "RESOURCE:GPU_MEMORY",
                                              "largest free block on any GPU is 3,000 MiB; task needs 4,096 MiB on one GPU"}));
   EXPECT_EQ(p.failures[3].reason, "RESOURCE:GPU");
-  EXPECT_EQ(p.failures[4].reason, "STATUS");
+  EXPECT_EQ(p.failures[4],
+            (PlacementFailure{"arn:i/drain", "STATUS", "container instance is DRAINING; it takes no new tasks"}));
   EXPECT_EQ(p.failures[5].reason, "AGENT");
 }
 
@@ -415,7 +453,7 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
       Instance b("i" + std::to_string(i));
       b.Cpu(1024 * (1 + pick(4))).Memory(4096 * (1 + pick(4))).Gpus(pick(5), pick(2) ? 8000 : 16000);
       if (pick(4)) b.Attr("zone", std::string(1, static_cast<char>('a' + pick(3))));
-      if (pick(10) == 0) b.Status(pick(2) ? "DRAINING" : "INACTIVE");
+      if (pick(10) == 0) b.Status(pick(2) ? InstanceStatus::kDraining : InstanceStatus::kInactive);
       if (pick(12) == 0) b.Disconnected();
       if (pick(12) == 0) b.Impaired();
       s.PutInstance(b);
@@ -448,8 +486,8 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
     for (const auto& arn : tasks) {
       const int what = pick(10);
       if (what < 2) s.ReleaseTask(arn);
-      else if (what == 2) s.SetTaskLastStatus(arn, "STOPPED");
-      else if (what == 3) s.SetTaskLastStatus(arn, "RUNNING");
+      else if (what == 2) s.SetTaskLastStatus(arn, TaskStatus::kStopped);
+      else if (what == 3) s.SetTaskLastStatus(arn, TaskStatus::kRunning);
     }
     // A group with many tasks (no resources held), skewed towards the first instances; in some rounds one on
     // every instance, so that no instance has count 0 (spread(instanceId) starts at count 1).
@@ -477,7 +515,7 @@ TEST(Placement, ScanShortcutsDecideAsTheFullScan) {
     if (pick(3) == 0) {
       ContainerInstance again = *s.InstancesOf("c")[pick(n)];
       again.remaining = again.registered;
-      if (pick(2)) again.status = pick(2) ? "ACTIVE" : "DRAINING";
+      if (pick(2)) again.status = pick(2) ? InstanceStatus::kActive : InstanceStatus::kDraining;
       if (pick(2)) again.agent_connected = !again.agent_connected;
       s.PutInstance(again);
       s.RebuildReservations();
@@ -752,8 +790,8 @@ TEST_P(BuildTaskTest, BuildsWhatRunTaskReserves) {
   EXPECT_EQ(t.tags, (std::vector<KeyValuePair>{{"team", "ml"}}));
   EXPECT_EQ(t.reserved, (Resources{demand.cpu, demand.memory}));
   EXPECT_EQ(t.gpu_reservations, c.reservations);
-  EXPECT_EQ(t.last_status, "PENDING");
-  EXPECT_EQ(t.desired_status, "RUNNING");
+  EXPECT_EQ(t.last_status, TaskStatus::kPending);
+  EXPECT_EQ(t.desired_status, TaskStatus::kRunning);
   ASSERT_EQ(t.containers.size(), td.containers.size());
   for (size_t i = 0; i < t.containers.size(); ++i) {
     const Container& k = t.containers[i];
@@ -762,7 +800,7 @@ TEST_P(BuildTaskTest, BuildsWhatRunTaskReserves) {
     EXPECT_EQ(k.container_arn, "arn:container/c/0123/" + td.containers[i].name);
     EXPECT_EQ(k.image, td.containers[i].image);
     EXPECT_EQ(k.essential, td.containers[i].essential);
-    EXPECT_EQ(k.last_status, "PENDING");
+    EXPECT_EQ(k.last_status, TaskStatus::kPending);
     EXPECT_EQ(k.gpu_ids, c.gpu_ids[i]);
     EXPECT_EQ(k.mps, c.mps[i]);
   }

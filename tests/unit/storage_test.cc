@@ -50,7 +50,7 @@ Cluster FullCluster(const std::string& name) {
   Cluster c;
   c.name = name;
   c.arn = "arn:aws:ecs:us-east-1:000000000000:cluster/" + name;
-  c.status = "INACTIVE";
+  c.status = LifecycleStatus::kInactive;
   c.settings.compute_aware_placement = true;
   c.tags = {{"team", "ml"}, {"cost-center", "42"}};
   c.created_at = 1'700'000'000'123;
@@ -62,7 +62,7 @@ TaskDefinition FullTaskDefinition(const std::string& family, int revision) {
   td.family = family;
   td.revision = revision;
   td.arn = "arn:aws:ecs:us-east-1:000000000000:task-definition/" + family + ":" + std::to_string(revision);
-  td.status = "INACTIVE";
+  td.status = LifecycleStatus::kInactive;
   ContainerDefinition shared;
   shared.name = "infer";
   shared.image = "registry/infer:1.2";
@@ -106,7 +106,7 @@ ContainerInstance FullInstance(const std::string& arn) {
   i.cluster = "gpu";
   i.ec2_instance_id = "i-0123456789abcdef0";
   i.instance_type = "g5.12xlarge";
-  i.status = "DRAINING";
+  i.status = InstanceStatus::kDraining;
   i.status_reason = "operator drain";
   i.agent_connected = false;
   i.impaired = true;
@@ -134,9 +134,9 @@ Task FullTask(const std::string& arn) {
   t.group = "family:infer";
   t.started_by = "ci-job-7";
   t.launch_type = "EXTERNAL";
-  t.last_status = "STOPPED";
-  t.desired_status = "STOPPED";
-  t.stop_code = "EssentialContainerExited";
+  t.last_status = TaskStatus::kStopped;
+  t.desired_status = TaskStatus::kStopped;
+  t.stop_code = stop_codes::kEssentialContainerExited;
   t.stopped_reason = "Essential container in task exited";
   t.created_at = 1'700'000'000'001;
   t.started_at = 1'700'000'000'002;
@@ -146,7 +146,7 @@ Task FullTask(const std::string& arn) {
   c.name = "infer";
   c.container_arn = arn + "/container/infer";
   c.image = "registry/infer:1.2";
-  c.last_status = "STOPPED";
+  c.last_status = TaskStatus::kStopped;
   c.exit_code = 0;  // present and zero: must not come back as absent
   c.reason = "exited";
   c.essential = false;
@@ -442,7 +442,7 @@ TEST_P(StoreContractTest, UpsertOverwritesAndKeepsFirstStoredPosition) {
   updated.gpus[0].remaining_memory_mib = 1;
   b2.PutInstance(updated);
   Cluster renamed = FullCluster("gpu");
-  renamed.status = "ACTIVE";
+  renamed.status = LifecycleStatus::kActive;
   b2.PutCluster(renamed);
   ASSERT_TRUE(store_->Commit(b2).ok());
 
@@ -612,7 +612,7 @@ TEST_F(SqliteStoreTest, FailedBatchAppliesNothingAndNamesTheFailure) {
 
   WriteBatch b;
   Cluster changed = FullCluster("gpu");
-  changed.status = "ACTIVE";
+  changed.status = LifecycleStatus::kActive;
   b.PutCluster(changed);                // written before the failure
   b.PutTask(SmallTask("existing", 2));  // written before the failure
   b.PutTask(SmallTask("poison"));       // fails
@@ -697,6 +697,17 @@ TEST_F(SqliteStoreTest, CorruptDocIsReportedWithTableAndKey) {
        "table client_tokens, key ('gpu', 'swapped')", "holds key ('gpu', 'other')"},
       // Not an object at all.
       {"UPDATE tasks SET doc = '[1, 2]' WHERE arn = 'arn:task/gpu/broken'", "table tasks", "expected object"},
+      // A status this binary does not know, at the top and deep inside: the field and the string are named.
+      {"UPDATE tasks SET doc = json_set(doc, '$.last_status', 'LOST') WHERE arn = 'arn:task/gpu/broken'",
+       "table tasks, key 'arn:task/gpu/broken'", "field 'last_status': unknown task status 'LOST'"},
+      {"UPDATE tasks SET doc = json_set(doc, '$.containers[1].last_status', 'DELETED') "
+       "WHERE arn = 'arn:task/gpu/broken'",
+       "table tasks, key 'arn:task/gpu/broken'", "field 'containers[1].last_status': unknown task status 'DELETED'"},
+      {"UPDATE container_instances SET doc = json_set(doc, '$.status', 'REGISTERING') WHERE arn = 'arn:ci/gpu/typed'",
+       "table container_instances, key 'arn:ci/gpu/typed'",
+       "field 'status': unknown container instance status 'REGISTERING'"},
+      {"UPDATE tasks SET doc = json_set(doc, '$.desired_status', 7) WHERE arn = 'arn:task/gpu/broken'",
+       "table tasks, key 'arn:task/gpu/broken'", "field 'desired_status': expected string, got integer"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.corrupt_sql);
@@ -725,6 +736,64 @@ TEST_F(SqliteStoreTest, CorruptDocIsReportedWithTableAndKey) {
     b.PutCluster(FullCluster("after"));
     EXPECT_TRUE(store->Commit(b).ok());
   }
+}
+
+TEST_F(SqliteStoreTest, StatusesAreStoredAsTheirEcsNames) {
+  {
+    auto store = OpenOrDie(Path());
+    WriteBatch b;
+    b.PutCluster(FullCluster("gpu"));
+    b.PutTaskDefinition(FullTaskDefinition("infer", 3));
+    b.PutInstance(FullInstance("arn:ci/gpu/abc"));
+    b.PutTask(FullTask("arn:task/gpu/stopped"));
+    b.PutTask(SmallTask("arn:task/gpu/fresh"));  // the defaults: PENDING, desired RUNNING
+    ASSERT_TRUE(store->Commit(b).ok());
+  }
+  RawDb raw(Path());
+  EXPECT_EQ(raw.Text("SELECT json_extract(doc, '$.status') FROM clusters"), "INACTIVE");
+  EXPECT_EQ(raw.Text("SELECT json_extract(doc, '$.status') FROM task_definitions"), "INACTIVE");
+  EXPECT_EQ(raw.Text("SELECT json_extract(doc, '$.status') FROM container_instances"), "DRAINING");
+  const std::string stopped = "FROM tasks WHERE arn = 'arn:task/gpu/stopped'";
+  EXPECT_EQ(raw.Text("SELECT json_extract(doc, '$.last_status') " + stopped), "STOPPED");
+  EXPECT_EQ(raw.Text("SELECT json_extract(doc, '$.desired_status') " + stopped), "STOPPED");
+  EXPECT_EQ(raw.Text("SELECT json_extract(doc, '$.containers[0].last_status') " + stopped), "STOPPED");
+  const std::string fresh = "FROM tasks WHERE arn = 'arn:task/gpu/fresh'";
+  EXPECT_EQ(raw.Text("SELECT json_extract(doc, '$.last_status') " + fresh), "PENDING");
+  EXPECT_EQ(raw.Text("SELECT json_extract(doc, '$.desired_status') " + fresh), "RUNNING");
+}
+
+TEST_F(SqliteStoreTest, DocsWithStatusStringsAsEarlierBinariesWroteThemLoad) {
+  OpenOrDie(Path()).reset();
+  {
+    RawDb raw(Path());
+    raw.Exec(R"sql(INSERT INTO clusters (name, doc) VALUES ('old', '{"name":"old","status":"ACTIVE"}'))sql");
+    raw.Exec(R"sql(INSERT INTO task_definitions (family, revision, doc)
+                   VALUES ('old', 2, '{"family":"old","revision":2,"status":"INACTIVE"}'))sql");
+    raw.Exec(R"sql(INSERT INTO container_instances (arn, doc)
+                   VALUES ('arn:ci/old', '{"arn":"arn:ci/old","status":"DRAINING"}'))sql");
+    raw.Exec(R"sql(INSERT INTO tasks (arn, doc) VALUES ('arn:task/old',
+                   '{"arn":"arn:task/old","last_status":"RUNNING","desired_status":"STOPPED",
+                     "containers":[{"name":"main","last_status":"RUNNING"},
+                                   {"name":"side","last_status":"STOPPED"}]}'))sql");
+    raw.Exec(R"sql(INSERT INTO tasks (arn, doc) VALUES ('arn:task/bare', '{"arn":"arn:task/bare"}'))sql");
+  }
+  auto store = OpenOrDie(Path());
+  Snapshot s = LoadOrDie(*store);
+  ASSERT_EQ(s.clusters.size(), 1u);
+  EXPECT_EQ(s.clusters[0].status, LifecycleStatus::kActive);
+  ASSERT_EQ(s.task_definitions.size(), 1u);
+  EXPECT_EQ(s.task_definitions[0].status, LifecycleStatus::kInactive);
+  ASSERT_EQ(s.instances.size(), 1u);
+  EXPECT_EQ(s.instances[0].status, InstanceStatus::kDraining);
+  ASSERT_EQ(TaskArns(s), (std::vector<std::string>{"arn:task/old", "arn:task/bare"}));
+  EXPECT_EQ(s.tasks[0].last_status, TaskStatus::kRunning);
+  EXPECT_EQ(s.tasks[0].desired_status, TaskStatus::kStopped);
+  ASSERT_EQ(s.tasks[0].containers.size(), 2u);
+  EXPECT_EQ(s.tasks[0].containers[0].last_status, TaskStatus::kRunning);
+  EXPECT_EQ(s.tasks[0].containers[1].last_status, TaskStatus::kStopped);
+  // Absent statuses keep the model's defaults.
+  EXPECT_EQ(s.tasks[1].last_status, TaskStatus::kPending);
+  EXPECT_EQ(s.tasks[1].desired_status, TaskStatus::kRunning);
 }
 
 TEST_F(SqliteStoreTest, LoadStreamingReportsACorruptRecordAsLoadDoes) {
