@@ -140,7 +140,7 @@ TEST(TransactionTest, RecordsWhatChangedOnceWithOneVersionBump) {
   state.PutInstance(inst);
 
   Transaction txn(state, arn, 1000, rng, counters);
-  txn.UpdateInstance(inst.arn, [](ContainerInstance& i) { i.status = "DRAINING"; });
+  txn.UpdateInstance(inst.arn, [](ContainerInstance& i) { i.status = InstanceStatus::kDraining; });
   txn.UpdateInstance(inst.arn, [](ContainerInstance& i) { i.agent_connected = false; });
   Task t;
   t.arn = arn.TaskArn("default", "t1");
@@ -149,18 +149,18 @@ TEST(TransactionTest, RecordsWhatChangedOnceWithOneVersionBump) {
   t.container_instance_arn = inst.arn;
   t.reserved = {1024, 512};
   ASSERT_TRUE(txn.ReserveTask(t).ok());
-  txn.SetTaskStatus(t.arn, "RUNNING");
+  txn.SetTaskStatus(t.arn, TaskStatus::kRunning);
   txn.UpdateTask(t.arn, [](Task& task) { task.started_at = 1000; });
   Transaction::Outcome out = txn.Finish();
 
   // One put per entity with its final value; the instance's version moved once for two changes; a new task
   // keeps version 1 through its first transaction.
   ASSERT_EQ(out.batch.instances().size(), 1u);
-  EXPECT_EQ(out.batch.instances()[0].status, "DRAINING");
+  EXPECT_EQ(out.batch.instances()[0].status, InstanceStatus::kDraining);
   EXPECT_FALSE(out.batch.instances()[0].agent_connected);
   EXPECT_EQ(out.batch.instances()[0].version, inst.version + 1);
   ASSERT_EQ(out.batch.tasks().size(), 1u);
-  EXPECT_EQ(out.batch.tasks()[0].last_status, "RUNNING");
+  EXPECT_EQ(out.batch.tasks()[0].last_status, TaskStatus::kRunning);
   EXPECT_EQ(out.batch.tasks()[0].started_at, 1000);
   EXPECT_EQ(out.batch.tasks()[0].version, 1);
   // The view delta carries the same entities, the instance with its reservation: 4096 - 1024 CPU left.
@@ -168,7 +168,7 @@ TEST(TransactionTest, RecordsWhatChangedOnceWithOneVersionBump) {
   EXPECT_EQ(out.delta.instances[0]->instance.remaining.cpu, 3072);
   EXPECT_EQ(out.delta.instances[0]->load.task_arns, std::vector<std::string>{t.arn});
   ASSERT_EQ(out.delta.tasks.size(), 1u);
-  EXPECT_EQ(out.delta.tasks[0]->last_status, "RUNNING");
+  EXPECT_EQ(out.delta.tasks[0]->last_status, TaskStatus::kRunning);
 }
 
 TEST(ReadViewTest, ApplySharesWhatACommitDidNotTouch) {
@@ -188,7 +188,7 @@ TEST(ReadViewTest, ApplySharesWhatACommitDidNotTouch) {
 
   ViewDelta delta;
   auto changed = std::make_shared<Task>(*v0->FindTask("task-7"));
-  changed->last_status = "STOPPED";
+  changed->last_status = TaskStatus::kStopped;
   delta.tasks.push_back(changed);
   delta.erased_tasks.push_back("task-8");
   auto added = std::make_shared<Task>();
@@ -198,8 +198,8 @@ TEST(ReadViewTest, ApplySharesWhatACommitDidNotTouch) {
 
   EXPECT_EQ(v1->sequence(), v0->sequence() + 1);
   EXPECT_EQ(v1->task_count(), 50u);  // one erased, one added
-  EXPECT_EQ(v1->FindTask("task-7")->last_status, "STOPPED");
-  EXPECT_EQ(v0->FindTask("task-7")->last_status, "PENDING");  // the old view is unchanged
+  EXPECT_EQ(v1->FindTask("task-7")->last_status, TaskStatus::kStopped);
+  EXPECT_EQ(v0->FindTask("task-7")->last_status, TaskStatus::kPending);  // the old view is unchanged
   EXPECT_EQ(v1->FindTask("task-8"), nullptr);
   EXPECT_NE(v0->FindTask("task-8"), nullptr);
   EXPECT_NE(v1->FindTask("task-new"), nullptr);
