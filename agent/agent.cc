@@ -155,7 +155,8 @@ Status Agent::Start() {
 
   a.context = std::make_unique<TaskContext>(
       TaskContext{*a.store, *a.runtime, a.runtime_kind, *a.health, *a.connection, o.mps_pipe_dir, o.stop_grace});
-  a.tasks = std::make_unique<TaskManager>(*a.context, TaskManagerOptions{o.monitor_interval, o.stop_grace, o.task_threads});
+  a.tasks = std::make_unique<TaskManager>(
+      *a.context, TaskManagerOptions{o.monitor_interval, o.stop_grace, o.task_threads, o.executor});
   TaskManager* tasks = a.tasks.get();
   ServerConnection* conn = a.connection.get();
   a.health->SetHooks({[tasks](const std::string& arn, StopRequest r) { tasks->RequestStop(arn, std::move(r)); },

@@ -25,6 +25,8 @@
 
 namespace gpupack::agent {
 
+class TaskExecutor;  // agent/task_executor.h
+
 struct AgentOptions {
   std::string server = "http://127.0.0.1:8080";
   std::string cluster = "default";
@@ -49,6 +51,9 @@ struct AgentOptions {
   int watchdog_strikes = 2;
   // At most this many tasks' events (starts, stops) run at once; each task's run one at a time.
   size_t task_threads = 32;
+  // Workers shared by the agents of one process (gpupack up runs many): then task_threads is not used. Every
+  // thread of the process makes each container start dearer (a fork copies every thread's stack mapping).
+  std::shared_ptr<TaskExecutor> executor;
   bool stop_tasks_on_exit = false;      // gpupack up: Ctrl-C stops the tasks too
   // The key to SigV4-sign every call and the channel upgrade with (server run with --credentials); none = unsigned.
   std::optional<protocol::SigningIdentity> signing;

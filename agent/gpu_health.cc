@@ -81,7 +81,8 @@ void GpuHealth::CheckMps() {
   next_probe_ = Clock::now() + options_.mps_probe_interval;
   const bool was_serving = last_serving_.load();
   const bool serving = ProbeMps();
-  if (serving != was_serving) spdlog::warn("agent: MPS control daemon is {}", serving ? "serving again" : "not responding");
+  if (serving != was_serving)
+    spdlog::warn("agent: MPS control daemon is {}", serving ? "serving again" : "not responding");
   // Compared with the last value this thread saw: a task's start probes too and may have moved the count.
   if (const bool impaired = mps_.impaired(); impaired != last_impaired_) {
     last_impaired_ = impaired;
@@ -193,7 +194,8 @@ void GpuHealth::CheckGpuFaults() {
                                  " hit a fatal error: its MPS server faulted and every client on it failed; the "
                                  "agent stopped the task and holds the GPU until MPS is healthy again";
       for (const auto& arn : victims)
-        if (hooks_.stop_task) hooks_.stop_task(arn, StopRequest{reason, StopCode::kInfrastructureHealth, true, "", "", false});
+        if (hooks_.stop_task)
+          hooks_.stop_task(arn, StopRequest{reason, StopCode::kInfrastructureHealth, true, "", "", false});
       if (hooks_.heartbeat_now) hooks_.heartbeat_now();
     } else if (held && !faulted.count(d.uuid) && recovery_due && GpuRecovered(d.uuid)) {
       {

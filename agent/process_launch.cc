@@ -1,14 +1,19 @@
 #include "agent/process_launch.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace gpupack::agent::process_launch {
@@ -218,7 +223,202 @@ void ResetSignals() {
   _exit(127);
 }
 
+// WorkloadArgs is what the workload's clone gets: the launch and its end of the exec pipe.
+struct WorkloadArgs {
+  Launch* launch;
+  int error_fd;
+  int report_fd;
+  int exec_read_fd;
+};
+
+int WorkloadMain(void* arg) {
+  auto* a = static_cast<WorkloadArgs*>(arg);
+  close(a->exec_read_fd);  // its own descriptor table (no CLONE_FILES): the monitor keeps its copy
+  close(a->report_fd);
+  RunWorkload(*a->launch, a->error_fd);
+}
+
+// StackTop is the highest 16-byte aligned address of a stack of kLaunchStackBytes (stacks grow down).
+void* StackTop(char* stack) {
+  auto top = reinterpret_cast<uintptr_t>(stack + kLaunchStackBytes);
+  return reinterpret_cast<void*>(top & ~static_cast<uintptr_t>(15));
+}
+
+// MonitorExecMain is the monitor-to-be: it shares the middle's memory (CLONE_VM) until it execs this program afresh
+// with the three descriptors the monitor needs kept open (in its own descriptor table).
+int MonitorExecMain(void* arg) {
+  Launch& l = *static_cast<Launch*>(arg);
+  for (int fd : {l.data_fd, l.log_fd, l.report_fd}) fcntl(fd, F_SETFD, 0);
+  execve("/proc/self/exe", l.monitor_argv.data(), l.monitor_envp.data());
+  l.exec_errno = errno != 0 ? errno : EIO;  // seen by the middle: CLONE_VM
+  _exit(127);
+}
+
+// MiddleMain is the middle process: it shares the agent's memory (CLONE_VM) while the agent's thread waits, starts
+// the monitor and exits, so that the monitor is reparented away from the agent. The monitor is this program
+// started afresh when that works; else a fork (the raw system call: the C library's fork handlers must not run in
+// memory shared with the agent's other threads), which runs RunMonitor on its copy.
+int MiddleMain(void* arg) {
+  Launch& l = *static_cast<Launch*>(arg);
+  close(l.report_read_fd);
+  if (l.data_send_fd >= 0) close(l.data_send_fd);
+  if (l.exec_monitor) {
+    l.exec_errno = 0;
+    const pid_t monitor =
+        clone(MonitorExecMain, StackTop(l.workload_stack.get()), CLONE_VM | CLONE_VFORK | SIGCHLD, &l);
+    if (monitor > 0 && l.exec_errno == 0) {
+      l.exec_mode = true;
+      Send(l.report_fd, kMonitorPid, monitor);
+      _exit(0);
+    }
+    if (monitor > 0) {
+      while (waitpid(monitor, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  const long monitor = syscall(SYS_clone, SIGCHLD, 0, nullptr, nullptr, 0);
+  if (monitor == 0) RunMonitor(l);
+  if (monitor < 0) {
+    Send(l.report_fd, kFailedFork, errno);
+    _exit(1);
+  }
+  Send(l.report_fd, kMonitorPid, static_cast<int32_t>(monitor));
+  _exit(0);
+}
+
+// ---- the launch, as sent to the monitor program --------------------------------------------------------------
+
+void PutString(std::string& out, const std::string& s) {
+  const uint32_t n = static_cast<uint32_t>(s.size());
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out.append(s);
+}
+void PutList(std::string& out, const std::vector<std::string>& list) {
+  const uint32_t n = static_cast<uint32_t>(list.size());
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  for (const auto& s : list) PutString(out, s);
+}
+
+// Reader takes strings and lists off a blob; ok() turns false at the first short read.
+struct Reader {
+  const std::string& blob;
+  size_t pos = 0;
+  bool good = true;
+  uint32_t Count() {
+    uint32_t n = 0;
+    if (pos + sizeof n > blob.size()) {
+      good = false;
+      return 0;
+    }
+    std::memcpy(&n, blob.data() + pos, sizeof n);
+    pos += sizeof n;
+    return n;
+  }
+  std::string String() {
+    const uint32_t n = Count();
+    if (!good || n > blob.size() - pos) {
+      good = false;
+      return {};
+    }
+    std::string s = blob.substr(pos, n);
+    pos += n;
+    return s;
+  }
+  std::vector<std::string> List() {
+    std::vector<std::string> out;
+    const uint32_t n = Count();
+    for (uint32_t i = 0; i < n && good; ++i) out.push_back(String());
+    return out;
+  }
+};
+
+// RunMonitorProgram is the monitor started afresh: it reads its launch from `data_fd` and runs RunMonitor.
+[[noreturn]] void RunMonitorProgram(int data_fd, int log_fd, int report_fd) {
+  std::string blob;
+  char chunk[65536];
+  for (;;) {
+    const ssize_t n = read(data_fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    blob.append(chunk, static_cast<size_t>(n));
+  }
+  close(data_fd);
+  Launch l;
+  if (!DecodeLaunch(blob, l)) {
+    Send(report_fd, kFailedLaunch, EPROTO);
+    _exit(1);
+  }
+  // The two descriptors it inherited on purpose are close-on-exec again, as Start opened them: the workload must
+  // not inherit them.
+  for (int fd : {log_fd, report_fd}) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  l.log_fd = log_fd;
+  l.report_fd = report_fd;
+  l.null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  l.workload_stack.reset(new char[kLaunchStackBytes]);
+  RunMonitor(l);
+}
+
+// MonitorEntry runs before main in every process of this program; in one started as the monitor (argv[0] is
+// kMonitorArgv0, the environment starts with kMonitorEnv) it becomes the monitor and never returns. The C library
+// passes argc, argv and the environment to constructors.
+__attribute__((constructor)) void MonitorEntry(int argc, char** argv, char** envp) {
+  if (argc != 4 || argv == nullptr || std::strcmp(argv[0], kMonitorArgv0) != 0) return;
+  if (envp == nullptr || envp[0] == nullptr || std::strcmp(envp[0], kMonitorEnv) != 0) return;
+  RunMonitorProgram(std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3]));
+}
+
 }  // namespace
+
+std::string EncodeLaunch(const Launch& l) {
+  std::string out;
+  PutList(out, l.argv_storage);
+  PutList(out, l.env_storage);
+  PutList(out, l.candidates);
+  PutString(out, l.state_path);
+  PutString(out, l.temp_path);
+  PutString(out, l.json_prefix);
+  return out;
+}
+
+bool DecodeLaunch(const std::string& blob, Launch& l) {
+  Reader r{blob};
+  l.argv_storage = r.List();
+  l.env_storage = r.List();
+  l.candidates = r.List();
+  l.state_path = r.String();
+  l.temp_path = r.String();
+  l.json_prefix = r.String();
+  if (!r.good || r.pos != blob.size() || l.argv_storage.empty()) return false;
+  l.argv.clear();
+  for (std::string& arg : l.argv_storage) l.argv.push_back(arg.data());
+  l.argv.push_back(nullptr);
+  l.envp.clear();
+  for (std::string& entry : l.env_storage) l.envp.push_back(entry.data());
+  l.envp.push_back(nullptr);
+  l.buffer.resize(l.json_prefix.size() + 512);
+  return true;
+}
+
+pid_t StartMiddle(Launch& l) {
+  l.middle_stack.reset(new char[kLaunchStackBytes]);
+  l.workload_stack.reset(new char[kLaunchStackBytes]);
+  l.exec_mode = false;
+  if (l.exec_monitor) {
+    l.monitor_argv_storage = {kMonitorArgv0, std::to_string(l.data_fd), std::to_string(l.log_fd),
+                              std::to_string(l.report_fd)};
+    l.monitor_argv.clear();
+    for (std::string& arg : l.monitor_argv_storage) l.monitor_argv.push_back(arg.data());
+    l.monitor_argv.push_back(nullptr);
+    // The dynamic loader may need the agent's library path to start the program again.
+    l.monitor_env_storage = {kMonitorEnv};
+    if (const char* path = std::getenv("LD_LIBRARY_PATH"); path != nullptr)
+      l.monitor_env_storage.push_back(std::string("LD_LIBRARY_PATH=") + path);
+    l.monitor_envp.clear();
+    for (std::string& entry : l.monitor_env_storage) l.monitor_envp.push_back(entry.data());
+    l.monitor_envp.push_back(nullptr);
+  }
+  return clone(MiddleMain, StackTop(l.middle_stack.get()), CLONE_VM | CLONE_VFORK | SIGCHLD, &l);
+}
 
 [[noreturn]] void RunMonitor(Launch& l) {
   setsid();
@@ -239,15 +439,13 @@ void ResetSignals() {
     Send(report, kFailedPipe, errno);
     _exit(1);
   }
-  pid_t pid = fork();
+  // The workload shares the monitor's memory until its exec (CLONE_VFORK: the monitor waits until then), so the
+  // monitor's copy of the agent's address space is not copied once more.
+  WorkloadArgs args{&l, exec_pipe[1], report, exec_pipe[0]};
+  const pid_t pid = clone(WorkloadMain, StackTop(l.workload_stack.get()), CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
   if (pid < 0) {
     Send(report, kFailedFork, errno);
     _exit(1);
-  }
-  if (pid == 0) {
-    close(exec_pipe[0]);
-    close(report);
-    RunWorkload(l, exec_pipe[1]);
   }
   close(exec_pipe[1]);
   close(l.log_fd);

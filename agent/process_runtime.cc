@@ -1,15 +1,20 @@
 // ProcessRuntime: containers as plain processes (DESIGN.md §6), for hosts without a container engine and for
 // tests.
 //
-// Shape of one container. Start double-forks: the short-lived middle process forks the *monitor* and exits at
+// Shape of one container. Start starts a short-lived middle process, which starts the *monitor* and exits at
 // once (Start reaps it), so the monitor is reparented to init (or the nearest subreaper) and the agent never
 // has to reap it, before or after an agent restart; no SIGCHLD handler is involved. The monitor calls setsid(),
 // points its own stdio at /dev/null (it never holds the agent's terminal or pipes open), closes every other
-// inherited descriptor, then forks and execs the workload:
+// inherited descriptor, then starts and execs the workload:
 //
-//   agent ── Start ──fork──> middle ──fork──> monitor (setsid; own session) ──fork+exec──> workload
-//                            (exits)          waits for it, records its exit     (own process group,
-//                                                                                 pgid = its pid)
+//   agent ─Start─vfork─> middle ─vfork+exec─> monitor (setsid, own session) ─vfork+exec─> workload
+//                        (exits)              waits for it, records its exit    (own process group,
+//                                                                                pgid = its pid)
+//
+// Nothing copies the agent's address space (process_launch.h says why): the middle and the workload are
+// clone(CLONE_VM | CLONE_VFORK) children on stacks of their own, and the monitor is this same program executed
+// afresh (it becomes the monitor before main and reads its launch from a socket); only when that exec fails is
+// the monitor forked, as ProcessRuntimeOptions::exec_monitor = false always does.
 //
 // The workload gets argv = entry_point + command, exactly spec.environment as its environment (nothing of the
 // agent's), /dev/null as stdin and <log_dir>/<task id>/<container>.log (appended) as stdout and stderr. It sits
@@ -45,6 +50,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,6 +87,18 @@ constexpr auto kPollInterval = std::chrono::milliseconds(20);
 constexpr auto kRecordWait = std::chrono::seconds(2);
 
 // ---- The agent side ---------------------------------------------------------------------------------------
+
+// SendLaunch writes the launch to the monitor program (it reads to the end; a monitor that died makes the write
+// fail, without SIGPIPE, and AwaitStart reports the monitor gone).
+void SendLaunch(int fd, const std::string& blob) {
+  size_t sent = 0;
+  while (sent < blob.size()) {
+    const ssize_t n = send(fd, blob.data() + sent, blob.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    sent += static_cast<size_t>(n);
+  }
+}
 
 bool IsNameChar(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
@@ -230,39 +248,40 @@ class ProcessRuntime final : public Runtime {
       return Status::Server("process runtime: cannot open " + log_path + ": " + ErrnoText(errno));
     }
     l.null_fd = AboveStdio(open("/dev/null", O_RDWR | O_CLOEXEC));
-    int report[2];
-    if (l.null_fd < 0 || pipe2(report, O_CLOEXEC) != 0) {
+    int report[2] = {-1, -1}, data[2] = {-1, -1};
+    if (l.null_fd < 0 || pipe2(report, O_CLOEXEC) != 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) != 0) {
       int err = errno;
-      close(l.log_fd);
-      if (l.null_fd >= 0) close(l.null_fd);
+      for (int fd : {l.log_fd, l.null_fd, report[0], report[1]})
+        if (fd >= 0) close(fd);
       return Status::Server("process runtime: cannot prepare " + id + ": " + ErrnoText(err));
     }
     report[0] = AboveStdio(report[0]);
     report[1] = AboveStdio(report[1]);
+    data[0] = AboveStdio(data[0]);
+    data[1] = AboveStdio(data[1]);
     l.report_fd = report[1];
+    l.report_read_fd = report[0];
+    l.data_send_fd = data[0];
+    l.data_fd = data[1];
+    l.exec_monitor = options_.exec_monitor;
 
-    pid_t middle = fork();
-    if (middle == 0) {
-      close(report[0]);
-      pid_t monitor = fork();
-      if (monitor == 0) RunMonitor(l);
-      if (monitor < 0) {
-        Send(l.report_fd, kFailedFork, errno);
-        _exit(1);
-      }
-      Send(l.report_fd, kMonitorPid, monitor);
-      _exit(0);
-    }
+    const pid_t middle = StartMiddle(l);
     const int fork_errno = errno;
+    if (middle > 0) {
+      int ignored = 0;
+      while (waitpid(middle, &ignored, 0) < 0 && errno == EINTR) {
+      }
+    }
     close(report[1]);
     close(l.log_fd);
     close(l.null_fd);
+    close(l.data_fd);
+    if (middle > 0 && l.exec_mode) SendLaunch(l.data_send_fd, EncodeLaunch(l));
+    close(l.data_send_fd);
     if (middle < 0) {
       close(report[0]);
       return Status::Server("process runtime: cannot fork: " + ErrnoText(fork_errno));
-    }
-    int ignored = 0;
-    while (waitpid(middle, &ignored, 0) < 0 && errno == EINTR) {
     }
     return AwaitStart(report[0], id, argv0);
   }
@@ -450,6 +469,10 @@ class ProcessRuntime final : public Runtime {
             break;
           case kFailedPipe:
             outcome = Status::Server("process runtime: cannot create a pipe: " + ErrnoText(r.value));
+            break;
+          case kFailedLaunch:
+            outcome = Status::Server("process runtime: the monitor of " + id + " could not read its launch: " +
+                                     ErrnoText(r.value));
             break;
           case kFailedState:
             outcome = Status::Server("process runtime: cannot write " + StatePath(id) + ": " + ErrnoText(r.value));

@@ -78,6 +78,9 @@ struct ProcessRuntimeOptions {
   std::string log_dir;    // <log_dir>/<task id>/<container>.log (stdout and stderr)
   // How long Start waits to learn whether the program was executed (the exec itself; not the program's run).
   std::chrono::milliseconds start_timeout{10000};
+  // The monitor of each container is this program executed afresh (/proc/self/exe), which copies nothing of the
+  // agent's memory; false: a fork of the agent (dearer in a big process: see agent/process_launch.h).
+  bool exec_monitor = true;
 };
 Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options);
 

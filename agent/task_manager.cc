@@ -1,17 +1,19 @@
 #include "agent/task_manager.h"
 
+#include <cstdint>
+
 #include <spdlog/spdlog.h>
 
 namespace gpupack::agent {
 
 using protocol::TaskStatus;
 
-namespace {
-constexpr const char* kOrphanKey = "#orphans";  // the executor key of the orphan sweep (no ARN starts with '#')
-}
-
 TaskManager::TaskManager(TaskContext& ctx, TaskManagerOptions options)
-    : ctx_(ctx), options_(options), executor_(options.max_threads) {}
+    : ctx_(ctx),
+      options_(options),
+      executor_(options.executor ? options.executor : std::make_shared<TaskExecutor>(options.max_threads)),
+      // No ARN starts with '#'.
+      orphan_key_("#orphans " + std::to_string(reinterpret_cast<uintptr_t>(this))) {}
 
 TaskManager::~TaskManager() {
   Stop();
@@ -47,7 +49,34 @@ void TaskManager::Stop() {
   if (monitor_.joinable()) monitor_.join();
 }
 
-void TaskManager::Shutdown() { executor_.Shutdown(); }
+void TaskManager::Shutdown() {
+  std::unique_lock lock(mu_);
+  closed_ = true;
+  idle_cv_.wait(lock, [this] { return in_flight_ == 0; });
+}
+
+void TaskManager::Submit(const std::string& key, std::function<void()> fn) {
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    ++in_flight_;
+  }
+  const bool posted = executor_->Post(key, [this, fn = std::move(fn)] {
+    bool skip = false;
+    {
+      std::lock_guard lock(mu_);
+      skip = closed_;
+    }
+    if (!skip) fn();
+    Finished();
+  });
+  if (!posted) Finished();
+}
+
+void TaskManager::Finished() {
+  std::lock_guard lock(mu_);
+  if (--in_flight_ == 0) idle_cv_.notify_all();
+}
 
 std::shared_ptr<ManagedTask> TaskManager::Find(const std::string& arn) const {
   std::lock_guard lock(mu_);
@@ -58,7 +87,7 @@ std::shared_ptr<ManagedTask> TaskManager::Find(const std::string& arn) const {
 bool TaskManager::Knows(const std::string& arn) const { return Find(arn) != nullptr; }
 
 void TaskManager::Post(const std::shared_ptr<ManagedTask>& task, std::function<void(ManagedTask&)> event) {
-  executor_.Post(task->arn(), [task, event = std::move(event)] { event(*task); });
+  Submit(task->arn(), [task, event = std::move(event)] { event(*task); });
 }
 
 void TaskManager::Forget(const std::shared_ptr<ManagedTask>& task) {
@@ -114,7 +143,7 @@ void TaskManager::Welcome(const protocol::Welcome& welcome, const std::set<std::
     if (auto task = Find(arn)) Forget(task);
   for (const auto& s : welcome.stop) StopOrder(s, 0, std::nullopt);
   for (const auto& a : welcome.assign) Assign(a, 0);
-  executor_.Post(kOrphanKey, [this] { StopOrphans(); });
+  Submit(orphan_key_, [this] { StopOrphans(); });
 }
 
 void TaskManager::ReportAcked(const std::string& arn, TaskStatus status) {
@@ -148,7 +177,8 @@ void TaskManager::StopAll(const std::string& reason, std::chrono::milliseconds t
   }
   StopRequest request{reason, protocol::StopCode::kUserInitiated, false, "", "", false};
   for (const auto& t : all) Post(t, [request](ManagedTask& task) { task.Stop(request); });
-  executor_.Drain(timeout);
+  std::unique_lock lock(mu_);
+  idle_cv_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
 }
 
 // ---- the monitor ---------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 // Threads: the channel's io thread calls Assign, StopOrder, Welcome and ReportAcked, which only record and post
 // (no runtime call, no disk write on that thread); GpuHealth's thread calls RequestStop; the monitor thread
 // (Start/Stop) inspects every running container each monitor_interval and posts ContainerExited for one that
-// ended. The runtime's own work runs on the executor's workers. Thread-safe.
+// ended. The runtime's own work runs on the executor's workers: the manager's own, or one shared by the agents
+// of the process (`gpupack up`), where task ARNs keep the keys apart. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -26,7 +27,9 @@ namespace gpupack::agent {
 struct TaskManagerOptions {
   std::chrono::milliseconds monitor_interval{100};  // how often running containers are inspected
   std::chrono::milliseconds stop_grace{10000};      // for orphan containers too
-  size_t max_threads = 32;                          // TaskExecutor workers
+  size_t max_threads = 32;                          // workers of the TaskExecutor it makes when given none
+  // A TaskExecutor shared with other agents of the process (gpupack up), or null for one of its own.
+  std::shared_ptr<TaskExecutor> executor;
 };
 
 class TaskManager {
@@ -59,13 +62,17 @@ class TaskManager {
   void RequestStop(const std::string& arn, StopRequest request);
   // StopAll stops every task (in parallel) and waits (bounded) until their events have run.
   void StopAll(const std::string& reason, std::chrono::milliseconds timeout);
-  // Shutdown waits for running events, drops queued ones and refuses later ones.
+  // Shutdown waits for this manager's running events, skips its queued ones and refuses later ones (the
+  // executor may be shared: other agents' work goes on).
   void Shutdown();
 
   bool Knows(const std::string& arn) const;
 
  private:
   std::shared_ptr<ManagedTask> Find(const std::string& arn) const;
+  // Submit runs `fn` on `key`'s turn of the executor unless Shutdown came first; in_flight_ counts it until then.
+  void Submit(const std::string& key, std::function<void()> fn);
+  void Finished();
   void Post(const std::shared_ptr<ManagedTask>& task, std::function<void(ManagedTask&)> event);
   void Forget(const std::shared_ptr<ManagedTask>& task);
   void Monitor();
@@ -74,11 +81,15 @@ class TaskManager {
 
   TaskContext& ctx_;
   const TaskManagerOptions options_;
-  TaskExecutor executor_;
+  const std::shared_ptr<TaskExecutor> executor_;
+  const std::string orphan_key_;  // the executor key of the orphan sweep: unique per manager, no ARN
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<ManagedTask>> tasks_;  // by ARN; guarded by mu_
-  bool stopping_ = false;                                      // guarded by mu_
-  std::condition_variable cv_;
+  bool stopping_ = false;                                      // the monitor ends; guarded by mu_
+  bool closed_ = false;                                        // Shutdown: no more events; guarded by mu_
+  size_t in_flight_ = 0;                                       // submitted, not yet run; guarded by mu_
+  std::condition_variable cv_;       // the monitor's wait
+  std::condition_variable idle_cv_;  // in_flight_ reached 0
   std::thread monitor_;
   std::set<std::string> exits_posted_;  // runtime ids whose exit was posted (monitor thread only)
 };

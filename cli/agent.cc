@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
+#include "agent/task_executor.h"
 #include "protocol/sigv4.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
@@ -173,6 +174,9 @@ int RunUp(const UpFlags& f) {
     }
     agent_signing = protocol::SigningIdentity{*agent_key, sf.region, "ecs"};
   }
+  // The agents share their task workers: every thread of this one process makes each container start dearer (a
+  // fork copies every thread's stack mapping), and 64 agents with workers of their own would hold thousands.
+  auto executor = std::make_shared<agent::TaskExecutor>(16);
   std::vector<std::unique_ptr<agent::Agent>> agents;
   for (int i = 0; i < f.agents; ++i) {
     AgentFlags af;
@@ -188,6 +192,7 @@ int RunUp(const UpFlags& f) {
     if (!options.ok()) return Usage(options.status().message());
     options->stop_tasks_on_exit = true;
     options->signing = agent_signing;
+    options->executor = executor;
     auto a = agent::Agent::Create(*options);
     if (!a.ok()) return Usage(a.status().message());
     if (Status s = (*a)->Start(); !s.ok()) {

@@ -204,7 +204,8 @@ Result<AssignedContainer> AssignedContainerFromJson(const Json& j, const std::st
   }
   f.Strings("entryPoint", c.entry_point);
   f.Strings("command", c.command);
-  for (auto [key, list] : {std::pair{"environment", &c.environment}, std::pair{"overrideEnvironment", &c.override_environment}}) {
+  for (auto [key, list] : {std::pair{"environment", &c.environment},
+                           std::pair{"overrideEnvironment", &c.override_environment}}) {
     std::vector<KeyValuePair>* out = list;
     f.Array(key, false, [out](const Json& e, const std::string& p) -> Status {
       auto kv = KeyValueFromJson(e, p);

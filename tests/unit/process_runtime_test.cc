@@ -449,6 +449,28 @@ TEST_F(ProcessRuntimeTest, StartsWhileOtherThreadsAllocateAndOpenFiles) {
   }
 }
 
+// The monitor is this program executed afresh (agent/process_launch.h); with exec_monitor off it is a fork of the
+// agent instead. Both give the same container: its exit code, its environment, no stray descriptor, a stop.
+TEST_F(ProcessRuntimeTest, AForkedMonitorBehavesAsAnExecutedOne) {
+  for (bool exec_monitor : {true, false}) {
+    SCOPED_TRACE(exec_monitor ? "executed monitor" : "forked monitor");
+    options_.exec_monitor = exec_monitor;
+    runtime_ = NewRuntime();
+    const std::string task = exec_monitor ? "t-exec" : "t-fork";
+    const std::string exits = StartOk(Shell(task, "exits", "ls /proc/self/fd; echo \"$MINE\"; exit 7", {{"MINE", "1"}}));
+    EXPECT_EQ(WaitExited(*runtime_, exits).exit_code, 7);
+    EXPECT_EQ(ReadText(LogOf(task, "exits")), "0\n1\n2\n3\n1\n");  // 3 is ls's own directory handle
+    const std::string sleeps = StartOk(Spec(task, "sleeps", {"/bin/sleep", "60"}));
+    auto running = runtime_->Inspect(sleeps);
+    ASSERT_TRUE(running.ok());
+    EXPECT_EQ(running->state, ContainerState::kRunning);
+    EXPECT_TRUE(runtime_->Stop(sleeps, milliseconds(2000)).ok());
+    EXPECT_EQ(WaitExited(*runtime_, sleeps).exit_code, 128 + SIGTERM);
+    EXPECT_TRUE(runtime_->Remove(exits).ok());
+    EXPECT_TRUE(runtime_->Remove(sleeps).ok());
+  }
+}
+
 TEST_F(ProcessRuntimeTest, MakeRequiresDirectories) {
   EXPECT_EQ(MakeProcessRuntime({}).status().code(), ErrorCode::kInvalidParameter);
   EXPECT_EQ(runtime_->Name(), "process");
