@@ -18,7 +18,10 @@ Applier::Applier(ApplierOptions options, Store& store, GroupCommitter& committer
           .count();
     };
   rng_.seed(options_.seed ? options_.seed : std::random_device{}());
+  committer_.SetAfterGroup([this] { FinishGroup(); });
 }
+
+Applier::~Applier() { committer_.SetAfterGroup(nullptr); }
 
 Status Applier::Load() {
   std::lock_guard lock(mu_);
@@ -87,28 +90,49 @@ void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
   // behind the commits before it. Submitting under the lock keeps commits in the order writes were applied.
   // This callback is the commit step: the one place a fencing check would go.
   auto shared = std::make_shared<Transaction::Outcome>(std::move(outcome));
-  committer_.Submit(std::move(shared->batch), [this, shared, s, done = std::move(done)](Status commit) {
+  committer_.Submit(std::move(shared->batch), [this, shared, s, done = std::move(done)](Status commit) mutable {
     if (!commit.ok()) {
       degraded_.store(true);
       spdlog::error("commit failed, refusing writes until restart: {}", commit.message());
       done(Status::Server("could not persist the change: " + commit.message()));
       return;
     }
-    if (!shared->delta.empty()) Publish(std::move(shared->delta));
-    {
-      std::lock_guard push_lock(push_mu_);
-      if (push_sink_)
-        for (auto& [arn, push] : shared->pushes) push_sink_(arn, std::move(push));
-    }
-    done(s);
+    std::lock_guard lock(committed_mu_);
+    committed_.push_back({std::move(shared->delta), std::move(shared->pushes), s, std::move(done)});
   });
 }
 
-void Applier::Publish(ViewDelta delta) {
-  std::shared_ptr<const ReadView> base = View();
-  auto next = ReadView::Apply(*base, std::move(delta));
-  std::lock_guard lock(view_mu_);
-  view_ = std::move(next);
+// FinishGroup publishes one view for every write of the commit group just made durable (applying their deltas
+// in commit order: a later change to an entity wins), then sends their pushes and answers them, in that order.
+void Applier::FinishGroup() {
+  std::vector<Committed> group;
+  {
+    std::lock_guard lock(committed_mu_);
+    group.swap(committed_);
+  }
+  if (group.empty()) return;
+  ViewDelta merged;
+  for (auto& c : group) {
+    auto move_all = [](auto& to, auto& from) { std::move(from.begin(), from.end(), std::back_inserter(to)); };
+    move_all(merged.clusters, c.delta.clusters);
+    move_all(merged.task_definitions, c.delta.task_definitions);
+    move_all(merged.instances, c.delta.instances);
+    move_all(merged.tasks, c.delta.tasks);
+    move_all(merged.erased_tasks, c.delta.erased_tasks);
+  }
+  if (!merged.empty()) {
+    std::shared_ptr<const ReadView> base = View();
+    auto next = ReadView::Apply(*base, std::move(merged));
+    std::lock_guard lock(view_mu_);
+    view_ = std::move(next);
+  }
+  {
+    std::lock_guard push_lock(push_mu_);
+    if (push_sink_)
+      for (auto& c : group)
+        for (auto& [arn, push] : c.pushes) push_sink_(arn, std::move(push));
+  }
+  for (auto& c : group) c.done(c.status);
 }
 
 void Applier::Inspect(const std::function<void(const ClusterState&)>& f) const {

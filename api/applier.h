@@ -1,7 +1,7 @@
 // Applier: the server's one writer. It owns the working ClusterState, runs each write operation serialized in
 // arrival order with a Transaction, and commits what the transaction recorded through the GroupCommitter, in
-// the order the writes were applied. Once a commit is durable it publishes the next ReadView, hands the
-// transaction's pushes to the agents and only then answers the write. Reads never come here: they take View().
+// the order the writes were applied. Once a commit group is durable it publishes one ReadView for all its
+// writes, hands their pushes to the agents and only then answers them. Reads never come here: they take View().
 //
 // The commit step (Write's callback) is the one place where everything durable passes; a fencing check for
 // several servers sharing one database belongs there.
@@ -38,6 +38,7 @@ struct ApplierOptions {
 class Applier {
  public:
   Applier(ApplierOptions options, Store& store, GroupCommitter& committer);
+  ~Applier();  // detaches from the committer (which must have no write of this applier in flight)
   Applier(const Applier&) = delete;
   Applier& operator=(const Applier&) = delete;
 
@@ -67,7 +68,15 @@ class Applier {
   EpochMs Now() const { return options_.clock(); }
 
  private:
-  void Publish(ViewDelta delta);
+  // A durable write waiting for the end of its commit group: the group's deltas become one view, then the
+  // pushes go out and the writes are answered, in commit order.
+  struct Committed {
+    ViewDelta delta;
+    std::vector<std::pair<std::string, AgentPush>> pushes;
+    Status status;
+    std::function<void(Status)> done;
+  };
+  void FinishGroup();  // the committer's after-group hook
 
   ApplierOptions options_;
   Store& store_;
@@ -81,6 +90,9 @@ class Applier {
   mutable std::mutex push_mu_;
   PushSink push_sink_;         // guarded by push_mu_ (read on the committer thread)
   std::atomic<bool> degraded_{false};
+
+  std::mutex committed_mu_;
+  std::vector<Committed> committed_;         // guarded by committed_mu_ (filled and drained on the committer thread)
 
   mutable std::mutex view_mu_;               // guards view_ (the pointer only; views are immutable)
   std::shared_ptr<const ReadView> view_;     // guarded by view_mu_

@@ -179,9 +179,4 @@ const Task* ReadView::FindTask(const std::string& arn) const {
   return it == shard.end() ? nullptr : it->second.get();
 }
 
-void ReadView::ForEachTask(const std::function<void(const Task&)>& f) const {
-  for (const auto& shard : tasks_)
-    for (const auto& [_, t] : *shard) f(*t);
-}
-
 }  // namespace gpupack::api

@@ -80,8 +80,12 @@ class ReadView {
   const Task* FindTask(const std::string& arn) const;
   // TaskPtr: the task as a shared pointer that keeps it alive beyond this view (null when unknown).
   std::shared_ptr<const Task> TaskPtr(const std::string& arn) const;
-  // ForEachTask calls `f` for every task, in no particular order.
-  void ForEachTask(const std::function<void(const Task&)>& f) const;
+  // ForEachTask calls `f(const Task&)` for every task, in no particular order.
+  template <typename F>
+  void ForEachTask(F&& f) const {
+    for (const auto& shard : tasks_)
+      for (const auto& entry : *shard) f(*entry.second);
+  }
   size_t task_count() const { return task_count_; }
 
   // The number of commits published before this view (0 = the view of the loaded state).

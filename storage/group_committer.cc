@@ -33,6 +33,11 @@ void GroupCommitter::Flush() {
   done_cv_.wait(lock, [&] { return completed_ >= target; });
 }
 
+void GroupCommitter::SetAfterGroup(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  after_group_ = std::move(hook);
+}
+
 GroupCommitter::Stats GroupCommitter::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -91,6 +96,12 @@ void GroupCommitter::CommitGroup(std::deque<Pending>& group) {
     if (group[i].done) group[i].done(std::move(results[i]));
   }
   group.clear();  // release the batches before waking Flush()
+  std::function<void()> after;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    after = after_group_;
+  }
+  if (after) after();
 
   {
     std::lock_guard<std::mutex> lock(mu_);

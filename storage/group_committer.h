@@ -45,6 +45,11 @@ class GroupCommitter {
   // the batch is durable or with the failure. An empty batch completes ok without touching the store.
   void Submit(WriteBatch batch, Done done);
 
+  // SetAfterGroup: `hook` runs on the committer thread after the callbacks of every group (one store
+  // transaction and the batches it held), before Flush() sees the group complete; the applier publishes one
+  // read view per group there instead of one per batch. Empty clears it.
+  void SetAfterGroup(std::function<void()> hook);
+
   // Flush blocks until every batch submitted before the call has been committed and its callback has returned.
   void Flush();
 
@@ -71,6 +76,7 @@ class GroupCommitter {
   uint64_t submitted_ = 0;           // guarded by mu_: batches ever submitted
   uint64_t completed_ = 0;           // guarded by mu_: batches whose callback has returned
   bool stopping_ = false;            // guarded by mu_
+  std::function<void()> after_group_;  // guarded by mu_
   Stats stats_;                      // guarded by mu_
 
   std::thread thread_;  // last: started after everything above is initialized
