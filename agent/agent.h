@@ -44,7 +44,7 @@ struct AgentOptions {
   std::chrono::milliseconds stop_grace{10000};        // SIGTERM -> SIGKILL
   std::chrono::milliseconds monitor_interval{100};    // how often running containers are inspected
   std::chrono::milliseconds mps_probe_interval{5000};
-  // The GPU memory watchdog (DESIGN §6 "Limits that hold"): every interval the agent reads each GPU process's
+  // The GPU memory watchdog (docs/agent-channel.md "Limits that hold"): every interval the agent reads each GPU process's
   // memory (NVML), sums it per container and stops a task whose container uses more than it declared on its
   // shared GPU, or uses a GPU it was not given, in `watchdog_strikes` readings in a row. 0 turns it off.
   std::chrono::milliseconds watchdog_interval{1000};

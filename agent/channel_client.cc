@@ -1,4 +1,4 @@
-#include <utility>  // before any Asio header: Boost 1.74 + GCC 12 (DESIGN.md §3)
+#include <utility>  // before any Asio header: Boost 1.74 + GCC 12 (see README.md)
 
 #include "agent/channel_client.h"
 

@@ -1,6 +1,6 @@
 // DockerClient: one request per connection over the engine's unix socket, driven to completion on a private
 // io_context so that a single deadline (beast::basic_stream's expiry) bounds connect, write and read.
-#include <utility>  // before any Asio header: Boost 1.74 + GCC 12 (DESIGN.md §3)
+#include <utility>  // before any Asio header: Boost 1.74 + GCC 12 (see README.md)
 
 #include "agent/docker_client.h"
 

@@ -1,6 +1,6 @@
 // DockerClient: a small synchronous HTTP/1.1 client for the Docker Engine API over its unix socket.
 //
-// Boost.Beast and Asio stay inside docker_client.cc, so this header compiles fast (DESIGN.md §3). Every request
+// Boost.Beast and Asio stay inside docker_client.cc, so this header compiles fast (see README.md). Every request
 // opens a fresh connection (`Connection: close`), has a deadline for the whole exchange (connect, write, read)
 // and a bound on the response body. Thread-compatible: a const client may be used from several threads, each
 // call has its own connection.

@@ -1,4 +1,4 @@
-// DockerRuntime: containers through the Docker Engine API (DESIGN.md §6), over the engine's unix socket.
+// DockerRuntime: containers through the Docker Engine API (docs/agent-channel.md), over the engine's unix socket.
 //
 // Every container gpupack creates is named `gpupack-<task id>-<container>` (sanitized) and carries the labels
 // gpupack.task (task ARN), gpupack.container (container name) and gpupack.agent (this agent's label), so a

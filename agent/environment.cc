@@ -1,4 +1,4 @@
-// ContainerEnvironment: merge the task's variables, then inject the GPU/MPS ones (DESIGN §6). Pure functions.
+// ContainerEnvironment: merge the task's variables, then inject the GPU/MPS ones (docs/agent-channel.md). Pure functions.
 #include "agent/environment.h"
 
 #include <algorithm>

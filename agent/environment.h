@@ -1,4 +1,4 @@
-// The environment of a container as the agent starts it (DESIGN §6): the task definition's, then the RunTask
+// The environment of a container as the agent starts it (docs/agent-channel.md): the task definition's, then the RunTask
 // overrides', then the MPS variables, which win over anything the task tried to set. Pure functions.
 #pragma once
 

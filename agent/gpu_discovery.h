@@ -49,7 +49,7 @@ class GpuDiscovery {
   virtual ~GpuDiscovery() = default;
   virtual std::string Describe() const = 0;  // "nvml (driver 550.54)" / "fake:2x22587"
   virtual Result<std::vector<GpuDevice>> Discover() = 0;
-  // Processes using each GPU with their memory, for the watchdog (DESIGN §6 "Limits that hold").
+  // Processes using each GPU with their memory, for the watchdog (docs/agent-channel.md "Limits that hold").
   virtual Result<std::vector<GpuProcess>> Processes() = 0;
   // CriticalErrors returns the critical-error events seen since the last call, without waiting. The first call
   // subscribes (NVML event set); a platform that cannot deliver events answers empty, once logged.

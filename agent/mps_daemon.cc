@@ -1,4 +1,4 @@
-// MpsControlDaemon and FakeMps (DESIGN §6 "MPS daemon"). Every control command runs the control program as a
+// MpsControlDaemon and FakeMps (docs/agent-channel.md "MPS daemon"). Every control command runs the control program as a
 // child with the pipe and log directories in its environment, its stdin and stdout on pipes, and a deadline.
 #include "agent/mps_daemon.h"
 

@@ -1,4 +1,4 @@
-// MpsControlDaemon: supervises `nvidia-cuda-mps-control` (DESIGN §6). Small on purpose: Start, Stop, Probe,
+// MpsControlDaemon: supervises `nvidia-cuda-mps-control` (docs/agent-channel.md). Small on purpose: Start, Stop, Probe,
 // Send. It never changes a GPU setting (compute mode, MIG, clocks).
 #pragma once
 

@@ -1,4 +1,4 @@
-// ProcessRuntime: containers as plain processes (DESIGN.md §6), for hosts without a container engine and for
+// ProcessRuntime: containers as plain processes (docs/agent-channel.md), for hosts without a container engine and for
 // tests.
 //
 // Shape of one container. Start starts a short-lived middle process, which starts the *monitor* and exits at

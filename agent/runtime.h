@@ -67,7 +67,7 @@ class Runtime {
   // Owners maps processes (host pids, e.g. from NVML) to the running containers of this runtime they belong
   // to, by runtime id; pids of no container of ours are left out. The watchdog's link from GPU memory to tasks.
   //   process: a pid belongs to a container when it, or an ancestor, is in the workload's process group or the
-  //            monitor's session (a program that both calls setsid() and double-forks escapes this; DESIGN §6
+  //            monitor's session (a program that both calls setsid() and double-forks escapes this; docs/agent-channel.md
   //            names docker for untrusted workloads).
   //   docker:  a pid belongs to a container when the container's id appears in /proc/<pid>/cgroup.
   virtual std::map<uint32_t, std::string> Owners(const std::vector<uint32_t>& pids) = 0;

@@ -1,5 +1,5 @@
 // RequestAuthenticator: the server's gate in front of the ECS API and the agent channel when it runs with
-// --credentials (DESIGN.md §8, docs/api.md "Authentication"). It verifies the request's AWS Signature Version 4
+// --credentials (docs/security.md, docs/api.md "Authentication"). It verifies the request's AWS Signature Version 4
 // (SigV4Verifier: service ecs, the server's region, 5-minute clock skew, constant-time compare) and then
 // whether the signing key's role may perform the action (KeyRole, protocol/sigv4.h).
 //

@@ -1,5 +1,5 @@
 // agent_swarm: N simulated node agents held by one `gpupack server`, and what the server spends on them. A
-// benchmark, never a test (STYLE 14): it prints figures and their setup. Figures: docs/benchmarks.md, section 4.
+// benchmark, never a test: it prints figures and their setup. Figures: docs/benchmarks.md, section 4.
 //
 // Real agents are too heavy to run by the hundred on one host (each supervises an MPS daemon and forks
 // containers), so each simulated agent is only the channel protocol (docs/agent-channel.md) on a

@@ -2,7 +2,7 @@
 //
 //   BM_FgdProtocol/jobs:2       the whole fgd protocol as `gpupack plan` runs it by default: every strategy x
 //                               seeds 42..51 on the default pod list, 130% demand, milli units, 2 threads.
-//                               DESIGN §10 target: < 10 s on 2 cores.
+//                               Target: < 10 s on 2 cores.
 //   BM_FgdOneRun/<strategy>     one run (one strategy, seed 42), single thread: where the time goes.
 //   BM_Bounds                   the bounds protocol (L1, L2, FFD, best fit, first fit).
 //

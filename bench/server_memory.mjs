@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// server_memory: the `gpupack server`'s memory at the scale of DESIGN §10 ("server memory, 10,000 instances /
+// server_memory: the `gpupack server`'s memory at the scale of the server-memory target ("server memory, 10,000 instances /
 // 80,000 GPUs / 100,000 tasks: <= 300 MiB RSS"). A benchmark, never a test: it prints figures and their setup.
 //
 // It starts the real binary on a fresh SQLite file in a temporary directory, on loopback (--log-level warn), and
@@ -293,5 +293,5 @@ for (const p of phases) console.log(`${pad(p.name, 46)} ${lpad(f1(p.seconds), 8)
 restartSeconds.forEach((t, i) => console.log(`${pad(`restart${restartSeconds.length > 1 ? ` #${i + 1}` : ''}: exec to serving`, 46)} ${lpad(f1(t), 8)}`));
 const last = milestones.filter((m) => m.tasks === counts.placed && !m.name.startsWith('restarted')).pop();
 const worst = Math.max(...milestones.map((m) => m.hwm));
-console.log(`\nDESIGN §10 target: <= 300 MiB RSS at ${INSTANCES} instances / ${INSTANCES * GPUS_PER_INSTANCE} GPUs / ${counts.placed} tasks: ` +
+console.log(`\nTarget: <= 300 MiB RSS at ${INSTANCES} instances / ${INSTANCES * GPUS_PER_INSTANCE} GPUs / ${counts.placed} tasks: ` +
             `VmRSS ${f1(last.rss)} MiB, peak (VmHWM) ${f1(worst)} MiB -> ${worst <= 300 ? 'met' : last.rss <= 300 ? 'met for VmRSS, not for the peak' : 'NOT met'}`);

@@ -1,6 +1,6 @@
 // Placement: a pure function of (cluster state, request) -> decision for one task.
 //
-// The pipeline is filter -> score -> select (DESIGN §5):
+// The pipeline is filter -> score -> select (docs/placement.md):
 //   filters, in order, each pass/fail with a stable reason: StatusFilter (ACTIVE, not impaired), AgentFilter
 //   (agent connected), CpuFilter, MemoryFilter, GpuFitFilter (shared: one GPU in IDLE/NVIDIA_MPS mode with
 //   enough remaining memory, and compute when the cluster opts in; dedicated: enough IDLE GPUs), then the

@@ -1,4 +1,4 @@
-// Validation of client input against ECS's rules and DESIGN §5.
+// Validation of client input against ECS's rules.
 //
 // The checks run in a fixed order (task-level fields, then each container in order, then rules across
 // containers, then placement constraints) so that the first refusal a client sees is stable and the tests can
@@ -495,7 +495,7 @@ Status ValidateOverrides(const TaskDefinition& td, const TaskOverride& overrides
       return Status::Client(prefix + "'memoryReservation' (" + std::to_string(*reservation) +
                             " MiB) must be less than or equal to 'memory' (" + std::to_string(*memory) + " MiB).");
     }
-    // Reserved MPS variables in the override's environment are accepted: the agent's values win (DESIGN §5).
+    // Reserved MPS variables in the override's environment are accepted: the agent's values win (docs/placement.md).
     std::set<std::string> seen_types;
     for (const auto& rr : o.resource_requirements) {
       if (IsGpuSharing(rr)) {

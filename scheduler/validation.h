@@ -1,4 +1,4 @@
-// Validation of client input against ECS's rules and DESIGN §5. Pure functions; every refusal names the
+// Validation of client input against ECS's rules. Pure functions; every refusal names the
 // field and the rule in its message, with the ECS error code the API answers.
 #pragma once
 
@@ -13,7 +13,7 @@ namespace gpupack {
 
 // RegisterTaskDefinition: family, containers, cpu/memory, GPU requirements (dedicated vs nvidiaMps, all GPU
 // containers of a definition use the same option, FARGATE/EXTERNAL refuse sharing), reserved MPS variables,
-// placement constraints. ClientException on every rule of DESIGN §5.
+// placement constraints. ClientException on every rule of docs/placement.md.
 Status ValidateTaskDefinition(const TaskDefinition& td);
 
 // RunTask/StartTask overrides against the definition: a sharingStrategy is refused (ClientException); reserved

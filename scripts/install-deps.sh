@@ -5,7 +5,7 @@
 #   scripts/install-deps.sh            build deps, Node.js + npm, and the SDK test's node_modules (npm ci)
 #   scripts/install-deps.sh --no-node  build deps only (enough to build and run gpupack)
 #
-# Debian packages only (DESIGN.md §3); the one npm package is @aws-sdk/client-ecs, pinned by
+# Debian packages only (see README.md); the one npm package is @aws-sdk/client-ecs, pinned by
 # tests/sdk/package-lock.json. Runs apt-get as root, or through sudo.
 set -euo pipefail
 

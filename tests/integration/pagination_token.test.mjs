@@ -1,5 +1,5 @@
 // Pagination (ListTasks maxResults/nextToken walks every task exactly once) and RunTask idempotency with
-// clientToken (DESIGN.md §4, §5.7), black box over HTTP.
+// clientToken (docs/api.md), black box over HTTP.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';

@@ -1,4 +1,4 @@
-// Restart durability (DESIGN.md §7): a RunTask is acknowledged only once its placement is durable, so after
+// Restart durability (docs/reliability.md): a RunTask is acknowledged only once its placement is durable, so after
 // `kill -9` and a restart on the same SQLite file every acknowledged task is there with the same fields, every
 // GPU's remaining memory and container count are exactly as before, stopped tasks keep their memory released,
 // and clientTokens still answer the same tasks.

@@ -1,6 +1,6 @@
 // SDK conformance: drives the real gpupack server with the real AWS SDK for JavaScript v3
 // (@aws-sdk/client-ecs >= 3.1158.0, the first version that models GPU sharing) the way a CI job, a service or
-// an agent would, and checks that what the SDK deserializes is what ECS users expect (DESIGN.md §4, §5).
+// an agent would, and checks that what the SDK deserializes is what ECS users expect (docs/api.md, docs/placement.md).
 //
 // Run: GPUPACK_BIN=build/gpupack node --test tests/sdk/   (ctest runs it as sdk_conformance)
 //

@@ -394,7 +394,7 @@ TEST_F(ChannelTest, GpuFaultStopsExactlyTheTasksOnThatGpu) {
   EXPECT_EQ(ok["tasks"][0]["containers"][0]["gpuIds"][0], gpu_a);
 }
 
-// ---- The GPU memory watchdog (DESIGN §6 "Limits that hold") -------------------------------------------------
+// ---- The GPU memory watchdog (docs/agent-channel.md "Limits that hold") -------------------------------------------------
 
 TEST_F(ChannelTest, WatchdogStopsATaskOverItsGpuMemoryAndLeavesItsNeighbourAlone) {
   StartAgent();

@@ -1,4 +1,4 @@
-// Tests for scheduler/validation: RegisterTaskDefinition rules (DESIGN §5), RunTask overrides and placement.
+// Tests for scheduler/validation: RegisterTaskDefinition rules (docs/placement.md), RunTask overrides and placement.
 //
 // Tables of cases built with small builders: Def() is a valid one-container definition's skeleton ("web",
 // busybox, memory 512 MiB unless the case says otherwise); Ctr("a").Mps(4096, 50) adds a shared GPU.
@@ -197,7 +197,7 @@ std::vector<TdCase> TaskDefinitionCases() {
        Def().Memory("1024").Container(Ctr("a").Memory(1024).Reservation(512)).Container(Ctr("b").Memory(768)),
        ErrorCode::kClient, "reserve 1280 MiB in total, more than the task's 1024 MiB"},
 
-      // --- GPU requirements (DESIGN §5)
+      // --- GPU requirements (docs/placement.md)
       {"UnknownRequirementType", Def().Container(Ctr("web").Req(Requirement("TPU", "1", false, std::nullopt))),
        ErrorCode::kClient, "Resource requirement type 'TPU' is not supported"},
       {"LowercaseGpuType", Def().Container(Ctr("web").Req(Requirement("gpu", "1", false, std::nullopt))),
@@ -335,7 +335,7 @@ std::vector<OverrideCase> OverrideCases() {
       {"CommandEnvCpuMemory", shared,
        Overrides().Container(Ovr("web").Cpu(512).Memory(2048).Reservation(1024).Env("MODEL", "resnet")),
        ErrorCode::kOk, ""},
-      // The agent's values win, so the variables are accepted here (DESIGN §5).
+      // The agent's values win, so the variables are accepted here (docs/placement.md).
       {"ReservedVariablesAccepted", shared,
        Overrides().Container(Ovr("web")
                                  .Env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=99999M")
