@@ -10,11 +10,12 @@
 #include "api/http_server.h"
 #include "api/metrics.h"
 #include "api/request_auth.h"
+#include "protocol/messages.h"
 
 namespace gpupack::api {
 
 inline constexpr const char* kTargetPrefix = "AmazonEC2ContainerServiceV20141113.";
-inline constexpr int kMaxJsonDepth = 64;
+inline constexpr int kMaxJsonDepth = protocol::kMaxJsonDepth;
 
 class EcsHandler {
  public:
