@@ -27,7 +27,6 @@ std::shared_ptr<const ReadView> ReadView::FromState(const ClusterState& state) {
       auto rec = std::make_shared<InstanceRecord>();
       rec->instance = *inst;
       rec->load.group_counts = state.LoadOf(*inst).group_counts;
-      rec->load.task_arns = state.LoadOf(*inst).task_arns;
       instance_shards[ShardOf(inst->arn)].emplace(inst->arn, std::move(rec));
       (*by_cluster)[c->name].push_back(inst->arn);
     }

@@ -28,7 +28,8 @@ namespace gpupack::api {
 // InstanceRecord: a container instance and the load its tasks put on it (for memberOf-style filters).
 struct InstanceRecord {
   ContainerInstance instance;
-  InstanceLoad load;  // group_counts and task_arns (group ids are the working state's business)
+  InstanceLoad load;  // group_counts only: what the query language reads (task ARNs and group ids are the working
+                      // state's business, and copying them would make each commit cost O(tasks on the instance))
 };
 
 using TaskDefinitionFamily = std::map<int, std::shared_ptr<const TaskDefinition>>;  // revision -> definition
@@ -48,7 +49,7 @@ struct ViewDelta {
 
 class ReadView {
  public:
-  static constexpr size_t kShards = 256;
+  static constexpr size_t kShards = 4096;
 
   // FromState: a view of everything in `state` (at load).
   static std::shared_ptr<const ReadView> FromState(const ClusterState& state);

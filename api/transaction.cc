@@ -127,7 +127,6 @@ Transaction::Outcome Transaction::Finish() {
       rec->instance = *inst;
       const InstanceLoad& load = state_.LoadOf(*inst);
       rec->load.group_counts = load.group_counts;
-      rec->load.task_arns = load.task_arns;
       out.delta.instances.push_back(std::move(rec));
     }
   for (const auto& arn : task_order_)
