@@ -18,14 +18,7 @@ Status PutAttributes(const PutAttributesRequest& in, Transaction& txn, Attribute
   for (const auto& [arn, attrs] : by_target) {
     txn.UpdateInstance(arn, [&attrs = attrs](ContainerInstance& inst) {
       for (const auto& a : attrs) inst.attributes.push_back(a);
-      std::stable_sort(inst.attributes.begin(), inst.attributes.end(),
-                       [](const Attribute& x, const Attribute& y) { return x.name < y.name; });
-      std::vector<Attribute> unique;
-      for (auto& a : inst.attributes) {
-        if (!unique.empty() && unique.back().name == a.name) unique.back() = std::move(a);
-        else unique.push_back(std::move(a));
-      }
-      inst.attributes = std::move(unique);
+      SortAttributes(inst.attributes);
     });
     for (const auto& a : attrs) out.attributes.push_back({a.name, a.value, arn});
   }

@@ -8,8 +8,6 @@
 
 namespace gpupack::api {
 
-namespace {
-
 void SortAttributes(std::vector<Attribute>& attrs) {
   std::stable_sort(attrs.begin(), attrs.end(), [](const Attribute& a, const Attribute& b) { return a.name < b.name; });
   std::vector<Attribute> unique;
@@ -19,6 +17,8 @@ void SortAttributes(std::vector<Attribute>& attrs) {
   }
   attrs = std::move(unique);
 }
+
+namespace {
 
 std::shared_ptr<const ContainerInstance> Copy(const ClusterState& state, const std::string& arn) {
   return std::make_shared<const ContainerInstance>(*state.FindInstance(arn));

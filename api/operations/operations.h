@@ -74,6 +74,8 @@ Status DescribeContainerInstances(const DescribeContainerInstancesRequest& in, c
 Status ListContainerInstances(const ListContainerInstancesRequest& in, const ReadContext& ctx, ListPage& out);
 Status UpdateContainerInstancesState(const UpdateContainerInstancesStateRequest& in, Transaction& txn,
                                      InstancesResult& out);
+// SortAttributes: by name, one per name (the last one given wins): how an instance keeps its attributes.
+void SortAttributes(std::vector<Attribute>& attrs);
 // UsesChannel: the instance's agent holds a channel (it registered the channel attribute).
 bool UsesChannel(const ContainerInstance& instance);
 
