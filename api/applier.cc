@@ -30,15 +30,16 @@ Status Applier::Load() {
   // returns the rest of the snapshot; if it then fails, the tasks it handed over are dropped again, leaving
   // state_ as it was (Load runs once, on an applier that holds no task yet).
   std::vector<std::string> held_before;
-  for (const auto& [arn, task] : state_.Tasks()) held_before.push_back(arn);
+  state_.ForEachTask([&](const Task& t) { held_before.push_back(t.arn); });
   auto snap = store_.LoadStreaming([this](Task&& t) {
     state_.PutTask(std::move(t));
     return Status::Ok();
   });
   if (!snap.ok()) {
     std::vector<std::string> streamed;
-    for (const auto& [arn, task] : state_.Tasks())
-      if (std::find(held_before.begin(), held_before.end(), arn) == held_before.end()) streamed.push_back(arn);
+    state_.ForEachTask([&](const Task& t) {
+      if (std::find(held_before.begin(), held_before.end(), t.arn) == held_before.end()) streamed.push_back(t.arn);
+    });
     for (const std::string& arn : streamed) {
       state_.FindTask(arn)->resources_released = true;  // never reserved: it was only put
       (void)state_.EraseStoppedTask(arn);
@@ -73,6 +74,7 @@ void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
     s = Status::Server(std::string("internal error: ") + e.what());
   }
   Transaction::Outcome outcome = txn.Finish();
+  state_.DropSuperseded();  // no pointer taken during the operation outlives it
   const bool wait_durable = !outcome.batch.empty() || (outcome.write && s.ok());
   if (!wait_durable) {
     lock.unlock();

@@ -35,9 +35,20 @@ std::shared_ptr<const ReadView> ReadView::FromState(const ClusterState& state) {
   view->instances_by_cluster_ = std::move(by_cluster);
 
   std::array<TaskShard, kShards> task_shards;
-  for (const auto& [arn, t] : state.Tasks()) task_shards[ShardOf(arn)].emplace(arn, std::make_shared<const Task>(t));
+  state.ForEachTask([&](const Task& t) { task_shards[ShardOf(t.arn)].emplace(t.arn, state.SharedTask(t.arn)); });
   for (size_t i = 0; i < kShards; ++i) view->tasks_[i] = std::make_shared<const TaskShard>(std::move(task_shards[i]));
-  view->task_count_ = state.Tasks().size();
+  view->task_count_ = state.TaskCount();
+
+  std::map<std::pair<std::string, bool>, std::vector<TaskKey>> keys;  // (cluster, stopped) -> keys
+  state.ForEachTask([&](const Task& t) {
+    keys[{t.cluster, t.desired_status == TaskStatus::kStopped}].push_back({t.created_at, t.arn});
+  });
+  auto orders = std::make_shared<std::map<std::string, ClusterTaskOrders>>();
+  for (auto& [where, list] : keys) {
+    auto order = std::make_shared<const TaskOrder>(TaskOrder::Of(std::move(list)));
+    (where.second ? (*orders)[where.first].stopped : (*orders)[where.first].running) = std::move(order);
+  }
+  view->task_orders_ = std::move(orders);
   return view;
 }
 
@@ -82,6 +93,8 @@ std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta 
     if (instance_copies[s]) view->instances_[s] = std::move(instance_copies[s]);
   if (by_cluster) view->instances_by_cluster_ = std::move(by_cluster);
 
+  ApplyTaskOrders(base, delta, *view);
+
   std::array<std::shared_ptr<TaskShard>, kShards> task_copies;
   auto task_shard = [&](const std::string& arn) -> TaskShard& {
     const size_t s = ShardOf(arn);
@@ -99,6 +112,41 @@ std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta 
   for (size_t s = 0; s < kShards; ++s)
     if (task_copies[s]) view->tasks_[s] = std::move(task_copies[s]);
   return view;
+}
+
+// ApplyTaskOrders moves the tasks of `delta` in the ListTasks orders of `view` (a copy of `base`): a new task
+// joins its cluster's order, one whose desired status changed moves to the other, an erased one leaves.
+void ReadView::ApplyTaskOrders(const ReadView& base, const ViewDelta& delta, ReadView& view) {
+  struct Change {
+    std::vector<TaskKey> insert, erase;
+  };
+  std::map<std::pair<std::string, bool>, Change> changes;  // (cluster, stopped) -> change
+  auto where = [](const Task& t) { return std::make_pair(t.cluster, t.desired_status == TaskStatus::kStopped); };
+  for (const auto& t : delta.tasks) {
+    const Task* old = base.FindTask(t->arn);
+    if (old && where(*old) == where(*t)) continue;
+    if (old) changes[where(*old)].erase.push_back({old->created_at, old->arn});
+    changes[where(*t)].insert.push_back({t->created_at, t->arn});
+  }
+  for (const auto& arn : delta.erased_tasks)
+    if (const Task* old = base.FindTask(arn)) changes[where(*old)].erase.push_back({old->created_at, old->arn});
+  if (changes.empty()) return;
+  static const TaskOrder kEmpty;
+  auto orders = std::make_shared<std::map<std::string, ClusterTaskOrders>>(*base.task_orders_);
+  for (auto& [key, change] : changes) {
+    auto& slot = key.second ? (*orders)[key.first].stopped : (*orders)[key.first].running;
+    const TaskOrder& before = slot ? *slot : kEmpty;
+    slot = std::make_shared<const TaskOrder>(before.With(std::move(change.insert), std::move(change.erase)));
+  }
+  view.task_orders_ = std::move(orders);
+}
+
+const TaskOrder& ReadView::TaskOrderOf(const std::string& cluster, bool stopped) const {
+  static const TaskOrder kNone;
+  auto it = task_orders_->find(cluster);
+  if (it == task_orders_->end()) return kNone;
+  const auto& order = stopped ? it->second.stopped : it->second.running;
+  return order ? *order : kNone;
 }
 
 const Cluster* ReadView::FindCluster(const std::string& name) const {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "api/codec.h"
+#include "api/task_order.h"
 #include "scheduler/cluster_state.h"
 #include "scheduler/model.h"
 
@@ -88,6 +89,9 @@ class ReadView {
       for (const auto& entry : *shard) f(*entry.second);
   }
   size_t task_count() const { return task_count_; }
+  // TaskOrderOf: the cluster's tasks whose desiredStatus is STOPPED (`stopped`) or RUNNING, oldest first
+  // (createdAt, then ARN): what ListTasks pages through.
+  const TaskOrder& TaskOrderOf(const std::string& cluster, bool stopped) const;
 
   // The number of commits published before this view (0 = the view of the loaded state).
   uint64_t sequence() const { return sequence_; }
@@ -96,12 +100,18 @@ class ReadView {
   using TaskShard = std::unordered_map<std::string, std::shared_ptr<const Task>>;
   using InstanceShard = std::unordered_map<std::string, std::shared_ptr<const InstanceRecord>>;
   static size_t ShardOf(const std::string& key);
+  static void ApplyTaskOrders(const ReadView& base, const ViewDelta& delta, ReadView& view);
 
   std::shared_ptr<const std::map<std::string, Cluster>> clusters_;
   std::shared_ptr<const std::map<std::string, std::shared_ptr<const TaskDefinitionFamily>>> task_definitions_;
   std::array<std::shared_ptr<const InstanceShard>, kShards> instances_;
   std::shared_ptr<const std::map<std::string, std::vector<std::string>>> instances_by_cluster_;  // ARNs in order
   std::array<std::shared_ptr<const TaskShard>, kShards> tasks_;
+  // cluster -> its tasks in ListTasks order, split by desired status
+  struct ClusterTaskOrders {
+    std::shared_ptr<const TaskOrder> running, stopped;
+  };
+  std::shared_ptr<const std::map<std::string, ClusterTaskOrders>> task_orders_;
   size_t task_count_ = 0;
   uint64_t sequence_ = 0;
 };

@@ -84,5 +84,7 @@ Json Render(const ArnContext& ctx, const ExplainResult& r);
 
 // PageOf: the page of `items` that `page` asks for, under `key` (nextToken when more remain).
 ListPage PageOf(const char* key, std::vector<std::string> items, size_t begin, size_t limit);
+// PageToken: the nextToken of a page that ends at offset `end` (PageRequest::begin of the next page).
+std::string PageToken(size_t end);
 
 }  // namespace gpupack::api

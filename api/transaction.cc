@@ -130,9 +130,9 @@ Transaction::Outcome Transaction::Finish() {
       out.delta.instances.push_back(std::move(rec));
     }
   for (const auto& arn : task_order_)
-    if (const Task* t = state_.FindTask(arn)) {
+    if (auto t = state_.SharedTask(arn)) {
       out.batch.PutTask(*t);
-      out.delta.tasks.push_back(std::make_shared<const Task>(*t));
+      out.delta.tasks.push_back(std::move(t));  // shared: the state copies it before changing it again
     }
   for (const auto& arn : erased_tasks_) {
     out.batch.DeleteTask(arn);

@@ -1,6 +1,7 @@
 #include "scheduler/cluster_state.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -167,25 +168,43 @@ const InstanceLoad& ClusterState::LoadOf(const std::string& instance_arn) const 
 
 // ---- tasks -------------------------------------------------------------------------------------------------
 
+Task& ClusterState::Own(std::shared_ptr<Task>& task) {
+  if (task.use_count() > 1) {
+    auto copy = std::make_shared<Task>(*task);
+    superseded_.push_back(std::move(task));
+    task = std::move(copy);
+  } else {
+    // Only this state holds it. Another thread may just have let go of its reference: see its reads of the
+    // task before writing it.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  return *task;
+}
+
 Task* ClusterState::FindTask(const std::string& arn) {
   auto it = tasks_.find(arn);
-  return it == tasks_.end() ? nullptr : &it->second;
+  return it == tasks_.end() ? nullptr : &Own(it->second);
 }
 
 const Task* ClusterState::FindTask(const std::string& arn) const {
   auto it = tasks_.find(arn);
-  return it == tasks_.end() ? nullptr : &it->second;
+  return it == tasks_.end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<const Task> ClusterState::SharedTask(const std::string& arn) const {
+  auto it = tasks_.find(arn);
+  return it == tasks_.end() ? nullptr : std::shared_ptr<const Task>(it->second);
 }
 
 void ClusterState::PutTask(Task task) {
   std::string arn = task.arn;
-  tasks_[arn] = std::move(task);
+  tasks_[arn] = std::make_shared<Task>(std::move(task));
 }
 
 Status ClusterState::EraseStoppedTask(const std::string& arn) {
   auto it = tasks_.find(arn);
   if (it == tasks_.end()) return Status::Ok();
-  if (!it->second.resources_released)
+  if (!it->second->resources_released)
     return Status::Server("task " + arn + " still holds resources and cannot be purged");
   tasks_.erase(it);
   return Status::Ok();
@@ -257,15 +276,15 @@ Status ClusterState::ReserveTask(Task task) {
   task.resources_released = false;
   ApplyReservation(task, +1);
   std::string arn = task.arn;
-  tasks_[arn] = std::move(task);
+  tasks_[arn] = std::make_shared<Task>(std::move(task));
   return Status::Ok();
 }
 
 bool ClusterState::ReleaseTask(const std::string& task_arn) {
   auto it = tasks_.find(task_arn);
-  if (it == tasks_.end() || it->second.resources_released) return false;
-  ApplyReservation(it->second, -1);
-  it->second.resources_released = true;
+  if (it == tasks_.end() || it->second->resources_released) return false;
+  ApplyReservation(*it->second, -1);
+  Own(it->second).resources_released = true;
   return true;
 }
 
@@ -306,7 +325,7 @@ void ClusterState::RebuildReservations() {
   group_index_.clear();
   for (const auto& [_, slot] : instances_) IndexInstance(slot, /*insert=*/true);
   for (const auto& [_, task] : tasks_)
-    if (!task.resources_released) ApplyReservation(task, +1);
+    if (!task->resources_released) ApplyReservation(*task, +1);
 }
 
 // ---- client tokens -----------------------------------------------------------------------------------------

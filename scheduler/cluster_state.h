@@ -133,12 +133,27 @@ class ClusterState {
   const GroupMembers& GroupIndex(const std::string& cluster, uint32_t group_id) const;
 
   // ---- tasks
-  Task* FindTask(const std::string& arn);
+  // Tasks are shared with whoever took them with SharedTask() (the server's read views), never copied for it:
+  // a task someone else still holds is copied the first time it changes (copy on write), so the state and a
+  // published view hold one copy of every task that did not change since. A Task* or const Task* taken before
+  // a change may therefore show the task as it was: take it again after changing the task. The version it
+  // showed stays alive until DropSuperseded().
+  Task* FindTask(const std::string& arn);  // copies the task first when it is shared
   const Task* FindTask(const std::string& arn) const;
+  // SharedTask: the task itself, shared (null when unknown). The state copies it before changing it again.
+  std::shared_ptr<const Task> SharedTask(const std::string& arn) const;
   // Adds a task record without touching reservations (used when loading from the store; call
   // RebuildReservations() after loading everything).
   void PutTask(Task task);
-  const std::unordered_map<std::string, Task>& Tasks() const { return tasks_; }
+  size_t TaskCount() const { return tasks_.size(); }
+  // ForEachTask calls `f(const Task&)` for every task, in no particular order.
+  template <typename F>
+  void ForEachTask(F&& f) const {
+    for (const auto& entry : tasks_) f(*entry.second);
+  }
+  // DropSuperseded forgets the versions of tasks that copy on write replaced since the last call (kept so that
+  // a pointer taken before a change never dangles). The owner calls it between operations.
+  void DropSuperseded() { superseded_.clear(); }
   // Drops a STOPPED task from memory (retention expired). Refuses tasks that still hold resources.
   Status EraseStoppedTask(const std::string& arn);
 
@@ -187,7 +202,11 @@ class ClusterState {
   std::unordered_map<std::string, HostIndexes> host_index_;  // cluster -> instances by remaining CPU / memory
   // cluster -> group id -> (count, seq) of the instances with tasks of that group
   std::unordered_map<std::string, std::unordered_map<uint32_t, GroupMembers>> group_index_;
-  std::unordered_map<std::string, Task> tasks_;
+  // Owned: the task for writing, copying it first when someone else holds it too.
+  Task& Own(std::shared_ptr<Task>& task);
+
+  std::unordered_map<std::string, std::shared_ptr<Task>> tasks_;
+  std::vector<std::shared_ptr<Task>> superseded_;  // versions replaced by Own() since DropSuperseded()
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
 };
 

@@ -60,6 +60,7 @@ Status AgentHello(const std::string& instance_arn, const protocol::Hello& hello,
       continue;
     }
     GP_TRY(ApplyTaskReport(rt.task_arn, FromProtocol(rt), txn));
+    t = txn.state().FindTask(rt.task_arn);  // the report may have changed it into a new copy
     if (t->last_status != TaskStatus::kStopped && t->desired_status == TaskStatus::kStopped)
       out.stop.push_back({rt.task_arn, t->stopped_reason});
   }

@@ -53,9 +53,11 @@ Status DeleteCluster(const DeleteClusterRequest& in, Transaction& txn, ClusterRe
   for (const ContainerInstance* inst : txn.state().InstancesOf(cluster->name))
     if (inst->status != InstanceStatus::kInactive)
       return Status::Client("The cluster cannot be deleted while container instances are active or draining.");
-  for (const auto& [_, t] : txn.state().Tasks())
-    if (t.cluster == cluster->name && t.last_status != TaskStatus::kStopped)
-      return Status::Client("The cluster cannot be deleted while tasks are active.");
+  bool active_tasks = false;
+  txn.state().ForEachTask([&](const Task& t) {
+    active_tasks = active_tasks || (t.cluster == cluster->name && t.last_status != TaskStatus::kStopped);
+  });
+  if (active_tasks) return Status::Client("The cluster cannot be deleted while tasks are active.");
   Cluster c = *cluster;
   c.status = LifecycleStatus::kInactive;
   txn.PutCluster(c);

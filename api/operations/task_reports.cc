@@ -24,6 +24,9 @@ void StopTaskRecord(const std::string& task_arn, const std::string& stop_code, c
                     Transaction& txn) {
   const Task* task = txn.state().FindTask(task_arn);
   if (!task || task->desired_status == TaskStatus::kStopped || task->last_status == TaskStatus::kStopped) return;
+  // Read before the change (a changed task may be a new copy: ClusterState::FindTask).
+  const std::string instance_arn = task->container_instance_arn;
+  const bool pending = task->last_status == TaskStatus::kPending;
   const EpochMs now = txn.now();
   txn.UpdateTask(task_arn, [&](Task& t) {
     t.desired_status = TaskStatus::kStopped;
@@ -31,7 +34,7 @@ void StopTaskRecord(const std::string& task_arn, const std::string& stop_code, c
     t.stopped_reason = reason;
     t.stopping_at = now;
   });
-  const ContainerInstance* inst = txn.state().FindInstance(task->container_instance_arn);
+  const ContainerInstance* inst = txn.state().FindInstance(instance_arn);
   if (inst && UsesChannel(*inst) && inst->agent_connected) {
     // The agent stops it (SIGTERM, grace, SIGKILL) and reports STOPPED; memory is held until then.
     txn.Push(inst->arn, protocol::Stop{0, {task_arn, reason}});
@@ -39,7 +42,7 @@ void StopTaskRecord(const std::string& task_arn, const std::string& stop_code, c
   }
   // A task no agent has started yet stops at once. A running one waits for its agent's report (a channel agent
   // that is away gets the stop when it reconnects).
-  if (task->last_status == TaskStatus::kPending) FinishStop(task_arn, txn);
+  if (pending) FinishStop(task_arn, txn);
 }
 
 // ApplyTaskReport: container reports are checked by the parser and applied together (never half a report); a
@@ -47,6 +50,7 @@ void StopTaskRecord(const std::string& task_arn, const std::string& stop_code, c
 Status ApplyTaskReport(const std::string& task_arn, const TaskStateReport& report, Transaction& txn) {
   const Task* task = txn.state().FindTask(task_arn);
   if (!task) return Status::InvalidParameter("The referenced task was not found: " + task_arn.substr(0, 300));
+  const TaskStatus last_status = task->last_status;  // a changed task may be a new copy: read it first
   if (report.has_containers) {
     txn.UpdateTask(task_arn, [&report](Task& t) {
       for (const auto& r : report.containers)
@@ -58,8 +62,8 @@ Status ApplyTaskReport(const std::string& task_arn, const TaskStateReport& repor
         }
     });
   }
-  if (task->last_status == TaskStatus::kStopped) return Status::Ok();  // late or repeated: nothing moves
-  if (report.status == TaskStatus::kRunning && task->last_status != TaskStatus::kRunning) {
+  if (last_status == TaskStatus::kStopped) return Status::Ok();  // late or repeated: nothing moves
+  if (report.status == TaskStatus::kRunning && last_status != TaskStatus::kRunning) {
     txn.SetTaskStatus(task_arn, TaskStatus::kRunning);
     const EpochMs now = txn.now();
     txn.UpdateTask(task_arn, [now](Task& t) {

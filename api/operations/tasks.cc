@@ -58,7 +58,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
       if (rec->request_fingerprint != in.fingerprint)
         return Status::Conflict("clientToken '" + *in.client_token + "' was used with a different request");
       for (const auto& arn : rec->task_arns)
-        if (const Task* t = state.FindTask(arn)) out.tasks.push_back(std::make_shared<const Task>(*t));
+        if (auto t = state.SharedTask(arn)) out.tasks.push_back(std::move(t));
       txn.MarkWrite();
       return Status::Ok();
     }
@@ -103,9 +103,9 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
       return arn.ContainerArn(cluster_name, task_id, name);
     };
     Task t = BuildTask(std::move(fields), *td, placer->request().demand, *p.instance, p.gpu_indices);
-    auto placed = std::make_shared<const Task>(t);
-    const std::string instance_arn = t.container_instance_arn;
+    const std::string task_arn = t.arn, instance_arn = t.container_instance_arn;
     GP_TRY(txn.ReserveTask(std::move(t)));
+    auto placed = state.SharedTask(task_arn);  // shared with the state, which copies it before any change
     txn.CountPlacement();
     txn.Push(instance_arn, protocol::Assign{0, AssignmentFor(*placed, state, txn.arn())});
     placed_arns.push_back(placed->arn);
@@ -129,7 +129,7 @@ Status StopTask(const StopTaskRequest& in, Transaction& txn, TaskResult& out) {
   GP_ASSIGN(task, ResolveTask(txn.state(), txn.arn(), cluster->name, in.task));
   const std::string arn = task->arn;
   StopTaskRecord(arn, stop_codes::kUserInitiated, in.reason.value_or("Task stopped by user"), txn);
-  out.task = std::make_shared<const Task>(*txn.state().FindTask(arn));
+  out.task = txn.state().SharedTask(arn);
   txn.MarkWrite();
   return Status::Ok();
 }
@@ -149,7 +149,9 @@ Status DescribeTasks(const DescribeTasksRequest& in, const ReadContext& ctx, Tas
   return Status::Ok();
 }
 
-// ListTasks: ECS's PENDING and RUNNING tasks both have desiredStatus RUNNING; oldest first.
+// ListTasks: ECS's PENDING and RUNNING tasks both have desiredStatus RUNNING; oldest first. The view keeps each
+// cluster's tasks in that order, so a page without filters costs its own length; a filter reads each task of
+// the cluster's order until the page is full.
 Status ListTasks(const ListTasksRequest& in, const ReadContext& ctx, ListPage& out) {
   GP_ASSIGN(cluster, ActiveCluster(ctx.view, ctx.arn, in.cluster));
   std::string instance_arn;
@@ -157,22 +159,33 @@ Status ListTasks(const ListTasksRequest& in, const ReadContext& ctx, ListPage& o
     GP_ASSIGN(id, ResourceIdFrom(ctx.arn, "container-instance", *in.container_instance));
     instance_arn = ctx.arn.InstanceArn(cluster->name, id);
   }
-  const bool want_stopped = in.desired_status == TaskStatus::kStopped;
   const std::string family_part = in.family ? "task-definition/" + *in.family + ":" : "";
-  std::vector<std::pair<EpochMs, std::string>> rows;
-  ctx.view.ForEachTask([&](const Task& t) {
-    if (t.cluster != cluster->name) return;
-    if (want_stopped != (t.desired_status == TaskStatus::kStopped)) return;
-    if (!instance_arn.empty() && t.container_instance_arn != instance_arn) return;
-    if (in.started_by && t.started_by != *in.started_by) return;
-    if (in.family && t.task_definition_arn.find(family_part) == std::string::npos) return;
-    rows.emplace_back(t.created_at, t.arn);
+  const bool filtered = !instance_arn.empty() || in.started_by || in.family;
+  auto matches = [&](const TaskKey& key) {
+    if (!filtered) return true;
+    const Task* t = ctx.view.FindTask(key.arn);
+    return t && (instance_arn.empty() || t->container_instance_arn == instance_arn) &&
+           (!in.started_by || t->started_by == *in.started_by) &&
+           (!in.family || t->task_definition_arn.find(family_part) != std::string::npos);
+  };
+  const TaskOrder& order = ctx.view.TaskOrderOf(cluster->name, in.desired_status == TaskStatus::kStopped);
+  // Without filters the offset is a position in the order; with them, matches before it are skipped.
+  size_t skip = filtered ? in.page.begin : 0;
+  const size_t end = in.page.begin + in.page.limit;
+  out.key = "taskArns";
+  order.ForEachFrom(filtered ? 0 : in.page.begin, [&](const TaskKey& key) {
+    if (!matches(key)) return true;
+    if (skip > 0) {
+      --skip;
+      return true;
+    }
+    if (out.items.size() == in.page.limit) {  // one more match: there is a next page
+      out.next_token = PageToken(end);
+      return false;
+    }
+    out.items.push_back(key.arn);
+    return true;
   });
-  std::sort(rows.begin(), rows.end());
-  std::vector<std::string> arns;
-  arns.reserve(rows.size());
-  for (auto& r : rows) arns.push_back(std::move(r.second));
-  out = PageOf("taskArns", std::move(arns), in.page.begin, in.page.limit);
   return Status::Ok();
 }
 
@@ -195,10 +208,11 @@ Status ExplainPlacement(const ExplainPlacementRequest& in, const ClusterState& s
 
 void PurgeExpired(Transaction& txn, EpochMs retention_ms) {
   std::vector<std::string> expired;
-  for (const auto& [arn, t] : txn.state().Tasks())
+  txn.state().ForEachTask([&](const Task& t) {
     if (t.last_status == TaskStatus::kStopped && t.resources_released && t.stopped_at &&
         txn.now() - t.stopped_at > retention_ms)
-      expired.push_back(arn);
+      expired.push_back(t.arn);
+  });
   for (const auto& arn : expired) (void)txn.EraseStoppedTask(arn);
 }
 

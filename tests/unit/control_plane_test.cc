@@ -1,10 +1,12 @@
 // ControlPlane end to end below HTTP: the ECS operations on a real SQLite file, including a restart.
 #include "api/control_plane.h"
 
-#include <filesystem>
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -489,6 +491,67 @@ TEST_F(ControlPlaneTest, ClientTokenIsIdempotent) {
   EXPECT_EQ(other.status.code(), ErrorCode::kConflict);
   Json list = s.Ok("ListTasks", Json::object());
   EXPECT_EQ(list["taskArns"].size(), 2u);
+}
+
+// ListTasks pages through each cluster's tasks oldest first (createdAt, then ARN), with filters, across stops
+// that move tasks from the RUNNING list to the STOPPED one, and answers the same after a restart.
+TEST_F(ControlPlaneTest, ListTasksPagesOldestFirstThroughStopsFiltersAndARestart) {
+  std::vector<std::string> all, by_ci;
+  {
+    Server s(db_);
+    s.Ok("CreateCluster", Json::object());
+    RegisterInstance(s, {81920}, 1 << 20, 1 << 20);
+    RegisterShared(s, "mps", 100);
+    for (int call = 0; call < 4; ++call) {
+      Json body = {{"taskDefinition", "mps"}, {"count", 10}};
+      if (call % 2 == 1) body["startedBy"] = "ci";
+      const Json ran = s.Ok("RunTask", body);
+      for (const Json& t : ran["tasks"]) {
+        all.push_back(t["taskArn"]);
+        if (call % 2 == 1) by_ci.push_back(t["taskArn"]);
+      }
+    }
+  }
+  Server s(db_);
+  // Oldest first: createdAt, then ARN, as DescribeTasks reports them.
+  auto oldest_first = [&](std::vector<std::string> arns) {
+    std::map<std::string, double> created;
+    for (size_t i = 0; i < arns.size(); i += 100) {
+      Json batch = Json::array();
+      for (size_t j = i; j < std::min(arns.size(), i + 100); ++j) batch.push_back(arns[j]);
+      const Json described = s.Ok("DescribeTasks", {{"tasks", batch}});
+      for (const Json& t : described["tasks"]) created[t["taskArn"]] = t["createdAt"];
+    }
+    std::sort(arns.begin(), arns.end(), [&](const std::string& a, const std::string& b) {
+      return std::make_pair(created[a], a) < std::make_pair(created[b], b);
+    });
+    return arns;
+  };
+  auto pages = [&](Json body) {
+    std::vector<std::string> out;
+    body["maxResults"] = 7;
+    for (int page = 0; page < 20; ++page) {
+      Json r = s.Ok("ListTasks", body);
+      EXPECT_LE(r["taskArns"].size(), 7u);
+      for (const Json& a : r["taskArns"]) out.push_back(a);
+      if (!r.contains("nextToken")) break;
+      body["nextToken"] = r["nextToken"];
+    }
+    return out;
+  };
+  EXPECT_EQ(pages(Json::object()), oldest_first(all));
+  EXPECT_EQ(pages({{"startedBy", "ci"}}), oldest_first(by_ci));
+
+  std::vector<std::string> stopped, running;
+  for (size_t i = 0; i < all.size(); ++i) (i % 3 == 0 ? stopped : running).push_back(all[i]);
+  for (const auto& arn : stopped) s.Ok("StopTask", {{"task", arn}});
+  EXPECT_EQ(pages(Json::object()), oldest_first(running));
+  EXPECT_EQ(pages({{"desiredStatus", "STOPPED"}}), oldest_first(stopped));
+  std::vector<std::string> ci_stopped;
+  for (const auto& arn : by_ci)
+    if (std::find(stopped.begin(), stopped.end(), arn) != stopped.end()) ci_stopped.push_back(arn);
+  EXPECT_EQ(pages({{"desiredStatus", "STOPPED"}, {"startedBy", "ci"}}), oldest_first(ci_stopped));
+  EXPECT_EQ(pages({{"family", "other"}}), std::vector<std::string>{});
 }
 
 using testing_support::GatedStore;

@@ -207,6 +207,39 @@ TEST(Placement, SharedTaskNeverLandsOnDedicatedGpu) {
   EXPECT_TRUE(Place(s, Shared(1)).placed());
 }
 
+// A task handed out with SharedTask() (what a read view holds) never changes: the state copies it before its
+// next change, keeps the version a pointer showed until DropSuperseded(), and a task nobody else holds is
+// changed in place.
+TEST(ClusterStateSharing, ASharedTaskIsCopiedBeforeItChangesAndAnUnsharedOneIsNot) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(1, 20000));
+  Task t;
+  t.arn = "t1";
+  t.container_instance_arn = "arn:i/a";
+  t.gpu_reservations = {{"GPU-a-0", 1000, 0, 1, false}};
+  ASSERT_TRUE(s.ReserveTask(t).ok());
+
+  const Task* before = s.FindTask("t1");
+  EXPECT_EQ(s.FindTask(std::string("t1")), before) << "unshared: changed in place";
+  std::shared_ptr<const Task> seen = s.SharedTask("t1");
+  EXPECT_EQ(seen.get(), before) << "shared, not copied";
+
+  s.SetTaskLastStatus("t1", TaskStatus::kRunning);
+  EXPECT_EQ(seen->last_status, TaskStatus::kPending) << "the shared version never changes";
+  EXPECT_EQ(before->last_status, TaskStatus::kPending) << "an older pointer shows the task as it was";
+  const Task* after = static_cast<const ClusterState&>(s).FindTask("t1");
+  EXPECT_NE(after, before);
+  EXPECT_EQ(after->last_status, TaskStatus::kRunning);
+  EXPECT_EQ(s.FindInstance("arn:i/a")->running_tasks_count, 1);
+
+  seen.reset();
+  s.DropSuperseded();
+  s.SetTaskLastStatus("t1", TaskStatus::kStopped);  // nobody else holds it now: no copy
+  EXPECT_EQ(static_cast<const ClusterState&>(s).FindTask("t1"), after);
+  EXPECT_TRUE(after->resources_released);
+  EXPECT_EQ(s.FindInstance("arn:i/a")->gpus[0].remaining_memory_mib, 20000);
+}
+
 TEST(Placement, BinpackGpuMemoryPicksTheFullestGpuInTheCluster) {
   ClusterState s;
   s.PutInstance(Instance("a").Gpus(1, 20000));
