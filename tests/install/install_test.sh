@@ -9,7 +9,7 @@
 #      `systemd-analyze security --offline` rates the server <= 3.0 and the agent <= 5.0.
 #   4. In that root: `systemd-sysusers` creates the gpupack user from the package's sysusers.d entry, and
 #      `systemd-tmpfiles` the state and MPS directories from its tmpfiles.d entry.
-# Registered with ctest as install_package (tests/CMakeLists.txt); CI installs systemd and dpkg-dev for it
+# Registered with ctest as install_package (tests/CMakeLists.txt); CI installs systemd, dpkg-dev and file for it
 # (scripts/install-deps.sh).
 set -euo pipefail
 
@@ -27,8 +27,8 @@ fail() {
 }
 step() { echo "== $*"; }
 
-for tool in systemd-analyze systemd-sysusers systemd-tmpfiles dpkg-deb dpkg-shlibdeps readelf; do
-  command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/install-deps.sh installs systemd and dpkg-dev)"
+for tool in systemd-analyze systemd-sysusers systemd-tmpfiles dpkg-deb dpkg-shlibdeps file readelf; do
+  command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/install-deps.sh installs systemd, dpkg-dev and file)"
 done
 
 # check_tree ROOT PREFIX: the files an install must have under ROOT/PREFIX, and units that run PREFIX/bin/gpupack.
