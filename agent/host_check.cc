@@ -41,10 +41,15 @@ HostCheckItem Fail(std::string name, std::string detail, std::string fix) {
 bool FakeGpus(const HostCheckOptions& o) { return o.gpus.rfind("fake:", 0) == 0; }
 
 // WithThousands renders 143771 as "143,771" (MiB figures read better that way).
+// (Built by appending: string::insert here trips GCC 12's -Wrestrict false positive at -O3.)
 std::string WithThousands(int64_t n) {
-  std::string digits = std::to_string(n);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
-  return digits;
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && digits[i - 1] != '-' && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
 }
 
 // CheckGpus: NVML (or the fake SPEC) lists GPUs. `devices` receives them for the device-node check.
