@@ -9,9 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "agent/docker_client.h"
 #include "agent/gpu_discovery.h"
@@ -57,18 +56,21 @@ HostCheckItem CheckGpus(const HostCheckOptions& o, std::vector<GpuDevice>* devic
   const char* name = "NVML";
   auto discovery = MakeGpuDiscovery(o.gpus, "host-check");
   if (!discovery.ok()) {
-    if (FakeGpus(o)) return Fail(name, discovery.status().message(), "give --gpus fake:<count>x<MiB>, e.g. fake:2x22587");
+    if (FakeGpus(o))
+      return Fail(name, discovery.status().message(), "give --gpus fake:<count>x<MiB>, e.g. fake:2x22587");
     return Fail(name, discovery.status().message(), kDriverFix);
   }
   auto found = (*discovery)->Discover();
   if (!found.ok()) return Fail(name, found.status().message(), kDriverFix);
   *devices = *found;
   std::ostringstream out;
-  out << (FakeGpus(o) ? "fake GPUs (" + (*discovery)->Describe() + "), no NVML needed: " : (*discovery)->Describe() + ": ")
+  out << (FakeGpus(o) ? "fake GPUs (" + (*discovery)->Describe() + "), no NVML needed: "
+                      : (*discovery)->Describe() + ": ")
       << found->size() << (found->size() == 1 ? " GPU" : " GPUs");
   std::map<std::string, int> models;  // "NVIDIA H200, 143,771 MiB usable" -> count
   for (const GpuDevice& d : *found) ++models[d.name + ", " + WithThousands(d.usable_mib) + " MiB usable"];
-  for (const auto& [model, count] : models) out << (model == models.begin()->first ? " (" : "; ") << count << "x " << model;
+  for (const auto& [model, count] : models)
+    out << (model == models.begin()->first ? " (" : "; ") << count << "x " << model;
   if (!models.empty()) out << ")";
   return Ok(name, out.str());
 }
@@ -86,7 +88,8 @@ HostCheckItem CheckDeviceNodes(const HostCheckOptions& o, const std::vector<GpuD
     const std::string path = o.device_dir + "/" + node;
     if (stat(path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) missing.push_back(path);
   }
-  if (missing.empty()) return Ok(name, std::to_string(wanted.size()) + " present (" + o.device_dir + "/nvidiactl, nvidia-uvm, nvidia<N>)");
+  if (missing.empty())
+    return Ok(name, std::to_string(wanted.size()) + " present (" + o.device_dir + "/nvidiactl, nvidia-uvm, nvidia<N>)");
   std::string list;
   for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
   return Fail(name, "missing: " + list,
@@ -141,8 +144,8 @@ HostCheckItem CheckMpsControl(const HostCheckOptions& o) {
   const bool ran = exit_code >= 0 && exit_code != 126 && exit_code != 127 && exit_code < 128;
   std::string lower = why;
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const bool no_daemon = lower.find("cannot find mps control daemon") != std::string::npos ||
-                         lower.find("connect") != std::string::npos;
+  const bool no_daemon =
+      lower.find("cannot find mps control daemon") != std::string::npos || lower.find("connect") != std::string::npos;
   if (ran && no_daemon) {
     return Ok(name, found + " runs; no daemon on " + o.mps_pipe_dir + " yet (the agent starts one)");
   }
@@ -219,11 +222,13 @@ HostCheckItem CheckGpuInjection(const HostCheckOptions& o) {
   DockerClient client({o.docker_socket, o.timeout, 4 << 20});
   auto info = client.Request("GET", "/info");
   if (!info.ok()) return Fail(name, "GET /info: " + info.status().message(), fix);
-  if (info->status != 200) return Fail(name, "GET /info answered " + std::to_string(info->status) + ": " + EngineMessage(*info), fix);
+  if (info->status != 200)
+    return Fail(name, "GET /info answered " + std::to_string(info->status) + ": " + EngineMessage(*info), fix);
   auto json = Json::parse(info->body, nullptr, false);
   if (!json.is_object()) return Fail(name, "GET /info answered no JSON object", fix);
-  const std::string default_runtime =
-      json.contains("DefaultRuntime") && json["DefaultRuntime"].is_string() ? json["DefaultRuntime"].get<std::string>() : "";
+  const std::string default_runtime = json.contains("DefaultRuntime") && json["DefaultRuntime"].is_string()
+                                          ? json["DefaultRuntime"].get<std::string>()
+                                          : "";
   std::string runtimes;
   bool has_nvidia = false;
   if (json.contains("Runtimes") && json["Runtimes"].is_object()) {
@@ -245,8 +250,10 @@ HostCheckItem CheckGpuInjection(const HostCheckOptions& o) {
     return Ok(name, seen + ": containers get their GPU through NVIDIA_VISIBLE_DEVICES");
   }
   if (has_nvidia) {
-    return Fail(name, seen + ": the nvidia runtime is installed but not the default, so NVIDIA_VISIBLE_DEVICES is "
-                      "ignored and containers see no GPU",
+    return Fail(name,
+                seen +
+                    ": the nvidia runtime is installed but not the default, so NVIDIA_VISIBLE_DEVICES is "
+                    "ignored and containers see no GPU",
                 "make it the default: `nvidia-ctk runtime configure --runtime=docker --set-as-default`, then "
                 "`systemctl restart docker`");
   }

@@ -11,19 +11,19 @@ namespace gpupack::agent {
 
 // HostCheckOptions are the agent flags the checklist reads; their defaults are the agent's.
 struct HostCheckOptions {
-  std::string gpus = "nvml";                                  // --gpus: nvml or fake:SPEC
-  std::string runtime = "process";                            // --runtime: process or docker
-  std::string docker_socket = "/var/run/docker.sock";         // --docker-socket
-  std::string mps_pipe_dir = "/run/gpupack-mps";              // --mps-pipe-dir (its log directory is <dir>/log)
+  std::string gpus = "nvml";                                    // --gpus: nvml or fake:SPEC
+  std::string runtime = "process";                              // --runtime: process or docker
+  std::string docker_socket = "/var/run/docker.sock";           // --docker-socket
+  std::string mps_pipe_dir = "/run/gpupack-mps";                // --mps-pipe-dir (its log directory is <dir>/log)
   std::string mps_control_program = "nvidia-cuda-mps-control";  // --mps-control
-  std::string state_dir = "/var/lib/gpupack-agent";           // --state-dir
-  std::string device_dir = "/dev";                            // where the NVIDIA device nodes are (tests: a temp dir)
-  std::chrono::milliseconds timeout{3000};                    // bounds each MPS control command and engine request
+  std::string state_dir = "/var/lib/gpupack-agent";             // --state-dir
+  std::string device_dir = "/dev";                              // where the NVIDIA device nodes are (tests: a temp dir)
+  std::chrono::milliseconds timeout{3000};                      // bounds each MPS control command and engine request
 };
 
 // HostCheckItem is one line of the checklist.
 struct HostCheckItem {
-  std::string name;    // "NVML", "MPS control", ...
+  std::string name;  // "NVML", "MPS control", ...
   bool ok = false;
   std::string detail;  // what was seen: "2 GPUs: NVIDIA H200 (143,771 MiB usable), ..." or why it failed
   std::string fix;     // on FAIL: what to do; empty when ok

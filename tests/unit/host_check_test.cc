@@ -3,6 +3,8 @@
 // temp dir, and a fake Docker engine on a unix socket that answers /version and /info.
 #include "agent/host_check.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,9 +17,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "agent/gpu_discovery.h"
 
@@ -172,9 +171,10 @@ TEST(HostCheckTest, MpsControlProgram) {
   EXPECT_THAT(item.detail, HasSubstr("no daemon on " + o.mps_pipe_dir));
 
   // A daemon answers: adopted.
-  o.mps_control_program = dir.Script("serving", "read cmd\n[ \"$cmd\" = get_default_active_thread_percentage ] && "
-                                                "[ \"$CUDA_MPS_PIPE_DIRECTORY\" = '" + o.mps_pipe_dir +
-                                                    "' ] && echo 100.0\n");
+  o.mps_control_program = dir.Script("serving",
+                                     "read cmd\n[ \"$cmd\" = get_default_active_thread_percentage ] && "
+                                     "[ \"$CUDA_MPS_PIPE_DIRECTORY\" = '" +
+                                         o.mps_pipe_dir + "' ] && echo 100.0\n");
   item = Item(RunHostCheck(o), "MPS control");
   EXPECT_TRUE(item.ok) << item.detail;
   EXPECT_THAT(item.detail, HasSubstr("a daemon answers"));
@@ -292,7 +292,8 @@ TEST(HostCheckTest, DockerEngineAndGpuInjection) {
   }
   {  // Installed but not the default: NVIDIA_VISIBLE_DEVICES would be ignored.
     fs::remove(dir.path() + "/docker.sock");
-    FakeEngine engine(dir, R"({"DefaultRuntime":"runc","Runtimes":{"runc":{},"nvidia":{}},"CDISpecDirs":["/etc/cdi"]})");
+    FakeEngine engine(dir,
+                      R"({"DefaultRuntime":"runc","Runtimes":{"runc":{},"nvidia":{}},"CDISpecDirs":["/etc/cdi"]})");
     const HostCheckItem injection = Item(RunHostCheck(o), "GPU injection");
     EXPECT_FALSE(injection.ok);
     EXPECT_THAT(injection.detail, HasSubstr("not the default"));
