@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
+#include "agent/host_check.h"
 #include "agent/task_executor.h"
 #include "protocol/sigv4.h"
 #include "cli/commands.h"
@@ -49,6 +50,9 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--region", f.region,
                  "the server's --region, which signatures are scoped to (default: $AWS_REGION, "
                  "$AWS_DEFAULT_REGION, else us-east-1)");
+  app.add_flag("--check", f.check,
+               "check this GPU host (NVML and GPUs, MPS, directories, the docker engine and its GPU runtime), print "
+               "each item ok or FAIL with what to do, and exit (1 on any FAIL) without registering");
 }
 
 namespace {
@@ -105,11 +109,31 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
 
 }  // namespace
 
+// RunHostCheck: `gpupack agent --check`. The checklist reads the same flags the agent would run with.
+int RunHostCheck(const AgentFlags& f) {
+  agent::HostCheckOptions o;
+  o.gpus = f.gpus;
+  o.runtime = f.runtime;
+  o.docker_socket = f.docker_socket;
+  o.mps_pipe_dir = f.mps_pipe_dir;
+  o.mps_control_program = f.mps_control;
+  o.state_dir = f.state_dir;
+  const auto items = agent::RunHostCheck(o);
+  std::printf("gpupack %s agent --check: GPU host checklist (--gpus %s, --runtime %s)\n%s", kVersion, f.gpus.c_str(),
+              f.runtime.c_str(), agent::FormatHostCheck(items).c_str());
+  std::fflush(stdout);
+  return agent::HostCheckPassed(items) ? 0 : 1;
+}
+
 int RunAgent(const AgentFlags& f) {
   auto level = spdlog::level::from_str(f.log_level);
   if (level == spdlog::level::off && f.log_level != "off")
     return Usage("--log-level must be one of trace, debug, info, warn, error, off");
   spdlog::set_level(level);
+  if (f.check) {
+    spdlog::set_level(spdlog::level::warn);  // the checklist is the output; the runtime's info lines are not
+    return RunHostCheck(f);
+  }
   auto options = ToOptions(f);
   if (!options.ok()) return Usage(options.status().message());
   auto signing = SigningFrom(f);

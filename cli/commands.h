@@ -51,6 +51,8 @@ struct AgentFlags {
   std::string credentials;
   std::string profile;
   std::string region;
+  // --check: print the GPU host checklist (agent/host_check.h) instead of running; exit 1 on any FAIL.
+  bool check = false;
 };
 
 void AddAgentFlags(CLI::App& app, AgentFlags& flags);

@@ -25,8 +25,11 @@ for arg in "$@"; do
   esac
 done
 
+# systemd (systemd-analyze, -sysusers, -tmpfiles), dpkg-dev and file (cpack's dpkg-shlibdeps step) are for the
+# install test (tests/install/install_test.sh).
 build_packages=(cmake ninja-build g++ libboost-dev nlohmann-json3-dev libsqlite3-dev libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libcli11-dev ccache)
+  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libcli11-dev ccache
+  systemd dpkg-dev file)
 
 installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]; }
 

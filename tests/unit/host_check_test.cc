@@ -1,0 +1,331 @@
+// HostCheck (`gpupack agent --check`): each item against fakes of what it looks at: fake GPUs, the fake
+// libnvidia-ml.so.1 (tests/unit/fake_nvml.cc), MPS control programs written as shell scripts, directories in a
+// temp dir, and a fake Docker engine on a unix socket that answers /version and /info.
+#include "agent/host_check.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "agent/gpu_discovery.h"
+
+#ifndef GPUPACK_FAKE_NVML
+#error "tests/CMakeLists.txt defines GPUPACK_FAKE_NVML, the path of the fake libnvidia-ml.so.1"
+#endif
+
+namespace gpupack::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// TempDir: a fresh directory removed with its contents at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "gpupack-host-check-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  // Script writes an executable shell script and returns its path.
+  std::string Script(const std::string& name, const std::string& body) const {
+    const std::string p = path_ + "/" + name;
+    std::ofstream(p) << "#!/bin/sh\n" << body;
+    chmod(p.c_str(), 0755);
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+// ScopedEnv sets one environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Item: a copy of the item called `name` (callers often pass a temporary checklist).
+HostCheckItem Item(const std::vector<HostCheckItem>& items, const std::string& name) {
+  for (const HostCheckItem& item : items)
+    if (item.name == name) return item;
+  ADD_FAILURE() << "no item named " << name;
+  return {"(missing)", false, "no item named " + name, ""};
+}
+
+// Options: fake GPUs and directories inside `dir`, so everything passes unless a test changes it.
+HostCheckOptions Options(const TempDir& dir) {
+  HostCheckOptions o;
+  o.gpus = "fake:2x22587";
+  o.mps_pipe_dir = dir.path() + "/mps";
+  o.state_dir = dir.path() + "/state";
+  o.device_dir = dir.path() + "/dev";
+  o.timeout = std::chrono::milliseconds(2000);
+  return o;
+}
+
+TEST(HostCheckTest, FakeGpusPassAndSaySo) {
+  TempDir dir;
+  auto items = RunHostCheck(Options(dir));
+  EXPECT_TRUE(HostCheckPassed(items)) << FormatHostCheck(items);
+  EXPECT_THAT(Item(items, "NVML").detail, HasSubstr("fake GPUs"));
+  EXPECT_THAT(Item(items, "NVML").detail, HasSubstr("2 GPUs"));
+  EXPECT_THAT(Item(items, "device nodes").detail, HasSubstr("fake GPUs"));
+  EXPECT_THAT(Item(items, "MPS control").detail, HasSubstr("fake GPUs"));
+  EXPECT_THAT(Item(items, "MPS pipe dir").detail, HasSubstr("the agent creates it"));
+  EXPECT_EQ(items.size(), 6u) << "the process runtime has no docker items";
+  const std::string text = FormatHostCheck(items);
+  EXPECT_THAT(text, HasSubstr("  ok    NVML"));
+  EXPECT_THAT(text, HasSubstr("6 checks, 0 failed"));
+  EXPECT_THAT(text, Not(HasSubstr("FAIL")));
+}
+
+TEST(HostCheckTest, ABadFakeSpecFails) {
+  TempDir dir;
+  HostCheckOptions o = Options(dir);
+  o.gpus = "fake:lots";
+  auto items = RunHostCheck(o);
+  EXPECT_FALSE(HostCheckPassed(items));
+  EXPECT_FALSE(Item(items, "NVML").ok);
+  EXPECT_THAT(Item(items, "NVML").fix, HasSubstr("fake:2x22587"));
+}
+
+TEST(HostCheckTest, MissingNvmlFailsWithWhatToInstall) {
+  TempDir dir;
+  ScopedEnv nvml(kNvmlLibraryEnv, dir.path() + "/no-such-libnvidia-ml.so.1");
+  HostCheckOptions o = Options(dir);
+  o.gpus = "nvml";
+  auto items = RunHostCheck(o);
+  const HostCheckItem gpus = Item(items, "NVML");
+  EXPECT_FALSE(gpus.ok);
+  EXPECT_THAT(gpus.fix, HasSubstr("NVIDIA driver"));
+  const std::string text = FormatHostCheck(items);
+  EXPECT_THAT(text, HasSubstr("  FAIL  NVML"));
+  EXPECT_THAT(text, HasSubstr("fix: install the NVIDIA driver"));
+}
+
+TEST(HostCheckTest, NvmlGpusAndTheirDeviceNodes) {
+  TempDir dir;
+  ScopedEnv nvml(kNvmlLibraryEnv, GPUPACK_FAKE_NVML);
+  HostCheckOptions o = Options(dir);
+  o.gpus = "nvml";
+  auto items = RunHostCheck(o);
+  const HostCheckItem gpus = Item(items, "NVML");
+  ASSERT_TRUE(gpus.ok) << gpus.detail;
+  EXPECT_THAT(gpus.detail, HasSubstr("2 GPUs"));
+  EXPECT_THAT(gpus.detail, HasSubstr("NVIDIA H200, 143,220 MiB usable"));
+  EXPECT_THAT(gpus.detail, Not(HasSubstr("fake GPUs")));
+  // No device nodes in the empty device directory: all three named.
+  const HostCheckItem nodes = Item(items, "device nodes");
+  EXPECT_FALSE(nodes.ok);
+  EXPECT_THAT(nodes.detail, HasSubstr(o.device_dir + "/nvidiactl"));
+  EXPECT_THAT(nodes.detail, HasSubstr(o.device_dir + "/nvidia-uvm"));
+  EXPECT_THAT(nodes.detail, HasSubstr(o.device_dir + "/nvidia1"));
+  EXPECT_THAT(nodes.fix, HasSubstr("nvidia-modprobe"));
+}
+
+TEST(HostCheckTest, MpsControlProgram) {
+  TempDir dir;
+  ScopedEnv nvml(kNvmlLibraryEnv, GPUPACK_FAKE_NVML);
+  HostCheckOptions o = Options(dir);
+  o.gpus = "nvml";
+
+  o.mps_control_program = "gpupack-no-such-mps-control";
+  EXPECT_FALSE(Item(RunHostCheck(o), "MPS control").ok);
+
+  // What nvidia-cuda-mps-control answers when no daemon listens on the pipe directory: ok, the agent starts one.
+  o.mps_control_program =
+      dir.Script("no-daemon", "cat >/dev/null\necho 'Cannot find MPS control daemon process'\nexit 1\n");
+  auto item = Item(RunHostCheck(o), "MPS control");
+  EXPECT_TRUE(item.ok) << item.detail;
+  EXPECT_THAT(item.detail, HasSubstr("no daemon on " + o.mps_pipe_dir));
+
+  // A daemon answers: adopted.
+  o.mps_control_program = dir.Script("serving",
+                                     "read cmd\n[ \"$cmd\" = get_default_active_thread_percentage ] && "
+                                     "[ \"$CUDA_MPS_PIPE_DIRECTORY\" = '" +
+                                         o.mps_pipe_dir + "' ] && echo 100.0\n");
+  item = Item(RunHostCheck(o), "MPS control");
+  EXPECT_TRUE(item.ok) << item.detail;
+  EXPECT_THAT(item.detail, HasSubstr("a daemon answers"));
+
+  // The program cannot run (a missing library makes the loader exit 127) or says something unexpected.
+  o.mps_control_program = dir.Script("broken", "echo 'error while loading shared libraries' >&2\nexit 127\n");
+  item = Item(RunHostCheck(o), "MPS control");
+  EXPECT_FALSE(item.ok);
+  EXPECT_THAT(item.detail, HasSubstr("exit 127"));
+  o.mps_control_program = dir.Script("odd", "echo 'permission denied'\nexit 1\n");
+  EXPECT_FALSE(Item(RunHostCheck(o), "MPS control").ok);
+
+  // A hung daemon: bounded by the timeout, and the fix says to stop it.
+  o.timeout = std::chrono::milliseconds(300);
+  o.mps_control_program = dir.Script("hung", "exec sleep 30\n");
+  item = Item(RunHostCheck(o), "MPS control");
+  EXPECT_FALSE(item.ok);
+  EXPECT_THAT(item.fix, HasSubstr("hung"));
+}
+
+TEST(HostCheckTest, Directories) {
+  TempDir dir;
+  HostCheckOptions o = Options(dir);
+  fs::create_directories(o.mps_pipe_dir + "/log");
+  auto items = RunHostCheck(o);
+  EXPECT_EQ(Item(items, "MPS pipe dir").detail, o.mps_pipe_dir + " is writable");
+  EXPECT_EQ(Item(items, "MPS log dir").detail, o.mps_pipe_dir + "/log is writable");
+
+  std::ofstream(dir.path() + "/file") << "x";
+  o.state_dir = dir.path() + "/file/state";  // under a regular file: can never be created
+  EXPECT_FALSE(Item(RunHostCheck(o), "state dir").ok);
+
+  o = Options(dir);
+  o.mps_pipe_dir = "/tmp/nvidia-mps";
+  EXPECT_THAT(Item(RunHostCheck(o), "MPS pipe dir").detail, HasSubstr("every CUDA program"));
+  o.mps_pipe_dir = dir.path() + "/" + std::string(90, 'p');
+  EXPECT_THAT(Item(RunHostCheck(o), "MPS pipe dir").detail, HasSubstr("longer than 80"));
+}
+
+// FakeEngine answers every connection on a unix socket: GET /version and GET /info with the bodies given.
+class FakeEngine {
+ public:
+  FakeEngine(const TempDir& dir, std::string info) : info_(std::move(info)) {
+    path_ = dir.path() + "/docker.sock";
+    listener_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    path_.copy(address.sun_path, sizeof address.sun_path - 1);
+    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(listen(listener_, 8), 0);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeEngine() {
+    shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    close(listener_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  void Serve() {
+    while (true) {
+      const int fd = accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      std::string head;
+      char chunk[512];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n <= 0) break;
+        head.append(chunk, static_cast<size_t>(n));
+      }
+      std::string body = R"({"message":"page not found"})";
+      std::string status = "404 Not Found";
+      if (head.rfind("GET /version ", 0) == 0) {
+        body = R"({"Version":"28.2.2","ApiVersion":"1.50","MinAPIVersion":"1.24"})";
+        status = "200 OK";
+      } else if (head.rfind("GET /info ", 0) == 0) {
+        body = info_;
+        status = "200 OK";
+      }
+      const std::string answer = "HTTP/1.1 " + status + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      (void)send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+      close(fd);
+    }
+  }
+
+  std::string info_;
+  std::string path_;
+  int listener_ = -1;
+  std::thread thread_;
+};
+
+TEST(HostCheckTest, DockerEngineAndGpuInjection) {
+  TempDir dir;
+  ScopedEnv nvml(kNvmlLibraryEnv, GPUPACK_FAKE_NVML);
+  HostCheckOptions o = Options(dir);
+  o.runtime = "docker";
+
+  {  // Fake GPUs need no GPU runtime; the item still says what the engine has.
+    FakeEngine engine(dir, R"({"DefaultRuntime":"runc","Runtimes":{"runc":{}}})");
+    o.docker_socket = engine.path();
+    auto items = RunHostCheck(o);
+    EXPECT_TRUE(HostCheckPassed(items)) << FormatHostCheck(items);
+    EXPECT_THAT(Item(items, "docker engine").detail, HasSubstr("Docker Engine 28.2.2"));
+    EXPECT_THAT(Item(items, "GPU injection").detail, HasSubstr("fake GPUs: not needed"));
+    EXPECT_THAT(Item(items, "GPU injection").detail, HasSubstr("runtimes: runc"));
+
+    // Real GPUs behind an engine without the NVIDIA runtime: containers would see no GPU.
+    o.gpus = "nvml";
+    const HostCheckItem injection = Item(RunHostCheck(o), "GPU injection");
+    EXPECT_FALSE(injection.ok);
+    EXPECT_THAT(injection.detail, HasSubstr("no nvidia runtime"));
+    EXPECT_THAT(injection.fix, HasSubstr("nvidia-container-toolkit"));
+  }
+  {  // Installed but not the default: NVIDIA_VISIBLE_DEVICES would be ignored.
+    fs::remove(dir.path() + "/docker.sock");
+    FakeEngine engine(dir,
+                      R"({"DefaultRuntime":"runc","Runtimes":{"runc":{},"nvidia":{}},"CDISpecDirs":["/etc/cdi"]})");
+    const HostCheckItem injection = Item(RunHostCheck(o), "GPU injection");
+    EXPECT_FALSE(injection.ok);
+    EXPECT_THAT(injection.detail, HasSubstr("not the default"));
+    EXPECT_THAT(injection.detail, HasSubstr("CDI spec dirs: /etc/cdi"));
+    EXPECT_THAT(injection.fix, HasSubstr("--set-as-default"));
+  }
+  {
+    fs::remove(dir.path() + "/docker.sock");
+    FakeEngine engine(dir, R"({"DefaultRuntime":"nvidia","Runtimes":{"runc":{},"nvidia":{}}})");
+    const HostCheckItem injection = Item(RunHostCheck(o), "GPU injection");
+    EXPECT_TRUE(injection.ok) << injection.detail;
+    EXPECT_THAT(injection.detail, HasSubstr("NVIDIA_VISIBLE_DEVICES"));
+  }
+  // No engine at all: both docker items fail, the second says why it was not asked.
+  o.docker_socket = dir.path() + "/none.sock";
+  auto items = RunHostCheck(o);
+  EXPECT_FALSE(Item(items, "docker engine").ok);
+  EXPECT_THAT(Item(items, "docker engine").fix, HasSubstr("--docker-socket"));
+  EXPECT_THAT(Item(items, "GPU injection").detail, HasSubstr("not checked"));
+}
+
+// A real engine (CI starts one, scripts/docker-engine.sh) with fake GPUs passes.
+TEST(HostCheckTest, RealEngineWhenGiven) {
+  const char* socket = std::getenv("GPUPACK_DOCKER_SOCKET");
+  if (socket == nullptr || *socket == '\0') GTEST_SKIP() << "GPUPACK_DOCKER_SOCKET is not set";
+  TempDir dir;
+  HostCheckOptions o = Options(dir);
+  o.runtime = "docker";
+  o.docker_socket = socket;
+  auto items = RunHostCheck(o);
+  EXPECT_TRUE(HostCheckPassed(items)) << FormatHostCheck(items);
+}
+
+}  // namespace
+}  // namespace gpupack::agent
