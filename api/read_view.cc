@@ -35,7 +35,11 @@ std::shared_ptr<const ReadView> ReadView::FromState(const ClusterState& state) {
   view->instances_by_cluster_ = std::move(by_cluster);
 
   std::array<TaskShard, kShards> task_shards;
-  state.ForEachTask([&](const Task& t) { task_shards[ShardOf(t.arn)].emplace(t.arn, state.SharedTask(t.arn)); });
+  state.ForEachTask([&](const Task& t) {
+    std::shared_ptr<const Task> shared = state.SharedTask(t.arn);
+    const std::string_view key = shared->arn;  // held by the entry's own task
+    task_shards[ShardOf(t.arn)].emplace(key, std::move(shared));
+  });
   for (size_t i = 0; i < kShards; ++i) view->tasks_[i] = std::make_shared<const TaskShard>(std::move(task_shards[i]));
   view->task_count_ = state.TaskCount();
 
@@ -103,9 +107,10 @@ std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta 
   };
   for (auto& t : delta.tasks) {
     TaskShard& shard = task_shard(t->arn);
-    auto [it, inserted] = shard.try_emplace(t->arn, t);
-    if (inserted) ++view->task_count_;
-    else it->second = t;
+    // The key views the ARN inside the entry's task: a replaced entry gets the key of its new task.
+    if (shard.erase(t->arn) == 0) ++view->task_count_;
+    const std::string_view key = t->arn;
+    shard.emplace(key, t);
   }
   for (const auto& arn : delta.erased_tasks)
     if (task_shard(arn).erase(arn) != 0) --view->task_count_;

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -97,7 +98,8 @@ class ReadView {
   uint64_t sequence() const { return sequence_; }
 
  private:
-  using TaskShard = std::unordered_map<std::string, std::shared_ptr<const Task>>;
+  // Keyed by a view of the ARN inside the entry's own task (an ARN is not stored twice).
+  using TaskShard = std::unordered_map<std::string_view, std::shared_ptr<const Task>>;
   using InstanceShard = std::unordered_map<std::string, std::shared_ptr<const InstanceRecord>>;
   static size_t ShardOf(const std::string& key);
   static void ApplyTaskOrders(const ReadView& base, const ViewDelta& delta, ReadView& view);
