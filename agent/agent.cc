@@ -101,7 +101,11 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   mps.log_dir = options.mps_pipe_dir + "/log";
   impl->mps = impl->fake_gpus ? MakeFakeMps(mps) : MakeMpsControlDaemon(mps);
   if (options.runtime == "process") {
-    auto rt = MakeProcessRuntime({options.state_dir + "/runtime", options.state_dir + "/logs"});
+    ProcessRuntimeOptions process;
+    process.state_dir = options.state_dir + "/runtime";
+    process.log_dir = options.state_dir + "/logs";
+    process.monitor_program = BundledMonitorProgram();
+    auto rt = MakeProcessRuntime(std::move(process));
     if (!rt.ok()) return rt.status();
     impl->runtime = std::move(*rt);
     impl->runtime_kind = RuntimeKind::kProcess;

@@ -244,12 +244,12 @@ void* StackTop(char* stack) {
   return reinterpret_cast<void*>(top & ~static_cast<uintptr_t>(15));
 }
 
-// MonitorExecMain is the monitor-to-be: it shares the middle's memory (CLONE_VM) until it execs this program afresh
-// with the three descriptors the monitor needs kept open (in its own descriptor table).
+// MonitorExecMain is the monitor-to-be: it shares the middle's memory (CLONE_VM) until it execs the monitor program
+// (this program, or gpupack-monitor) with the three descriptors the monitor needs kept open (in its own descriptor table).
 int MonitorExecMain(void* arg) {
   Launch& l = *static_cast<Launch*>(arg);
   for (int fd : {l.data_fd, l.log_fd, l.report_fd}) fcntl(fd, F_SETFD, 0);
-  execve("/proc/self/exe", l.monitor_argv.data(), l.monitor_envp.data());
+  execve(l.monitor_program.c_str(), l.monitor_argv.data(), l.monitor_envp.data());
   l.exec_errno = errno != 0 ? errno : EIO;  // seen by the middle: CLONE_VM
   _exit(127);
 }

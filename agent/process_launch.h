@@ -70,6 +70,7 @@ struct Launch {
   int report_fd = -1;
   // The monitor program (exec mode): its argv and environment, and the socket its launch is sent on.
   bool exec_monitor = true;  // false: always fork the monitor
+  std::string monitor_program = "/proc/self/exe";  // executed as the monitor (gpupack or gpupack-monitor)
   std::vector<std::string> monitor_argv_storage;
   std::vector<char*> monitor_argv;
   std::vector<std::string> monitor_env_storage;  // kMonitorEnv first, then LD_LIBRARY_PATH when the agent has one

@@ -265,6 +265,7 @@ class ProcessRuntime final : public Runtime {
     l.data_send_fd = data[0];
     l.data_fd = data[1];
     l.exec_monitor = options_.exec_monitor;
+    if (!options_.monitor_program.empty()) l.monitor_program = options_.monitor_program;
 
     const pid_t middle = StartMiddle(l);
     const int fork_errno = errno;
@@ -597,6 +598,14 @@ Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions option
     if (ec) return Status::Server("process runtime: cannot create " + dir + ": " + ec.message());
   }
   return std::unique_ptr<Runtime>(std::make_unique<ProcessRuntime>(std::move(options)));
+}
+
+std::string BundledMonitorProgram() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const fs::path monitor = self.parent_path() / "gpupack-monitor";
+  return access(monitor.c_str(), X_OK) == 0 ? monitor.string() : "";
 }
 
 }  // namespace gpupack::agent

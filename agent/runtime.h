@@ -78,11 +78,18 @@ struct ProcessRuntimeOptions {
   std::string log_dir;    // <log_dir>/<task id>/<container>.log (stdout and stderr)
   // How long Start waits to learn whether the program was executed (the exec itself; not the program's run).
   std::chrono::milliseconds start_timeout{10000};
-  // The monitor of each container is this program executed afresh (/proc/self/exe), which copies nothing of the
-  // agent's memory; false: a fork of the agent (dearer in a big process: see agent/process_launch.h).
+  // The monitor of each container is a program executed afresh, which copies nothing of the agent's memory;
+  // false: a fork of the agent (dearer in a big process: see agent/process_launch.h).
   bool exec_monitor = true;
+  // The program executed as the monitor: empty is this program (/proc/self/exe). The agent passes
+  // BundledMonitorProgram() when it is there: a small static program that starts far faster than this one.
+  std::string monitor_program;
 };
 Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options);
+
+// BundledMonitorProgram: `gpupack-monitor` in the directory of this program's executable when it is there and
+// executable (the build and every install put it there), else empty.
+std::string BundledMonitorProgram();
 
 struct DockerRuntimeOptions {
   std::string socket_path = "/var/run/docker.sock";

@@ -34,8 +34,8 @@ done
 # check_tree ROOT PREFIX: the files an install must have under ROOT/PREFIX, and units that run PREFIX/bin/gpupack.
 check_tree() {
   local root=$1 prefix=$2 f
-  for f in bin/gpupack lib/systemd/system/gpupack-server.service lib/systemd/system/gpupack-agent.service \
-    lib/systemd/system/gpupack-mps.service lib/sysusers.d/gpupack.conf lib/tmpfiles.d/gpupack.conf \
+  for f in bin/gpupack bin/gpupack-monitor lib/systemd/system/gpupack-server.service \
+    lib/systemd/system/gpupack-agent.service lib/systemd/system/gpupack-mps.service lib/sysusers.d/gpupack.conf lib/tmpfiles.d/gpupack.conf \
     share/doc/gpupack/README.md share/doc/gpupack/docs/operations.md share/doc/gpupack/docs/api.md \
     share/doc/gpupack/examples/server.env.example share/doc/gpupack/examples/agent.env.example; do
     [[ -f $root$prefix/$f ]] || fail "$prefix/$f is missing from the install"

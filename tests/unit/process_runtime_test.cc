@@ -449,14 +449,26 @@ TEST_F(ProcessRuntimeTest, StartsWhileOtherThreadsAllocateAndOpenFiles) {
   }
 }
 
-// The monitor is this program executed afresh (agent/process_launch.h); with exec_monitor off it is a fork of the
-// agent instead. Both give the same container: its exit code, its environment, no stray descriptor, a stop.
-TEST_F(ProcessRuntimeTest, AForkedMonitorBehavesAsAnExecutedOne) {
-  for (bool exec_monitor : {true, false}) {
-    SCOPED_TRACE(exec_monitor ? "executed monitor" : "forked monitor");
-    options_.exec_monitor = exec_monitor;
+// The monitor is a program executed afresh (agent/process_launch.h): this one, or the static gpupack-monitor the
+// agent finds beside it; with exec_monitor off it is a fork of the agent instead. All give the same container:
+// its exit code, its environment, no stray descriptor, a stop.
+TEST_F(ProcessRuntimeTest, EveryKindOfMonitorBehavesTheSame) {
+  struct Kind {
+    const char* name;
+    bool exec;
+    std::string program;
+  };
+  std::vector<Kind> kinds = {{"this program executed", true, ""}, {"forked", false, ""}};
+#ifdef GPUPACK_MONITOR_PROGRAM
+  kinds.push_back({"gpupack-monitor executed", true, GPUPACK_MONITOR_PROGRAM});
+#endif
+  int n = 0;
+  for (const Kind& kind : kinds) {
+    SCOPED_TRACE(kind.name);
+    options_.exec_monitor = kind.exec;
+    options_.monitor_program = kind.program;
     runtime_ = NewRuntime();
-    const std::string task = exec_monitor ? "t-exec" : "t-fork";
+    const std::string task = "t-" + std::to_string(++n);
     const std::string exits = StartOk(Shell(task, "exits", "ls /proc/self/fd; echo \"$MINE\"; exit 7", {{"MINE", "1"}}));
     EXPECT_EQ(WaitExited(*runtime_, exits).exit_code, 7);
     EXPECT_EQ(ReadText(LogOf(task, "exits")), "0\n1\n2\n3\n1\n");  // 3 is ls's own directory handle
@@ -464,6 +476,15 @@ TEST_F(ProcessRuntimeTest, AForkedMonitorBehavesAsAnExecutedOne) {
     auto running = runtime_->Inspect(sleeps);
     ASSERT_TRUE(running.ok());
     EXPECT_EQ(running->state, ContainerState::kRunning);
+    // The monitor that watches it is the program asked for (the record names its pid).
+    const std::string record = ReadText(fs::path(options_.state_dir) / (sleeps + ".json"));
+    const auto at = record.find("\"monitor_pid\":");
+    ASSERT_NE(at, std::string::npos) << record;
+    const pid_t monitor = static_cast<pid_t>(std::stol(record.substr(at + 14)));
+    std::error_code ec;
+    const std::string exe = fs::read_symlink("/proc/" + std::to_string(monitor) + "/exe", ec).string();
+    if (!kind.program.empty()) EXPECT_EQ(exe, fs::canonical(kind.program).string());
+    else EXPECT_EQ(exe, fs::read_symlink("/proc/self/exe").string());
     EXPECT_TRUE(runtime_->Stop(sleeps, milliseconds(2000)).ok());
     EXPECT_EQ(WaitExited(*runtime_, sleeps).exit_code, 128 + SIGTERM);
     EXPECT_TRUE(runtime_->Remove(exits).ok());
