@@ -37,6 +37,12 @@ Result<Req> GuardedParse(Parser<Req> parse, const Json& body) {
   }
 }
 
+// WithPolicy: the server's placement policy goes into the requests that place (never from the body).
+template <typename Req>
+void WithPolicy(Req& req, const Applier& applier) {
+  if constexpr (requires { req.policy = applier.placement(); }) req.policy = applier.placement();
+}
+
 // WriteRoute: parse, then run the operation in the applier; render once the commit is durable.
 template <typename Req, typename Res>
 Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)) {
@@ -45,6 +51,7 @@ Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)
             auto req = GuardedParse(parse, body);
             if (!req.ok()) return done({req.status(), {}});
             auto request = std::make_shared<Req>(std::move(req).value());
+            WithPolicy(*request, applier);
             auto result = std::make_shared<Res>();
             applier.Write([request, result, op](Transaction& txn) { return op(*request, txn, *result); },
                           [&applier, result, done = std::move(done)](Status s) {
@@ -72,6 +79,7 @@ Route ExplainRoute() {
   return {Access::kRead, [](Applier& applier, const Json& body, Router::Done done) {
             auto req = GuardedParse<ExplainPlacementRequest>(&ParseExplainPlacement, body);
             if (!req.ok()) return done({req.status(), {}});
+            WithPolicy(*req, applier);
             ExplainResult result;
             Status s;
             applier.Inspect([&](const ClusterState& state) {

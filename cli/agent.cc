@@ -201,6 +201,11 @@ int RunUp(const UpFlags& f) {
     }
     agents.push_back(std::move(*a));
   }
+  // The banner comes once every agent holds its channel: a RunTask sent as soon as it shows is placed.
+  std::vector<std::string> instance_arns;
+  for (const auto& a : agents) instance_arns.push_back(a->instance_arn());
+  if (!server->AgentsConnected(instance_arns, std::chrono::seconds(10)))
+    spdlog::warn("up: not every agent connected within 10 s; tasks are placed once they do");
   std::printf("gpupack %s up: a local cluster\n", kVersion);
   std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, process runtime)\n", server->endpoint().c_str(),
               f.agents, f.gpus.c_str());

@@ -20,6 +20,7 @@ struct ServerFlags {
   std::string credentials;
   std::string log_level = "info";
   bool insecure_no_auth = false;
+  bool place_on_disconnected = false;  // benchmarks and simulations whose client plays the agent
   int threads = 2;
 };
 

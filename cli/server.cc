@@ -29,6 +29,9 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_option("--threads", f.threads, "HTTP io threads")->capture_default_str();
   app.add_flag("--insecure-no-auth", f.insecure_no_auth,
                "serve a non-loopback address without authentication (anyone who reaches it can run tasks)");
+  app.add_flag("--place-on-disconnected", f.place_on_disconnected,
+               "place tasks on container instances whose agent is not connected (benchmarks and simulations "
+               "whose client plays the agent with SubmitTaskStateChange; such tasks never start otherwise)");
 }
 
 namespace {
@@ -74,6 +77,23 @@ std::string ServerRuntime::auth_summary() const {
   if (!impl_->authenticator) return "none: unsigned requests are served (loopback or --insecure-no-auth)";
   return "SigV4, service ecs, region " + impl_->authenticator->verifier().region() + ", " +
          std::to_string(impl_->key_count) + " key(s)";
+}
+
+bool ServerRuntime::AgentsConnected(const std::vector<std::string>& instance_arns,
+                                    std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto view = impl_->server->control_plane().applier().View();
+    bool all = true;
+    for (const auto& arn : instance_arns) {
+      const ContainerInstance* inst = view->FindInstance(arn);
+      all = all && inst && inst->agent_connected;
+    }
+    if (all) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    timespec nap{0, 20'000'000};
+    nanosleep(&nap, nullptr);
+  }
 }
 
 std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* exit_code) {
@@ -129,6 +149,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.threads = f.threads;
   options.control_plane.arn.region = f.region;
   options.control_plane.arn.account = f.account_id;
+  options.control_plane.placement.place_on_disconnected = f.place_on_disconnected;
   options.authenticator = impl->authenticator.get();
   std::signal(SIGPIPE, SIG_IGN);
   auto server = api::Server::Start(std::move(options), *impl->store);

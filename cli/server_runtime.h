@@ -2,8 +2,10 @@
 // `gpupack server` and `gpupack up`.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -17,6 +19,9 @@ class ServerRuntime {
   ~ServerRuntime();  // stops serving, flushes pending commits
   std::string endpoint() const;  // http://HOST:PORT
   std::string auth_summary() const;  // one line for the banner: SigV4 and how many keys, or none
+  // AgentsConnected waits (at most `timeout`) until every instance named has a connected agent channel; false when
+  // one has none by then.
+  bool AgentsConnected(const std::vector<std::string>& instance_arns, std::chrono::milliseconds timeout) const;
 
   struct Impl;
 

@@ -229,7 +229,11 @@ static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<
       return std::string("container instance is ") + Name(inst.status) + "; it takes no new tasks";
     });
   // AgentFilter
-  if (!inst.agent_connected) return fail(reason::kAgent, [] { return "the instance's agent is not connected"; });
+  if (!inst.agent_connected && !req.place_on_disconnected)
+    return fail(reason::kAgent, [] {
+      return "the instance's agent is not connected: no gpupack agent holds a channel to the server for it, so no "
+             "task placed there would start";
+    });
   if (inst.impaired)
     return fail(reason::kAgent, [] { return "the instance is impaired: its MPS control daemon is not responding"; });
   // CpuFilter, MemoryFilter

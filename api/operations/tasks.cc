@@ -14,7 +14,8 @@ namespace {
 PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinition& td, const TaskOverride& overrides,
                                      const std::vector<PlacementConstraint>& constraints,
                                      const std::vector<PlacementStrategy>& strategies,
-                                     const std::optional<std::string>& group, uint64_t seed) {
+                                     const std::optional<std::string>& group, uint64_t seed,
+                                     const PlacementPolicy& policy) {
   PlacementRequest req;
   req.cluster = cluster.name;
   req.demand = DemandOf(td, overrides);
@@ -24,6 +25,7 @@ PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinitio
   req.strategies = strategies;
   req.seed = seed;
   req.compute_aware = cluster.settings.compute_aware_placement;
+  req.place_on_disconnected = policy.place_on_disconnected;
   return req;
 }
 
@@ -65,7 +67,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
   }
 
   PlacementRequest req = PlacementRequestFor(*cluster, *td, in.overrides, in.constraints, in.strategies, in.group,
-                                             txn.NextSeed());
+                                             txn.NextSeed(), in.policy);
   req.only_instances = only;
   GP_ASSIGN(placer, Placer::Create(std::move(req)));
 
@@ -184,7 +186,7 @@ Status ExplainPlacement(const ExplainPlacementRequest& in, const ClusterState& s
   GP_TRY(ValidateOverrides(*td, in.overrides));
   GP_TRY(ValidatePlacement(in.constraints, in.strategies));
   PlacementRequest req = PlacementRequestFor(*cluster, *td, in.overrides, in.constraints, in.strategies, in.group,
-                                             in.seed);
+                                             in.seed, in.policy);
   out.demand = req.demand;
   GP_ASSIGN(placer, Placer::Create(std::move(req)));
   out.instances = placer->Explain(state);

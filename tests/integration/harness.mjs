@@ -34,6 +34,11 @@ process.on('exit', () => {
   for (const child of live) child.kill('SIGKILL');
 });
 
+// PLAY_AGENT: server arguments for tests that play the agent themselves (RegisterContainerInstance over plain
+// HTTP, SubmitTaskStateChange for the task's progress): without them the server places no task on an instance
+// whose agent is not connected (AGENT), as ECS does. Tests of the agent start a real `gpupack agent` instead.
+export const PLAY_AGENT = ['--place-on-disconnected'];
+
 // startServer runs `gpupack server` on a free loopback port against `db`, resolving once the banner names the
 // endpoint. The result has endpoint, child, stop() (SIGTERM, waits for exit) and kill9() (SIGKILL, waits).
 export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000 } = {}) {
@@ -93,6 +98,57 @@ export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000 }
     },
   };
   return server;
+}
+
+// startUp runs `gpupack up` (the server and its local agents with simulated GPUs) on a free loopback port with
+// its data under `dir`, resolving once the whole banner is out. The result has endpoint, banner() (stdout and
+// stderr so far) and stop() (SIGTERM, waits for exit).
+export async function startUp(dir, extraArgs = []) {
+  const child = spawn(gpupackBin(), ['up', '--listen', '127.0.0.1:0', '--dir', dir, '--log-level', 'warn', ...extraArgs], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  let out = '';
+  const exited = new Promise((resolve) => {
+    child.on('exit', (code, signal) => {
+      live.delete(child);
+      resolve({ code, signal });
+    });
+  });
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (d) => (out += d));
+  child.stdout.setEncoding('utf8');
+  const endpoint = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`gpupack up printed no endpoint within 20 s:\n${out}`));
+    }, 20000);
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = /ECS API\s+(http:\/\/[^\s]+)/.exec(out);
+      if (m && out.includes('Ctrl-C')) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`gpupack up exited (code ${code}, signal ${signal}) before serving:\n${out}`));
+    });
+  });
+  return {
+    endpoint,
+    child,
+    banner: () => out,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return exited;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 30000);
+      const r = await exited;
+      clearTimeout(timer);
+      return r;
+    },
+  };
 }
 
 // call sends one ECS operation. `body` is an object (serialized as JSON) or, with raw: true, a string or Buffer

@@ -20,16 +20,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Server wires a store, a committer and a control plane on a database file, like `gpupack server` does.
+// Server wires a store, a committer and a control plane on a database file, like `gpupack server` does. These
+// tests play the agent themselves (SubmitTaskStateChange over the ECS API), so the server places on instances
+// without a connected agent, as `gpupack server --place-on-disconnected` does; `place_on_disconnected = false`
+// is the server's default.
 class Server {
  public:
-  explicit Server(const std::string& db, uint64_t seed = 7) {
+  explicit Server(const std::string& db, uint64_t seed = 7, bool place_on_disconnected = true) {
     auto store = SqliteStore::Open(db);
     EXPECT_TRUE(store.ok()) << store.status().message();
     store_ = std::move(store).value();
     committer_ = std::make_unique<GroupCommitter>(*store_);
     ControlPlaneOptions o;
     o.seed = seed;
+    o.placement.place_on_disconnected = place_on_disconnected;
     o.clock = [this] { return now_; };
     cp_ = std::make_unique<ControlPlane>(o, *store_, *committer_);
     Status s = cp_->Load();
@@ -111,6 +115,48 @@ class ControlPlaneTest : public ::testing::Test {
   fs::path dir_;
   std::string db_;
 };
+
+// An instance registered over plain HTTP has no agent behind it: it reads agentConnected false and the
+// server's default places nothing there (ECS's reason AGENT), so no task is left PENDING forever.
+TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault) {
+  Server s(db_, 7, /*place_on_disconnected=*/false);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {22587});
+  RegisterShared(s, "mps", 4096);
+  Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+  EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  EXPECT_TRUE(r["tasks"].empty());
+  ASSERT_GE(r["failures"].size(), 1u);
+  EXPECT_EQ(r["failures"][0]["arn"], inst);
+  EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
+  EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("not connected"), std::string::npos);
+  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"}});
+  ASSERT_EQ(e["instances"].size(), 1u);
+  EXPECT_EQ(e["instances"][0]["eligible"], false);
+  EXPECT_EQ(e["instances"][0]["reason"], "AGENT");
+  EXPECT_FALSE(e.contains("chosenContainerInstanceArn"));
+  // The instance still reads disconnected after a restart.
+  {
+    Server again(db_, 7, false);
+    Json after = again.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+    EXPECT_EQ(after["containerInstances"][0]["agentConnected"], false);
+  }
+}
+
+// --place-on-disconnected (benchmarks, simulations whose client plays the agent): the same instance takes tasks,
+// and still reads agentConnected false.
+TEST_F(ControlPlaneTest, PlaceOnDisconnectedPlacesOnInstancesWithoutAnAgent) {
+  Server s(db_, 7, /*place_on_disconnected=*/true);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {22587});
+  RegisterShared(s, "mps", 4096);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_EQ(r["tasks"].size(), 1u);
+  EXPECT_EQ(r["tasks"][0]["containerInstanceArn"], inst);
+  Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+  EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
+}
 
 // The public ECS test: one GPU of 22,587 MiB.
 TEST_F(ControlPlaneTest, PublicEcsTestOnOneGpu) {
@@ -365,6 +411,7 @@ class Plane {
   static ControlPlaneOptions Options() {
     ControlPlaneOptions o;
     o.seed = 7;
+    o.placement.place_on_disconnected = true;  // the test plays the agent
     o.clock = [] { return EpochMs{1'700'000'000'000}; };
     return o;
   }
@@ -504,6 +551,7 @@ TEST(ControlPlaneDurability, RepeatedWritesAreAnsweredOnlyOnceTheWriteTheyRepeat
     GroupCommitter committer(store);
     ControlPlaneOptions o;
     o.seed = 3;
+    o.placement.place_on_disconnected = true;  // the test plays the agent
     ControlPlane cp(o, store, committer);
     ASSERT_TRUE(cp.Load().ok());
     auto call = [&](const std::string& op, const Json& body) {
