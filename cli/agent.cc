@@ -211,8 +211,12 @@ int RunUp(const UpFlags& f) {
               f.agents, f.gpus.c_str());
   std::printf("  data      %s\n", f.dir.c_str());
   std::printf("  auth      %s\n", server->auth_summary().c_str());
+  // The AWS CLI and boto3 as Debian 12 ships them ignore AWS_ENDPOINT_URL_ECS (they would call AWS itself) and
+  // read the region from AWS_DEFAULT_REGION only: the commands name --endpoint-url and both variables are set.
+  const std::string endpoint = server->endpoint();
   std::printf("\nPoint an AWS SDK or the AWS CLI at it:\n");
-  std::printf("  export AWS_ENDPOINT_URL_ECS=%s AWS_REGION=%s\n", server->endpoint().c_str(), sf.region.c_str());
+  std::printf("  export AWS_ENDPOINT_URL_ECS=%s AWS_REGION=%s AWS_DEFAULT_REGION=%s\n", endpoint.c_str(),
+              sf.region.c_str(), sf.region.c_str());
   if (sf.credentials.empty()) {
     std::printf("  export AWS_ACCESS_KEY_ID=gpupack AWS_SECRET_ACCESS_KEY=gpupack\n");
   } else if (!client_profile.empty()) {
@@ -221,8 +225,11 @@ int RunUp(const UpFlags& f) {
   } else {
     std::printf("  (%s has no gpupack_role=admin key: add one to call RunTask)\n", sf.credentials.c_str());
   }
-  std::printf("  aws ecs describe-container-instances --cluster default --container-instances %s\n",
-              agents.empty() ? "<arn>" : agents[0]->instance_arn().c_str());
+  std::printf("  aws ecs list-container-instances --endpoint-url %s --cluster default\n", endpoint.c_str());
+  std::printf("  aws ecs describe-container-instances --endpoint-url %s --cluster default --container-instances %s\n",
+              endpoint.c_str(), agents.empty() ? "<arn>" : agents[0]->instance_arn().c_str());
+  std::printf("(older AWS CLIs and boto3 ignore AWS_ENDPOINT_URL_ECS: pass --endpoint-url, or endpoint_url= in "
+              "Python)\n");
   std::printf("Ctrl-C stops everything.\n");
   std::fflush(stdout);
   WaitForSignal();
