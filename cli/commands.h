@@ -21,6 +21,7 @@ struct ServerFlags {
   std::string log_level = "info";
   bool insecure_no_auth = false;
   bool place_on_disconnected = false;  // benchmarks and simulations whose client plays the agent
+  std::string default_strategy = "binpack:gpuMemory";  // for shared-GPU tasks that name none: TYPE[:FIELD]
   int threads = 2;
 };
 

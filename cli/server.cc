@@ -12,6 +12,7 @@
 #include "protocol/sigv4_verifier.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
+#include "scheduler/validation.h"
 #include "storage/sqlite_store.h"
 
 namespace gpupack::cli {
@@ -29,6 +30,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_option("--threads", f.threads, "HTTP io threads")->capture_default_str();
   app.add_flag("--insecure-no-auth", f.insecure_no_auth,
                "serve a non-loopback address without authentication (anyone who reaches it can run tasks)");
+  app.add_option("--default-strategy", f.default_strategy,
+                 "placement strategy of a task that shares a GPU and names none, as TYPE[:FIELD] (binpack:gpuMemory, "
+                 "binpack:memory, spread:instanceId, random, ...); other tasks without one are placed at random, "
+                 "as ECS places them")
+      ->capture_default_str();
   app.add_flag("--place-on-disconnected", f.place_on_disconnected,
                "place tasks on container instances whose agent is not connected (benchmarks and simulations "
                "whose client plays the agent with SubmitTaskStateChange; such tasks never start otherwise)");
@@ -44,6 +50,13 @@ bool IsLoopback(const std::string& host) {
 }
 
 }  // namespace
+
+Result<PlacementStrategy> ParseDefaultStrategy(const std::string& text) {
+  const size_t colon = text.find(':');
+  PlacementStrategy s{text.substr(0, colon), colon == std::string::npos ? "" : text.substr(colon + 1)};
+  if (Status st = ValidatePlacement({}, {s}); !st.ok()) return st;
+  return s;
+}
 
 int Usage(const std::string& message) {
   std::fprintf(stderr, "gpupack: %s\n", message.c_str());
@@ -150,6 +163,9 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.control_plane.arn.region = f.region;
   options.control_plane.arn.account = f.account_id;
   options.control_plane.placement.place_on_disconnected = f.place_on_disconnected;
+  auto strategy = ParseDefaultStrategy(f.default_strategy);
+  if (!strategy.ok()) return usage("--default-strategy: " + strategy.status().message());
+  options.control_plane.placement.shared_gpu_default = {*strategy};
   options.authenticator = impl->authenticator.get();
   std::signal(SIGPIPE, SIG_IGN);
   auto server = api::Server::Start(std::move(options), *impl->store);

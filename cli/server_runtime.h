@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "scheduler/model.h"
+#include "scheduler/status.h"
 
 namespace gpupack::cli {
 
@@ -32,6 +34,9 @@ class ServerRuntime {
 
 // Installs SIGINT/SIGTERM handlers and waits until one arrives.
 void WaitForSignal();
+
+// ParseDefaultStrategy reads --default-strategy: TYPE[:FIELD], checked as a RunTask's strategy is.
+Result<PlacementStrategy> ParseDefaultStrategy(const std::string& text);
 
 // Usage prints "gpupack: <message>" and returns 2.
 int Usage(const std::string& message);

@@ -10,7 +10,8 @@ namespace gpupack::api {
 
 namespace {
 
-// PlacementRequestFor: the placement request of a RunTask, StartTask or ExplainPlacement.
+// PlacementRequestFor: the placement request of a RunTask, StartTask or ExplainPlacement, with the server's
+// placement policy.
 PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinition& td, const TaskOverride& overrides,
                                      const std::vector<PlacementConstraint>& constraints,
                                      const std::vector<PlacementStrategy>& strategies,
@@ -23,6 +24,9 @@ PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinitio
   req.constraints = constraints;
   req.constraints.insert(req.constraints.end(), td.placement_constraints.begin(), td.placement_constraints.end());
   req.strategies = strategies;
+  // A task that shares a GPU and names no strategy is packed (the server's default, binpack on gpuMemory):
+  // gpupack's purpose, and a deliberate difference from ECS, which places at random. Others stay random.
+  if (req.strategies.empty() && req.demand.gpu_kind == GpuKind::kShared) req.strategies = policy.shared_gpu_default;
   req.seed = seed;
   req.compute_aware = cluster.settings.compute_aware_placement;
   req.place_on_disconnected = policy.place_on_disconnected;

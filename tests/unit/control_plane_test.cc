@@ -7,6 +7,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -26,7 +27,8 @@ namespace fs = std::filesystem;
 // is the server's default.
 class Server {
  public:
-  explicit Server(const std::string& db, uint64_t seed = 7, bool place_on_disconnected = true) {
+  explicit Server(const std::string& db, uint64_t seed = 7, bool place_on_disconnected = true,
+                  std::optional<std::vector<PlacementStrategy>> shared_default = std::nullopt) {
     auto store = SqliteStore::Open(db);
     EXPECT_TRUE(store.ok()) << store.status().message();
     store_ = std::move(store).value();
@@ -34,6 +36,7 @@ class Server {
     ControlPlaneOptions o;
     o.seed = seed;
     o.placement.place_on_disconnected = place_on_disconnected;
+    if (shared_default) o.placement.shared_gpu_default = *shared_default;
     o.clock = [this] { return now_; };
     cp_ = std::make_unique<ControlPlane>(o, *store_, *committer_);
     Status s = cp_->Load();
@@ -156,6 +159,61 @@ TEST_F(ControlPlaneTest, PlaceOnDisconnectedPlacesOnInstancesWithoutAnAgent) {
   EXPECT_EQ(r["tasks"][0]["containerInstanceArn"], inst);
   Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
   EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
+}
+
+// Tasks that share a GPU and name no strategy are packed (binpack on gpuMemory): five 1,000 MiB tasks all join
+// the GPU that already holds one, though an empty GPU on another instance is as good a fit; random placement
+// (ECS's default) would spread them.
+TEST_F(ControlPlaneTest, SharedTasksWithoutAStrategyArePackedByDefault) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string a = RegisterInstance(s, {22587});
+  std::string b = RegisterInstance(s, {22587});
+  RegisterShared(s, "seed", 4096);
+  RegisterShared(s, "small", 1000);
+  Json first = s.Ok("StartTask", {{"taskDefinition", "seed"}, {"containerInstances", Json::array({b})}});
+  ASSERT_EQ(first["tasks"].size(), 1u);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "small"}, {"count", 5}});
+  ASSERT_EQ(r["tasks"].size(), 5u);
+  for (const auto& t : r["tasks"]) EXPECT_EQ(t["containerInstanceArn"], b);
+  EXPECT_EQ(Gpus(s, a)[0]["containerCount"], 0);
+  EXPECT_EQ(Gpus(s, b)[0]["containerCount"], 6);
+  // ExplainPlacement answers with the same default: one score, the chosen instance is the fuller one.
+  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "small"}});
+  EXPECT_EQ(e["chosenContainerInstanceArn"], b);
+  // A strategy the request names wins over the default.
+  Json spread = s.Ok("RunTask", {{"taskDefinition", "small"},
+                                 {"placementStrategy", Json::array({{{"type", "spread"}, {"field", "instanceId"}}})}});
+  ASSERT_EQ(spread["tasks"].size(), 1u);
+  EXPECT_EQ(spread["tasks"][0]["containerInstanceArn"], a);
+}
+
+// Tasks that share no GPU keep ECS's default, random: ten CPU-only tasks on two equal instances land on both.
+TEST_F(ControlPlaneTest, TasksThatShareNoGpuArePlacedAtRandomByDefault) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string a = RegisterInstance(s, {22587});
+  std::string b = RegisterInstance(s, {22587});
+  s.Ok("RegisterTaskDefinition",
+       {{"family", "cpu"}, {"containerDefinitions", Json::array({{{"name", "c"}, {"image", "busybox"}, {"memory", 64}}})}});
+  Json r = s.Ok("RunTask", {{"taskDefinition", "cpu"}, {"count", 10}});
+  ASSERT_EQ(r["tasks"].size(), 10u);
+  std::set<std::string> used;
+  for (const auto& t : r["tasks"]) used.insert(t["containerInstanceArn"].get<std::string>());
+  EXPECT_EQ(used.size(), 2u);
+}
+
+// The server's --default-strategy chooses another default for shared tasks (here spread on instanceId).
+TEST_F(ControlPlaneTest, TheServerChoosesAnotherDefaultForSharedTasks) {
+  Server s(db_, 7, true, std::vector<PlacementStrategy>{{"spread", "instanceId"}});
+  s.Ok("CreateCluster", Json::object());
+  std::string a = RegisterInstance(s, {22587});
+  std::string b = RegisterInstance(s, {22587});
+  RegisterShared(s, "small", 1000);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "small"}, {"count", 4}});
+  ASSERT_EQ(r["tasks"].size(), 4u);
+  EXPECT_EQ(Gpus(s, a)[0]["containerCount"], 2);
+  EXPECT_EQ(Gpus(s, b)[0]["containerCount"], 2);
 }
 
 // The public ECS test: one GPU of 22,587 MiB.
