@@ -165,8 +165,7 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   operation = target->substr(std::char_traits<char>::length(kTargetPrefix));
   if (!ControlPlane::Knows(operation)) {
     Observe("unknown", 400, 0);
-    respond(ErrorResponse(Status(ErrorCode::kUnknownOperation, "unknown operation '" + operation.substr(0, 100) + "'"),
-                          request_id));
+    respond(ErrorResponse(Router::NotServed(operation), request_id));
     return;
   }
   if (auth_ != nullptr) {

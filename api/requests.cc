@@ -286,6 +286,17 @@ Result<DescribeTasksRequest> ParseDescribeTasks(const Json& in) {
 
 Result<ListTasksRequest> ParseListTasks(const Json& in) {
   ListTasksRequest r;
+  // Filters gpupack cannot apply are refused, never ignored (an ignored filter would answer every task).
+  GP_ASSIGN(service_name, OptString(in, "serviceName"));
+  if (service_name)
+    return Status::Unsupported(
+        "ListTasks: serviceName is not supported: gpupack does not support ECS services, so no task belongs to "
+        "one (list by family, startedBy or containerInstance instead); the supported operations and fields are "
+        "listed in docs/api.md");
+  GP_ASSIGN(launch_type, OptString(in, "launchType"));
+  if (launch_type && *launch_type != "EC2")
+    return Status::Unsupported("ListTasks: launchType " + launch_type->substr(0, 100) +
+                               " is not supported: every gpupack task runs on a container instance (EC2)");
   GP_TRY(OptionalRef(in, "cluster", r.cluster));
   GP_ASSIGN(instance, OptString(in, "containerInstance"));
   GP_ASSIGN(family, OptString(in, "family"));

@@ -122,7 +122,48 @@ const std::map<std::string, Route>& Routes() {
   return kRoutes;
 }
 
+// UnservedEcsOperations: ECS operations (API version 2014-11-13) gpupack does not serve, with what they belong
+// to, so a client hears that the feature is missing rather than that it misspelled an operation.
+const std::map<std::string, std::string>& UnservedEcsOperations() {
+  static const std::map<std::string, std::string> kUnserved = [] {
+    std::map<std::string, std::string> m;
+    for (const char* op : {"CreateService", "DeleteService", "DescribeServices", "ListServices",
+                           "ListServicesByNamespace", "UpdateService", "UpdateServicePrimaryTaskSet",
+                           "CreateTaskSet", "DeleteTaskSet", "DescribeTaskSets", "UpdateTaskSet",
+                           "DescribeServiceDeployments", "DescribeServiceRevisions", "ListServiceDeployments",
+                           "StopServiceDeployment"})
+      m[op] = "ECS services";
+    for (const char* op : {"CreateCapacityProvider", "DeleteCapacityProvider", "DescribeCapacityProviders",
+                           "UpdateCapacityProvider", "PutClusterCapacityProviders"})
+      m[op] = "capacity providers";
+    for (const char* op : {"TagResource", "UntagResource", "ListTagsForResource"}) m[op] = "the tagging operations";
+    for (const char* op : {"PutAccountSetting", "PutAccountSettingDefault", "DeleteAccountSetting",
+                           "ListAccountSettings"})
+      m[op] = "account settings";
+    for (const char* op : {"GetTaskProtection", "UpdateTaskProtection"}) m[op] = "task scale-in protection";
+    m["ExecuteCommand"] = "ECS Exec";
+    m["UpdateCluster"] = "UpdateCluster (use UpdateClusterSettings)";
+    m["UpdateContainerAgent"] = "agent updates through the API";
+    m["DeleteTaskDefinitions"] = "deleting task definitions";
+    m["DiscoverPollEndpoint"] = "the ECS agent's poll endpoint (gpupack agents use their own channel)";
+    m["SubmitAttachmentStateChanges"] = "attachments";
+    return m;
+  }();
+  return kUnserved;
+}
+
 }  // namespace
+
+Status Router::NotServed(const std::string& operation) {
+  const std::string name = operation.substr(0, 100);
+  auto it = UnservedEcsOperations().find(operation);
+  if (it != UnservedEcsOperations().end())
+    return Status::Unsupported(name + " is not supported: gpupack does not support " + it->second +
+                               "; the ECS operations it serves are listed in docs/api.md (Operations)");
+  return Status(ErrorCode::kUnknownOperation, "unknown operation '" + name +
+                                                  "': the ECS operations gpupack serves are listed in docs/api.md "
+                                                  "(Operations)");
+}
 
 bool Router::Knows(const std::string& operation) { return Routes().count(operation) != 0; }
 
@@ -135,7 +176,7 @@ std::optional<Access> Router::AccessOf(const std::string& operation) {
 void Router::Dispatch(const std::string& operation, const Json& body, Done done) const {
   auto it = Routes().find(operation);
   if (it == Routes().end()) {
-    done({Status(ErrorCode::kUnknownOperation, "unknown operation '" + operation.substr(0, 100) + "'"), {}});
+    done({NotServed(operation), {}});
     return;
   }
   if (!body.is_object()) {

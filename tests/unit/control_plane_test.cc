@@ -390,6 +390,29 @@ TEST_F(ControlPlaneTest, ValidationRefusalsAreEcsErrors) {
   EXPECT_EQ(s.Call("RunTask", {{"taskDefinition", "mps"}, {"count", "2"}}).status.code(), ErrorCode::kClient);
   // Unknown operation.
   EXPECT_EQ(s.Call("LaunchRockets", Json::object()).status.code(), ErrorCode::kUnknownOperation);
+  EXPECT_NE(s.Call("LaunchRockets", Json::object()).status.message().find("docs/api.md"), std::string::npos);
+}
+
+// What gpupack leaves out is refused in ECS's shape, never ignored: an ECS operation it does not serve names
+// itself and the list in docs/api.md; a ListTasks filter it cannot apply is refused rather than answer every task.
+TEST_F(ControlPlaneTest, UnsupportedOperationsAndFiltersAreRefusedNotIgnored) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  OperationResult create = s.Call("CreateService", {{"serviceName", "web"}, {"taskDefinition", "x"}});
+  EXPECT_EQ(create.status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_EQ(create.status.message(),
+            "CreateService is not supported: gpupack does not support ECS services; the ECS operations it serves "
+            "are listed in docs/api.md (Operations)");
+  EXPECT_EQ(s.Call("ListServices", Json::object()).status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_EQ(s.Call("TagResource", Json::object()).status.code(), ErrorCode::kUnsupportedFeature);
+
+  OperationResult by_service = s.Call("ListTasks", {{"serviceName", "web"}});
+  EXPECT_EQ(by_service.status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_NE(by_service.status.message().find("gpupack does not support ECS services"), std::string::npos);
+  EXPECT_NE(by_service.status.message().find("docs/api.md"), std::string::npos);
+  EXPECT_EQ(s.Call("ListTasks", {{"launchType", "FARGATE"}}).status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_TRUE(s.Call("ListTasks", {{"launchType", "EC2"}}).status.ok());  // every task is EC2: the filter holds
+  EXPECT_TRUE(s.Call("ListTasks", {{"serviceName", nullptr}}).status.ok());  // null is an absent field
 }
 
 TEST_F(ControlPlaneTest, RestartRestoresTasksAndGpuMemoryExactly) {
