@@ -66,6 +66,8 @@ struct AttributesResult {
 struct AckResult {};
 struct ExplainResult {
   TaskDemand demand;
+  std::vector<PlacementStrategy> strategies;  // as placed: the request's, or the default it got
+  std::string group;                          // the task group spread counts
   std::vector<InstanceVerdict> instances;
   std::string chosen;  // empty when nothing fits
 };

@@ -216,6 +216,50 @@ TEST_F(ControlPlaneTest, TheServerChoosesAnotherDefaultForSharedTasks) {
   EXPECT_EQ(Gpus(s, b)[0]["containerCount"], 2);
 }
 
+// Refusals answer the next question: a RunTask of 10 that placed 6 says 4 were not placed; a task larger than
+// every GPU is told it can never fit and which GPU is the largest; ExplainPlacement's random scores read as
+// draws in [0, 1), with the placer's number kept under rawScores.
+TEST_F(ControlPlaneTest, RefusalsSayHowManyWereNotPlacedAndWhatCanNeverFit) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string a = RegisterInstance(s, {22587});
+  RegisterShared(s, "quarter", 5000);   // 4 fit on one 22,587 MiB GPU
+  RegisterShared(s, "huge", 30000);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "quarter"}, {"count", 6}});
+  EXPECT_EQ(r["tasks"].size(), 4u);
+  ASSERT_EQ(r["failures"].size(), 2u);
+  EXPECT_EQ(r["failures"][0]["arn"], a);
+  EXPECT_EQ(r["failures"][1]["arn"], "arn:aws:ecs:us-east-1:000000000000:cluster/default");
+  EXPECT_EQ(r["failures"][1]["reason"], "RESOURCE:GPU_MEMORY");
+  EXPECT_EQ(r["failures"][1]["detail"],
+            "2 of 6 tasks were not placed (4 placed): no instance could take task 5 (the other failures say why, per "
+            "instance); later tasks were not tried");
+
+  Json h = s.Ok("RunTask", {{"taskDefinition", "huge"}});
+  EXPECT_TRUE(h["tasks"].empty());
+  ASSERT_EQ(h["failures"].size(), 2u);
+  const std::string gpu = Gpus(s, a)[0]["gpuId"];
+  EXPECT_EQ(h["failures"][0]["detail"], "task needs 30,000 MiB on one GPU and the largest GPU of this instance, " + gpu +
+                                            ", has 22,587 MiB in all: it can never fit here");
+  EXPECT_EQ(h["failures"][1]["reason"], "RESOURCE:GPU_MEMORY");
+  const std::string id = a.substr(a.rfind('/') + 1);
+  EXPECT_EQ(h["failures"][1]["detail"],
+            "it can never be placed in this cluster as registered: it needs 30,000 MiB on one GPU and the largest GPU, " +
+                gpu + " on container instance " + id + ", has 22,587 MiB in all (lower nvidiaMps.memory or register a "
+                "larger GPU)");
+
+  RegisterInstance(s, {22587});
+  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "quarter"},
+                                     {"placementStrategy", Json::array({{{"type", "random"}}})}});
+  ASSERT_EQ(e["instances"].size(), 2u);
+  const Json& score = e["instances"][1]["scores"][0];
+  EXPECT_EQ(score["strategy"], "random");
+  EXPECT_GE(score["value"].get<double>(), 0.0);
+  EXPECT_LT(score["value"].get<double>(), 1.0);
+  EXPECT_EQ(score["text"].get<std::string>().rfind("random draw 0.", 0), 0u);
+  EXPECT_GT(e["instances"][1]["rawScores"][0].get<double>(), 1.0);
+}
+
 // The public ECS test: one GPU of 22,587 MiB.
 TEST_F(ControlPlaneTest, PublicEcsTestOnOneGpu) {
   Server s(db_);
@@ -346,8 +390,12 @@ TEST_F(ControlPlaneTest, SumThatFitsNoSingleGpuFailsEvenIfInstanceTotalWould) {
                                   {"containerDefinitions", Json::array({MpsContainer("a", 4000), MpsContainer("b", 2000)})}});
   Json r = s.Ok("RunTask", {{"taskDefinition", "pair"}});
   EXPECT_TRUE(r["tasks"].empty());
-  ASSERT_EQ(r["failures"].size(), 1u);
+  // The instance's failure, and the request's: 6,000 MiB exceed every GPU of the cluster, so it can never fit.
+  ASSERT_EQ(r["failures"].size(), 2u);
   EXPECT_EQ(r["failures"][0]["reason"], "RESOURCE:GPU_MEMORY");
+  EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("it can never fit here"), std::string::npos);
+  EXPECT_EQ(r["failures"][1]["reason"], "RESOURCE:GPU_MEMORY");
+  EXPECT_NE(r["failures"][1]["detail"].get<std::string>().find("has 5,000 MiB in all"), std::string::npos);
 }
 
 TEST_F(ControlPlaneTest, ValidationRefusalsAreEcsErrors) {
@@ -721,16 +769,21 @@ TEST_F(ControlPlaneTest, ConstraintsAndExplain) {
   Json d = s.Ok("RunTask", {{"taskDefinition", "mps"}, {"count", 3}, {"group", "g"},
                             {"placementConstraints", Json::array({{{"type", "distinctInstance"}}})}});
   EXPECT_EQ(d["tasks"].size(), 2u);
-  ASSERT_EQ(d["failures"].size(), 2u);
+  ASSERT_EQ(d["failures"].size(), 3u);  // one per instance, then the request's own: 1 of 3 not placed
   EXPECT_EQ(d["failures"][0]["reason"], "ATTRIBUTE");
+  EXPECT_EQ(d["failures"][2]["reason"], "ATTRIBUTE");
+  EXPECT_EQ(d["failures"][2]["detail"].get<std::string>().rfind("1 of 3 tasks were not placed (2 placed)", 0), 0u);
   // Explain: binpack gpuMemory prefers the fuller GPU, and says why the other was not chosen.
   Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"},
                                      {"placementStrategy", Json::array({{{"type", "binpack"}, {"field", "gpuMemory"}}})}});
   ASSERT_EQ(e["instances"].size(), 2u);
   // A10G: 22,587 - 2 x 4,096 = 14,395 free -> 10,299 left after; A100: 40,000 - 4,096 -> 31,808 left after.
   EXPECT_EQ(e["chosenContainerInstanceArn"], a10);
-  EXPECT_EQ(e["instances"][1]["scores"][0], 10299.0);
-  EXPECT_EQ(e["instances"][0]["scores"][0], 31808.0);
+  EXPECT_EQ(e["instances"][1]["rawScores"][0], 10299.0);
+  EXPECT_EQ(e["instances"][0]["rawScores"][0], 31808.0);
+  EXPECT_EQ(e["instances"][1]["scores"][0],
+            Json({{"strategy", "binpack:gpuMemory"}, {"value", 10299},
+                  {"text", "10,299 MiB left on the best-fitting GPU after placement (least wins)"}}));
   EXPECT_EQ(e["instances"][1]["gpus"][0]["detail"], "10,299 MiB would remain (chosen)");
 }
 
