@@ -189,6 +189,13 @@ Result<DescribeClustersRequest> ParseDescribeClusters(const Json& in) {
   if (refs.size() > kMaxDescribe) return Status::InvalidParameter("clusters can have at most 100 entries");
   if (refs.empty()) refs.push_back("default");
   r.clusters = std::move(refs);
+  GP_ASSIGN(include, OptStringList(in, "include"));
+  for (const auto& v : include) {
+    if (v == "STATISTICS") r.statistics = true;
+    else if (v != "ATTACHMENTS" && v != "CONFIGURATIONS" && v != "SETTINGS" && v != "TAGS")
+      return Status::InvalidParameter("include: " + v.substr(0, 100) +
+                                      " is not one of ATTACHMENTS, CONFIGURATIONS, SETTINGS, STATISTICS, TAGS");
+  }
   return r;
 }
 

@@ -49,6 +49,7 @@ struct UpdateClusterSettingsRequest {
 struct DescribeClustersRequest {
   static constexpr Access kAccess = Access::kRead;
   std::vector<std::string> clusters;  // at least "default"
+  bool statistics = false;            // include: STATISTICS (the other ECS values add nothing here)
 };
 struct ListClustersRequest {
   static constexpr Access kAccess = Access::kRead;

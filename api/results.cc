@@ -8,6 +8,24 @@ namespace gpupack::api {
 
 namespace {
 
+// Statistics: ECS's cluster statistics (DescribeClusters include STATISTICS), name and value as strings. Every
+// gpupack task is an EC2 task and there are no services, so those counts are 0.
+Json Statistics(const ClusterCounts& counts) {
+  auto stat = [](const char* name, int value) { return Json{{"name", name}, {"value", std::to_string(value)}}; };
+  return Json::array({stat("runningEC2TasksCount", counts.running_tasks),
+                      stat("runningFargateTasksCount", 0),
+                      stat("pendingEC2TasksCount", counts.pending_tasks),
+                      stat("pendingFargateTasksCount", 0),
+                      stat("runningExternalTasksCount", 0),
+                      stat("pendingExternalTasksCount", 0),
+                      stat("activeEC2ServiceCount", 0),
+                      stat("activeFargateServiceCount", 0),
+                      stat("drainingEC2ServiceCount", 0),
+                      stat("drainingFargateServiceCount", 0),
+                      stat("activeExternalServiceCount", 0),
+                      stat("drainingExternalServiceCount", 0)});
+}
+
 Json Failures(const std::vector<Failure>& failures) {
   Json out = Json::array();
   for (const auto& f : failures) {
@@ -40,7 +58,11 @@ Json Render(const ArnContext& ctx, const ClusterResult& r) { return {{"cluster",
 
 Json Render(const ArnContext& ctx, const ClustersResult& r) {
   Json clusters = Json::array();
-  for (const auto& c : r.clusters) clusters.push_back(ToJson(ctx, c.cluster, c.counts));
+  for (const auto& c : r.clusters) {
+    Json j = ToJson(ctx, c.cluster, c.counts);
+    if (r.statistics) j["statistics"] = Statistics(c.counts);
+    clusters.push_back(std::move(j));
+  }
   return {{"clusters", clusters}, {"failures", Failures(r.failures)}};
 }
 

@@ -29,6 +29,7 @@ struct ClusterResult {
 struct ClustersResult {
   std::vector<ClusterResult> clusters;
   std::vector<Failure> failures;
+  bool statistics = false;  // DescribeClusters include STATISTICS: fill each cluster's statistics list
 };
 // ListPage: one page of a List call: `key` names the list in the answer.
 struct ListPage {

@@ -2,7 +2,9 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -39,6 +41,19 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "Replay a workload against a fleet with the scheduler's own placement");
   gpupack::cli::AddPlanFlags(*plan, plan_flags);
 
+  // An unknown command is named (CLI11 alone would only say that a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    const auto all = std::function<bool(const CLI::App*)>([](const CLI::App*) { return true; });
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : std::as_const(app).get_subcommands(all)) {
+      known = known || sub->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known)
+      return Fail("unknown command '" + std::string(argv[1]) + "' (the commands are " + names + "; see gpupack --help)",
+                  2);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

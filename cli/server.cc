@@ -1,6 +1,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <regex>
 
@@ -153,8 +154,20 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
                  "--insecure-no-auth if the network is yours alone");
   }
 
+  // A database this start creates is removed again if the server cannot start (a busy port, say): a failed
+  // start leaves nothing behind.
+  std::error_code exists_ec;
+  const bool db_existed = std::filesystem::exists(f.db, exists_ec);
+  auto remove_new_db = [&] {
+    if (db_existed) return;
+    std::error_code ignored;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(f.db + suffix, ignored);
+  };
   auto store = SqliteStore::Open(f.db);
-  if (!store.ok()) return fail("cannot open database " + f.db + ": " + store.status().message());
+  if (!store.ok()) {
+    remove_new_db();
+    return fail("cannot open database " + f.db + ": " + store.status().message());
+  }
   impl->store = std::move(*store);
   api::ServerOptions options;
   options.host = host;
@@ -170,8 +183,11 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   std::signal(SIGPIPE, SIG_IGN);
   auto server = api::Server::Start(std::move(options), *impl->store);
   if (!server.ok()) {
-    const std::string& m = server.status().message();
+    const std::string m = server.status().message();
+    impl->store.reset();  // closed before its files go
+    remove_new_db();
     if (m.rfind("cannot load state: ", 0) == 0) return fail("cannot load state from " + f.db + ": " + m.substr(19));
+    if (m.rfind("cannot listen on ", 0) == 0) return fail(m);  // the HTTP server's message names the address
     return fail("cannot listen on " + f.listen + ": " + m);
   }
   impl->server = std::move(*server);

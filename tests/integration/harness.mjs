@@ -39,11 +39,11 @@ process.on('exit', () => {
 // whose agent is not connected (AGENT), as ECS does. Tests of the agent start a real `gpupack agent` instead.
 export const PLAY_AGENT = ['--place-on-disconnected'];
 
-// startServer runs `gpupack server` on a free loopback port against `db`, resolving once the banner names the
-// endpoint. The result has endpoint, child, stop() (SIGTERM, waits for exit) and kill9() (SIGKILL, waits).
-export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000 } = {}) {
+// startServer runs `gpupack server` on a free loopback port against `db` (logging at `logLevel`), resolving once
+// the banner names the endpoint. The result has endpoint, child, stop() (SIGTERM, waits for exit) and kill9() (SIGKILL, waits).
+export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000, logLevel = 'warn' } = {}) {
   const bin = gpupackBin();
-  const args = ['server', '--listen', '127.0.0.1:0', '--db', db, '--log-level', 'warn', ...extraArgs];
+  const args = ['server', '--listen', '127.0.0.1:0', '--db', db, '--log-level', logLevel, ...extraArgs];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);
   let stdout = '';
@@ -103,8 +103,8 @@ export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000 }
 // startUp runs `gpupack up` (the server and its local agents with simulated GPUs) on a free loopback port with
 // its data under `dir`, resolving once the whole banner is out. The result has endpoint, banner() (stdout and
 // stderr so far) and stop() (SIGTERM, waits for exit).
-export async function startUp(dir, extraArgs = []) {
-  const child = spawn(gpupackBin(), ['up', '--listen', '127.0.0.1:0', '--dir', dir, '--log-level', 'warn', ...extraArgs], {
+export async function startUp(dir, extraArgs = [], { logLevel = 'warn' } = {}) {
+  const child = spawn(gpupackBin(), ['up', '--listen', '127.0.0.1:0', '--dir', dir, '--log-level', logLevel, ...extraArgs], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   live.add(child);
