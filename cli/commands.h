@@ -93,4 +93,17 @@ void AddPlanFlags(CLI::App& app, PlanFlags& flags);
 // RunPlan prints the report on stdout; returns 0, 2 on bad usage or bad input, 1 on failure.
 int RunPlan(const PlanFlags& flags);
 
+// `gpupack aws-model`: the ECS service model of this machine's botocore plus the GPU-sharing shapes gpupack
+// serves, installed under ~/.aws/models for the AWS CLI and boto3 (cli/aws_model.cc).
+struct AwsModelFlags {
+  std::string python = "python3";
+  std::string from;        // a service-2.json (or .gz) instead of botocore's
+  std::string models_dir;  // empty: $HOME/.aws/models
+  bool to_stdout = false;
+};
+
+void AddAwsModelFlags(CLI::App& app, AwsModelFlags& flags);
+// RunAwsModel returns 0, 1 when the model cannot be read or written, 2 on bad usage.
+int RunAwsModel(const AwsModelFlags& flags);
+
 }  // namespace gpupack::cli

@@ -11,25 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { removeTempDir, startUp, tempDir } from './harness.mjs';
-
-export const DEBIAN_AWS = '/usr/bin/aws';
-export const DEBIAN_PYTHON = '/usr/bin/python3';
-
-// cleanEnv: the test's environment for a client: HOME under `dir`, /usr/bin first on PATH (through a directory
-// that holds only `aws`), no inherited AWS_* variable.
-export function cleanEnv(dir) {
-  const bin = path.join(dir, 'bin');
-  const home = path.join(dir, 'home');
-  fs.mkdirSync(bin, { recursive: true });
-  fs.mkdirSync(home, { recursive: true });
-  if (!fs.existsSync(path.join(bin, 'aws'))) fs.symlinkSync(DEBIAN_AWS, path.join(bin, 'aws'));
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('AWS_')));
-  env.HOME = home;
-  env.PATH = `${bin}:/usr/bin:/bin`;
-  env.AWS_PAGER = '';  // no pager around answers
-  return env;
-}
+import { DEBIAN_AWS, DEBIAN_PYTHON, awsClientEnv as cleanEnv, removeTempDir, startUp, tempDir } from './harness.mjs';
 
 let dir;
 let up;

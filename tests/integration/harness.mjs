@@ -151,6 +151,26 @@ export async function startUp(dir, extraArgs = [], { logLevel = 'warn' } = {}) {
   };
 }
 
+// DEBIAN_AWS, DEBIAN_PYTHON: the AWS CLI and the Python with boto3 that Debian ships (packages awscli and
+// python3-boto3), as users get them; a machine may have others first on its PATH.
+export const DEBIAN_AWS = '/usr/bin/aws';
+export const DEBIAN_PYTHON = '/usr/bin/python3';
+
+// awsClientEnv: the environment for Debian's AWS CLI and boto3 in a test: HOME under `dir`, /usr/bin first on
+// PATH (through a directory that holds only `aws`), no inherited AWS_* variable.
+export function awsClientEnv(dir) {
+  const bin = path.join(dir, 'bin');
+  const home = path.join(dir, 'home');
+  fs.mkdirSync(bin, { recursive: true });
+  fs.mkdirSync(home, { recursive: true });
+  if (!fs.existsSync(path.join(bin, 'aws'))) fs.symlinkSync(DEBIAN_AWS, path.join(bin, 'aws'));
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('AWS_')));
+  env.HOME = home;
+  env.PATH = `${bin}:/usr/bin:/bin`;
+  env.AWS_PAGER = '';  // no pager around answers
+  return env;
+}
+
 // call sends one ECS operation. `body` is an object (serialized as JSON) or, with raw: true, a string or Buffer
 // sent as is. Resolves {status, headers, text, json} where json is the parsed body or undefined; rejects when
 // no answer comes within timeoutMs.
