@@ -229,7 +229,7 @@ int RunUp(const UpFlags& f) {
   std::printf("  aws ecs describe-container-instances --endpoint-url %s --cluster default --container-instances %s\n",
               endpoint.c_str(), agents.empty() ? "<arn>" : agents[0]->instance_arn().c_str());
   std::printf("(older AWS CLIs and boto3 ignore AWS_ENDPOINT_URL_ECS: pass --endpoint-url, or endpoint_url= in "
-              "Python)\n");
+              "Python;\n `gpupack aws-model` teaches them the GPU-sharing fields: README.md)\n");
   std::printf("Ctrl-C stops everything.\n");
   std::fflush(stdout);
   WaitForSignal();
