@@ -49,7 +49,7 @@ Status Applier::Load() {
   for (auto& c : snap->clusters) state_.PutCluster(std::move(c));
   for (auto& td : snap->task_definitions) state_.PutTaskDefinition(std::move(td));
   for (auto& i : snap->instances) {
-    if (UsesChannel(i)) i.agent_connected = false;  // until its agent says hello again
+    i.agent_connected = false;  // until its agent says hello again
     state_.PutInstance(std::move(i));
   }
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));

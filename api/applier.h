@@ -21,6 +21,7 @@
 
 #include "api/codec.h"
 #include "api/read_view.h"
+#include "api/requests.h"
 #include "api/transaction.h"
 #include "scheduler/cluster_state.h"
 #include "storage/group_committer.h"
@@ -33,6 +34,7 @@ struct ApplierOptions {
   std::function<EpochMs()> clock;  // defaults to the system clock
   uint64_t seed = 0;               // 0 = from std::random_device; ids and random placement derive from it
   EpochMs stopped_task_retention_ms = 3'600'000;  // STOPPED tasks stay describable this long (ECS: >= 1 h)
+  PlacementPolicy placement;  // the default strategy for shared-GPU tasks, placing on disconnected instances
 };
 
 class Applier {
@@ -65,6 +67,7 @@ class Applier {
   bool healthy() const { return !degraded_.load(); }
   PlacementCounters counters() const;
   const ArnContext& arn() const { return options_.arn; }
+  const PlacementPolicy& placement() const { return options_.placement; }
   EpochMs Now() const { return options_.clock(); }
 
  private:

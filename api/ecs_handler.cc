@@ -165,8 +165,7 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   operation = target->substr(std::char_traits<char>::length(kTargetPrefix));
   if (!ControlPlane::Knows(operation)) {
     Observe("unknown", 400, 0);
-    respond(ErrorResponse(Status(ErrorCode::kUnknownOperation, "unknown operation '" + operation.substr(0, 100) + "'"),
-                          request_id));
+    respond(ErrorResponse(Router::NotServed(operation), request_id));
     return;
   }
   if (auth_ != nullptr) {
@@ -187,8 +186,10 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
                             ? JsonResponse(200, r.body.dump(-1, ' ', false, Json::error_handler_t::replace), request_id)
                             : ErrorResponse(r.status, request_id);
     Observe(operation, resp.status, secs);
-    spdlog::info("op={} status={} latency_ms={:.3f} request_id={}{}", operation, resp.status, secs * 1000, request_id,
-                 r.status.ok() ? "" : " error=" + std::string(ToEcsError(r.status.code()).type));
+    // One line per request at debug (polling DescribeTasks would flood info); a server error at warn.
+    spdlog::log(resp.status >= 500 ? spdlog::level::warn : spdlog::level::debug,
+                "op={} status={} latency_ms={:.3f} request_id={}{}", operation, resp.status, secs * 1000, request_id,
+                r.status.ok() ? "" : " error=" + std::string(ToEcsError(r.status.code()).type));
     respond(std::move(resp));
   });
 }

@@ -189,6 +189,13 @@ Result<DescribeClustersRequest> ParseDescribeClusters(const Json& in) {
   if (refs.size() > kMaxDescribe) return Status::InvalidParameter("clusters can have at most 100 entries");
   if (refs.empty()) refs.push_back("default");
   r.clusters = std::move(refs);
+  GP_ASSIGN(include, OptStringList(in, "include"));
+  for (const auto& v : include) {
+    if (v == "STATISTICS") r.statistics = true;
+    else if (v != "ATTACHMENTS" && v != "CONFIGURATIONS" && v != "SETTINGS" && v != "TAGS")
+      return Status::InvalidParameter("include: " + v.substr(0, 100) +
+                                      " is not one of ATTACHMENTS, CONFIGURATIONS, SETTINGS, STATISTICS, TAGS");
+  }
   return r;
 }
 
@@ -286,6 +293,17 @@ Result<DescribeTasksRequest> ParseDescribeTasks(const Json& in) {
 
 Result<ListTasksRequest> ParseListTasks(const Json& in) {
   ListTasksRequest r;
+  // Filters gpupack cannot apply are refused, never ignored (an ignored filter would answer every task).
+  GP_ASSIGN(service_name, OptString(in, "serviceName"));
+  if (service_name)
+    return Status::Unsupported(
+        "ListTasks: serviceName is not supported: gpupack does not support ECS services, so no task belongs to "
+        "one (list by family, startedBy or containerInstance instead); the supported operations and fields are "
+        "listed in docs/api.md");
+  GP_ASSIGN(launch_type, OptString(in, "launchType"));
+  if (launch_type && *launch_type != "EC2")
+    return Status::Unsupported("ListTasks: launchType " + launch_type->substr(0, 100) +
+                               " is not supported: every gpupack task runs on a container instance (EC2)");
   GP_TRY(OptionalRef(in, "cluster", r.cluster));
   GP_ASSIGN(instance, OptString(in, "containerInstance"));
   GP_ASSIGN(family, OptString(in, "family"));

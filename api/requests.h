@@ -49,6 +49,7 @@ struct UpdateClusterSettingsRequest {
 struct DescribeClustersRequest {
   static constexpr Access kAccess = Access::kRead;
   std::vector<std::string> clusters;  // at least "default"
+  bool statistics = false;            // include: STATISTICS (the other ECS values add nothing here)
 };
 struct ListClustersRequest {
   static constexpr Access kAccess = Access::kRead;
@@ -86,6 +87,18 @@ struct ListTaskDefinitionFamiliesRequest {
 
 // ---- tasks
 
+// PlacementPolicy: the server's placement settings (`gpupack server --default-strategy`,
+// `--place-on-disconnected`). The router copies them into every RunTask, StartTask and ExplainPlacement request
+// after parsing; they never come from a body.
+struct PlacementPolicy {
+  // shared_gpu_default: the strategies of a task that shares a GPU (sharingStrategy) and names none; binpack on
+  // GPU memory unless the server is told otherwise. Other tasks without strategies are placed at random, as ECS
+  // places them.
+  std::vector<PlacementStrategy> shared_gpu_default = {{"binpack", "gpuMemory"}};
+  // place_on_disconnected: place on instances whose agent is not connected (benchmarks, simulations).
+  bool place_on_disconnected = false;
+};
+
 // RunTask and StartTask: StartTask names the instances and has no count.
 struct PlaceTasksRequest {
   std::string cluster;
@@ -100,6 +113,7 @@ struct PlaceTasksRequest {
   std::vector<PlacementStrategy> strategies;
   std::vector<std::string> container_instances;  // StartTask only
   std::string fingerprint;  // the request as sent: a repeated clientToken must carry the same request
+  PlacementPolicy policy;   // the server's, set by the router
 };
 struct RunTaskRequest : PlaceTasksRequest {
   static constexpr Access kAccess = Access::kWrite;
@@ -140,6 +154,7 @@ struct ExplainPlacementRequest {
   std::vector<PlacementStrategy> strategies;
   std::optional<std::string> group;
   uint64_t seed = 0;
+  PlacementPolicy policy;  // the server's, set by the router
 };
 
 // A task's state as an agent reports it, through the channel or through ECS's SubmitTaskStateChange. Both

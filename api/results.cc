@@ -1,10 +1,30 @@
 #include "api/results.h"
 
+#include <cstdio>
 #include <sstream>
+#include <string>
 
 namespace gpupack::api {
 
 namespace {
+
+// Statistics: ECS's cluster statistics (DescribeClusters include STATISTICS), name and value as strings. Every
+// gpupack task is an EC2 task and there are no services, so those counts are 0.
+Json Statistics(const ClusterCounts& counts) {
+  auto stat = [](const char* name, int value) { return Json{{"name", name}, {"value", std::to_string(value)}}; };
+  return Json::array({stat("runningEC2TasksCount", counts.running_tasks),
+                      stat("runningFargateTasksCount", 0),
+                      stat("pendingEC2TasksCount", counts.pending_tasks),
+                      stat("pendingFargateTasksCount", 0),
+                      stat("runningExternalTasksCount", 0),
+                      stat("pendingExternalTasksCount", 0),
+                      stat("activeEC2ServiceCount", 0),
+                      stat("activeFargateServiceCount", 0),
+                      stat("drainingEC2ServiceCount", 0),
+                      stat("drainingFargateServiceCount", 0),
+                      stat("activeExternalServiceCount", 0),
+                      stat("drainingExternalServiceCount", 0)});
+}
 
 Json Failures(const std::vector<Failure>& failures) {
   Json out = Json::array();
@@ -40,7 +60,11 @@ Json Render(const ArnContext& ctx, const ClusterResult& r) { return {{"cluster",
 
 Json Render(const ArnContext& ctx, const ClustersResult& r) {
   Json clusters = Json::array();
-  for (const auto& c : r.clusters) clusters.push_back(ToJson(ctx, c.cluster, c.counts));
+  for (const auto& c : r.clusters) {
+    Json j = ToJson(ctx, c.cluster, c.counts);
+    if (r.statistics) j["statistics"] = Statistics(c.counts);
+    clusters.push_back(std::move(j));
+  }
   return {{"clusters", clusters}, {"failures", Failures(r.failures)}};
 }
 
@@ -86,6 +110,50 @@ Json Render(const ArnContext&, const AttributesResult& r) {
 
 Json Render(const ArnContext&, const AckResult&) { return {{"acknowledgment", "ACK"}}; }
 
+namespace {
+
+std::string WithCommas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (n < 0 ? "-" : "") + out;
+}
+
+// ReadableScore: one strategy's score of one instance as a person reads it: the strategy, its value in the
+// strategy's unit (a random draw scaled to [0, 1)) and what the number is. Lower wins, for every strategy.
+Json ReadableScore(const PlacementStrategy& s, double raw, const TaskDemand& demand, const std::string& group) {
+  const std::string name = s.field.empty() ? s.type : s.type + ":" + s.field;
+  const int64_t n = static_cast<int64_t>(raw);
+  if (s.type == "random") {
+    const double draw = raw / 9007199254740992.0;  // the scorer's 53-bit key over 2^53
+    char text[64];
+    std::snprintf(text, sizeof text, "%.4f", draw);
+    return {{"strategy", name}, {"value", std::stod(text)}, {"text", std::string("random draw ") + text + " (lowest wins)"}};
+  }
+  std::string text;
+  if (s.type == "binpack" && (s.field == "cpu" || s.field == "CPU")) {
+    text = WithCommas(n) + " CPU units left on the instance after placement (least wins)";
+  } else if (s.type == "binpack" && (s.field == "memory" || s.field == "MEMORY")) {
+    text = WithCommas(n) + " MiB of memory left on the instance after placement (least wins)";
+  } else if (s.type == "binpack") {
+    text = demand.gpu_kind == GpuKind::kShared
+               ? WithCommas(n) + " MiB left on the best-fitting GPU after placement (least wins)"
+               : WithCommas(n) + " MiB of shareable GPU memory left on the instance after placement (least wins)";
+  } else if (s.type == "spread" && s.field.rfind("attribute:", 0) == 0) {
+    text = WithCommas(n) + " task(s) of group " + group + " on instances with this instance's " + s.field.substr(10) +
+           " (fewest wins)";
+  } else if (s.type == "spread") {
+    text = WithCommas(n) + " task(s) of group " + group + " already on the instance (fewest wins)";
+  } else {
+    text = "score " + WithCommas(n) + " (lowest wins)";
+  }
+  return {{"strategy", name}, {"value", n}, {"text", text}};
+}
+
+}  // namespace
+
 Json Render(const ArnContext&, const ExplainResult& r) {
   Json instances = Json::array();
   for (const auto& v : r.instances) {
@@ -96,7 +164,11 @@ Json Render(const ArnContext&, const ExplainResult& r) {
       j["reason"] = v.reason;
       j["detail"] = v.detail;
     } else {
-      j["scores"] = v.scores;
+      Json readable = Json::array();
+      for (size_t i = 0; i < v.scores.size() && i < r.strategies.size(); ++i)
+        readable.push_back(ReadableScore(r.strategies[i], v.scores[i], r.demand, r.group));
+      j["scores"] = std::move(readable);
+      j["rawScores"] = v.scores;  // the placer's numbers, compared lexicographically
     }
     instances.push_back(std::move(j));
   }

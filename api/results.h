@@ -29,6 +29,7 @@ struct ClusterResult {
 struct ClustersResult {
   std::vector<ClusterResult> clusters;
   std::vector<Failure> failures;
+  bool statistics = false;  // DescribeClusters include STATISTICS: fill each cluster's statistics list
 };
 // ListPage: one page of a List call: `key` names the list in the answer.
 struct ListPage {
@@ -66,6 +67,8 @@ struct AttributesResult {
 struct AckResult {};
 struct ExplainResult {
   TaskDemand demand;
+  std::vector<PlacementStrategy> strategies;  // as placed: the request's, or the default it got
+  std::string group;                          // the task group spread counts
   std::vector<InstanceVerdict> instances;
   std::string chosen;  // empty when nothing fits
 };

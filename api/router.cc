@@ -37,6 +37,12 @@ Result<Req> GuardedParse(Parser<Req> parse, const Json& body) {
   }
 }
 
+// WithPolicy: the server's placement policy goes into the requests that place (never from the body).
+template <typename Req>
+void WithPolicy(Req& req, const Applier& applier) {
+  if constexpr (requires { req.policy = applier.placement(); }) req.policy = applier.placement();
+}
+
 // WriteRoute: parse, then run the operation in the applier; render once the commit is durable.
 template <typename Req, typename Res>
 Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)) {
@@ -45,6 +51,7 @@ Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)
             auto req = GuardedParse(parse, body);
             if (!req.ok()) return done({req.status(), {}});
             auto request = std::make_shared<Req>(std::move(req).value());
+            WithPolicy(*request, applier);
             auto result = std::make_shared<Res>();
             applier.Write([request, result, op](Transaction& txn) { return op(*request, txn, *result); },
                           [&applier, result, done = std::move(done)](Status s) {
@@ -72,6 +79,7 @@ Route ExplainRoute() {
   return {Access::kRead, [](Applier& applier, const Json& body, Router::Done done) {
             auto req = GuardedParse<ExplainPlacementRequest>(&ParseExplainPlacement, body);
             if (!req.ok()) return done({req.status(), {}});
+            WithPolicy(*req, applier);
             ExplainResult result;
             Status s;
             applier.Inspect([&](const ClusterState& state) {
@@ -114,7 +122,48 @@ const std::map<std::string, Route>& Routes() {
   return kRoutes;
 }
 
+// UnservedEcsOperations: ECS operations (API version 2014-11-13) gpupack does not serve, with what they belong
+// to, so a client hears that the feature is missing rather than that it misspelled an operation.
+const std::map<std::string, std::string>& UnservedEcsOperations() {
+  static const std::map<std::string, std::string> kUnserved = [] {
+    std::map<std::string, std::string> m;
+    for (const char* op : {"CreateService", "DeleteService", "DescribeServices", "ListServices",
+                           "ListServicesByNamespace", "UpdateService", "UpdateServicePrimaryTaskSet",
+                           "CreateTaskSet", "DeleteTaskSet", "DescribeTaskSets", "UpdateTaskSet",
+                           "DescribeServiceDeployments", "DescribeServiceRevisions", "ListServiceDeployments",
+                           "StopServiceDeployment"})
+      m[op] = "ECS services";
+    for (const char* op : {"CreateCapacityProvider", "DeleteCapacityProvider", "DescribeCapacityProviders",
+                           "UpdateCapacityProvider", "PutClusterCapacityProviders"})
+      m[op] = "capacity providers";
+    for (const char* op : {"TagResource", "UntagResource", "ListTagsForResource"}) m[op] = "the tagging operations";
+    for (const char* op : {"PutAccountSetting", "PutAccountSettingDefault", "DeleteAccountSetting",
+                           "ListAccountSettings"})
+      m[op] = "account settings";
+    for (const char* op : {"GetTaskProtection", "UpdateTaskProtection"}) m[op] = "task scale-in protection";
+    m["ExecuteCommand"] = "ECS Exec";
+    m["UpdateCluster"] = "UpdateCluster (use UpdateClusterSettings)";
+    m["UpdateContainerAgent"] = "agent updates through the API";
+    m["DeleteTaskDefinitions"] = "deleting task definitions";
+    m["DiscoverPollEndpoint"] = "the ECS agent's poll endpoint (gpupack agents use their own channel)";
+    m["SubmitAttachmentStateChanges"] = "attachments";
+    return m;
+  }();
+  return kUnserved;
+}
+
 }  // namespace
+
+Status Router::NotServed(const std::string& operation) {
+  const std::string name = operation.substr(0, 100);
+  auto it = UnservedEcsOperations().find(operation);
+  if (it != UnservedEcsOperations().end())
+    return Status::Unsupported(name + " is not supported: gpupack does not support " + it->second +
+                               "; the ECS operations it serves are listed in docs/api.md (Operations)");
+  return Status(ErrorCode::kUnknownOperation, "unknown operation '" + name +
+                                                  "': the ECS operations gpupack serves are listed in docs/api.md "
+                                                  "(Operations)");
+}
 
 bool Router::Knows(const std::string& operation) { return Routes().count(operation) != 0; }
 
@@ -127,7 +176,7 @@ std::optional<Access> Router::AccessOf(const std::string& operation) {
 void Router::Dispatch(const std::string& operation, const Json& body, Done done) const {
   auto it = Routes().find(operation);
   if (it == Routes().end()) {
-    done({Status(ErrorCode::kUnknownOperation, "unknown operation '" + operation.substr(0, 100) + "'"), {}});
+    done({NotServed(operation), {}});
     return;
   }
   if (!body.is_object()) {

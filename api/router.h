@@ -32,6 +32,10 @@ class Router {
 
   // Knows: is this an operation we serve? AccessOf: does it write (nullopt when unknown)?
   static bool Knows(const std::string& operation);
+  // NotServed: the refusal of an operation we do not serve: UnsupportedFeatureException naming it for an ECS
+  // operation gpupack leaves out (services, capacity providers, tagging, ...), UnknownOperationException for
+  // any other name; both point to the list in docs/api.md.
+  static Status NotServed(const std::string& operation);
   static std::optional<Access> AccessOf(const std::string& operation);
 
  private:

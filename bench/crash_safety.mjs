@@ -36,7 +36,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { call, gpupackBin, gpuDevice, ok, removeTempDir, sharedTaskDefinition, dedicatedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
+import { PLAY_AGENT, call, gpupackBin, gpuDevice, ok, removeTempDir, sharedTaskDefinition, dedicatedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -223,7 +223,7 @@ const SIZES = [512, 1024, 2048, 4096, 6144];
 async function serverRounds(dir) {
   const db = path.join(dir, 'state.db');
   const cluster = 'crash';
-  let server = await startServer({ db });
+  let server = await startServer({ db, extraArgs: PLAY_AGENT });
   await ok(server.endpoint, 'CreateCluster', { clusterName: cluster });
   const fleet = [
     [['GPU-crash-0-0', 22587], ['GPU-crash-0-1', 22587]],
@@ -435,7 +435,7 @@ async function serverRounds(dir) {
     await server.exited;
     running.on = false;
     await Promise.all(flood);
-    server = await startServer({ db });
+    server = await startServer({ db, extraArgs: PLAY_AGENT });
     const v0 = violations.length;
     lastDescribed = await check(round);
     if (violations.length === v0) ++survived;

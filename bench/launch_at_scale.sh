@@ -312,7 +312,7 @@ last startedAt   $( [[ -n "$last_started" ]] && elapsed "$t0" "$last_started" ||
 launch           $answered answers in $launch_s s = $rate RunTask calls/s
 failures         HTTP errors $http_errors, placement failures $placement_failures, unanswered $not_answered; tasks read back $described, RUNNING $described_running
 RunTask (curl)   p50 $(pctl 50 "$work/latency_ms.txt") ms  p90 $(pctl 90 "$work/latency_ms.txt") ms  p99 $(pctl 99 "$work/latency_ms.txt") ms  max $(pctl 100 "$work/latency_ms.txt") ms (time_total, per call)
-RunTask (server) p50 $(pctl 50 "$work/server_ms.txt") ms  p99 $(pctl 99 "$work/server_ms.txt") ms  ($(wc -l <"$work/server_ms.txt") log lines; needs --log-level info)
+RunTask (server) p50 $(pctl 50 "$work/server_ms.txt") ms  p99 $(pctl 99 "$work/server_ms.txt") ms  ($(wc -l <"$work/server_ms.txt") log lines; the per-request lines are at debug: needs --log-level debug)
 placed->RUNNING  p50 $(pctl 50 "$work/to_running_ms.txt") ms  p90 $(pctl 90 "$work/to_running_ms.txt") ms  p99 $(pctl 99 "$work/to_running_ms.txt") ms  max $(pctl 100 "$work/to_running_ms.txt") ms (startedAt - createdAt)
 CPU, first call to all RUNNING ($window_s s; $(nproc) CPUs = $(awk -v n="$(nproc)" -v s="$window_s" 'BEGIN { printf "%.1f", n * s }') CPU s)
   gpupack up     $server_cpu s ($(cores "$server_cpu") cores): server + $agents agents, with the reaped middle processes of the double fork

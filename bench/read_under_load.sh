@@ -84,6 +84,9 @@ trap cleanup EXIT
 
 # ---- server and cluster -----------------------------------------------------------------------------------------
 server_args=(server --listen 127.0.0.1:0 --db "$db" --log-level warn)
+# The script registers instances over plain HTTP and plays their agents: the server must place on instances with
+# no connected agent (a binary from before that flag placed there anyway).
+"$gpupack" server --help 2>/dev/null | grep -q -- --place-on-disconnected && server_args+=(--place-on-disconnected)
 [[ -n "$server_threads" ]] && server_args+=(--threads "$server_threads")
 bench_start_server read_under_load
 

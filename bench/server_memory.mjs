@@ -31,7 +31,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-import { call, ok, removeTempDir, sharedTaskDefinition, startServer } from '../tests/integration/harness.mjs';
+import { PLAY_AGENT, call, ok, removeTempDir, sharedTaskDefinition, startServer } from '../tests/integration/harness.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const { values: opt } = parseArgs({
@@ -179,7 +179,7 @@ const counts = { runTaskCalls: 0, placed: 0, running: 0, reports: 0 };
 const restartSeconds = [];
 let described;
 try {
-  server = await startServer({ db });
+  server = await startServer({ db, extraArgs: PLAY_AGENT });
   milestone('empty', 0);
 
   await phase(`register ${INSTANCES} instances`, async () => {
@@ -234,7 +234,7 @@ try {
     if (server) await server.stop();
     server = undefined;
     const t0 = process.hrtime.bigint();
-    server = await startServer({ db, startTimeoutMs: 600000 });
+    server = await startServer({ db, startTimeoutMs: 600000, extraArgs: PLAY_AGENT });
     restartSeconds.push(Number(process.hrtime.bigint() - t0) / 1e9);
     const tag = RESTARTS > 1 ? ` #${r}` : '';
     milestone(`restarted${tag} on the same file (serving)`, counts.placed);

@@ -225,13 +225,22 @@ int RunUp(const UpFlags& f) {
     }
     agents.push_back(std::move(*a));
   }
+  // The banner comes once every agent holds its channel: a RunTask sent as soon as it shows is placed.
+  std::vector<std::string> instance_arns;
+  for (const auto& a : agents) instance_arns.push_back(a->instance_arn());
+  if (!server->AgentsConnected(instance_arns, std::chrono::seconds(10)))
+    spdlog::warn("up: not every agent connected within 10 s; tasks are placed once they do");
   std::printf("gpupack %s up: a local cluster\n", kVersion);
   std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, process runtime)\n", server->endpoint().c_str(),
               f.agents, f.gpus.c_str());
   std::printf("  data      %s\n", f.dir.c_str());
   std::printf("  auth      %s\n", server->auth_summary().c_str());
+  // The AWS CLI and boto3 as Debian 12 ships them ignore AWS_ENDPOINT_URL_ECS (they would call AWS itself) and
+  // read the region from AWS_DEFAULT_REGION only: the commands name --endpoint-url and both variables are set.
+  const std::string endpoint = server->endpoint();
   std::printf("\nPoint an AWS SDK or the AWS CLI at it:\n");
-  std::printf("  export AWS_ENDPOINT_URL_ECS=%s AWS_REGION=%s\n", server->endpoint().c_str(), sf.region.c_str());
+  std::printf("  export AWS_ENDPOINT_URL_ECS=%s AWS_REGION=%s AWS_DEFAULT_REGION=%s\n", endpoint.c_str(),
+              sf.region.c_str(), sf.region.c_str());
   if (sf.credentials.empty()) {
     std::printf("  export AWS_ACCESS_KEY_ID=gpupack AWS_SECRET_ACCESS_KEY=gpupack\n");
   } else if (!client_profile.empty()) {
@@ -240,8 +249,11 @@ int RunUp(const UpFlags& f) {
   } else {
     std::printf("  (%s has no gpupack_role=admin key: add one to call RunTask)\n", sf.credentials.c_str());
   }
-  std::printf("  aws ecs describe-container-instances --cluster default --container-instances %s\n",
-              agents.empty() ? "<arn>" : agents[0]->instance_arn().c_str());
+  std::printf("  aws ecs list-container-instances --endpoint-url %s --cluster default\n", endpoint.c_str());
+  std::printf("  aws ecs describe-container-instances --endpoint-url %s --cluster default --container-instances %s\n",
+              endpoint.c_str(), agents.empty() ? "<arn>" : agents[0]->instance_arn().c_str());
+  std::printf("(older AWS CLIs and boto3 ignore AWS_ENDPOINT_URL_ECS: pass --endpoint-url, or endpoint_url= in "
+              "Python;\n `gpupack aws-model` teaches them the GPU-sharing fields: README.md)\n");
   std::printf("Ctrl-C stops everything.\n");
   std::fflush(stdout);
   WaitForSignal();

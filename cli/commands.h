@@ -20,6 +20,8 @@ struct ServerFlags {
   std::string credentials;
   std::string log_level = "info";
   bool insecure_no_auth = false;
+  bool place_on_disconnected = false;  // benchmarks and simulations whose client plays the agent
+  std::string default_strategy = "binpack:gpuMemory";  // for shared-GPU tasks that name none: TYPE[:FIELD]
   int threads = 2;
 };
 
@@ -92,5 +94,18 @@ void AddPlanFlags(CLI::App& app, PlanFlags& flags);
 
 // RunPlan prints the report on stdout; returns 0, 2 on bad usage or bad input, 1 on failure.
 int RunPlan(const PlanFlags& flags);
+
+// `gpupack aws-model`: the ECS service model of this machine's botocore plus the GPU-sharing shapes gpupack
+// serves, installed under ~/.aws/models for the AWS CLI and boto3 (cli/aws_model.cc).
+struct AwsModelFlags {
+  std::string python = "python3";
+  std::string from;        // a service-2.json (or .gz) instead of botocore's
+  std::string models_dir;  // empty: $HOME/.aws/models
+  bool to_stdout = false;
+};
+
+void AddAwsModelFlags(CLI::App& app, AwsModelFlags& flags);
+// RunAwsModel returns 0, 1 when the model cannot be read or written, 2 on bad usage.
+int RunAwsModel(const AwsModelFlags& flags);
 
 }  // namespace gpupack::cli

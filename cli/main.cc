@@ -1,8 +1,10 @@
-// gpupack: one binary, subcommands (server, agent, plan, up). Wiring only; the work is in the libraries.
+// gpupack: one binary, subcommands (server, agent, plan, up, aws-model). Wiring only; the work is in the libraries.
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -39,6 +41,24 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "Replay a workload against a fleet with the scheduler's own placement");
   gpupack::cli::AddPlanFlags(*plan, plan_flags);
 
+  gpupack::cli::AwsModelFlags aws_model_flags;
+  CLI::App* aws_model = app.add_subcommand(
+      "aws-model", "Install an ECS model with gpupack's GPU-sharing fields for the AWS CLI and boto3 (~/.aws/models)");
+  gpupack::cli::AddAwsModelFlags(*aws_model, aws_model_flags);
+
+  // An unknown command is named (CLI11 alone would only say that a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    const auto all = std::function<bool(const CLI::App*)>([](const CLI::App*) { return true; });
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : std::as_const(app).get_subcommands(all)) {
+      known = known || sub->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known)
+      return Fail("unknown command '" + std::string(argv[1]) + "' (the commands are " + names + "; see gpupack --help)",
+                  2);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -55,5 +75,6 @@ int main(int argc, char** argv) {
   if (*agent) return gpupack::cli::RunAgent(agent_flags);
   if (*up) return gpupack::cli::RunUp(up_flags);
   if (*plan) return gpupack::cli::RunPlan(plan_flags);
+  if (*aws_model) return gpupack::cli::RunAwsModel(aws_model_flags);
   return Fail("no command given (see gpupack --help)", 2);
 }

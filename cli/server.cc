@@ -1,6 +1,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <regex>
 
@@ -12,6 +13,7 @@
 #include "protocol/sigv4_verifier.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
+#include "scheduler/validation.h"
 #include "storage/sqlite_store.h"
 
 namespace gpupack::cli {
@@ -29,6 +31,14 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_option("--threads", f.threads, "HTTP io threads")->capture_default_str();
   app.add_flag("--insecure-no-auth", f.insecure_no_auth,
                "serve a non-loopback address without authentication (anyone who reaches it can run tasks)");
+  app.add_option("--default-strategy", f.default_strategy,
+                 "placement strategy of a task that shares a GPU and names none, as TYPE[:FIELD] (binpack:gpuMemory, "
+                 "binpack:memory, spread:instanceId, random, ...); other tasks without one are placed at random, "
+                 "as ECS places them")
+      ->capture_default_str();
+  app.add_flag("--place-on-disconnected", f.place_on_disconnected,
+               "place tasks on container instances whose agent is not connected (benchmarks and simulations "
+               "whose client plays the agent with SubmitTaskStateChange; such tasks never start otherwise)");
 }
 
 namespace {
@@ -41,6 +51,13 @@ bool IsLoopback(const std::string& host) {
 }
 
 }  // namespace
+
+Result<PlacementStrategy> ParseDefaultStrategy(const std::string& text) {
+  const size_t colon = text.find(':');
+  PlacementStrategy s{text.substr(0, colon), colon == std::string::npos ? "" : text.substr(colon + 1)};
+  if (Status st = ValidatePlacement({}, {s}); !st.ok()) return st;
+  return s;
+}
 
 int Usage(const std::string& message) {
   std::fprintf(stderr, "gpupack: %s\n", message.c_str());
@@ -74,6 +91,23 @@ std::string ServerRuntime::auth_summary() const {
   if (!impl_->authenticator) return "none: unsigned requests are served (loopback or --insecure-no-auth)";
   return "SigV4, service ecs, region " + impl_->authenticator->verifier().region() + ", " +
          std::to_string(impl_->key_count) + " key(s)";
+}
+
+bool ServerRuntime::AgentsConnected(const std::vector<std::string>& instance_arns,
+                                    std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto view = impl_->server->control_plane().applier().View();
+    bool all = true;
+    for (const auto& arn : instance_arns) {
+      const ContainerInstance* inst = view->FindInstance(arn);
+      all = all && inst && inst->agent_connected;
+    }
+    if (all) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    timespec nap{0, 20'000'000};
+    nanosleep(&nap, nullptr);
+  }
 }
 
 std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* exit_code) {
@@ -120,8 +154,20 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
                  "--insecure-no-auth if the network is yours alone");
   }
 
+  // A database this start creates is removed again if the server cannot start (a busy port, say): a failed
+  // start leaves nothing behind.
+  std::error_code exists_ec;
+  const bool db_existed = std::filesystem::exists(f.db, exists_ec);
+  auto remove_new_db = [&] {
+    if (db_existed) return;
+    std::error_code ignored;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(f.db + suffix, ignored);
+  };
   auto store = SqliteStore::Open(f.db);
-  if (!store.ok()) return fail("cannot open database " + f.db + ": " + store.status().message());
+  if (!store.ok()) {
+    remove_new_db();
+    return fail("cannot open database " + f.db + ": " + store.status().message());
+  }
   impl->store = std::move(*store);
   api::ServerOptions options;
   options.host = host;
@@ -129,12 +175,19 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.threads = f.threads;
   options.control_plane.arn.region = f.region;
   options.control_plane.arn.account = f.account_id;
+  options.control_plane.placement.place_on_disconnected = f.place_on_disconnected;
+  auto strategy = ParseDefaultStrategy(f.default_strategy);
+  if (!strategy.ok()) return usage("--default-strategy: " + strategy.status().message());
+  options.control_plane.placement.shared_gpu_default = {*strategy};
   options.authenticator = impl->authenticator.get();
   std::signal(SIGPIPE, SIG_IGN);
   auto server = api::Server::Start(std::move(options), *impl->store);
   if (!server.ok()) {
-    const std::string& m = server.status().message();
+    const std::string m = server.status().message();
+    impl->store.reset();  // closed before its files go
+    remove_new_db();
     if (m.rfind("cannot load state: ", 0) == 0) return fail("cannot load state from " + f.db + ": " + m.substr(19));
+    if (m.rfind("cannot listen on ", 0) == 0) return fail(m);  // the HTTP server's message names the address
     return fail("cannot listen on " + f.listen + ": " + m);
   }
   impl->server = std::move(*server);

@@ -2,10 +2,14 @@
 // `gpupack server` and `gpupack up`.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "scheduler/model.h"
+#include "scheduler/status.h"
 
 namespace gpupack::cli {
 
@@ -17,6 +21,9 @@ class ServerRuntime {
   ~ServerRuntime();  // stops serving, flushes pending commits
   std::string endpoint() const;  // http://HOST:PORT
   std::string auth_summary() const;  // one line for the banner: SigV4 and how many keys, or none
+  // AgentsConnected waits (at most `timeout`) until every instance named has a connected agent channel; false when
+  // one has none by then.
+  bool AgentsConnected(const std::vector<std::string>& instance_arns, std::chrono::milliseconds timeout) const;
 
   struct Impl;
 
@@ -27,6 +34,9 @@ class ServerRuntime {
 
 // Installs SIGINT/SIGTERM handlers and waits until one arrives.
 void WaitForSignal();
+
+// ParseDefaultStrategy reads --default-strategy: TYPE[:FIELD], checked as a RunTask's strategy is.
+Result<PlacementStrategy> ParseDefaultStrategy(const std::string& text);
 
 // Usage prints "gpupack: <message>" and returns 2.
 int Usage(const std::string& message);

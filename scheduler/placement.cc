@@ -92,7 +92,13 @@ const char* FitGpus(const TaskDemand& demand, const ContainerInstance& inst, boo
       return reason::kGpuCompute;
     }
     if (detail) {
-      if (shareable > 0)
+      const Gpu* biggest = &inst.gpus.front();  // the instance's largest GPU in all: can the task ever fit?
+      for (const Gpu& g : inst.gpus)
+        if (g.total_memory_mib > biggest->total_memory_mib) biggest = &g;
+      if (biggest->total_memory_mib < demand.gpu_memory)
+        *detail = "task needs " + FormatMiB(demand.gpu_memory) + " on one GPU and the largest GPU of this instance, " +
+                  biggest->id + ", has " + FormatMiB(biggest->total_memory_mib) + " in all: it can never fit here";
+      else if (shareable > 0)
         *detail = "largest free block on any GPU is " + FormatMiB(largest) + "; task needs " +
                   FormatMiB(demand.gpu_memory) + " on one GPU";
       else
@@ -229,7 +235,11 @@ static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<
       return std::string("container instance is ") + Name(inst.status) + "; it takes no new tasks";
     });
   // AgentFilter
-  if (!inst.agent_connected) return fail(reason::kAgent, [] { return "the instance's agent is not connected"; });
+  if (!inst.agent_connected && !req.place_on_disconnected)
+    return fail(reason::kAgent, [] {
+      return "the instance's agent is not connected: no gpupack agent holds a channel to the server for it, so no "
+             "task placed there would start";
+    });
   if (inst.impaired)
     return fail(reason::kAgent, [] { return "the instance is impaired: its MPS control daemon is not responding"; });
   // CpuFilter, MemoryFilter

@@ -47,6 +47,10 @@ struct PlacementRequest {
   std::vector<PlacementStrategy> strategies;     // empty = random (ECS has no default for standalone tasks)
   uint64_t seed = 0;                             // randomness is a function of (seed, task index)
   bool compute_aware = false;                    // the cluster's compute-aware setting
+  // place_on_disconnected: the AgentFilter lets instances whose agent is not connected pass (the server's
+  // --place-on-disconnected, for benchmarks and simulations whose client plays the agent); an impaired
+  // instance is still refused.
+  bool place_on_disconnected = false;
   std::vector<std::string> only_instances;       // StartTask: the named instances (ARNs); empty = all
 };
 

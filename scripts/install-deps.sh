@@ -2,7 +2,8 @@
 # scripts/install-deps.sh: installs what gpupack needs to build and test on Debian 12, and nothing when it is
 # all there already (so repeated runs take a second).
 #
-#   scripts/install-deps.sh            build deps, Node.js + npm, and the SDK test's node_modules (npm ci)
+#   scripts/install-deps.sh            build deps, the test deps (Node.js + npm, Debian's AWS CLI, boto3, curl), and
+#                                      the SDK test's node_modules (npm ci)
 #   scripts/install-deps.sh --no-node  build deps only (enough to build and run gpupack)
 #
 # Debian packages only (see README.md); the one npm package is @aws-sdk/client-ecs, pinned by
@@ -33,9 +34,14 @@ build_packages=(cmake ninja-build g++ libboost-dev nlohmann-json3-dev libsqlite3
 
 installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]; }
 
+# The tests run the AWS CLI (/usr/bin/aws) and boto3 (/usr/bin/python3) that Debian ships, as users get them,
+# and the README's curl commands.
+test_packages=(awscli python3-boto3 curl)
+
 missing=()
 for p in "${build_packages[@]}"; do installed "$p" || missing+=("$p"); done
 if ((with_node)); then
+  for p in "${test_packages[@]}"; do installed "$p" || missing+=("$p"); done
   # Node.js may come from elsewhere (e.g. a nodesource build that bundles npm): the commands are what count.
   command -v node >/dev/null 2>&1 || missing+=(nodejs)
   command -v npm >/dev/null 2>&1 || missing+=(npm)

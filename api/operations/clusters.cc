@@ -66,6 +66,7 @@ Status DeleteCluster(const DeleteClusterRequest& in, Transaction& txn, ClusterRe
 }
 
 Status DescribeClusters(const DescribeClustersRequest& in, const ReadContext& ctx, ClustersResult& out) {
+  out.statistics = in.statistics;
   for (const auto& ref : in.clusters) {
     auto name = ClusterNameFrom(ctx.arn, ref);
     const Cluster* c = name.ok() ? ctx.view.FindCluster(*name) : nullptr;

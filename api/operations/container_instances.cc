@@ -77,7 +77,7 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
       for (const auto& old : existing->gpus)
         if (old.id == g.id) g.held = old.held;
   } else {
-    inst.agent_connected = !UsesChannel(inst);  // a channel agent is connected once it says hello
+    inst.agent_connected = false;  // until a gpupack agent opens its channel and says hello
   }
   const std::string arn = inst.arn;
   txn.PutInstance(std::move(inst), existing != nullptr);

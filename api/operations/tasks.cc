@@ -1,5 +1,6 @@
 // Tasks: RunTask, StartTask, StopTask, DescribeTasks, ListTasks, ExplainPlacement, and the retention purge.
 #include <algorithm>
+#include <optional>
 
 #include "api/operations/operations.h"
 #include "api/operations/resolve.h"
@@ -10,11 +11,13 @@ namespace gpupack::api {
 
 namespace {
 
-// PlacementRequestFor: the placement request of a RunTask, StartTask or ExplainPlacement.
+// PlacementRequestFor: the placement request of a RunTask, StartTask or ExplainPlacement, with the server's
+// placement policy.
 PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinition& td, const TaskOverride& overrides,
                                      const std::vector<PlacementConstraint>& constraints,
                                      const std::vector<PlacementStrategy>& strategies,
-                                     const std::optional<std::string>& group, uint64_t seed) {
+                                     const std::optional<std::string>& group, uint64_t seed,
+                                     const PlacementPolicy& policy) {
   PlacementRequest req;
   req.cluster = cluster.name;
   req.demand = DemandOf(td, overrides);
@@ -22,9 +25,68 @@ PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinitio
   req.constraints = constraints;
   req.constraints.insert(req.constraints.end(), td.placement_constraints.begin(), td.placement_constraints.end());
   req.strategies = strategies;
+  // A task that shares a GPU and names no strategy is packed (the server's default, binpack on gpuMemory):
+  // gpupack's purpose, and a deliberate difference from ECS, which places at random. Others stay random.
+  if (req.strategies.empty() && req.demand.gpu_kind == GpuKind::kShared) req.strategies = policy.shared_gpu_default;
   req.seed = seed;
   req.compute_aware = cluster.settings.compute_aware_placement;
+  req.place_on_disconnected = policy.place_on_disconnected;
   return req;
+}
+
+// NeverFits: why no instance of the cluster could ever take the task, however empty (its GPU memory exceeds
+// every GPU's, or it wants more GPUs than any instance has); nullopt when some instance could.
+std::optional<std::string> NeverFits(const ClusterState& state, const std::string& cluster, const TaskDemand& d) {
+  if (d.gpu_kind == GpuKind::kNone) return std::nullopt;
+  const Gpu* biggest = nullptr;
+  const ContainerInstance* biggest_on = nullptr;
+  size_t most_gpus = 0;
+  for (const ContainerInstance* inst : state.InstancesOf(cluster)) {
+    if (inst->status == InstanceStatus::kInactive) continue;
+    most_gpus = std::max(most_gpus, inst->gpus.size());
+    for (const Gpu& g : inst->gpus)
+      if (!biggest || g.total_memory_mib > biggest->total_memory_mib) {
+        biggest = &g;
+        biggest_on = inst;
+      }
+  }
+  if (!biggest) return "it can never be placed in this cluster as registered: no container instance has a GPU";
+  if (d.gpu_kind == GpuKind::kShared && biggest->total_memory_mib < d.gpu_memory)
+    return "it can never be placed in this cluster as registered: it needs " + FormatMiB(d.gpu_memory) +
+           " on one GPU and the largest GPU, " + biggest->id + " on container instance " + biggest_on->id + ", has " +
+           FormatMiB(biggest->total_memory_mib) + " in all (lower nvidiaMps.memory or register a larger GPU)";
+  if (d.gpu_kind == GpuKind::kDedicated && most_gpus < static_cast<size_t>(d.gpu_count))
+    return "it can never be placed in this cluster as registered: it needs " + std::to_string(d.gpu_count) +
+           " GPUs on one instance and no instance has more than " + std::to_string(most_gpus);
+  return std::nullopt;
+}
+
+// NotPlacedSummary: RunTask's own failure entry (arn: the cluster) when tasks of the request were not placed
+// and the per-instance failures alone would not say it: how many of `count` were left out, and whether the
+// task can ever fit. Not counted in the failure metrics (the per-instance entries are).
+std::optional<Failure> NotPlacedSummary(const ClusterState& state, const Cluster& cluster, const ArnContext& arn,
+                                        const TaskDemand& demand, int64_t count, int64_t placed,
+                                        const std::vector<PlacementFailure>& refused) {
+  if (placed >= count) return std::nullopt;
+  const std::optional<std::string> never = NeverFits(state, cluster.name, demand);
+  if (count == 1 && !never) return std::nullopt;
+  std::string detail;
+  if (count > 1) {
+    const int64_t left = count - placed;
+    detail = std::to_string(left) + " of " + std::to_string(count) + " tasks were not placed (" +
+             std::to_string(placed) + " placed)";
+  }
+  if (never) {
+    detail += detail.empty() ? *never : ": " + *never;
+  } else {
+    detail += ": no instance could take task " + std::to_string(placed + 1) +
+              " (the other failures say why, per instance); later tasks were not tried";
+  }
+  std::string reason = !refused.empty() ? refused.front().reason
+                       : demand.gpu_kind == GpuKind::kShared ? reason::kGpuMemory
+                                                              : reason::kGpu;
+  if (never) reason = demand.gpu_kind == GpuKind::kShared ? reason::kGpuMemory : reason::kGpu;
+  return Failure{arn.ClusterArn(cluster.name), reason, detail};
 }
 
 // PlaceTasks is RunTask and StartTask: validate, place each task in turn against the live state (reserving as
@@ -65,7 +127,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
   }
 
   PlacementRequest req = PlacementRequestFor(*cluster, *td, in.overrides, in.constraints, in.strategies, in.group,
-                                             txn.NextSeed());
+                                             txn.NextSeed(), in.policy);
   req.only_instances = only;
   GP_ASSIGN(placer, Placer::Create(std::move(req)));
 
@@ -84,7 +146,12 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
         txn.CountFailure(f.reason);
         out.failures.push_back({f.arn, f.reason, f.detail});
       }
-      if (!start_task) break;  // later tasks of the request would fail the same way
+      if (!start_task) {  // later tasks of the request would fail the same way
+        auto summary = NotPlacedSummary(state, *cluster, txn.arn(), placer->request().demand, count,
+                                        static_cast<int64_t>(placed_arns.size()), p.failures);
+        if (summary) out.failures.push_back(std::move(*summary));
+        break;
+      }
       continue;
     }
     NewTaskFields fields;
@@ -197,8 +264,10 @@ Status ExplainPlacement(const ExplainPlacementRequest& in, const ClusterState& s
   GP_TRY(ValidateOverrides(*td, in.overrides));
   GP_TRY(ValidatePlacement(in.constraints, in.strategies));
   PlacementRequest req = PlacementRequestFor(*cluster, *td, in.overrides, in.constraints, in.strategies, in.group,
-                                             in.seed);
+                                             in.seed, in.policy);
   out.demand = req.demand;
+  out.strategies = req.strategies.empty() ? std::vector<PlacementStrategy>{{"random", ""}} : req.strategies;
+  out.group = req.group;
   GP_ASSIGN(placer, Placer::Create(std::move(req)));
   out.instances = placer->Explain(state);
   for (const auto& v : out.instances)

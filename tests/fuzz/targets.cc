@@ -631,6 +631,7 @@ class Harness {
     api::ControlPlaneOptions o;
     o.clock = [this] { return now_.load(); };
     o.seed = seed;
+    o.placement.place_on_disconnected = true;  // the input plays the agents: placement must still run
     return o;
   }
 

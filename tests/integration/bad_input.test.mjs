@@ -36,7 +36,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 
-import { TARGET_PREFIX, ok, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from './harness.mjs';
+import { PLAY_AGENT, TARGET_PREFIX, ok, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from './harness.mjs';
 
 const catalogue = JSON.parse(fs.readFileSync(new URL('./bad_input_cases.json', import.meta.url), 'utf8'));
 const FULL = process.env.GPUPACK_BAD_INPUT_FULL === '1';
@@ -403,7 +403,7 @@ const report = { mode: MODE, cases: catalogue.cases.length, categories: {}, load
 describe(`bad-input catalogue (${catalogue.cases.length} cases, abuse counts: ${MODE})`, () => {
   before(async () => {
     dir = tempDir('gpupack-bad-');
-    server = await startServer({ db: path.join(dir, 'bad.db') });
+    server = await startServer({ db: path.join(dir, 'bad.db'), extraArgs: PLAY_AGENT });
     port = Number(new URL(server.endpoint).port);
     const e = server.endpoint;
     await ok(e, 'CreateCluster', { clusterName: 'bad' });
@@ -505,7 +505,7 @@ describe(`bad-input catalogue (${catalogue.cases.length} cases, abuse counts: ${
 
   test('a restart loads the same state (nothing acknowledged lived only in memory)', async () => {
     await server.stop();
-    server = await startServer({ db: path.join(dir, 'bad.db') });
+    server = await startServer({ db: path.join(dir, 'bad.db'), extraArgs: PLAY_AGENT });
     assert.deepEqual(await snapshot(server.endpoint, fx), before_);
   });
 });

@@ -34,11 +34,16 @@ process.on('exit', () => {
   for (const child of live) child.kill('SIGKILL');
 });
 
-// startServer runs `gpupack server` on a free loopback port against `db`, resolving once the banner names the
-// endpoint. The result has endpoint, child, stop() (SIGTERM, waits for exit) and kill9() (SIGKILL, waits).
-export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000 } = {}) {
+// PLAY_AGENT: server arguments for tests that play the agent themselves (RegisterContainerInstance over plain
+// HTTP, SubmitTaskStateChange for the task's progress): without them the server places no task on an instance
+// whose agent is not connected (AGENT), as ECS does. Tests of the agent start a real `gpupack agent` instead.
+export const PLAY_AGENT = ['--place-on-disconnected'];
+
+// startServer runs `gpupack server` on a free loopback port against `db` (logging at `logLevel`), resolving once
+// the banner names the endpoint. The result has endpoint, child, stop() (SIGTERM, waits for exit) and kill9() (SIGKILL, waits).
+export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000, logLevel = 'warn' } = {}) {
   const bin = gpupackBin();
-  const args = ['server', '--listen', '127.0.0.1:0', '--db', db, '--log-level', 'warn', ...extraArgs];
+  const args = ['server', '--listen', '127.0.0.1:0', '--db', db, '--log-level', logLevel, ...extraArgs];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);
   let stdout = '';
@@ -93,6 +98,77 @@ export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000 }
     },
   };
   return server;
+}
+
+// startUp runs `gpupack up` (the server and its local agents with simulated GPUs) on a free loopback port with
+// its data under `dir`, resolving once the whole banner is out. The result has endpoint, banner() (stdout and
+// stderr so far) and stop() (SIGTERM, waits for exit).
+export async function startUp(dir, extraArgs = [], { logLevel = 'warn' } = {}) {
+  const child = spawn(gpupackBin(), ['up', '--listen', '127.0.0.1:0', '--dir', dir, '--log-level', logLevel, ...extraArgs], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  let out = '';
+  const exited = new Promise((resolve) => {
+    child.on('exit', (code, signal) => {
+      live.delete(child);
+      resolve({ code, signal });
+    });
+  });
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (d) => (out += d));
+  child.stdout.setEncoding('utf8');
+  const endpoint = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`gpupack up printed no endpoint within 20 s:\n${out}`));
+    }, 20000);
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = /ECS API\s+(http:\/\/[^\s]+)/.exec(out);
+      if (m && out.includes('Ctrl-C')) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`gpupack up exited (code ${code}, signal ${signal}) before serving:\n${out}`));
+    });
+  });
+  return {
+    endpoint,
+    child,
+    banner: () => out,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return exited;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 30000);
+      const r = await exited;
+      clearTimeout(timer);
+      return r;
+    },
+  };
+}
+
+// DEBIAN_AWS, DEBIAN_PYTHON: the AWS CLI and the Python with boto3 that Debian ships (packages awscli and
+// python3-boto3), as users get them; a machine may have others first on its PATH.
+export const DEBIAN_AWS = '/usr/bin/aws';
+export const DEBIAN_PYTHON = '/usr/bin/python3';
+
+// awsClientEnv: the environment for Debian's AWS CLI and boto3 in a test: HOME under `dir`, /usr/bin first on
+// PATH (through a directory that holds only `aws`), no inherited AWS_* variable.
+export function awsClientEnv(dir) {
+  const bin = path.join(dir, 'bin');
+  const home = path.join(dir, 'home');
+  fs.mkdirSync(bin, { recursive: true });
+  fs.mkdirSync(home, { recursive: true });
+  if (!fs.existsSync(path.join(bin, 'aws'))) fs.symlinkSync(DEBIAN_AWS, path.join(bin, 'aws'));
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('AWS_')));
+  env.HOME = home;
+  env.PATH = `${bin}:/usr/bin:/bin`;
+  env.AWS_PAGER = '';  // no pager around answers
+  return env;
 }
 
 // call sends one ECS operation. `body` is an object (serialized as JSON) or, with raw: true, a string or Buffer

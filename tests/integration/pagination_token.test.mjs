@@ -11,6 +11,7 @@ import {
   registerInstance,
   removeTempDir,
   sharedTaskDefinition,
+  PLAY_AGENT,
   startServer,
   tempDir,
 } from './harness.mjs';
@@ -21,7 +22,7 @@ let instanceArn;
 
 before(async () => {
   dir = tempDir('gpupack-page-');
-  server = await startServer({ db: path.join(dir, 'page.db') });
+  server = await startServer({ db: path.join(dir, 'page.db'), extraArgs: PLAY_AGENT });
   await ok(server.endpoint, 'CreateCluster', { clusterName: 'page' });
   instanceArn = await registerInstance(server.endpoint, 'page', [
     ['GPU-p-0', 22587],

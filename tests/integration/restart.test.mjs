@@ -15,6 +15,7 @@ import {
   registerInstance,
   removeTempDir,
   sharedTaskDefinition,
+  PLAY_AGENT,
   startServer,
   tempDir,
 } from './harness.mjs';
@@ -69,7 +70,7 @@ function expectedGpus(gpuIds, tasks) {
 before(async () => {
   dir = tempDir('gpupack-restart-');
   db = path.join(dir, 'state.db');
-  server = await startServer({ db });
+  server = await startServer({ db, extraArgs: PLAY_AGENT });
 });
 
 after(async () => {
@@ -172,7 +173,7 @@ describe('kill -9 and restart on the same database', () => {
   test('after kill -9 and a restart every acknowledged task and every GPU is exactly as before', async () => {
     const { signal } = await server.kill9();
     assert.equal(signal, 'SIGKILL');
-    server = await startServer({ db });
+    server = await startServer({ db, extraArgs: PLAY_AGENT });
     const after9 = await snapshot(server.endpoint, instanceArn, acknowledged);
     for (const arn of acknowledged) assert.deepEqual(after9.tasks[arn], before9.tasks[arn], arn);
     assert.deepEqual(after9.gpus, before9.gpus);
@@ -219,7 +220,7 @@ describe('kill -9 and restart on the same database', () => {
 
     const snap = await snapshot(server.endpoint, instanceArn, acknowledged);
     await server.kill9();
-    server = await startServer({ db });
+    server = await startServer({ db, extraArgs: PLAY_AGENT });
     const again = await snapshot(server.endpoint, instanceArn, acknowledged);
     assert.deepEqual(again, snap);
     assert.equal(again.tasks[victim].lastStatus, 'STOPPED');
@@ -251,7 +252,7 @@ describe('kill -9 and restart on the same database', () => {
     await server.exited;
     assert.ok(acked.length >= 1, 'some RunTasks were acknowledged before the kill');
     t.diagnostic(`${acked.length} of 40 RunTasks acknowledged before the kill`);
-    server = await startServer({ db });
+    server = await startServer({ db, extraArgs: PLAY_AGENT });
 
     const r = await ok(server.endpoint, 'DescribeTasks', { cluster: CLUSTER, tasks: acked });
     assert.deepEqual(r.failures, [], 'every acknowledged task survived');

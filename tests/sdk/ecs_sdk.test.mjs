@@ -39,7 +39,7 @@ import {
   waitUntilTasksStopped,
 } from '@aws-sdk/client-ecs';
 
-import { call, removeTempDir, startServer, tempDir } from '../integration/harness.mjs';
+import { PLAY_AGENT, call, removeTempDir, startServer, tempDir } from '../integration/harness.mjs';
 
 const GPU_MIB = 22587;
 const CPU = 16384;
@@ -154,7 +154,7 @@ async function expectError(promise, type, messagePattern) {
 
 before(async () => {
   dir = tempDir('gpupack-sdk-');
-  server = await startServer({ db: path.join(dir, 'sdk.db') });
+  server = await startServer({ db: path.join(dir, 'sdk.db'), extraArgs: PLAY_AGENT });
   ecs = new ECSClient({
     endpoint: server.endpoint,
     region: 'us-east-1',

@@ -35,6 +35,7 @@ class ApplierTest : public ::testing::Test {
   static ControlPlaneOptions Options() {
     ControlPlaneOptions o;
     o.seed = 11;
+    o.placement.place_on_disconnected = true;  // the test plays the agent (SubmitTaskStateChange)
     o.clock = [] { return EpochMs{1'700'000'000'000}; };
     return o;
   }

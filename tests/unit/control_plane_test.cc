@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -22,16 +23,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Server wires a store, a committer and a control plane on a database file, like `gpupack server` does.
+// Server wires a store, a committer and a control plane on a database file, like `gpupack server` does. These
+// tests play the agent themselves (SubmitTaskStateChange over the ECS API), so the server places on instances
+// without a connected agent, as `gpupack server --place-on-disconnected` does; `place_on_disconnected = false`
+// is the server's default.
 class Server {
  public:
-  explicit Server(const std::string& db, uint64_t seed = 7) {
+  explicit Server(const std::string& db, uint64_t seed = 7, bool place_on_disconnected = true,
+                  std::optional<std::vector<PlacementStrategy>> shared_default = std::nullopt) {
     auto store = SqliteStore::Open(db);
     EXPECT_TRUE(store.ok()) << store.status().message();
     store_ = std::move(store).value();
     committer_ = std::make_unique<GroupCommitter>(*store_);
     ControlPlaneOptions o;
     o.seed = seed;
+    o.placement.place_on_disconnected = place_on_disconnected;
+    if (shared_default) o.placement.shared_gpu_default = *shared_default;
     o.clock = [this] { return now_; };
     cp_ = std::make_unique<ControlPlane>(o, *store_, *committer_);
     Status s = cp_->Load();
@@ -113,6 +120,147 @@ class ControlPlaneTest : public ::testing::Test {
   fs::path dir_;
   std::string db_;
 };
+
+// An instance registered over plain HTTP has no agent behind it: it reads agentConnected false and the
+// server's default places nothing there (ECS's reason AGENT), so no task is left PENDING forever.
+TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault) {
+  Server s(db_, 7, /*place_on_disconnected=*/false);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {22587});
+  RegisterShared(s, "mps", 4096);
+  Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+  EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  EXPECT_TRUE(r["tasks"].empty());
+  ASSERT_GE(r["failures"].size(), 1u);
+  EXPECT_EQ(r["failures"][0]["arn"], inst);
+  EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
+  EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("not connected"), std::string::npos);
+  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"}});
+  ASSERT_EQ(e["instances"].size(), 1u);
+  EXPECT_EQ(e["instances"][0]["eligible"], false);
+  EXPECT_EQ(e["instances"][0]["reason"], "AGENT");
+  EXPECT_FALSE(e.contains("chosenContainerInstanceArn"));
+  // The instance still reads disconnected after a restart.
+  {
+    Server again(db_, 7, false);
+    Json after = again.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+    EXPECT_EQ(after["containerInstances"][0]["agentConnected"], false);
+  }
+}
+
+// --place-on-disconnected (benchmarks, simulations whose client plays the agent): the same instance takes tasks,
+// and still reads agentConnected false.
+TEST_F(ControlPlaneTest, PlaceOnDisconnectedPlacesOnInstancesWithoutAnAgent) {
+  Server s(db_, 7, /*place_on_disconnected=*/true);
+  s.Ok("CreateCluster", Json::object());
+  std::string inst = RegisterInstance(s, {22587});
+  RegisterShared(s, "mps", 4096);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_EQ(r["tasks"].size(), 1u);
+  EXPECT_EQ(r["tasks"][0]["containerInstanceArn"], inst);
+  Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+  EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
+}
+
+// Tasks that share a GPU and name no strategy are packed (binpack on gpuMemory): five 1,000 MiB tasks all join
+// the GPU that already holds one, though an empty GPU on another instance is as good a fit; random placement
+// (ECS's default) would spread them.
+TEST_F(ControlPlaneTest, SharedTasksWithoutAStrategyArePackedByDefault) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string a = RegisterInstance(s, {22587});
+  std::string b = RegisterInstance(s, {22587});
+  RegisterShared(s, "seed", 4096);
+  RegisterShared(s, "small", 1000);
+  Json first = s.Ok("StartTask", {{"taskDefinition", "seed"}, {"containerInstances", Json::array({b})}});
+  ASSERT_EQ(first["tasks"].size(), 1u);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "small"}, {"count", 5}});
+  ASSERT_EQ(r["tasks"].size(), 5u);
+  for (const auto& t : r["tasks"]) EXPECT_EQ(t["containerInstanceArn"], b);
+  EXPECT_EQ(Gpus(s, a)[0]["containerCount"], 0);
+  EXPECT_EQ(Gpus(s, b)[0]["containerCount"], 6);
+  // ExplainPlacement answers with the same default: one score, the chosen instance is the fuller one.
+  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "small"}});
+  EXPECT_EQ(e["chosenContainerInstanceArn"], b);
+  // A strategy the request names wins over the default.
+  Json spread = s.Ok("RunTask", {{"taskDefinition", "small"},
+                                 {"placementStrategy", Json::array({{{"type", "spread"}, {"field", "instanceId"}}})}});
+  ASSERT_EQ(spread["tasks"].size(), 1u);
+  EXPECT_EQ(spread["tasks"][0]["containerInstanceArn"], a);
+}
+
+// Tasks that share no GPU keep ECS's default, random: ten CPU-only tasks on two equal instances land on both.
+TEST_F(ControlPlaneTest, TasksThatShareNoGpuArePlacedAtRandomByDefault) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string a = RegisterInstance(s, {22587});
+  std::string b = RegisterInstance(s, {22587});
+  s.Ok("RegisterTaskDefinition",
+       {{"family", "cpu"}, {"containerDefinitions", Json::array({{{"name", "c"}, {"image", "busybox"}, {"memory", 64}}})}});
+  Json r = s.Ok("RunTask", {{"taskDefinition", "cpu"}, {"count", 10}});
+  ASSERT_EQ(r["tasks"].size(), 10u);
+  std::set<std::string> used;
+  for (const auto& t : r["tasks"]) used.insert(t["containerInstanceArn"].get<std::string>());
+  EXPECT_EQ(used.size(), 2u);
+}
+
+// The server's --default-strategy chooses another default for shared tasks (here spread on instanceId).
+TEST_F(ControlPlaneTest, TheServerChoosesAnotherDefaultForSharedTasks) {
+  Server s(db_, 7, true, std::vector<PlacementStrategy>{{"spread", "instanceId"}});
+  s.Ok("CreateCluster", Json::object());
+  std::string a = RegisterInstance(s, {22587});
+  std::string b = RegisterInstance(s, {22587});
+  RegisterShared(s, "small", 1000);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "small"}, {"count", 4}});
+  ASSERT_EQ(r["tasks"].size(), 4u);
+  EXPECT_EQ(Gpus(s, a)[0]["containerCount"], 2);
+  EXPECT_EQ(Gpus(s, b)[0]["containerCount"], 2);
+}
+
+// Refusals answer the next question: a RunTask of 10 that placed 6 says 4 were not placed; a task larger than
+// every GPU is told it can never fit and which GPU is the largest; ExplainPlacement's random scores read as
+// draws in [0, 1), with the placer's number kept under rawScores.
+TEST_F(ControlPlaneTest, RefusalsSayHowManyWereNotPlacedAndWhatCanNeverFit) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  std::string a = RegisterInstance(s, {22587});
+  RegisterShared(s, "quarter", 5000);   // 4 fit on one 22,587 MiB GPU
+  RegisterShared(s, "huge", 30000);
+  Json r = s.Ok("RunTask", {{"taskDefinition", "quarter"}, {"count", 6}});
+  EXPECT_EQ(r["tasks"].size(), 4u);
+  ASSERT_EQ(r["failures"].size(), 2u);
+  EXPECT_EQ(r["failures"][0]["arn"], a);
+  EXPECT_EQ(r["failures"][1]["arn"], "arn:aws:ecs:us-east-1:000000000000:cluster/default");
+  EXPECT_EQ(r["failures"][1]["reason"], "RESOURCE:GPU_MEMORY");
+  EXPECT_EQ(r["failures"][1]["detail"],
+            "2 of 6 tasks were not placed (4 placed): no instance could take task 5 (the other failures say why, per "
+            "instance); later tasks were not tried");
+
+  Json h = s.Ok("RunTask", {{"taskDefinition", "huge"}});
+  EXPECT_TRUE(h["tasks"].empty());
+  ASSERT_EQ(h["failures"].size(), 2u);
+  const std::string gpu = Gpus(s, a)[0]["gpuId"];
+  EXPECT_EQ(h["failures"][0]["detail"], "task needs 30,000 MiB on one GPU and the largest GPU of this instance, " + gpu +
+                                            ", has 22,587 MiB in all: it can never fit here");
+  EXPECT_EQ(h["failures"][1]["reason"], "RESOURCE:GPU_MEMORY");
+  const std::string id = a.substr(a.rfind('/') + 1);
+  EXPECT_EQ(h["failures"][1]["detail"],
+            "it can never be placed in this cluster as registered: it needs 30,000 MiB on one GPU and the largest GPU, " +
+                gpu + " on container instance " + id + ", has 22,587 MiB in all (lower nvidiaMps.memory or register a "
+                "larger GPU)");
+
+  RegisterInstance(s, {22587});
+  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "quarter"},
+                                     {"placementStrategy", Json::array({{{"type", "random"}}})}});
+  ASSERT_EQ(e["instances"].size(), 2u);
+  const Json& score = e["instances"][1]["scores"][0];
+  EXPECT_EQ(score["strategy"], "random");
+  EXPECT_GE(score["value"].get<double>(), 0.0);
+  EXPECT_LT(score["value"].get<double>(), 1.0);
+  EXPECT_EQ(score["text"].get<std::string>().rfind("random draw 0.", 0), 0u);
+  EXPECT_GT(e["instances"][1]["rawScores"][0].get<double>(), 1.0);
+}
 
 // The public ECS test: one GPU of 22,587 MiB.
 TEST_F(ControlPlaneTest, PublicEcsTestOnOneGpu) {
@@ -244,8 +392,12 @@ TEST_F(ControlPlaneTest, SumThatFitsNoSingleGpuFailsEvenIfInstanceTotalWould) {
                                   {"containerDefinitions", Json::array({MpsContainer("a", 4000), MpsContainer("b", 2000)})}});
   Json r = s.Ok("RunTask", {{"taskDefinition", "pair"}});
   EXPECT_TRUE(r["tasks"].empty());
-  ASSERT_EQ(r["failures"].size(), 1u);
+  // The instance's failure, and the request's: 6,000 MiB exceed every GPU of the cluster, so it can never fit.
+  ASSERT_EQ(r["failures"].size(), 2u);
   EXPECT_EQ(r["failures"][0]["reason"], "RESOURCE:GPU_MEMORY");
+  EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("it can never fit here"), std::string::npos);
+  EXPECT_EQ(r["failures"][1]["reason"], "RESOURCE:GPU_MEMORY");
+  EXPECT_NE(r["failures"][1]["detail"].get<std::string>().find("has 5,000 MiB in all"), std::string::npos);
 }
 
 TEST_F(ControlPlaneTest, ValidationRefusalsAreEcsErrors) {
@@ -288,6 +440,29 @@ TEST_F(ControlPlaneTest, ValidationRefusalsAreEcsErrors) {
   EXPECT_EQ(s.Call("RunTask", {{"taskDefinition", "mps"}, {"count", "2"}}).status.code(), ErrorCode::kClient);
   // Unknown operation.
   EXPECT_EQ(s.Call("LaunchRockets", Json::object()).status.code(), ErrorCode::kUnknownOperation);
+  EXPECT_NE(s.Call("LaunchRockets", Json::object()).status.message().find("docs/api.md"), std::string::npos);
+}
+
+// What gpupack leaves out is refused in ECS's shape, never ignored: an ECS operation it does not serve names
+// itself and the list in docs/api.md; a ListTasks filter it cannot apply is refused rather than answer every task.
+TEST_F(ControlPlaneTest, UnsupportedOperationsAndFiltersAreRefusedNotIgnored) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  OperationResult create = s.Call("CreateService", {{"serviceName", "web"}, {"taskDefinition", "x"}});
+  EXPECT_EQ(create.status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_EQ(create.status.message(),
+            "CreateService is not supported: gpupack does not support ECS services; the ECS operations it serves "
+            "are listed in docs/api.md (Operations)");
+  EXPECT_EQ(s.Call("ListServices", Json::object()).status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_EQ(s.Call("TagResource", Json::object()).status.code(), ErrorCode::kUnsupportedFeature);
+
+  OperationResult by_service = s.Call("ListTasks", {{"serviceName", "web"}});
+  EXPECT_EQ(by_service.status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_NE(by_service.status.message().find("gpupack does not support ECS services"), std::string::npos);
+  EXPECT_NE(by_service.status.message().find("docs/api.md"), std::string::npos);
+  EXPECT_EQ(s.Call("ListTasks", {{"launchType", "FARGATE"}}).status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_TRUE(s.Call("ListTasks", {{"launchType", "EC2"}}).status.ok());  // every task is EC2: the filter holds
+  EXPECT_TRUE(s.Call("ListTasks", {{"serviceName", nullptr}}).status.ok());  // null is an absent field
 }
 
 TEST_F(ControlPlaneTest, RestartRestoresTasksAndGpuMemoryExactly) {
@@ -367,6 +542,7 @@ class Plane {
   static ControlPlaneOptions Options() {
     ControlPlaneOptions o;
     o.seed = 7;
+    o.placement.place_on_disconnected = true;  // the test plays the agent
     o.clock = [] { return EpochMs{1'700'000'000'000}; };
     return o;
   }
@@ -567,6 +743,7 @@ TEST(ControlPlaneDurability, RepeatedWritesAreAnsweredOnlyOnceTheWriteTheyRepeat
     GroupCommitter committer(store);
     ControlPlaneOptions o;
     o.seed = 3;
+    o.placement.place_on_disconnected = true;  // the test plays the agent
     ControlPlane cp(o, store, committer);
     ASSERT_TRUE(cp.Load().ok());
     auto call = [&](const std::string& op, const Json& body) {
@@ -655,16 +832,21 @@ TEST_F(ControlPlaneTest, ConstraintsAndExplain) {
   Json d = s.Ok("RunTask", {{"taskDefinition", "mps"}, {"count", 3}, {"group", "g"},
                             {"placementConstraints", Json::array({{{"type", "distinctInstance"}}})}});
   EXPECT_EQ(d["tasks"].size(), 2u);
-  ASSERT_EQ(d["failures"].size(), 2u);
+  ASSERT_EQ(d["failures"].size(), 3u);  // one per instance, then the request's own: 1 of 3 not placed
   EXPECT_EQ(d["failures"][0]["reason"], "ATTRIBUTE");
+  EXPECT_EQ(d["failures"][2]["reason"], "ATTRIBUTE");
+  EXPECT_EQ(d["failures"][2]["detail"].get<std::string>().rfind("1 of 3 tasks were not placed (2 placed)", 0), 0u);
   // Explain: binpack gpuMemory prefers the fuller GPU, and says why the other was not chosen.
   Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"},
                                      {"placementStrategy", Json::array({{{"type", "binpack"}, {"field", "gpuMemory"}}})}});
   ASSERT_EQ(e["instances"].size(), 2u);
   // A10G: 22,587 - 2 x 4,096 = 14,395 free -> 10,299 left after; A100: 40,000 - 4,096 -> 31,808 left after.
   EXPECT_EQ(e["chosenContainerInstanceArn"], a10);
-  EXPECT_EQ(e["instances"][1]["scores"][0], 10299.0);
-  EXPECT_EQ(e["instances"][0]["scores"][0], 31808.0);
+  EXPECT_EQ(e["instances"][1]["rawScores"][0], 10299.0);
+  EXPECT_EQ(e["instances"][0]["rawScores"][0], 31808.0);
+  EXPECT_EQ(e["instances"][1]["scores"][0],
+            Json({{"strategy", "binpack:gpuMemory"}, {"value", 10299},
+                  {"text", "10,299 MiB left on the best-fitting GPU after placement (least wins)"}}));
   EXPECT_EQ(e["instances"][1]["gpus"][0]["detail"], "10,299 MiB would remain (chosen)");
 }
 

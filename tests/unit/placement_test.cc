@@ -156,8 +156,11 @@ TEST(Placement, FailureReasonsPerInstance) {
   ASSERT_EQ(p.failures.size(), 6u);
   EXPECT_EQ(p.failures[0], (PlacementFailure{"arn:i/cpu", "RESOURCE:CPU", "instance has 128 CPU units free; task needs 256"}));
   EXPECT_EQ(p.failures[1].reason, "RESOURCE:MEMORY");
+  // 3,000 MiB GPUs can never hold 4,096 MiB, however empty: the detail says so and names the largest GPU.
+  const std::string small_gpu = s.FindInstance("arn:i/small")->gpus[0].id;
   EXPECT_EQ(p.failures[2], (PlacementFailure{"arn:i/small", "RESOURCE:GPU_MEMORY",
-                                             "largest free block on any GPU is 3,000 MiB; task needs 4,096 MiB on one GPU"}));
+                                             "task needs 4,096 MiB on one GPU and the largest GPU of this instance, " +
+                                                 small_gpu + ", has 3,000 MiB in all: it can never fit here"}));
   EXPECT_EQ(p.failures[3].reason, "RESOURCE:GPU");
   EXPECT_EQ(p.failures[4],
             (PlacementFailure{"arn:i/drain", "STATUS", "container instance is DRAINING; it takes no new tasks"}));

@@ -1,0 +1,199 @@
+// `gpupack aws-model`: installs an ECS service model that knows the GPU-sharing shapes gpupack serves, for the
+// AWS CLI and boto3 (botocore) of this user. Their bundled ECS models predate GPU sharing: they refuse
+// `sharingStrategy` in RegisterTaskDefinition and drop `gpuDevices` and `gpuSharingStrategy` from answers. Both
+// read extra models from ~/.aws/models first (what `aws configure add-model` writes), so the command takes the
+// ECS model of the botocore installed here, adds the shapes, and writes it there.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+
+namespace gpupack::cli {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// RunCapture runs `command` through the shell and returns its stdout; false when it fails.
+bool RunCapture(const std::string& command, std::string& out) {
+  FILE* p = ::popen(command.c_str(), "r");
+  if (!p) return false;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  return ::pclose(p) == 0;
+}
+
+// kBotocoreEcsModel: prints the ECS service model bundled with the botocore that `python` imports (plain or
+// gzipped, as newer botocore ships it), its directory on stderr's last line being of no interest.
+constexpr const char* kBotocoreEcsModel =
+    "import botocore, gzip, os, sys\n"
+    "base = os.path.join(os.path.dirname(botocore.__file__), 'data', 'ecs')\n"
+    "version = sorted(os.listdir(base))[-1]\n"
+    "path = os.path.join(base, version, 'service-2.json')\n"
+    "data = open(path).read() if os.path.exists(path) else gzip.open(path + '.gz', 'rt').read()\n"
+    "sys.stdout.write(data)\n";
+
+const char* kAdded = "Added by gpupack aws-model: a field gpupack serves (docs/api.md).";
+
+// AddMember adds `member` (of shape `shape`) to structure `owner` unless it has one; true when added.
+bool AddMember(Json& shapes, const std::string& owner, const std::string& member, const std::string& shape) {
+  Json& members = shapes[owner]["members"];
+  if (members.contains(member)) return false;
+  members[member] = {{"shape", shape}, {"documentation", kAdded}};
+  return true;
+}
+
+// AddShape adds a shape unless the model has one of that name.
+void AddShape(Json& shapes, const std::string& name, Json shape) {
+  if (!shapes.contains(name)) shapes[name] = std::move(shape);
+}
+
+}  // namespace
+
+// AddGpuSharingShapes adds to an ECS service model what gpupack serves beyond it: sharingStrategy on
+// ResourceRequirement (whose value becomes optional), gpuSharingStrategy on Container, gpuDevices on
+// ContainerInstance, gpuInfo on PlatformDevice. Idempotent. Returns the members added ("Shape.member").
+std::vector<std::string> AddGpuSharingShapes(Json& model) {
+  Json& shapes = model["shapes"];
+  AddShape(shapes, "gpupackInteger", {{"type", "integer"}, {"box", true}});
+  AddShape(shapes, "gpupackBoolean", {{"type", "boolean"}, {"box", true}});
+  AddShape(shapes, "gpupackString", {{"type", "string"}});
+  AddShape(shapes, "NvidiaMpsAllocation",
+           {{"type", "structure"},
+            {"required", {"memory"}},
+            {"members",
+             {{"memory", {{"shape", "gpupackInteger"}, {"documentation", "GPU memory in MiB, on one GPU."}}},
+              {"maxComputePercent",
+               {{"shape", "gpupackInteger"}, {"documentation", "Compute ceiling, 1..100 (omitted: 100)."}}}}},
+            {"documentation", kAdded}});
+  AddShape(shapes, "SharingStrategy",
+           {{"type", "structure"},
+            {"members", {{"nvidiaMps", {{"shape", "NvidiaMpsAllocation"}}}}},
+            {"documentation", kAdded}});
+  AddShape(shapes, "GpuSharingMode", {{"type", "string"}, {"enum", {"IDLE", "NVIDIA_MPS", "DEDICATED"}}});
+  AddShape(shapes, "GpuDevice",
+           {{"type", "structure"},
+            {"members",
+             {{"gpuId", {{"shape", "gpupackString"}}},
+              {"sharingMode", {{"shape", "GpuSharingMode"}}},
+              {"totalMemoryInMiB", {{"shape", "gpupackInteger"}}},
+              {"remainingMemoryInMiB", {{"shape", "gpupackInteger"}}},
+              {"containerCount", {{"shape", "gpupackInteger"}}},
+              {"heldAfterFault", {{"shape", "gpupackBoolean"}}}}},
+            {"documentation", kAdded}});
+  AddShape(shapes, "GpuDevices", {{"type", "list"}, {"member", {{"shape", "GpuDevice"}}}});
+  AddShape(shapes, "GpuInfo",
+           {{"type", "structure"},
+            {"members", {{"memoryInMiB", {{"shape", "gpupackInteger"}}}}},
+            {"documentation", kAdded}});
+
+  std::vector<std::string> added;
+  auto add = [&](const std::string& owner, const std::string& member, const std::string& shape) {
+    if (AddMember(shapes, owner, member, shape)) added.push_back(owner + "." + member);
+  };
+  add("ResourceRequirement", "sharingStrategy", "SharingStrategy");
+  add("Container", "gpuSharingStrategy", "SharingStrategy");
+  add("ContainerInstance", "gpuDevices", "GpuDevices");
+  add("PlatformDevice", "gpuInfo", "GpuInfo");
+  // A shared GPU requirement has no value: the model must not require one.
+  Json& rr = shapes["ResourceRequirement"];
+  if (rr.contains("required")) {
+    Json required = Json::array();
+    for (const auto& r : rr["required"])
+      if (r != "value") required.push_back(r);
+    if (required.size() != rr["required"].size()) added.push_back("ResourceRequirement.value optional");
+    rr["required"] = std::move(required);
+  }
+  return added;
+}
+
+void AddAwsModelFlags(CLI::App& app, AwsModelFlags& f) {
+  app.add_option("--python", f.python,
+                 "the Python whose botocore's ECS model is the base (the one boto3 and the AWS CLI use)")
+      ->capture_default_str();
+  app.add_option("--from", f.from, "an ECS service-2.json (or .json.gz) to start from instead of botocore's");
+  app.add_option("--models-dir", f.models_dir, "where to install (default: ~/.aws/models, as aws configure add-model)");
+  app.add_flag("--stdout", f.to_stdout, "print the model instead of installing it");
+}
+
+int RunAwsModel(const AwsModelFlags& f) {
+  auto fail = [](const std::string& m, int code) {
+    std::fprintf(stderr, "gpupack: aws-model: %s\n", m.c_str());
+    return code;
+  };
+  std::string text, source;
+  if (!f.from.empty()) {
+    source = f.from;
+    const bool gz = f.from.size() > 3 && f.from.compare(f.from.size() - 3, 3, ".gz") == 0;
+    if (gz) {
+      if (!RunCapture("gzip -dc " + ShellQuote(f.from), text)) return fail("cannot read " + f.from, 1);
+    } else {
+      std::ifstream in(f.from, std::ios::binary);
+      if (!in) return fail("cannot read " + f.from, 1);
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+  } else {
+    source = "the botocore of " + f.python;
+    if (!RunCapture(ShellQuote(f.python) + " -c " + ShellQuote(kBotocoreEcsModel), text) || text.empty())
+      return fail("cannot read the ECS model of the botocore that " + f.python +
+                      " imports: install boto3 (Debian: python3-boto3), pass --python, or --from FILE",
+                  1);
+  }
+  Json model = Json::parse(text, nullptr, false);
+  if (model.is_discarded() || !model.is_object() || !model.contains("shapes") || !model.contains("metadata"))
+    return fail(source + " is not an AWS service model", 1);
+  const std::string prefix = model["metadata"].value("endpointPrefix", "");
+  const std::string version = model["metadata"].value("apiVersion", "");
+  if (prefix != "ecs" || version.empty()) return fail(source + " is not the ECS service model", 1);
+  const std::vector<std::string> added = AddGpuSharingShapes(model);
+  const std::string out = model.dump(1);
+  if (f.to_stdout) {
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fputc('\n', stdout);
+    return 0;
+  }
+  std::string dir = f.models_dir;
+  if (dir.empty()) {
+    const char* home = std::getenv("HOME");
+    if (!home || !*home) return fail("HOME is not set: pass --models-dir", 2);
+    dir = std::string(home) + "/.aws/models";
+  }
+  namespace fs = std::filesystem;
+  const fs::path target = fs::path(dir) / prefix / version / "service-2.json";
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  if (ec) return fail("cannot create " + target.parent_path().string() + ": " + ec.message(), 1);
+  const fs::path tmp = target.string() + ".tmp";
+  {
+    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
+    o << out << '\n';
+    if (!o) return fail("cannot write " + tmp.string(), 1);
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) return fail("cannot install " + target.string() + ": " + ec.message(), 1);
+  std::string what;
+  for (const auto& a : added) what += (what.empty() ? "" : ", ") + a;
+  std::printf("gpupack aws-model: installed %s\n  from %s (ECS API %s)\n  added %s\n", target.string().c_str(),
+              source.c_str(), version.c_str(), what.empty() ? "nothing (already there)" : what.c_str());
+  std::printf("The AWS CLI and boto3 of this user read it from now on; remove the file to go back.\n");
+  return 0;
+}
+
+}  // namespace gpupack::cli

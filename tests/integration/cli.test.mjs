@@ -1,0 +1,137 @@
+// cli: the gpupack command line as a user meets it: usage errors, server flags, the first lines it prints.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import { PLAY_AGENT, call, gpuDevice, gpupackBin, ok, removeTempDir, sharedTaskDefinition, startServer, startUp, tempDir } from './harness.mjs';
+
+// run runs the binary to its end (bounded) and resolves {code, signal, stdout, stderr}.
+function run(args, { timeoutMs = 20000 } = {}) {
+  return new Promise((resolve) => {
+    const child = spawn(gpupackBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+let dir;
+before(() => {
+  dir = tempDir('gpupack-cli-');
+});
+after(() => removeTempDir(dir));
+
+describe('--default-strategy', () => {
+  test('a strategy the registry does not know is a usage error that says why', async () => {
+    const r = await run(['server', '--listen', '127.0.0.1:0', '--db', path.join(dir, 'bogus.db'), '--default-strategy', 'pack:gpuMemory']);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /--default-strategy: Invalid placement strategy type 'pack'; valid types are binpack, spread and random/);
+    const f = await run(['server', '--listen', '127.0.0.1:0', '--db', path.join(dir, 'field.db'), '--default-strategy', 'binpack:disk']);
+    assert.equal(f.code, 2, f.stderr);
+    assert.match(f.stderr, /binpack requires 'field'/);
+  });
+
+  test('spread:instanceId spreads shared tasks that name no strategy', async () => {
+    const server = await startServer({
+      db: path.join(dir, 'spread.db'),
+      extraArgs: [...PLAY_AGENT, '--default-strategy', 'spread:instanceId'],
+    });
+    try {
+      const e = server.endpoint;
+      await ok(e, 'CreateCluster', {});
+      for (const i of [0, 1]) {
+        await ok(e, 'RegisterContainerInstance', {
+          totalResources: [
+            { name: 'CPU', type: 'INTEGER', integerValue: 8192 },
+            { name: 'MEMORY', type: 'INTEGER', integerValue: 32768 },
+          ],
+          platformDevices: [gpuDevice(`GPU-cli-${i}`)],
+        });
+      }
+      await ok(e, 'RegisterTaskDefinition', sharedTaskDefinition('small', 1000));
+      const r = await ok(e, 'RunTask', { taskDefinition: 'small', count: 4 });
+      const per = new Map();
+      for (const t of r.tasks) per.set(t.containerInstanceArn, (per.get(t.containerInstanceArn) ?? 0) + 1);
+      assert.deepEqual([...per.values()], [2, 2]);
+    } finally {
+      await server.stop();
+    }
+  });
+});
+
+describe('first contact', () => {
+  test('an unknown command is named, with the commands there are', async () => {
+    const r = await run(['bogus']);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /^gpupack: unknown command 'bogus' \(the commands are server, agent, up, plan[a-z, -]*; see gpupack --help\)\n$/);
+  });
+
+  test('a busy port is one error line and leaves no database behind', async () => {
+    const first = await startServer({ db: path.join(dir, 'first.db') });
+    try {
+      const port = new URL(first.endpoint).port;
+      const db = path.join(dir, 'second.db');
+      const r = await run(['server', '--listen', `127.0.0.1:${port}`, '--db', db]);
+      assert.equal(r.code, 1, r.stderr);
+      const lines = r.stderr.trimEnd().split('\n');
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0], new RegExp(`^gpupack: cannot listen on 127\\.0\\.0\\.1:${port}: bind: Address already in use`));
+      assert.equal((lines[0].match(/cannot listen/g) ?? []).length, 1, lines[0]);
+      for (const suffix of ['', '-wal', '-shm', '-journal']) assert.ok(!fs.existsSync(db + suffix), `${db}${suffix} was left behind`);
+    } finally {
+      await first.stop();
+    }
+  });
+
+  test('requests are logged at debug, not info; gpupack up starts without an error-looking line', async () => {
+    const server = await startServer({ db: path.join(dir, 'quiet.db'), logLevel: 'info' });
+    try {
+      await ok(server.endpoint, 'CreateCluster', {});
+      for (let i = 0; i < 3; ++i) await ok(server.endpoint, 'DescribeClusters', {});
+    } finally {
+      await server.stop();
+    }
+    assert.doesNotMatch(server.stderr, /op=/, server.stderr);
+    const up = await startUp(path.join(dir, 'up'), [], { logLevel: 'info' });
+    await up.stop();
+    assert.doesNotMatch(up.banner(), /status=4|Exception/, up.banner());
+  });
+
+  test('DescribeClusters include STATISTICS answers ECS statistics', async () => {
+    const server = await startServer({ db: path.join(dir, 'stats.db'), extraArgs: PLAY_AGENT });
+    try {
+      const e = server.endpoint;
+      await ok(e, 'CreateCluster', {});
+      await ok(e, 'RegisterContainerInstance', {
+        totalResources: [
+          { name: 'CPU', type: 'INTEGER', integerValue: 8192 },
+          { name: 'MEMORY', type: 'INTEGER', integerValue: 32768 },
+        ],
+        platformDevices: [gpuDevice('GPU-stats-0')],
+      });
+      await ok(e, 'RegisterTaskDefinition', sharedTaskDefinition('stat', 1000));
+      await ok(e, 'RunTask', { taskDefinition: 'stat', count: 2 });
+      const r = await ok(e, 'DescribeClusters', { clusters: ['default'], include: ['STATISTICS'] });
+      assert.equal(r.clusters.length, 1);
+      const stats = Object.fromEntries(r.clusters[0].statistics.map((s) => [s.name, s.value]));
+      assert.equal(stats.pendingEC2TasksCount, '2');
+      assert.equal(stats.runningEC2TasksCount, '0');
+      assert.equal(stats.activeEC2ServiceCount, '0');
+      const plain = await ok(e, 'DescribeClusters', { clusters: ['default'] });
+      assert.deepEqual(plain.clusters[0].statistics, []);
+      const bad = await call(e, 'DescribeClusters', { include: ['STATS'] });
+      assert.equal(bad.status, 400);
+      assert.equal(bad.json.__type, 'InvalidParameterException');
+    } finally {
+      await server.stop();
+    }
+  });
+});
