@@ -19,6 +19,8 @@ Applier::Applier(ApplierOptions options, Store& store, GroupCommitter& committer
     };
   rng_.seed(options_.seed ? options_.seed : std::random_device{}());
   committer_.SetAfterGroup([this] { FinishGroup(); });
+  // Each write is decided on top of the ones before it: once one is lost, none after it may become durable.
+  committer_.SetStopAfterFailure(true);
 }
 
 Applier::~Applier() { committer_.SetAfterGroup(nullptr); }

@@ -33,6 +33,11 @@ void GroupCommitter::Flush() {
   done_cv_.wait(lock, [&] { return completed_ >= target; });
 }
 
+void GroupCommitter::SetStopAfterFailure(bool stop) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_after_failure_ = stop;
+}
+
 void GroupCommitter::SetAfterGroup(std::function<void()> hook) {
   std::lock_guard<std::mutex> lock(mu_);
   after_group_ = std::move(hook);
@@ -60,12 +65,26 @@ void GroupCommitter::CommitGroup(std::deque<Pending>& group) {
   const size_t n = group.size();
   std::vector<Status> results(n);
   uint64_t commits = 0;
+  bool stop_after_failure = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_after_failure = stop_after_failure_;
+  }
+  // The batch that failed (and the reason), when committing stops after it.
+  auto stop_at = [&](size_t i) {
+    if (!stop_after_failure || results[i].ok() || stopped_) return;
+    stopped_ = Status::Server("not committed: an earlier commit failed (" + results[i].message() +
+                              "), and nothing decided after it may be made durable");
+  };
 
-  if (n == 1) {
+  if (stopped_) {
+    for (auto& r : results) r = *stopped_;
+  } else if (n == 1) {
     if (!group[0].batch.empty()) {
       results[0] = store_.Commit(group[0].batch);
       ++commits;
     }
+    stop_at(0);
   } else {
     // Merge in submission order. Copies, not moves: a failed merged commit is retried batch by batch.
     WriteBatch merged;
@@ -81,11 +100,17 @@ void GroupCommitter::CommitGroup(std::deque<Pending>& group) {
     if (merged_status.ok()) {
       for (auto& r : results) r = merged_status;
     } else {
-      // Someone's batch (or the store) failed: find out whose, so the others still land.
+      // Someone's batch (or the store) failed: find out whose, so the others still land (or, stopping after a
+      // failure, so the ones before it do).
       for (size_t i = 0; i < n; ++i) {
+        if (stopped_) {
+          results[i] = *stopped_;
+          continue;
+        }
         if (group[i].batch.empty()) continue;
         results[i] = store_.Commit(group[i].batch);
         ++commits;
+        stop_at(i);
       }
     }
   }

@@ -6,6 +6,11 @@
 // and it held more than one batch, the batches are committed again one by one, so a batch fails only because
 // of its own content or because the store itself is failing, never because of a neighbour.
 //
+// With SetStopAfterFailure(true) (the server's applier: each of its batches was decided on top of the ones
+// before it) the first failed batch ends committing for good: the batches of its group after it, and every
+// batch submitted later, fail without reaching the store (an empty one too), so nothing decided on top of a
+// change that was lost can become durable.
+//
 // Thread-safety: Submit(), Flush() and the counters may be called from any thread. Callbacks run on the
 // committer thread, one at a time; they must not throw and must not call Flush() (that would wait for itself)
 // but may call Submit(). The Store must outlive the GroupCommitter, and nothing else may Commit to it while
@@ -18,6 +23,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "scheduler/status.h"
@@ -50,6 +56,9 @@ class GroupCommitter {
   // read view per group there instead of one per batch. Empty clears it.
   void SetAfterGroup(std::function<void()> hook);
 
+  // SetStopAfterFailure: after the first failed batch, fail every later one without committing it (see above).
+  void SetStopAfterFailure(bool stop);
+
   // Flush blocks until every batch submitted before the call has been committed and its callback has returned.
   void Flush();
 
@@ -77,6 +86,8 @@ class GroupCommitter {
   uint64_t completed_ = 0;           // guarded by mu_: batches whose callback has returned
   bool stopping_ = false;            // guarded by mu_
   std::function<void()> after_group_;  // guarded by mu_
+  bool stop_after_failure_ = false;    // guarded by mu_
+  std::optional<Status> stopped_;      // committer thread only: why committing stopped (stop_after_failure_)
   Stats stats_;                      // guarded by mu_
 
   std::thread thread_;  // last: started after everything above is initialized

@@ -40,7 +40,11 @@ Snapshot MemoryStore::SnapshotLocked(bool with_tasks) const {
 
 Status MemoryStore::Commit(const WriteBatch& batch) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!commit_error_.ok()) return commit_error_;
+  if (!commit_error_.ok()) {
+    Status error = commit_error_;
+    if (failures_left_ > 0 && --failures_left_ == 0) commit_error_ = Status::Ok();
+    return error;
+  }
   if (batch.empty()) return Status::Ok();
   // A batch never puts and deletes one key, so the order of the two passes does not matter.
   for (const auto& v : batch.clusters()) clusters_.Put(v.name, v);
@@ -55,9 +59,10 @@ Status MemoryStore::Commit(const WriteBatch& batch) {
   return Status::Ok();
 }
 
-void MemoryStore::FailCommits(Status error) {
+void MemoryStore::FailCommits(Status error, uint64_t times) {
   std::lock_guard<std::mutex> lock(mu_);
   commit_error_ = std::move(error);
+  failures_left_ = times;
 }
 
 uint64_t MemoryStore::commit_count() const {

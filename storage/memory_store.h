@@ -24,9 +24,9 @@ class MemoryStore : public Store {
   Result<Snapshot> LoadStreaming(const TaskSink& on_task) override;
   Status Commit(const WriteBatch& batch) override;
 
-  // FailCommits makes every later Commit return `error` (a non-ok Status) and apply nothing; Status::Ok()
-  // clears it.
-  void FailCommits(Status error);
+  // FailCommits makes the next `times` Commits (0: every later one) return `error` (a non-ok Status) and apply
+  // nothing; Status::Ok() clears it.
+  void FailCommits(Status error, uint64_t times = 0);
   uint64_t commit_count() const;  // Commit calls that applied a non-empty batch
 
  private:
@@ -40,6 +40,7 @@ class MemoryStore : public Store {
   KeyedPuts<std::string, Task> tasks_;
   KeyedPuts<ClientTokenKey, ClientTokenRecord> client_tokens_;
   Status commit_error_;        // guarded by mu_
+  uint64_t failures_left_ = 0;  // guarded by mu_: commits still to fail (0: until cleared)
   uint64_t commit_count_ = 0;  // guarded by mu_
 };
 

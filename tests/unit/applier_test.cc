@@ -114,6 +114,43 @@ TEST_F(ApplierTest, ATaskWhoseCommitFailedIsNeverVisibleAndWritesAreRefused) {
   EXPECT_EQ(Start("CreateCluster", {{"clusterName", "other"}}).get().status.code(), ErrorCode::kServer);
 }
 
+// Nothing decided on top of a lost change becomes durable. With the GPU full, a StopTask frees its memory in the
+// working state and its commit fails (the disk is full for that one commit); a RunTask placed on that memory
+// meanwhile is refused as well, although its own commit could have gone through. Reloaded, the store holds the
+// six tasks on the full GPU and neither the stop nor the new task: no GPU is promised twice.
+TEST_F(ApplierTest, NothingDecidedAfterAFailedCommitBecomesDurable) {
+  SetUpCluster();
+  const Json six = Ok("RunTask", {{"taskDefinition", "mps"}, {"count", 6}});  // 6 x 4,096 MiB: the GPU is full
+  ASSERT_EQ(six["tasks"].size(), 6u);
+  store_.Close();
+  auto stop = Start("StopTask", {{"task", six["tasks"][0]["taskArn"]}});
+  ASSERT_TRUE(store_.WaitForCommit());
+  auto run = Start("RunTask", {{"taskDefinition", "mps"}});  // submitted behind the stop's commit
+  store_.FailCommits(Status::Server("disk full"), 1);       // the stop's commit alone fails
+  store_.Open();
+  EXPECT_EQ(stop.get().status.code(), ErrorCode::kServer);
+  const OperationResult placed = run.get();
+  EXPECT_EQ(placed.status.code(), ErrorCode::kServer) << placed.body.dump();
+  EXPECT_NE(placed.status.message().find("an earlier commit failed (disk full)"), std::string::npos)
+      << placed.status.message();
+
+  GroupCommitter committer(store_);
+  ControlPlane reloaded(Options(), store_, committer);
+  ASSERT_TRUE(reloaded.Load().ok());
+  auto call = [&](const std::string& op, const Json& body) {
+    std::promise<OperationResult> p;
+    reloaded.Execute(op, body, [&p](OperationResult r) { p.set_value(std::move(r)); });
+    OperationResult r = p.get_future().get();
+    EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
+    return r.body;
+  };
+  EXPECT_EQ(call("ListTasks", Json::object())["taskArns"].size(), 6u);
+  EXPECT_TRUE(call("ListTasks", {{"desiredStatus", "STOPPED"}})["taskArns"].empty());
+  const Json ci = call("ListContainerInstances", Json::object());
+  const Json d = call("DescribeContainerInstances", {{"containerInstances", ci["containerInstanceArns"]}});
+  EXPECT_EQ(d["containerInstances"][0]["gpuDevices"][0]["remainingMemoryInMiB"], 0);
+}
+
 TEST_F(ApplierTest, ReadsAnswerWhileAWriteWaitsForItsCommit) {
   SetUpCluster();
   store_.Close();

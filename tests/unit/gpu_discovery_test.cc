@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/fake_gpus.h"
+#include "tests/unit/scoped_env.h"
 
 #ifndef GPUPACK_FAKE_NVML
 #error "tests/CMakeLists.txt defines GPUPACK_FAKE_NVML, the path of the fake libnvidia-ml.so.1"
@@ -215,29 +216,7 @@ TEST(FakeGpusTest, BadProcessesFileIsAnErrorNamingIt) {
   }
 }
 
-// ScopedEnv sets (or unsets, with nullptr) one environment variable for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing_support::ScopedEnv;
 
 TEST(FakeGpusTest, MakeGpuDiscoveryReadsTheDirectoryFromTheEnvironment) {
   TempDir dir;

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "agent/gpu_discovery.h"
+#include "tests/unit/scoped_env.h"
 
 #ifndef GPUPACK_FAKE_NVML
 #error "tests/CMakeLists.txt defines GPUPACK_FAKE_NVML, the path of the fake libnvidia-ml.so.1"
@@ -55,25 +56,7 @@ class TempDir {
   std::string path_;
 };
 
-// ScopedEnv sets one environment variable for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing_support::ScopedEnv;
 
 // Item: a copy of the item called `name` (callers often pass a temporary checklist).
 HostCheckItem Item(const std::vector<HostCheckItem>& items, const std::string& name) {
@@ -86,9 +69,9 @@ HostCheckItem Item(const std::vector<HostCheckItem>& items, const std::string& n
 // Options: fake GPUs and directories inside `dir`, so everything passes unless a test changes it.
 HostCheckOptions Options(const TempDir& dir) {
   HostCheckOptions o;
-  o.gpus = "fake:2x22587";
-  o.mps_pipe_dir = dir.path() + "/mps";
-  o.state_dir = dir.path() + "/state";
+  o.agent.gpus = "fake:2x22587";
+  o.agent.mps_pipe_dir = dir.path() + "/mps";
+  o.agent.state_dir = dir.path() + "/state";
   o.device_dir = dir.path() + "/dev";
   o.timeout = std::chrono::milliseconds(2000);
   return o;
@@ -113,7 +96,7 @@ TEST(HostCheckTest, FakeGpusPassAndSaySo) {
 TEST(HostCheckTest, ABadFakeSpecFails) {
   TempDir dir;
   HostCheckOptions o = Options(dir);
-  o.gpus = "fake:lots";
+  o.agent.gpus = "fake:lots";
   auto items = RunHostCheck(o);
   EXPECT_FALSE(HostCheckPassed(items));
   EXPECT_FALSE(Item(items, "NVML").ok);
@@ -124,7 +107,7 @@ TEST(HostCheckTest, MissingNvmlFailsWithWhatToInstall) {
   TempDir dir;
   ScopedEnv nvml(kNvmlLibraryEnv, dir.path() + "/no-such-libnvidia-ml.so.1");
   HostCheckOptions o = Options(dir);
-  o.gpus = "nvml";
+  o.agent.gpus = "nvml";
   auto items = RunHostCheck(o);
   const HostCheckItem gpus = Item(items, "NVML");
   EXPECT_FALSE(gpus.ok);
@@ -138,7 +121,7 @@ TEST(HostCheckTest, NvmlGpusAndTheirDeviceNodes) {
   TempDir dir;
   ScopedEnv nvml(kNvmlLibraryEnv, GPUPACK_FAKE_NVML);
   HostCheckOptions o = Options(dir);
-  o.gpus = "nvml";
+  o.agent.gpus = "nvml";
   auto items = RunHostCheck(o);
   const HostCheckItem gpus = Item(items, "NVML");
   ASSERT_TRUE(gpus.ok) << gpus.detail;
@@ -158,38 +141,38 @@ TEST(HostCheckTest, MpsControlProgram) {
   TempDir dir;
   ScopedEnv nvml(kNvmlLibraryEnv, GPUPACK_FAKE_NVML);
   HostCheckOptions o = Options(dir);
-  o.gpus = "nvml";
+  o.agent.gpus = "nvml";
 
-  o.mps_control_program = "gpupack-no-such-mps-control";
+  o.agent.mps_control_program = "gpupack-no-such-mps-control";
   EXPECT_FALSE(Item(RunHostCheck(o), "MPS control").ok);
 
   // What nvidia-cuda-mps-control answers when no daemon listens on the pipe directory: ok, the agent starts one.
-  o.mps_control_program =
+  o.agent.mps_control_program =
       dir.Script("no-daemon", "cat >/dev/null\necho 'Cannot find MPS control daemon process'\nexit 1\n");
   auto item = Item(RunHostCheck(o), "MPS control");
   EXPECT_TRUE(item.ok) << item.detail;
-  EXPECT_THAT(item.detail, HasSubstr("no daemon on " + o.mps_pipe_dir));
+  EXPECT_THAT(item.detail, HasSubstr("no daemon on " + o.agent.mps_pipe_dir));
 
   // A daemon answers: adopted.
-  o.mps_control_program = dir.Script("serving",
+  o.agent.mps_control_program = dir.Script("serving",
                                      "read cmd\n[ \"$cmd\" = get_default_active_thread_percentage ] && "
                                      "[ \"$CUDA_MPS_PIPE_DIRECTORY\" = '" +
-                                         o.mps_pipe_dir + "' ] && echo 100.0\n");
+                                         o.agent.mps_pipe_dir + "' ] && echo 100.0\n");
   item = Item(RunHostCheck(o), "MPS control");
   EXPECT_TRUE(item.ok) << item.detail;
   EXPECT_THAT(item.detail, HasSubstr("a daemon answers"));
 
   // The program cannot run (a missing library makes the loader exit 127) or says something unexpected.
-  o.mps_control_program = dir.Script("broken", "echo 'error while loading shared libraries' >&2\nexit 127\n");
+  o.agent.mps_control_program = dir.Script("broken", "echo 'error while loading shared libraries' >&2\nexit 127\n");
   item = Item(RunHostCheck(o), "MPS control");
   EXPECT_FALSE(item.ok);
   EXPECT_THAT(item.detail, HasSubstr("exit 127"));
-  o.mps_control_program = dir.Script("odd", "echo 'permission denied'\nexit 1\n");
+  o.agent.mps_control_program = dir.Script("odd", "echo 'permission denied'\nexit 1\n");
   EXPECT_FALSE(Item(RunHostCheck(o), "MPS control").ok);
 
   // A hung daemon: bounded by the timeout, and the fix says to stop it.
   o.timeout = std::chrono::milliseconds(300);
-  o.mps_control_program = dir.Script("hung", "exec sleep 30\n");
+  o.agent.mps_control_program = dir.Script("hung", "exec sleep 30\n");
   item = Item(RunHostCheck(o), "MPS control");
   EXPECT_FALSE(item.ok);
   EXPECT_THAT(item.fix, HasSubstr("hung"));
@@ -198,19 +181,19 @@ TEST(HostCheckTest, MpsControlProgram) {
 TEST(HostCheckTest, Directories) {
   TempDir dir;
   HostCheckOptions o = Options(dir);
-  fs::create_directories(o.mps_pipe_dir + "/log");
+  fs::create_directories(o.agent.mps_pipe_dir + "/log");
   auto items = RunHostCheck(o);
-  EXPECT_EQ(Item(items, "MPS pipe dir").detail, o.mps_pipe_dir + " is writable");
-  EXPECT_EQ(Item(items, "MPS log dir").detail, o.mps_pipe_dir + "/log is writable");
+  EXPECT_EQ(Item(items, "MPS pipe dir").detail, o.agent.mps_pipe_dir + " is writable");
+  EXPECT_EQ(Item(items, "MPS log dir").detail, o.agent.mps_pipe_dir + "/log is writable");
 
   std::ofstream(dir.path() + "/file") << "x";
-  o.state_dir = dir.path() + "/file/state";  // under a regular file: can never be created
+  o.agent.state_dir = dir.path() + "/file/state";  // under a regular file: can never be created
   EXPECT_FALSE(Item(RunHostCheck(o), "state dir").ok);
 
   o = Options(dir);
-  o.mps_pipe_dir = "/tmp/nvidia-mps";
+  o.agent.mps_pipe_dir = "/tmp/nvidia-mps";
   EXPECT_THAT(Item(RunHostCheck(o), "MPS pipe dir").detail, HasSubstr("every CUDA program"));
-  o.mps_pipe_dir = dir.path() + "/" + std::string(90, 'p');
+  o.agent.mps_pipe_dir = dir.path() + "/" + std::string(90, 'p');
   EXPECT_THAT(Item(RunHostCheck(o), "MPS pipe dir").detail, HasSubstr("longer than 80"));
 }
 
@@ -272,11 +255,11 @@ TEST(HostCheckTest, DockerEngineAndGpuInjection) {
   TempDir dir;
   ScopedEnv nvml(kNvmlLibraryEnv, GPUPACK_FAKE_NVML);
   HostCheckOptions o = Options(dir);
-  o.runtime = "docker";
+  o.agent.runtime = "docker";
 
   {  // Fake GPUs need no GPU runtime; the item still says what the engine has.
     FakeEngine engine(dir, R"({"DefaultRuntime":"runc","Runtimes":{"runc":{}}})");
-    o.docker_socket = engine.path();
+    o.agent.docker_socket = engine.path();
     auto items = RunHostCheck(o);
     EXPECT_TRUE(HostCheckPassed(items)) << FormatHostCheck(items);
     EXPECT_THAT(Item(items, "docker engine").detail, HasSubstr("Docker Engine 28.2.2"));
@@ -284,7 +267,7 @@ TEST(HostCheckTest, DockerEngineAndGpuInjection) {
     EXPECT_THAT(Item(items, "GPU injection").detail, HasSubstr("runtimes: runc"));
 
     // Real GPUs behind an engine without the NVIDIA runtime: containers would see no GPU.
-    o.gpus = "nvml";
+    o.agent.gpus = "nvml";
     const HostCheckItem injection = Item(RunHostCheck(o), "GPU injection");
     EXPECT_FALSE(injection.ok);
     EXPECT_THAT(injection.detail, HasSubstr("no nvidia runtime"));
@@ -308,7 +291,7 @@ TEST(HostCheckTest, DockerEngineAndGpuInjection) {
     EXPECT_THAT(injection.detail, HasSubstr("NVIDIA_VISIBLE_DEVICES"));
   }
   // No engine at all: both docker items fail, the second says why it was not asked.
-  o.docker_socket = dir.path() + "/none.sock";
+  o.agent.docker_socket = dir.path() + "/none.sock";
   auto items = RunHostCheck(o);
   EXPECT_FALSE(Item(items, "docker engine").ok);
   EXPECT_THAT(Item(items, "docker engine").fix, HasSubstr("--docker-socket"));
@@ -321,8 +304,8 @@ TEST(HostCheckTest, RealEngineWhenGiven) {
   if (socket == nullptr || *socket == '\0') GTEST_SKIP() << "GPUPACK_DOCKER_SOCKET is not set";
   TempDir dir;
   HostCheckOptions o = Options(dir);
-  o.runtime = "docker";
-  o.docker_socket = socket;
+  o.agent.runtime = "docker";
+  o.agent.docker_socket = socket;
   auto items = RunHostCheck(o);
   EXPECT_TRUE(HostCheckPassed(items)) << FormatHostCheck(items);
 }

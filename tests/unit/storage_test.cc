@@ -1071,6 +1071,32 @@ TEST(GroupCommitterTest, AFailingBatchDoesNotFailItsNeighbours) {
   EXPECT_EQ(TaskArns(LoadOrDie(*store)), want);
 }
 
+// Stopping after a failure (the server's applier): the first failed batch ends committing; every later batch,
+// an empty one too, fails without reaching the store, and says why.
+TEST(GroupCommitterTest, AfterAFailureEveryLaterBatchFailsUncommitted) {
+  MemoryStore store;
+  GroupCommitter committer(store);
+  committer.SetStopAfterFailure(true);
+  store.FailCommits(Status::Server("disk full"), 1);  // the first commit alone fails
+  std::vector<Status> results(3);
+  WriteBatch first, second;
+  first.PutTask(SmallTask("first"));
+  second.PutTask(SmallTask("second"));
+  committer.Submit(std::move(first), [&](Status s) { results[0] = std::move(s); });
+  committer.Flush();
+  committer.Submit(std::move(second), [&](Status s) { results[1] = std::move(s); });
+  committer.Submit(WriteBatch{}, [&](Status s) { results[2] = std::move(s); });
+  committer.Flush();
+  EXPECT_EQ(results[0].message(), "disk full");
+  for (size_t i = 1; i < 3; ++i) {
+    ASSERT_FALSE(results[i].ok()) << i;
+    EXPECT_THAT(results[i].message(), HasSubstr("an earlier commit failed (disk full)")) << i;
+  }
+  EXPECT_EQ(store.commit_count(), 0u);
+  EXPECT_TRUE(LoadOrDie(store).tasks.empty());
+  EXPECT_EQ(committer.stats().failed_batches, 3u);
+}
+
 TEST(GroupCommitterTest, EmptyBatchesFlushAndCallbacksThatSubmit) {
   MemoryStore store;
   GroupCommitter committer(store);
