@@ -37,7 +37,7 @@ HostCheckItem Fail(std::string name, std::string detail, std::string fix) {
   return {std::move(name), false, std::move(detail), std::move(fix)};
 }
 
-bool FakeGpus(const HostCheckOptions& o) { return o.gpus.rfind("fake:", 0) == 0; }
+bool FakeGpus(const HostCheckOptions& o) { return o.agent.gpus.rfind("fake:", 0) == 0; }
 
 // WithThousands renders 143771 as "143,771" (MiB figures read better that way).
 // (Built by appending: string::insert here trips GCC 12's -Wrestrict false positive at -O3.)
@@ -54,7 +54,7 @@ std::string WithThousands(int64_t n) {
 // CheckGpus: NVML (or the fake SPEC) lists GPUs. `devices` receives them for the device-node check.
 HostCheckItem CheckGpus(const HostCheckOptions& o, std::vector<GpuDevice>* devices) {
   const char* name = "NVML";
-  auto discovery = MakeGpuDiscovery(o.gpus, "host-check");
+  auto discovery = MakeGpuDiscovery(o.agent.gpus, "host-check");
   if (!discovery.ok()) {
     if (FakeGpus(o))
       return Fail(name, discovery.status().message(), "give --gpus fake:<count>x<MiB>, e.g. fake:2x22587");
@@ -121,21 +121,21 @@ HostCheckItem CheckMpsControl(const HostCheckOptions& o) {
   const std::string fix =
       "install the driver's MPS tools (Debian: nvidia-cuda-mps; the CUDA repository's driver packages ship "
       "nvidia-cuda-mps-control) and put nvidia-cuda-mps-control on the agent's PATH, or give --mps-control PATH";
-  const std::string found = FindProgram(o.mps_control_program);
-  if (found.empty()) return Fail(name, o.mps_control_program + " is not on PATH or not executable", fix);
+  const std::string found = FindProgram(o.agent.mps_control_program);
+  if (found.empty()) return Fail(name, o.agent.mps_control_program + " is not on PATH or not executable", fix);
   MpsOptions mps;
   mps.control_program = found;
-  mps.pipe_dir = o.mps_pipe_dir;
-  mps.log_dir = o.mps_pipe_dir + "/log";
+  mps.pipe_dir = o.agent.mps_pipe_dir;
+  mps.log_dir = o.agent.mps_pipe_dir + "/log";
   mps.probe_timeout = o.timeout;
   auto answer = MakeMpsControlDaemon(mps)->Send("get_default_active_thread_percentage");
-  if (answer.ok()) return Ok(name, found + ": a daemon answers on " + o.mps_pipe_dir + " (the agent adopts it)");
+  if (answer.ok()) return Ok(name, found + ": a daemon answers on " + o.agent.mps_pipe_dir + " (the agent adopts it)");
   const std::string& why = answer.status().message();
   const bool timed_out = why.find("got no answer within") != std::string::npos;
   if (timed_out) {
     return Fail(name, found + ": " + why,
-                "a daemon on " + o.mps_pipe_dir + " is hung: stop it (`echo quit | " + o.mps_control_program +
-                    "` with CUDA_MPS_PIPE_DIRECTORY=" + o.mps_pipe_dir + ", else kill it) before starting the agent");
+                "a daemon on " + o.agent.mps_pipe_dir + " is hung: stop it (`echo quit | " + o.agent.mps_control_program +
+                    "` with CUDA_MPS_PIPE_DIRECTORY=" + o.agent.mps_pipe_dir + ", else kill it) before starting the agent");
   }
   // Send's error is "... failed (exit N): <answer>"; 126/127 (cannot execute), 128+N (a signal) and -1 mean
   // the program itself did not run.
@@ -147,7 +147,7 @@ HostCheckItem CheckMpsControl(const HostCheckOptions& o) {
   const bool no_daemon =
       lower.find("cannot find mps control daemon") != std::string::npos || lower.find("connect") != std::string::npos;
   if (ran && no_daemon) {
-    return Ok(name, found + " runs; no daemon on " + o.mps_pipe_dir + " yet (the agent starts one)");
+    return Ok(name, found + " runs; no daemon on " + o.agent.mps_pipe_dir + " yet (the agent starts one)");
   }
   return Fail(name, found + ": " + why, fix);
 }
@@ -175,7 +175,7 @@ HostCheckItem CheckWritableDir(const std::string& name, const std::string& dir, 
 
 HostCheckItem CheckMpsPipeDir(const HostCheckOptions& o) {
   const char* name = "MPS pipe dir";
-  std::string dir = o.mps_pipe_dir;
+  std::string dir = o.agent.mps_pipe_dir;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (dir == "/tmp/nvidia-mps") {
     return Fail(name, "the pipe directory is the default /tmp/nvidia-mps, which every CUDA program on the host joins",
@@ -192,7 +192,7 @@ HostCheckItem CheckMpsPipeDir(const HostCheckOptions& o) {
 HostCheckItem CheckDockerEngine(const HostCheckOptions& o) {
   const char* name = "docker engine";
   DockerRuntimeOptions d;
-  d.socket_path = o.docker_socket;
+  d.socket_path = o.agent.docker_socket;
   d.agent_label = "host-check";
   d.request_timeout = o.timeout;
   auto runtime = MakeDockerRuntime(d);
@@ -201,7 +201,7 @@ HostCheckItem CheckDockerEngine(const HostCheckOptions& o) {
                 "start the Docker Engine (`systemctl enable --now docker`) or give --docker-socket its socket; "
                 "the engine must serve API 1.41 or newer (Docker 20.10+)");
   }
-  DockerClient client({o.docker_socket, o.timeout, 1 << 20});
+  DockerClient client({o.agent.docker_socket, o.timeout, 1 << 20});
   auto version = client.Request("GET", "/version");
   std::string engine = "an engine";
   if (version.ok() && version->status == 200) {
@@ -210,7 +210,7 @@ HostCheckItem CheckDockerEngine(const HostCheckOptions& o) {
       engine = "Docker Engine " + json["Version"].get<std::string>();
     }
   }
-  return Ok(name, engine + " answers on " + o.docker_socket);
+  return Ok(name, engine + " answers on " + o.agent.docker_socket);
 }
 
 // CheckGpuInjection reads GET /info: DefaultRuntime, Runtimes and CDISpecDirs.
@@ -219,7 +219,7 @@ HostCheckItem CheckGpuInjection(const HostCheckOptions& o) {
   const std::string fix =
       "install the NVIDIA Container Toolkit (nvidia-container-toolkit), make its runtime the default "
       "(`nvidia-ctk runtime configure --runtime=docker --set-as-default`) and restart docker";
-  DockerClient client({o.docker_socket, o.timeout, 4 << 20});
+  DockerClient client({o.agent.docker_socket, o.timeout, 4 << 20});
   auto info = client.Request("GET", "/info");
   if (!info.ok()) return Fail(name, "GET /info: " + info.status().message(), fix);
   if (info->status != 200)
@@ -269,17 +269,17 @@ std::vector<HostCheckItem> RunHostCheck(const HostCheckOptions& options) {
   items.push_back(CheckDeviceNodes(options, devices));
   items.push_back(CheckMpsControl(options));
   items.push_back(CheckMpsPipeDir(options));
-  items.push_back(CheckWritableDir("MPS log dir", options.mps_pipe_dir + "/log", "--mps-pipe-dir"));
-  items.push_back(CheckWritableDir("state dir", options.state_dir, "--state-dir"));
-  if (options.runtime == "docker") {
+  items.push_back(CheckWritableDir("MPS log dir", options.agent.mps_pipe_dir + "/log", "--mps-pipe-dir"));
+  items.push_back(CheckWritableDir("state dir", options.agent.state_dir, "--state-dir"));
+  if (options.agent.runtime == "docker") {
     items.push_back(CheckDockerEngine(options));
     if (items.back().ok) {
       items.push_back(CheckGpuInjection(options));
     } else {
       items.push_back(Fail("GPU injection", "not checked: the engine does not answer", "fix the docker engine first"));
     }
-  } else if (options.runtime != "process") {
-    items.push_back(Fail("runtime", "unknown runtime '" + options.runtime + "'", "give --runtime process or docker"));
+  } else if (options.agent.runtime != "process") {
+    items.push_back(Fail("runtime", "unknown runtime '" + options.agent.runtime + "'", "give --runtime process or docker"));
   }
   return items;
 }

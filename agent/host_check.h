@@ -7,18 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent.h"
+
 namespace gpupack::agent {
 
-// HostCheckOptions are the agent flags the checklist reads; their defaults are the agent's.
+// HostCheckOptions: the agent's options the checklist reads (gpus, runtime, docker_socket, mps_pipe_dir, whose log
+// directory is <dir>/log, mps_control_program, state_dir), with the agent's defaults, and the checklist's own.
 struct HostCheckOptions {
-  std::string gpus = "nvml";                                    // --gpus: nvml or fake:SPEC
-  std::string runtime = "process";                              // --runtime: process or docker
-  std::string docker_socket = "/var/run/docker.sock";           // --docker-socket
-  std::string mps_pipe_dir = "/run/gpupack-mps";                // --mps-pipe-dir (its log directory is <dir>/log)
-  std::string mps_control_program = "nvidia-cuda-mps-control";  // --mps-control
-  std::string state_dir = "/var/lib/gpupack-agent";             // --state-dir
-  std::string device_dir = "/dev";                              // where the NVIDIA device nodes are (tests: a temp dir)
-  std::chrono::milliseconds timeout{3000};                      // bounds each MPS control command and engine request
+  AgentOptions agent;
+  std::string device_dir = "/dev";          // where the NVIDIA device nodes are (tests: a temp dir)
+  std::chrono::milliseconds timeout{3000};  // bounds each MPS control command and engine request
 };
 
 // HostCheckItem is one line of the checklist.

@@ -111,13 +111,13 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
 
 // RunHostCheck: `gpupack agent --check`. The checklist reads the same flags the agent would run with.
 int RunHostCheck(const AgentFlags& f) {
+  auto options = ToOptions(f);
+  if (!options.ok()) {
+    std::fprintf(stderr, "gpupack agent --check: %s\n", options.status().message().c_str());
+    return 2;
+  }
   agent::HostCheckOptions o;
-  o.gpus = f.gpus;
-  o.runtime = f.runtime;
-  o.docker_socket = f.docker_socket;
-  o.mps_pipe_dir = f.mps_pipe_dir;
-  o.mps_control_program = f.mps_control;
-  o.state_dir = f.state_dir;
+  o.agent = std::move(*options);
   const auto items = agent::RunHostCheck(o);
   std::printf("gpupack %s agent --check: GPU host checklist (--gpus %s, --runtime %s)\n%s", kVersion, f.gpus.c_str(),
               f.runtime.c_str(), agent::FormatHostCheck(items).c_str());
