@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "scheduler/fragmentation.h"
+
 namespace gpupack {
 
 // ---- clusters ----------------------------------------------------------------------------------------------
@@ -18,6 +20,7 @@ const Cluster* ClusterState::FindCluster(const std::string& name) const {
 void ClusterState::PutCluster(Cluster cluster) {
   std::string name = cluster.name;
   clusters_[name] = std::move(cluster);
+  MutableFragments(name);
 }
 
 std::vector<const Cluster*> ClusterState::Clusters() const {
@@ -74,6 +77,7 @@ void ClusterState::PutInstance(ContainerInstance instance) {
     IndexInstance(it->second, /*insert=*/false);
     *it->second.instance = std::move(instance);
     IndexInstance(it->second, /*insert=*/true);
+    Touch(it->second);
     return;
   }
   std::string arn = instance.arn;
@@ -86,6 +90,7 @@ void ClusterState::PutInstance(ContainerInstance instance) {
   entries_by_cluster_[cluster].push_back({slot.instance.get(), &slot.load});
   by_pointer_[slot.instance.get()] = &slot;
   IndexInstance(slot, /*insert=*/true);
+  Touch(slot);
 }
 
 void ClusterState::IndexInstance(const InstanceSlot& slot, bool insert) {
@@ -222,6 +227,7 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
     }
   }
   IndexInstance(it->second, /*insert=*/true);
+  Touch(it->second);
   const uint32_t group_id = group_ids_.emplace(task.group, static_cast<uint32_t>(group_ids_.size())).first->second;
   auto by_id = std::find_if(load.group_id_counts.begin(), load.group_id_counts.end(),
                             [&](const auto& e) { return e.first == group_id; });
@@ -304,9 +310,33 @@ void ClusterState::RebuildReservations() {
   for (auto& [_, index] : gpu_index_) index.clear();
   for (auto& [_, index] : host_index_) index = HostIndexes{};
   group_index_.clear();
-  for (const auto& [_, slot] : instances_) IndexInstance(slot, /*insert=*/true);
+  for (auto& [_, slot] : instances_) {
+    IndexInstance(slot, /*insert=*/true);
+    Touch(slot);
+  }
   for (const auto& [_, task] : tasks_)
     if (!task.resources_released) ApplyReservation(task, +1);
+}
+
+// ---- fragmentation -----------------------------------------------------------------------------------------
+
+const ClusterFragments* ClusterState::FragmentsOf(const std::string& cluster) const {
+  auto it = fragments_.find(cluster);
+  return it == fragments_.end() ? nullptr : it->second.get();
+}
+
+ClusterFragments& ClusterState::MutableFragments(const std::string& cluster) {
+  auto& f = fragments_[cluster];
+  if (!f) f = std::make_shared<ClusterFragments>();
+  return *f;
+}
+
+void ClusterState::SetTargetWorkload(const std::string& cluster, std::shared_ptr<const TargetWorkload> workload) {
+  MutableFragments(cluster).operator_workload = std::move(workload);
+}
+
+void ClusterState::RecordDemand(const std::string& cluster, const WorkloadShape& shape) {
+  MutableFragments(cluster).window.Record(shape);
 }
 
 // ---- client tokens -----------------------------------------------------------------------------------------
