@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -169,17 +168,16 @@ Result<Scenario> BuildScenario(const Fleet* fleet, const Workload& workload, Gpu
     pt.shape = it->second;
     sc.tasks.push_back(pt);
   }
-  std::vector<WorkloadShape> fgd_shapes, shapes;
+  // fgd's target: the typical shapes as the paper keys them (CPU, GPU count, GPU share, GPU models).
+  std::vector<WorkloadShape> fgd_shapes;
   for (size_t i = 0; i < sc.tasks.size(); ++i) {
     const Shape& shape = sc.shapes[sc.tasks[i].shape];
     WorkloadShape ws = WorkloadShapeOf(shape.demand, shape.constraints);
     ws.weight = workload.tasks[i].weight;
-    shapes.push_back(ws);
     ws.memory = 0;
     fgd_shapes.push_back(std::move(ws));
   }
   sc.fgd_workload = BuildTargetWorkload(fgd_shapes, 0.95);
-  sc.typical_workload = BuildTargetWorkload(shapes, 0.95);
   return sc;
 }
 
@@ -238,13 +236,8 @@ Result<std::unique_ptr<Simulation>> Simulation::Create(const Scenario& scenario,
   for (const PlacementStrategy& ps : strategy.chain) {
     const StrategyKind* kind = FindPlannerStrategyKind(ps);
     if (!kind || kind->gpu_choice != GpuChoice::kFragment) continue;
-    if (kind->planner_only) {
-      state.SetTargetWorkload(kPlanCluster, scenario.fgd_workload);
-    } else {
-      const char* mode = std::getenv("GPUPACK_FRAG_MODE");
-      if (mode && std::string(mode) == "typical") state.SetTargetWorkload(kPlanCluster, scenario.typical_workload);
-      else sim->record_demands_ = true;
-    }
+    if (kind->planner_only) state.SetTargetWorkload(kPlanCluster, scenario.fgd_workload);
+    else sim->record_demands_ = true;
     break;
   }
   int classes = 0;

@@ -68,11 +68,10 @@ struct Scenario {
   std::vector<Shape> shapes;
   std::vector<PlannedTask> tasks;      // parallel to workload->tasks
   int gpu_count = 0;                   // GPUs of the fleet as given
-  // The workload's typical shapes (the most frequent by weight, covering 95% of it), the target workload of the
-  // fragmentation strategies when it is given rather than learned: for fgd as the paper keys them (CPU, GPU
-  // count, GPU share, GPU models; no host memory), for binpack:fragmentation with host memory too.
+  // fgd's target workload: the workload's typical shapes (the most frequent by weight, covering 95% of it), keyed
+  // as the paper keys them (CPU, GPU count, GPU share, GPU models; no host memory). binpack:fragmentation learns
+  // its own from the arrivals (ClusterState::RecordDemand), as the server does from RunTask.
   std::shared_ptr<const TargetWorkload> fgd_workload;
-  std::shared_ptr<const TargetWorkload> typical_workload;
 };
 
 // BuildScenario resolves the units and every task's concrete demand. A shared need declared as a fraction

@@ -21,6 +21,7 @@ struct ServerFlags {
   std::string log_level = "info";
   bool insecure_no_auth = false;
   int threads = 2;
+  std::string fragmentation_workload;  // JSON file: binpack(fragmentation)'s target workload; empty = learned
 };
 
 void AddServerFlags(CLI::App& app, ServerFlags& flags);

@@ -327,11 +327,18 @@ const ClusterFragments* ClusterState::FragmentsOf(const std::string& cluster) co
 
 ClusterFragments& ClusterState::MutableFragments(const std::string& cluster) {
   auto& f = fragments_[cluster];
-  if (!f) f = std::make_shared<ClusterFragments>();
+  if (!f) {
+    f = std::make_shared<ClusterFragments>();
+    auto all = fragments_.find("");  // the workload SetTargetWorkload gave every cluster
+    if (all != fragments_.end() && all->second) f->operator_workload = all->second->operator_workload;
+  }
   return *f;
 }
 
 void ClusterState::SetTargetWorkload(const std::string& cluster, std::shared_ptr<const TargetWorkload> workload) {
+  if (cluster.empty())
+    for (auto& [_, f] : fragments_)
+      if (f) f->operator_workload = workload;
   MutableFragments(cluster).operator_workload = std::move(workload);
 }
 

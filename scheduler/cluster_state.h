@@ -165,7 +165,8 @@ class ClusterState {
   // ---- fragmentation (scheduler/fragmentation.h): per cluster, the target workload of binpack(fragmentation) and
   // fgd and their cache of moves. FragmentsOf is null for a cluster that was never put.
   const ClusterFragments* FragmentsOf(const std::string& cluster) const;
-  // SetTargetWorkload: the operator's workload for the cluster (null: learn it from RecordDemand again).
+  // SetTargetWorkload: the operator's workload for the cluster (null: learn it from RecordDemand again); cluster ""
+  // sets it for every cluster, present and future.
   void SetTargetWorkload(const std::string& cluster, std::shared_ptr<const TargetWorkload> workload);
   // RecordDemand: one RunTask demand, into the cluster's bounded window of recent demands.
   void RecordDemand(const std::string& cluster, const WorkloadShape& shape);

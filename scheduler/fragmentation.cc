@@ -60,8 +60,7 @@ std::vector<char> AccessOf(const ContainerInstance& inst, const InstanceLoad& lo
 
 // FragmentOfView: sum over classes of weight x (all free share when the class does not fit, else the free share
 // of the GPUs too small for it).
-double FragmentOfView(const NodeView& v, const TargetWorkload& w, const std::vector<char>& access,
-                      FragmentMeasure measure) {
+double FragmentOfView(const NodeView& v, const TargetWorkload& w, const std::vector<char>& access) {
   double free_total = 0;
   for (const GpuView& g : v.gpus) free_total += g.Share();
   if (free_total <= 0) return 0;
@@ -69,10 +68,10 @@ double FragmentOfView(const NodeView& v, const TargetWorkload& w, const std::vec
   for (size_t c = 0; c < w.classes.size(); ++c) {
     const WorkloadShape& s = w.classes[c].shape;
     if (s.gpu_kind == GpuKind::kNone) {
-      if (measure == FragmentMeasure::kFgd) sum += s.weight * free_total;
+      sum += s.weight * free_total;
       continue;
     }
-    if (!access[c] || v.cpu < s.cpu || (measure == FragmentMeasure::kGpupack && v.memory < s.memory)) {
+    if (!access[c] || v.cpu < s.cpu) {
       sum += s.weight * free_total;
       continue;
     }
@@ -95,12 +94,16 @@ double FragmentOfView(const NodeView& v, const TargetWorkload& w, const std::vec
 // instance registered first) instead of being ordered by that noise.
 double Quantize(double delta) { return std::round(delta * 1e9) / 1e9; }
 
-// Score: what the move compares. kGpupack: the fragment growth itself. kFgd: the paper's simulator's node score,
-// floor(100 * sigmoid(decrease in GPUs)) (0..100), negated so that lower is better; instances (and GPUs) of one
-// score tie, and ties go to the first.
-double Score(double delta, FragmentMeasure measure) {
-  if (measure == FragmentMeasure::kGpupack) return Quantize(delta);
-  return -std::floor(100.0 / (1.0 + std::exp(delta)));
+// Score: what the move compares (lower is better). Both measures first rank the fragment change as the paper's
+// simulator does, floor(100 * sigmoid(-delta)) (0..100; a change of a few hundredths of a GPU is a tie), negated.
+// kFgd stops there (ties go to the instance registered first). kGpupack breaks the tie by the IDLE GPUs the
+// instance keeps after the task, fewer first: among placements that strand alike, it fills instances already
+// opened and keeps whole GPUs (and whole instances) for the tasks that need them.
+//   kFgd:     -floor(100 * sigmoid(-delta))
+//   kGpupack: -1000 * floor(100 * sigmoid(-delta)) + IDLE GPUs after
+double Score(double delta, FragmentMeasure measure, int idle_after) {
+  const double rank = -std::floor(100.0 / (1.0 + std::exp(Quantize(delta))));
+  return measure == FragmentMeasure::kFgd ? rank : rank * 1000.0 + idle_after;
 }
 
 }  // namespace
@@ -152,71 +155,149 @@ std::shared_ptr<const TargetWorkload> BuildTargetWorkload(const std::vector<Work
   return w;
 }
 
-double Fragment(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload,
-                FragmentMeasure measure) {
-  return FragmentOfView(ViewOf(inst), workload, AccessOf(inst, load, workload), measure);
+double Fragment(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload) {
+  return FragmentOfView(ViewOf(inst), workload, AccessOf(inst, load, workload));
+}
+
+namespace {
+
+// Fits: whether a GPU with `remaining` free (IDLE or not) has room for one task of class `s`.
+bool Fits(const WorkloadShape& s, MiB remaining, bool idle) {
+  return s.gpu_kind == GpuKind::kShared ? remaining >= s.gpu_memory : idle;
+}
+
+// FragmentAfter: fragment(instance) after a change, from its stats: CPU and free share after, and per class the
+// change of its room and small share (adjust(c) -> {room delta, small delta}). O(classes).
+template <typename Adjust>
+double FragmentAfter(const NodeStats& st, const TargetWorkload& w, int64_t cpu, double free_total, Adjust adjust) {
+  if (free_total <= 1e-12) return 0;
+  double sum = 0;
+  for (size_t c = 0; c < w.classes.size(); ++c) {
+    const WorkloadShape& s = w.classes[c].shape;
+    if (s.gpu_kind == GpuKind::kNone || !st.access[c] || cpu < s.cpu) {
+      sum += s.weight * free_total;
+      continue;
+    }
+    const auto [room, small] = adjust(c, s);
+    const int need = s.gpu_kind == GpuKind::kShared ? 1 : s.gpu_count;
+    sum += s.weight * (st.room[c] + room >= need ? st.small[c] + small : free_total);
+  }
+  return sum;
+}
+
+// MoveFromStats: BestMove from the instance's stats; each candidate costs O(classes).
+FragmentMove MoveFromStats(const ContainerInstance& inst, const NodeStats& st, const TaskDemand& demand,
+                           bool compute_aware, const TargetWorkload& w, FragmentMeasure measure) {
+  FragmentMove out;
+  if (inst.remaining.cpu < demand.cpu || inst.remaining.memory < demand.memory) return out;
+  auto none = [](size_t, const WorkloadShape&) { return std::pair<int, double>{0, 0.0}; };
+  const double before = FragmentAfter(st, w, st.cpu, st.free_total, none);
+  const int64_t cpu = st.cpu - demand.cpu;
+  if (demand.gpu_kind == GpuKind::kNone) {
+    out.fits = true;
+    out.delta = Score(FragmentAfter(st, w, cpu, st.free_total, none) - before, measure, st.idle);
+    return out;
+  }
+  if (demand.gpu_kind == GpuKind::kDedicated) {
+    // The first gpu_count IDLE GPUs, each whole (share 1 of its total) and no longer shareable after.
+    std::vector<MiB> taken;
+    for (const Gpu& g : inst.gpus) {
+      if (static_cast<int>(taken.size()) == demand.gpu_count) break;
+      if (!g.held && g.mode == GpuMode::kIdle) taken.push_back(g.remaining_memory_mib);
+    }
+    if (static_cast<int>(taken.size()) < demand.gpu_count) return out;
+    double free_after = st.free_total;
+    for (size_t k = 0; k < taken.size(); ++k) free_after -= 1.0;
+    auto adjust = [&](size_t, const WorkloadShape& s) {
+      std::pair<int, double> d{0, 0.0};
+      for (MiB r : taken) {
+        if (Fits(s, r, true)) d.first -= 1;
+        else d.second -= 1.0;
+      }
+      return d;
+    };
+    out.fits = true;
+    out.delta = Score(FragmentAfter(st, w, cpu, free_after, adjust) - before, measure,
+                      st.idle - static_cast<int>(taken.size()));
+    return out;
+  }
+  double raw_best = 0;
+  int best_idle = 0;
+  // Shared: try every GPU with room; GPUs alike (same remaining, total and mode) measure alike, so only the first
+  // of each is measured.
+  for (size_t i = 0; i < inst.gpus.size(); ++i) {
+    const Gpu& g = inst.gpus[i];
+    const bool shareable = !g.held && (g.mode == GpuMode::kIdle || g.mode == GpuMode::kMps);
+    if (!shareable || g.remaining_memory_mib < demand.gpu_memory) continue;
+    if (compute_aware && g.compute_used_percent + demand.gpu_compute > 100) continue;
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; ++j) {
+      const Gpu& h = inst.gpus[j];
+      seen = !h.held && h.mode == g.mode && h.remaining_memory_mib == g.remaining_memory_mib &&
+             h.total_memory_mib == g.total_memory_mib &&
+             !(compute_aware && h.compute_used_percent != g.compute_used_percent);
+    }
+    if (seen) continue;
+    const bool idle = g.mode == GpuMode::kIdle;
+    const MiB r = g.remaining_memory_mib, r2 = r - demand.gpu_memory;
+    const double total = g.total_memory_mib > 0 ? static_cast<double>(g.total_memory_mib) : 1.0;
+    const double share = static_cast<double>(r) / total, share2 = static_cast<double>(r2) / total;
+    auto adjust = [&](size_t, const WorkloadShape& s) {
+      const bool fb = Fits(s, r, idle), fa = Fits(s, r2, false);
+      return std::pair<int, double>{(fa ? 1 : 0) - (fb ? 1 : 0), (fa ? 0.0 : share2) - (fb ? 0.0 : share)};
+    };
+    const double delta =
+        Quantize(FragmentAfter(st, w, cpu, st.free_total - share + share2, adjust) - before);
+    // The GPU of the largest decrease (ties: the lowest index); the instance is then ranked by Score.
+    if (!out.fits || delta < raw_best) {
+      out.fits = true;
+      raw_best = delta;
+      best_idle = st.idle - (idle ? 1 : 0);
+      out.shared_gpu = static_cast<int>(i);
+    }
+  }
+  if (out.fits) out.delta = Score(raw_best, measure, best_idle);
+  return out;
+}
+
+// SelfWorkload: the one-class workload of a demand (a cluster with no target workload yet).
+const TargetWorkload& OrSelf(const TargetWorkload& workload, const TaskDemand& demand, TargetWorkload& self) {
+  if (!workload.empty()) return workload;
+  self.classes.push_back({WorkloadShapeOf(demand, {}), {}});
+  return self;
+}
+
+}  // namespace
+
+NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& w) {
+  NodeStats st;
+  st.cpu = inst.remaining.cpu;
+  const NodeView v = ViewOf(inst);
+  for (const GpuView& g : v.gpus) {
+    st.free_total += g.Share();
+    st.idle += g.idle ? 1 : 0;
+  }
+  const std::vector<char> access = AccessOf(inst, load, w);
+  st.access.assign(access.begin(), access.end());
+  st.room.assign(w.classes.size(), 0);
+  st.small.assign(w.classes.size(), 0.0);
+  for (size_t c = 0; c < w.classes.size(); ++c) {
+    const WorkloadShape& s = w.classes[c].shape;
+    if (s.gpu_kind == GpuKind::kNone) continue;
+    for (const GpuView& g : v.gpus) {
+      if (!g.shareable) continue;
+      if (Fits(s, g.remaining, g.idle)) ++st.room[c];
+      else st.small[c] += g.Share();
+    }
+  }
+  return st;
 }
 
 FragmentMove BestMove(const ContainerInstance& inst, const InstanceLoad& load, const TaskDemand& demand,
                       bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure) {
-  FragmentMove out;
-  if (inst.remaining.cpu < demand.cpu || inst.remaining.memory < demand.memory) return out;
-  // An empty workload: the demand itself is the one class.
   TargetWorkload self;
-  const TargetWorkload* w = &workload;
-  if (workload.empty()) {
-    self.classes.push_back({WorkloadShapeOf(demand, {}), {}});
-    w = &self;
-  }
-  const std::vector<char> access = AccessOf(inst, load, *w);
-  NodeView v = ViewOf(inst);
-  const double before = FragmentOfView(v, *w, access, measure);
-  NodeView after = v;
-  after.cpu -= demand.cpu;
-  after.memory -= demand.memory;
-  if (demand.gpu_kind == GpuKind::kNone) {
-    out.fits = true;
-    out.delta = Score(FragmentOfView(after, *w, access, measure) - before, measure);
-    return out;
-  }
-  if (demand.gpu_kind == GpuKind::kDedicated) {
-    int taken = 0;
-    for (size_t i = 0; i < inst.gpus.size() && taken < demand.gpu_count; ++i)
-      if (v.gpus[i].idle) {
-        after.gpus[i] = GpuView{0, v.gpus[i].total, false, false};
-        ++taken;
-      }
-    if (taken < demand.gpu_count) return out;
-    out.fits = true;
-    out.delta = Score(FragmentOfView(after, *w, access, measure) - before, measure);
-    return out;
-  }
-  // Shared: try every GPU with room; GPUs alike (same remaining, total and mode) measure alike, so only the first
-  // of each is measured.
-  for (size_t i = 0; i < inst.gpus.size(); ++i) {
-    const GpuView& g = v.gpus[i];
-    if (!g.shareable || g.remaining < demand.gpu_memory) continue;
-    if (compute_aware && inst.gpus[i].compute_used_percent + demand.gpu_compute > 100) continue;
-    bool seen = false;
-    for (size_t j = 0; j < i && !seen; ++j) {
-      const GpuView& h = v.gpus[j];
-      seen = h.shareable && h.remaining == g.remaining && h.total == g.total && h.idle == g.idle &&
-             !(compute_aware && inst.gpus[j].compute_used_percent != inst.gpus[i].compute_used_percent);
-    }
-    if (seen) continue;
-    const GpuView saved = after.gpus[i];
-    after.gpus[i].remaining -= demand.gpu_memory;
-    after.gpus[i].idle = false;
-    const double delta = Quantize(FragmentOfView(after, *w, access, measure) - before);
-    after.gpus[i] = saved;
-    if (!out.fits || delta < out.delta) {
-      out.fits = true;
-      out.delta = delta;
-      out.shared_gpu = static_cast<int>(i);
-    }
-  }
-  if (out.fits) out.delta = Score(out.delta, measure);
-  return out;
+  const TargetWorkload& w = OrSelf(workload, demand, self);
+  return MoveFromStats(inst, StatsOf(inst, load, w), demand, compute_aware, w, measure);
 }
 
 // ---- DemandWindow ---------------------------------------------------------------------------------------------
@@ -241,7 +322,7 @@ void DemandWindow::Rebuild() {
     }
     for (const auto& [k, v] : learned_shares_)
       if (!shares.count(k)) moved += v;
-    if (moved <= 0.05) return;
+    if (moved <= 0.1) return;
   }
   learned_shares_ = std::move(shares);
   learned_ = BuildTargetWorkload(std::vector<WorkloadShape>(window_.begin(), window_.end()), 0.95);
@@ -272,7 +353,22 @@ void FragmentCache::Refresh(Table& t, const std::vector<InstanceEntry>& entries,
   Slot& s = t.slots[pos];
   const InstanceEntry& e = entries[pos];
   if (s.stamp == e.load->stamp && s.stamp != 0) return;
-  s.move = BestMove(*e.instance, *e.load, demand, compute_aware, workload, measure);
+  if (workload.empty()) {
+    s.move = BestMove(*e.instance, *e.load, demand, compute_aware, workload, measure);
+  } else {
+    // The instance's stats serve every demand until the instance or the workload changes.
+    if (stats_workload_ != workload.id) {
+      stats_.clear();
+      stats_workload_ = workload.id;
+    }
+    if (stats_.size() < entries.size()) stats_.resize(entries.size());
+    StatsSlot& ss = stats_[pos];
+    if (ss.stamp != e.load->stamp || ss.stamp == 0) {
+      ss.stats = StatsOf(*e.instance, *e.load, workload);
+      ss.stamp = e.load->stamp;
+    }
+    s.move = MoveFromStats(*e.instance, ss.stats, demand, compute_aware, workload, measure);
+  }
   s.stamp = e.load->stamp;
 }
 

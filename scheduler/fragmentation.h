@@ -1,23 +1,22 @@
 // Fragmentation: how much of a container instance's free GPU capacity a target workload could not use, and how
-// a placement changes it. The measure is the "expected fragment" of Weng et al., "Beware of Fragmentation:
-// Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent" (USENIX ATC 2023), computed in GPUs (a
-// GPU's free share is its remaining memory over its total memory), in two variants (FragmentMeasure):
-//
-//   kFgd       the paper's: for each class t of the target workload, with probability p_t,
-//                - a class that does not fit the instance (a GPU model it may not use, too little CPU, not enough
-//                  GPUs with room for it) counts all the instance's free GPU share;
-//                - a class that fits counts the free share of the GPUs too small for it (a shared class: free
-//                  memory below its need; a dedicated class: GPUs that are partly used);
-//                - a class that needs no GPU counts all the free share (the paper's simulator does so);
-//              fragment(instance) = sum_t p_t * that. Host memory is not looked at.
-//   kGpupack   ours (binpack:fragmentation): the same per-class rule, with host memory as a fit condition as well
-//              as CPU, and classes that need no GPU left out (they never use a GPU share, so they cannot be
-//              stranded by one); docs/planning.md says why these choices pack better.
-//
-// A placement's score is fragment(after) - fragment(before) (lower is better: the largest decrease wins), with the
-// shared task's GPU chosen by the same rule (BestMove). ClusterState keeps a target workload per cluster (an
-// operator's, or one learned from a bounded window of recent RunTask demands: DemandWindow) and a FragmentCache of
-// each instance's best move per demand, recomputed only for the instances a placement changed.
+// a placement changes it: the "expected fragment" of Weng et al., "Beware of Fragmentation: Scheduling
+// GPU-Sharing Workloads with Fragmentation Gradient Descent" (USENIX ATC 2023), in GPUs (a GPU's free share is its
+// remaining memory over its total memory). For each class t of the target workload, with probability p_t:
+//   - a class that needs no GPU counts all the instance's free GPU share (the paper's simulator does so);
+//   - a class that does not fit the instance (a GPU model its memberOf refuses, too little CPU, not enough GPUs
+//     with room for it) counts all the free share;
+//   - a class that fits counts the free share of the GPUs too small for it (a shared class: free memory below
+//     its need; a dedicated class: GPUs partly used);
+//   fragment(instance) = sum_t p_t * that. Host memory is not looked at (the filters check it).
+// A placement's change is delta = fragment(after) - fragment(before) (the largest decrease wins), the shared
+// task's GPU the one of the least delta. Two scores rank instances by it (FragmentMeasure, Score in the .cc):
+//   kFgd       the paper's simulator: floor(100 * sigmoid(-delta)), ties to the instance registered first; with
+//              the workload's typical shapes as target (gpupack plan --strategy fgd);
+//   kGpupack   binpack(fragmentation): the same rank, ties broken by the IDLE GPUs the instance keeps (fewer
+//              first), with the target learned from the cluster's recent demands or given by an operator.
+// docs/planning.md says why kGpupack packs better. ClusterState keeps a target workload per cluster (the
+// operator's, or one learned from a bounded window of recent RunTask demands: DemandWindow) and a FragmentCache
+// of each instance's best move per demand, recomputed only for the instances a placement changed.
 #pragma once
 
 #include <cstdint>
@@ -77,14 +76,28 @@ std::shared_ptr<const TargetWorkload> BuildTargetWorkload(const std::vector<Work
 enum class FragmentMeasure { kFgd, kGpupack };
 
 // Fragment: fragment(instance) in GPUs for a workload (see the top of this file).
-double Fragment(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload,
-                FragmentMeasure measure);
+double Fragment(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload);
+
+// NodeStats: an instance's state summarized per class of a workload, from which a move's fragment change is
+// O(classes): its free CPU, free GPU share and IDLE GPUs, and per class whether its memberOf admits the instance,
+// the GPUs with room for one task of it (shared: free memory >= its need; dedicated: IDLE) and the free share of
+// the other shareable GPUs.
+struct NodeStats {
+  int64_t cpu = 0;
+  double free_total = 0;
+  int idle = 0;
+  std::vector<uint8_t> access;
+  std::vector<int> room;
+  std::vector<double> small;
+};
+NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload);
 
 // Move: the best placement of a demand on one instance by the fragment measure.
 struct FragmentMove {
-  bool fits = false;       // the instance's free CPU, memory and GPUs hold the demand
-  double delta = 0;        // fragment(after) - fragment(before), in GPUs
-  int shared_gpu = -1;     // shared: the GPU of the largest decrease (ties: the lowest index)
+  bool fits = false;    // the instance's free CPU, memory and GPUs hold the demand
+  double delta = 0;     // the move's score (lower is better): kFgd -floor(100 * sigmoid(-d)), kGpupack
+                        // -1000 * floor(100 * sigmoid(-d)) + IDLE GPUs left, d = fragment(after) - fragment(before)
+  int shared_gpu = -1;  // shared: the GPU of the largest decrease (ties: the lowest index)
 };
 // BestMove: for a shared demand every GPU with room (and, compute-aware, compute) is tried; a dedicated demand
 // takes the first gpu_count IDLE GPUs, as the placement does. An empty workload is measured against the demand
@@ -95,7 +108,7 @@ FragmentMove BestMove(const ContainerInstance& inst, const InstanceLoad& load, c
 // DemandWindow: the last `capacity` demands a cluster's RunTask calls asked for, and the target workload learned
 // from them (their most frequent shapes covering 95%): rebuilt every `rebuild_every` records (every n/2-th while the
 // window holds n < rebuild_every), and replaced only when the shares moved (sum of absolute differences over
-// shapes above 0.05), so a steady workload keeps its cache. Owned by ClusterState (one writer).
+// shapes above 0.1), so a steady workload keeps its cache. Owned by ClusterState (one writer).
 class DemandWindow {
  public:
   explicit DemandWindow(size_t capacity = 2048, size_t rebuild_every = 64)
@@ -141,9 +154,15 @@ class FragmentCache {
   using Key = std::tuple<int, int64_t, MiB, int, MiB, int, int, bool, uint64_t>;
   Table& TableFor(const TaskDemand& demand, bool compute_aware, const TargetWorkload& workload,
                   FragmentMeasure measure);
-  static void Refresh(Table& t, const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
-                      bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure);
+  void Refresh(Table& t, const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
+               bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure);
+  struct StatsSlot {
+    uint64_t stamp = 0;
+    NodeStats stats;
+  };
   std::mutex mu_;
+  std::vector<StatsSlot> stats_;   // per instance position, for workload stats_workload_
+  uint64_t stats_workload_ = 0;
   std::map<Key, Table> tables_;
   uint64_t clock_ = 0;
 };

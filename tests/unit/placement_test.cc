@@ -865,12 +865,13 @@ TEST(Fragmentation, ByHand) {
   const auto w = HalfAndWhole();
   ASSERT_EQ(w->classes.size(), 2u);
   const ContainerInstance& a = *s.FindInstance("arn:i/a");
-  EXPECT_NEAR(Fragment(a, s.LoadOf(a), *w, FragmentMeasure::kGpupack), 0.3, 1e-9);
+  EXPECT_NEAR(Fragment(a, s.LoadOf(a), *w), 0.3, 1e-9);
   const FragmentMove m = BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kGpupack);
   EXPECT_TRUE(m.fits);
   EXPECT_EQ(m.shared_gpu, 1);
-  EXPECT_NEAR(m.delta, -0.3, 1e-9);
-  // fgd scores as the paper's simulator: floor(100 * sigmoid(0.3)) = 57, negated.
+  // delta -0.3: floor(100 * sigmoid(0.3)) = 57; GPU 0 stays IDLE.
+  EXPECT_EQ(m.delta, -57 * 1000 + 1);
+  // fgd scores as the paper's simulator, without the tie-break.
   EXPECT_EQ(BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kFgd).delta, -57);
   EXPECT_FALSE(BestMove(a, s.LoadOf(a), Shared(400), false, *w, FragmentMeasure::kGpupack).shared_gpu == 1);
   TaskDemand too_much = Shared(300);
@@ -910,8 +911,9 @@ TEST(Fragmentation, ChoosesInstanceAndGpuTogether) {
     p = Place(s, Shared(300), {{"binpack", "fragmentation"}});
     ASSERT_TRUE(p.placed());
     // Now b has one full and one IDLE GPU: opening a GPU of a or of b strands 0.5 * 0.7 either way (on b no IDLE
-    // GPU is left; on a the opened GPU is partly used); the tie goes to a, registered first.
-    EXPECT_EQ(p.instance->id, "a");
+    // GPU is left; on a the opened GPU is partly used). The tie-break keeps whole GPUs whole: b (no IDLE GPU
+    // left) before a (one left), so a keeps both GPUs for whole-GPU tasks... of which it can then take two.
+    EXPECT_EQ(p.instance->id, "b");
     // Failures keep their reasons when nothing fits.
     p = Place(s, Shared(2000), {{"binpack", "fragmentation"}});
     EXPECT_FALSE(p.placed());
