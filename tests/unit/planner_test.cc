@@ -609,6 +609,28 @@ TEST_F(FgdTest, JsonCsvAndSvgReports) {
   EXPECT_NE(svg.find(">random"), std::string::npos);  // legend
 }
 
+// With fgd in the run, the table ends with one summary line, the JSON has `summary` (each strategy's unallocated
+// share at the demand and its difference to fgd) and the SVG legend the differences; without fgd, neither.
+TEST_F(FgdTest, SummaryAgainstFgd) {
+  FgdReport r = Run({42, 43}, 2, {*ParseStrategy("binpack:fragmentation"), *ParseStrategy("fgd"),
+                                  *ParseStrategy("binpack:gpuMemory")});
+  PlanContext ctx{"fleet.json", 5, 28, 2, "workload.json", 5, "mib"};
+  Json j = Json::parse(Render(ctx, r, Format::kJson));
+  ASSERT_TRUE(j.contains("summary"));
+  const double fgd = r.strategies[1].unallocated_pct_at.at(130);
+  EXPECT_NEAR(j["summary"]["fgdUnallocatedPct"].get<double>(), fgd, 1e-4);
+  EXPECT_NEAR(j["summary"]["differenceToFgd"]["binpack:gpuMemory"].get<double>(),
+              r.strategies[2].unallocated_pct_at.at(130) - fgd, 2e-4);
+  EXPECT_EQ(j["summary"]["differenceToFgd"]["fgd"], 0.0);
+  const std::string table = Render(ctx, r, Format::kTable);
+  EXPECT_NE(table.find("\nunallocated at 130% (workload.json): binpack:fragmentation "), std::string::npos);
+  EXPECT_NE(table.find(" vs fgd); fgd "), std::string::npos);
+  EXPECT_NE(FgdSvg(ctx, r).find(" vs fgd)"), std::string::npos);
+  FgdReport without = Run({42}, 1, {*ParseStrategy("binpack:gpuMemory")});
+  EXPECT_FALSE(Json::parse(Render(ctx, without, Format::kJson)).contains("summary"));
+  EXPECT_EQ(Render(ctx, without, Format::kTable).find("vs fgd"), std::string::npos);
+}
+
 TEST(PlannerReportTest, BoundsJsonKeys) {
   BoundsReport b;
   b.units = "milli";
