@@ -320,6 +320,24 @@ void ClusterState::RebuildReservations() {
 
 // ---- fragmentation -----------------------------------------------------------------------------------------
 
+void ClusterState::Touch(InstanceSlot& slot) {
+  slot.load.stamp = ++stamps_;
+  auto& stamps = stamps_by_cluster_[slot.instance->cluster];
+  if (stamps.size() <= slot.seq) stamps.resize(slot.seq + 1, 0);
+  stamps[slot.seq] = slot.load.stamp;
+}
+
+void ClusterState::TouchInstance(const std::string& arn) {
+  auto it = instances_.find(arn);
+  if (it != instances_.end()) Touch(it->second);
+}
+
+const std::vector<uint64_t>& ClusterState::StampsOf(const std::string& cluster) const {
+  static const std::vector<uint64_t> kNone;
+  auto it = stamps_by_cluster_.find(cluster);
+  return it == stamps_by_cluster_.end() ? kNone : it->second;
+}
+
 const ClusterFragments* ClusterState::FragmentsOf(const std::string& cluster) const {
   auto it = fragments_.find(cluster);
   return it == fragments_.end() ? nullptr : it->second.get();

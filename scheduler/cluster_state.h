@@ -170,6 +170,13 @@ class ClusterState {
   void SetTargetWorkload(const std::string& cluster, std::shared_ptr<const TargetWorkload> workload);
   // RecordDemand: one RunTask demand, into the cluster's bounded window of recent demands.
   void RecordDemand(const std::string& cluster, const WorkloadShape& shape);
+  // TouchInstance: gives an instance changed in place (through FindInstance) a new stamp, so that cached moves of
+  // it are recomputed. PutInstance, ReserveTask, ReleaseTask and RebuildReservations do it themselves.
+  void TouchInstance(const std::string& arn);
+  // StampsOf: InstanceLoad::stamp of the cluster's instances by registration position; LastStamp: the last stamp
+  // given in any cluster (unchanged: no instance changed).
+  const std::vector<uint64_t>& StampsOf(const std::string& cluster) const;
+  uint64_t LastStamp() const { return stamps_; }
 
   // ---- clientToken idempotency
   const ClientTokenRecord* FindClientToken(const std::string& cluster, const std::string& token) const;
@@ -208,7 +215,8 @@ class ClusterState {
   // cluster -> fragmentation state (shared_ptr: ClusterFragments is incomplete here)
   std::unordered_map<std::string, std::shared_ptr<ClusterFragments>> fragments_;
   uint64_t stamps_ = 0;  // the last InstanceLoad::stamp given
-  void Touch(InstanceSlot& slot) { slot.load.stamp = ++stamps_; }
+  std::unordered_map<std::string, std::vector<uint64_t>> stamps_by_cluster_;  // cluster -> stamp by position
+  void Touch(InstanceSlot& slot);
   ClusterFragments& MutableFragments(const std::string& cluster);
 };
 

@@ -372,21 +372,9 @@ void FragmentCache::Refresh(Table& t, const std::vector<InstanceEntry>& entries,
   s.stamp = e.load->stamp;
 }
 
-void FragmentCache::Moves(const std::vector<InstanceEntry>& entries, const TaskDemand& demand, bool compute_aware,
-                          const TargetWorkload& workload, FragmentMeasure measure, std::vector<FragmentMove>& out) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Table& t = TableFor(demand, compute_aware, workload, measure);
-  if (t.slots.size() < entries.size()) t.slots.resize(entries.size());
-  out.resize(entries.size());
-  for (size_t pos = 0; pos < entries.size(); ++pos) {
-    Refresh(t, entries, pos, demand, compute_aware, workload, measure);
-    out[pos] = t.slots[pos].move;
-  }
-}
-
 FragmentMove FragmentCache::Move(const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
                                  bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   Table& t = TableFor(demand, compute_aware, workload, measure);
   if (t.slots.size() < entries.size()) t.slots.resize(entries.size());
   Refresh(t, entries, pos, demand, compute_aware, workload, measure);

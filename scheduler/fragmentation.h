@@ -130,14 +130,30 @@ class DemandWindow {
 // FragmentCache: per (measure, demand, compute-aware, workload) the best move of every instance of a cluster, by
 // registration position, with the instance's stamp (InstanceLoad::stamp) when it was computed: a placement
 // changes one instance's stamp, so only that instance is recomputed on the next decision. At most kMaxDemands
-// demands are kept (the least recently used is dropped). Thread-safe: a mutex guards it (placement may run
-// concurrently on a state nobody writes).
+// demands are kept (the least recently used is dropped). Thread-safe: a recursive mutex guards it (placement
+// may run concurrently on a state nobody writes).
 class FragmentCache {
  public:
   static constexpr size_t kMaxDemands = 128;
-  // Moves: fills `out` (one per entry position) with every instance's move, recomputing stale ones.
-  void Moves(const std::vector<InstanceEntry>& entries, const TaskDemand& demand, bool compute_aware,
-             const TargetWorkload& workload, FragmentMeasure measure, std::vector<FragmentMove>& out);
+  // Visit: calls visit(pos, move) for every instance's move, in position order, recomputing stale ones first
+  // (an instance whose stamp in `stamps`, ClusterState::StampsOf, moved; none when `last_stamp`,
+  // ClusterState::LastStamp, is the one of the previous visit); under the cache's lock (recursive: visit may ask
+  // Move of the same cache).
+  template <typename Fn>
+  void Visit(const std::vector<InstanceEntry>& entries, const std::vector<uint64_t>& stamps, uint64_t last_stamp,
+             const TaskDemand& demand, bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure,
+             Fn&& visit) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Table& t = TableFor(demand, compute_aware, workload, measure);
+    if (t.seen != last_stamp || t.slots.size() != entries.size() || stamps.size() != entries.size()) {
+      if (t.slots.size() < entries.size()) t.slots.resize(entries.size());
+      for (size_t pos = 0; pos < entries.size(); ++pos)
+        if (pos >= stamps.size() || t.slots[pos].stamp != stamps[pos] || stamps[pos] == 0)
+          Refresh(t, entries, pos, demand, compute_aware, workload, measure);
+      t.seen = last_stamp;
+    }
+    for (size_t pos = 0; pos < entries.size(); ++pos) visit(pos, t.slots[pos].move);
+  }
   // Move: one instance's move (cached).
   FragmentMove Move(const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
                     bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure);
@@ -150,6 +166,7 @@ class FragmentCache {
   struct Table {
     std::vector<Slot> slots;
     uint64_t last_used = 0;
+    uint64_t seen = 0;  // ClusterState::LastStamp when every slot was last brought up to date
   };
   using Key = std::tuple<int, int64_t, MiB, int, MiB, int, int, bool, uint64_t>;
   Table& TableFor(const TaskDemand& demand, bool compute_aware, const TargetWorkload& workload,
@@ -160,7 +177,7 @@ class FragmentCache {
     uint64_t stamp = 0;
     NodeStats stats;
   };
-  std::mutex mu_;
+  std::recursive_mutex mu_;
   std::vector<StatsSlot> stats_;   // per instance position, for workload stats_workload_
   uint64_t stats_workload_ = 0;
   std::map<Key, Table> tables_;

@@ -584,31 +584,22 @@ bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
   static const TargetWorkload kNoWorkload;
   const ClusterFragments* frag = args.state.FragmentsOf(req.cluster);
   const TargetWorkload& workload = frag && frag->Target() ? *frag->Target() : kNoWorkload;
-  std::vector<FragmentMove> moves;
-  if (frag) {
-    frag->cache.Moves(entries, req.demand, req.compute_aware, workload, measure, moves);
-  } else {
-    moves.resize(entries.size());
-    for (size_t pos = 0; pos < entries.size(); ++pos)
-      moves[pos] = BestMove(*entries[pos].instance, *entries[pos].load, req.demand, req.compute_aware, workload,
-                            measure);
-  }
   const bool single = c.scorers.size() == 1;
   const bool only_listed = !req.only_instances.empty();
   std::optional<ScoreContext> ctx;
   std::vector<double> best_scores, scores(c.scorers.size());
   size_t best = SIZE_MAX;
+  FragmentMove best_move;
   GpuFit best_fit;
   FilterOutcome f;
-  for (size_t pos = 0; pos < entries.size(); ++pos) {
-    const FragmentMove& m = moves[pos];
-    if (!m.fits) continue;
-    if (best != SIZE_MAX && (m.delta > best_scores[0] || (single && m.delta == best_scores[0]))) continue;
+  auto visit = [&](size_t pos, const FragmentMove& m) {
+    if (!m.fits) return;
+    if (best != SIZE_MAX && (m.delta > best_scores[0] || (single && m.delta == best_scores[0]))) return;
     const ContainerInstance& inst = *entries[pos].instance;
-    if (IsInactive(inst) || (only_listed && !InOnlyList(req, inst))) continue;
+    if (IsInactive(inst) || (only_listed && !InOnlyList(req, inst))) return;
     f.fit = GpuFit{};
     if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, *entries[pos].load, false, f))
-      continue;
+      return;
     scores[0] = m.delta;
     if (!single) {
       if (!ctx) ctx = PrepareScorers(c, args.state, entries, req);
@@ -619,16 +610,35 @@ bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
     if (best == SIZE_MAX || scores < best_scores) {  // ties keep the earlier-registered instance
       best = pos;
       best_scores = scores;
+      best_move = m;
       best_fit = f.fit;
     }
+  };
+  if (frag) {
+    frag->cache.Visit(entries, args.state.StampsOf(req.cluster), args.state.LastStamp(), req.demand,
+                      req.compute_aware, workload, measure, visit);
+  } else {
+    for (size_t pos = 0; pos < entries.size(); ++pos)
+      visit(pos, BestMove(*entries[pos].instance, *entries[pos].load, req.demand, req.compute_aware, workload,
+                          measure));
   }
   if (best == SIZE_MAX) return false;
   const ContainerInstance* chosen = entries[best].instance;
   result.instance = chosen;
-  if (req.demand.gpu_kind == GpuKind::kShared && moves[best].shared_gpu >= 0)
-    result.gpu_indices = {static_cast<size_t>(moves[best].shared_gpu)};
-  else
+  if (req.demand.gpu_kind == GpuKind::kShared && best_move.shared_gpu >= 0) {
+    // The cached GPU, unless the instance changed in a way its stamp missed: then the move is measured afresh.
+    const auto g = static_cast<size_t>(best_move.shared_gpu);
+    const bool usable = g < chosen->gpus.size() && Shareable(chosen->gpus[g]) &&
+                        chosen->gpus[g].remaining_memory_mib >= req.demand.gpu_memory &&
+                        !(req.compute_aware && chosen->gpus[g].compute_used_percent + req.demand.gpu_compute > 100);
+    const FragmentMove fresh = usable ? best_move
+                                      : BestMove(*chosen, *entries[best].load, req.demand, req.compute_aware,
+                                                 workload, measure);
+    result.gpu_indices = fresh.shared_gpu >= 0 ? std::vector<size_t>{static_cast<size_t>(fresh.shared_gpu)}
+                                               : ChosenGpus(req.demand, *chosen, best_fit);
+  } else {
     result.gpu_indices = ChosenGpus(req.demand, *chosen, best_fit);
+  }
   return true;
 }
 
