@@ -286,6 +286,8 @@ Simulation::Outcome Simulation::Arrive(int task, int index) {
   Outcome out;
   const PlannedTask& pt = scenario_.tasks[task];
   const Shape& shape = scenario_.shapes[pt.shape];
+  // Every arrival is a RunTask demand, placed or refused (from the cache or not).
+  if (record_demands_) state_.RecordDemand(kPlanCluster, WorkloadShapeOf(shape.demand, shape.constraints));
   if (options_.remember_failures) {
     for (const auto& f : failed_[shape.feasibility_class])
       if (Dominates(shape.demand, f.demand)) {
@@ -293,7 +295,6 @@ Simulation::Outcome Simulation::Arrive(int task, int index) {
         return out;
       }
   }
-  if (record_demands_) state_.RecordDemand(kPlanCluster, WorkloadShapeOf(shape.demand, shape.constraints));
   Placement p = placers_[pt.shape]->PlaceOne(state_, index);
   if (!p.placed()) {
     out.reason = MainReason(p.failures);

@@ -191,7 +191,7 @@ FragmentMove MoveFromStats(const ContainerInstance& inst, const NodeStats& st, c
   FragmentMove out;
   if (inst.remaining.cpu < demand.cpu || inst.remaining.memory < demand.memory) return out;
   auto none = [](size_t, const WorkloadShape&) { return std::pair<int, double>{0, 0.0}; };
-  const double before = FragmentAfter(st, w, st.cpu, st.free_total, none);
+  const double before = st.fragment;
   const int64_t cpu = st.cpu - demand.cpu;
   if (demand.gpu_kind == GpuKind::kNone) {
     out.fits = true;
@@ -290,6 +290,8 @@ NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const
       else st.small[c] += g.Share();
     }
   }
+  st.fragment = FragmentAfter(st, w, st.cpu, st.free_total,
+                              [](size_t, const WorkloadShape&) { return std::pair<int, double>{0, 0.0}; });
   return st;
 }
 

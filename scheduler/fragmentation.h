@@ -81,7 +81,7 @@ double Fragment(const ContainerInstance& inst, const InstanceLoad& load, const T
 // NodeStats: an instance's state summarized per class of a workload, from which a move's fragment change is
 // O(classes): its free CPU, free GPU share and IDLE GPUs, and per class whether its memberOf admits the instance,
 // the GPUs with room for one task of it (shared: free memory >= its need; dedicated: IDLE) and the free share of
-// the other shareable GPUs.
+// the other shareable GPUs; and the fragment they add up to.
 struct NodeStats {
   int64_t cpu = 0;
   double free_total = 0;
@@ -89,6 +89,7 @@ struct NodeStats {
   std::vector<uint8_t> access;
   std::vector<int> room;
   std::vector<double> small;
+  double fragment = 0;  // fragment(instance) itself
 };
 NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload);
 

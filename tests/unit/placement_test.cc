@@ -923,6 +923,27 @@ TEST(Fragmentation, ChoosesInstanceAndGpuTogether) {
   }
 }
 
+// The operator's workload for every cluster (cluster ""): clusters put before and after take it, and it wins
+// over the learned one; a bounded window forgets old demands.
+TEST(Fragmentation, OperatorWorkloadForEveryClusterAndBoundedWindow) {
+  ClusterState s;
+  s.PutCluster(Cluster{"before", "arn:b", {}, {}, {}, 0});
+  const auto w = HalfAndWhole();
+  s.SetTargetWorkload("", w);
+  s.PutCluster(Cluster{"after", "arn:a", {}, {}, {}, 0});
+  s.RecordDemand("after", WorkloadShapeOf(Shared(100), {}));
+  EXPECT_EQ(s.FragmentsOf("before")->Target(), w.get());
+  EXPECT_EQ(s.FragmentsOf("after")->Target(), w.get());
+  s.SetTargetWorkload("after", nullptr);  // back to learning
+  ASSERT_NE(s.FragmentsOf("after")->Target(), nullptr);
+  EXPECT_EQ(s.FragmentsOf("after")->Target()->classes.size(), 1u);
+  DemandWindow window(4, 2);
+  for (int k = 0; k < 10; ++k) window.Record(WorkloadShapeOf(Shared(100 + k), {}));
+  EXPECT_EQ(window.size(), 4u);
+  ASSERT_NE(window.Learned(), nullptr);
+  for (const auto& c : window.Learned()->classes) EXPECT_GE(c.shape.gpu_memory, 106);
+}
+
 // After another strategy, binpack(fragmentation) breaks its ties; RunTask accepts it, not the planner's fgd.
 TEST(Fragmentation, AfterAnotherStrategyAndValidation) {
   ClusterState s;
