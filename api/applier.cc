@@ -18,6 +18,7 @@ Applier::Applier(ApplierOptions options, Store& store, GroupCommitter& committer
           .count();
     };
   rng_.seed(options_.seed ? options_.seed : std::random_device{}());
+  if (options_.fragmentation_workload) state_.SetTargetWorkload("", options_.fragmentation_workload);
   committer_.SetAfterGroup([this] { FinishGroup(); });
   // Each write is decided on top of the ones before it: once one is lost, none after it may become durable.
   committer_.SetStopAfterFailure(true);

@@ -35,6 +35,9 @@ struct ApplierOptions {
   uint64_t seed = 0;               // 0 = from std::random_device; ids and random placement derive from it
   EpochMs stopped_task_retention_ms = 3'600'000;  // STOPPED tasks stay describable this long (ECS: >= 1 h)
   PlacementPolicy placement;  // the default strategy for shared-GPU tasks, placing on disconnected instances
+  // The operator's target workload of binpack(fragmentation) for every cluster (gpupack server
+  // --fragmentation-workload); null: each cluster learns it from its recent RunTask demands.
+  std::shared_ptr<const TargetWorkload> fragmentation_workload;
 };
 
 class Applier {

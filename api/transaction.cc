@@ -53,6 +53,7 @@ void Transaction::UpdateInstance(const std::string& arn, const std::function<voi
   ContainerInstance* inst = state_.FindInstance(arn);
   if (!inst) return;
   change(*inst);
+  state_.TouchInstance(arn);  // binpack(fragmentation)'s cached moves of it are recomputed
   TouchInstance(*inst);
 }
 

@@ -71,6 +71,9 @@ class Transaction {
   // EraseStoppedTask forgets a STOPPED task whose retention expired.
   Status EraseStoppedTask(const std::string& arn);
   void PutClientToken(ClientTokenRecord record);
+  // RecordDemand: one RunTask/StartTask demand into the cluster's window of recent demands (working state only,
+  // never stored): binpack(fragmentation) learns its target workload from it.
+  void RecordDemand(const std::string& cluster, const WorkloadShape& shape) { state_.RecordDemand(cluster, shape); }
 
   // ---- agents and metrics
   void Push(const std::string& instance_arn, AgentPush push);

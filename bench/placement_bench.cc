@@ -9,7 +9,9 @@
 // long-running cluster scatters it.
 //
 // Cases: random (no strategy), binpack(gpuMemory), binpack(memory), binpack(cpu), binpack(memory) then
-// spread(attribute:ecs.availability-zone), spread(instanceId), memberOf + binpack(gpuMemory), fits nowhere.
+// spread(attribute:ecs.availability-zone), spread(instanceId), memberOf + binpack(gpuMemory), fits nowhere,
+// binpack(fragmentation) (its target workload learned from the fill: every fill task is recorded as a RunTask
+// demand).
 // BM_Decide/<case>: one decision for a shared 4,096 MiB task (or one that fits nowhere); the Placer is compiled
 // once and reused, the state is never mutated. BM_DecideRate/<case>: the same without per-call clocks (the
 // throughput figure). BM_DecideApply/<case>: decision + the applier's in-memory work
@@ -34,6 +36,7 @@
 #include <benchmark/benchmark.h>
 
 #include "scheduler/cluster_state.h"
+#include "scheduler/fragmentation.h"
 #include "scheduler/model.h"
 #include "scheduler/placement.h"
 #include "scheduler/task_builder.h"
@@ -208,6 +211,8 @@ Fixture* BuildFixture() {
         std::fprintf(stderr, "placement_bench: fill failed: %s\n", s.message().c_str());
         std::abort();
       }
+      // Each fill task was a RunTask demand: binpack(fragmentation) learns its target workload from them.
+      f->state.RecordDemand(kCluster, WorkloadShapeOf(demand, {}));
       f->gpu_memory_declared += demand.gpu_kind == GpuKind::kShared ? demand.gpu_memory : kGpuMemory;
       ++f->fill_tasks;
       ++f->fill_by_kind[k];
@@ -227,7 +232,7 @@ Fixture& Shared() {
 
 enum class Case {
   kRandom, kBinpackGpuMemory, kBinpackMemory, kBinpackCpu, kBinpackMemorySpread, kSpreadInstance, kMemberOf,
-  kFitsNowhere
+  kFitsNowhere, kBinpackFragmentation
 };
 
 PlacementRequest RequestFor(Case c) {
@@ -260,6 +265,9 @@ PlacementRequest RequestFor(Case c) {
       break;
     case Case::kFitsNowhere:
       req.demand.gpu_memory = 90'000;  // more than any GPU has: RESOURCE:GPU_MEMORY on all 10,000 instances
+      break;
+    case Case::kBinpackFragmentation:  // target workload learned from the fill's demands (the fixture)
+      req.strategies = {{"binpack", "fragmentation"}};
       break;
   }
   return req;
@@ -383,6 +391,7 @@ double MinTime() {
 }
 const double kMinTime = MinTime();
 
+BENCHMARK_CAPTURE(BM_Decide, binpack_fragmentation, Case::kBinpackFragmentation)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, random, Case::kRandom)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, binpack_gpuMemory, Case::kBinpackGpuMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, binpack_memory, Case::kBinpackMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
@@ -391,6 +400,7 @@ BENCHMARK_CAPTURE(BM_Decide, binpack_memory_spread_zone, Case::kBinpackMemorySpr
 BENCHMARK_CAPTURE(BM_Decide, spread_instanceId, Case::kSpreadInstance)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, memberOf_binpack_gpuMemory, Case::kMemberOf)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Decide, fits_nowhere, Case::kFitsNowhere)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_DecideRate, binpack_fragmentation, Case::kBinpackFragmentation)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, random, Case::kRandom)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, binpack_gpuMemory, Case::kBinpackGpuMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, binpack_memory, Case::kBinpackMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
@@ -399,6 +409,7 @@ BENCHMARK_CAPTURE(BM_DecideRate, binpack_memory_spread_zone, Case::kBinpackMemor
 BENCHMARK_CAPTURE(BM_DecideRate, spread_instanceId, Case::kSpreadInstance)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, memberOf_binpack_gpuMemory, Case::kMemberOf)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideRate, fits_nowhere, Case::kFitsNowhere)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_DecideApply, binpack_fragmentation, Case::kBinpackFragmentation)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideApply, random, Case::kRandom)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideApply, binpack_gpuMemory, Case::kBinpackGpuMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_DecideApply, binpack_memory, Case::kBinpackMemory)->Unit(benchmark::kMicrosecond)->MinTime(kMinTime);

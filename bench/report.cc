@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -130,6 +131,27 @@ std::string XmlEscape(const std::string& s) {
 
 // ---- fgd --------------------------------------------------------------------------------------------------
 
+namespace {
+
+// FgdBaseline: the unallocated share at the demand of the run's `fgd` strategy (the paper's baseline), when the
+// run has one; the summary line, the JSON `summary` and the SVG legend then give each strategy's difference to it.
+std::optional<double> FgdBaseline(const FgdReport& r) {
+  for (const auto& s : r.strategies)
+    if (s.name == "fgd") {
+      auto it = s.unallocated_pct_at.find(r.demand_pct);
+      if (it != s.unallocated_pct_at.end()) return it->second;
+    }
+  return std::nullopt;
+}
+
+// VsFgd: "-0.09 vs fgd" (points of GPU capacity; negative: less left unallocated than FGD).
+std::string VsFgd(double v, double fgd) {
+  const double d = std::round((v - fgd) * 100.0) / 100.0;
+  return std::string(d >= 0 ? "+" : "") + Fixed(d == 0 ? 0.0 : d, 2) + " vs fgd";
+}
+
+}  // namespace
+
 std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
   if (format == Format::kJson) {
     Json j = ContextJson(ctx, "fgd");
@@ -152,6 +174,18 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
         js["runs"].push_back(std::move(jr));
       }
       j["strategies"].push_back(std::move(js));
+    }
+    if (const auto fgd = FgdBaseline(r)) {
+      // Only with an fgd strategy in the run, so reports without it keep their bytes.
+      Json sum = {{"demandPct", r.demand_pct}, {"fgdUnallocatedPct", R4(*fgd)}};
+      sum["unallocatedPct"] = Json::object();
+      sum["differenceToFgd"] = Json::object();
+      for (const auto& s : r.strategies) {
+        const double v = s.unallocated_pct_at.at(r.demand_pct);
+        sum["unallocatedPct"][s.name] = R4(v);
+        sum["differenceToFgd"][s.name] = R4(v - *fgd);
+      }
+      j["summary"] = std::move(sum);
     }
     return j.dump(2) + "\n";
   }
@@ -185,7 +219,17 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
     row.push_back(Fixed(s.runs.empty() ? 0 : refused / s.runs.size(), 1));
     t.Row(row);
   }
-  return out + t.Str();
+  out += t.Str();
+  if (const auto fgd = FgdBaseline(r)) {
+    // One line for the run: each strategy's unallocated share at the demand and its difference to FGD.
+    out += "\nunallocated at " + std::to_string(r.demand_pct) + "% (" + ctx.workload_source + "):";
+    for (const auto& s : r.strategies) {
+      const double v = s.unallocated_pct_at.at(r.demand_pct);
+      out += " " + s.name + " " + Pct(v) + (s.name == "fgd" ? "" : " (" + VsFgd(v, *fgd) + ")") + ";";
+    }
+    out.back() = '\n';
+  }
+  return out;
 }
 
 // ---- replay -----------------------------------------------------------------------------------------------
@@ -422,12 +466,15 @@ std::string FgdSvg(const PlanContext& ctx, const FgdReport& r) {
   // Legend, lower right (the curves rise from the lower left and flatten at the top); sized to its longest
   // label at about 6.8 px per character of the 12 px font.
   std::vector<std::string> labels;
+  const std::optional<double> fgd = FgdBaseline(r);
   size_t longest = std::string("all arrived demand allocated").size();
   for (const auto& st : r.strategies) {
     std::string label = st.name;
     auto it = st.unallocated_pct_at.find(r.demand_pct);
-    if (it != st.unallocated_pct_at.end())
+    if (it != st.unallocated_pct_at.end()) {
       label += ": " + Pct(it->second) + " unallocated at " + std::to_string(r.demand_pct) + "%";
+      if (fgd && st.name != "fgd") label += " (" + VsFgd(it->second, *fgd) + ")";
+    }
     longest = std::max(longest, label.size());
     labels.push_back(std::move(label));
   }

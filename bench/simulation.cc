@@ -44,7 +44,14 @@ Result<PlanStrategy> ParseStrategy(std::string_view text) {
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
-  if (Status st = ValidatePlacement({}, s.chain); !st.ok())
+  // A planner-only baseline (fgd) is not RunTask's: validate the rest of the chain as RunTask would.
+  std::vector<PlacementStrategy> runtask_chain;
+  for (const auto& ps : s.chain) {
+    const StrategyKind* kind = FindPlannerStrategyKind(ps);
+    if (!(kind && kind->planner_only)) runtask_chain.push_back(ps);
+  }
+  if (runtask_chain.empty() && !s.chain.empty()) return s;
+  if (Status st = ValidatePlacement({}, runtask_chain); !st.ok())
     return Status::InvalidParameter("--strategy '" + s.name + "': " + st.message() + " (strategies: " +
                                     StrategySyntaxList() + ")");
   return s;
@@ -161,6 +168,16 @@ Result<Scenario> BuildScenario(const Fleet* fleet, const Workload& workload, Gpu
     pt.shape = it->second;
     sc.tasks.push_back(pt);
   }
+  // fgd's target: the typical shapes as the paper keys them (CPU, GPU count, GPU share, GPU models).
+  std::vector<WorkloadShape> fgd_shapes;
+  for (size_t i = 0; i < sc.tasks.size(); ++i) {
+    const Shape& shape = sc.shapes[sc.tasks[i].shape];
+    WorkloadShape ws = WorkloadShapeOf(shape.demand, shape.constraints);
+    ws.weight = workload.tasks[i].weight;
+    ws.memory = 0;
+    fgd_shapes.push_back(std::move(ws));
+  }
+  sc.fgd_workload = BuildTargetWorkload(fgd_shapes, 0.95);
   return sc;
 }
 
@@ -214,6 +231,15 @@ Result<std::unique_ptr<Simulation>> Simulation::Create(const Scenario& scenario,
   }
   sim->instance_count_ = static_cast<int>(order.size());
 
+  // The fragmentation strategies' target workload: fgd the workload's typical shapes, as the paper;
+  // binpack:fragmentation learns it from the demands that arrive, as the server does from RunTask.
+  for (const PlacementStrategy& ps : strategy.chain) {
+    const StrategyKind* kind = FindPlannerStrategyKind(ps);
+    if (!kind || kind->gpu_choice != GpuChoice::kFragment) continue;
+    if (kind->planner_only) state.SetTargetWorkload(kPlanCluster, scenario.fgd_workload);
+    else sim->record_demands_ = true;
+    break;
+  }
   int classes = 0;
   for (const Shape& s : scenario.shapes) {
     PlacementRequest req;
@@ -260,6 +286,8 @@ Simulation::Outcome Simulation::Arrive(int task, int index) {
   Outcome out;
   const PlannedTask& pt = scenario_.tasks[task];
   const Shape& shape = scenario_.shapes[pt.shape];
+  // Every arrival is a RunTask demand, placed or refused (from the cache or not).
+  if (record_demands_) state_.RecordDemand(kPlanCluster, WorkloadShapeOf(shape.demand, shape.constraints));
   if (options_.remember_failures) {
     for (const auto& f : failed_[shape.feasibility_class])
       if (Dominates(shape.demand, f.demand)) {

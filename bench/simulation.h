@@ -16,6 +16,7 @@
 
 #include "bench/inputs.h"
 #include "scheduler/cluster_state.h"
+#include "scheduler/fragmentation.h"
 #include "scheduler/placement.h"
 
 namespace gpupack::plan {
@@ -67,6 +68,10 @@ struct Scenario {
   std::vector<Shape> shapes;
   std::vector<PlannedTask> tasks;      // parallel to workload->tasks
   int gpu_count = 0;                   // GPUs of the fleet as given
+  // fgd's target workload: the workload's typical shapes (the most frequent by weight, covering 95% of it), keyed
+  // as the paper keys them (CPU, GPU count, GPU share, GPU models; no host memory). binpack:fragmentation learns
+  // its own from the arrivals (ClusterState::RecordDemand), as the server does from RunTask.
+  std::shared_ptr<const TargetWorkload> fgd_workload;
 };
 
 // BuildScenario resolves the units and every task's concrete demand. A shared need declared as a fraction
@@ -123,6 +128,7 @@ class Simulation {
   Options options_;
   ClusterState state_;
   std::vector<std::unique_ptr<Placer>> placers_;           // one per shape
+  bool record_demands_ = false;                            // binpack:fragmentation learns its target workload
   std::vector<std::vector<FailedDemand>> failed_;          // per feasibility class
   std::vector<Placed> placed_;                             // by task id
   double allocated_gpus_ = 0;

@@ -23,6 +23,7 @@ struct ServerFlags {
   bool place_on_disconnected = false;  // benchmarks and simulations whose client plays the agent
   std::string default_strategy = "binpack:gpuMemory";  // for shared-GPU tasks that name none: TYPE[:FIELD]
   int threads = 2;
+  std::string fragmentation_workload;  // JSON file: binpack(fragmentation)'s target workload; empty = learned
 };
 
 void AddServerFlags(CLI::App& app, ServerFlags& flags);

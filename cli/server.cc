@@ -6,13 +6,16 @@
 #include <regex>
 
 #include <CLI/CLI.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "api/request_auth.h"
 #include "api/server.h"
-#include "protocol/sigv4_verifier.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
+#include "protocol/sigv4_verifier.h"
+#include "scheduler/fragmentation.h"
 #include "scheduler/validation.h"
 #include "storage/sqlite_store.h"
 
@@ -39,7 +42,66 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_flag("--place-on-disconnected", f.place_on_disconnected,
                "place tasks on container instances whose agent is not connected (benchmarks and simulations "
                "whose client plays the agent with SubmitTaskStateChange; such tasks never start otherwise)");
+  app.add_option("--fragmentation-workload", f.fragmentation_workload,
+                 "JSON file {\"shapes\": [{\"weight\", \"cpu\", \"memory\", \"gpuMemory\" or \"gpus\", \"memberOf\"}]}: "
+                 "the target workload of placementStrategy binpack(fragmentation) in every cluster (default: "
+                 "learned from each cluster's recent RunTask demands); see docs/api.md");
 }
+
+namespace {
+
+// LoadFragmentationWorkload reads --fragmentation-workload: {"shapes": [{"weight": 3, "cpu": 2048, "memory": 8192,
+// "gpuMemory": 4096}, {"weight": 1, "cpu": 16384, "memory": 65536, "gpus": 4, "memberOf": "attribute:x == y"}]}.
+// cpu in CPU units, memory and gpuMemory in MiB (gpuMemory: a shared task on one GPU; gpus: dedicated GPUs).
+Result<std::shared_ptr<const TargetWorkload>> LoadFragmentationWorkload(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidParameter("--fragmentation-workload: cannot read " + path);
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidParameter("--fragmentation-workload " + path + ": " + what);
+  };
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("shapes") || !j["shapes"].is_array() || j["shapes"].empty())
+    return bad("expected {\"shapes\": [...]} with at least one shape");
+  std::vector<WorkloadShape> shapes;
+  for (size_t i = 0; i < j["shapes"].size(); ++i) {
+    const nlohmann::json& e = j["shapes"][i];
+    const std::string at = "shapes[" + std::to_string(i) + "]";
+    if (!e.is_object()) return bad(at + " must be an object");
+    auto number = [&](const char* key, int64_t& out) -> bool {
+      if (!e.contains(key)) return true;
+      if (!e[key].is_number_integer() || e[key].get<int64_t>() < 0) return false;
+      out = e[key].get<int64_t>();
+      return true;
+    };
+    WorkloadShape s;
+    int64_t gpu_memory = 0, gpus = 0;
+    if (!number("cpu", s.cpu) || !number("memory", s.memory) || !number("gpuMemory", gpu_memory) ||
+        !number("gpus", gpus))
+      return bad(at + ": cpu, memory, gpuMemory and gpus must be integers >= 0");
+    if (gpu_memory > 0 && gpus > 0) return bad(at + ": a shape has gpuMemory (shared) or gpus (dedicated), not both");
+    if (gpu_memory > 0) {
+      s.gpu_kind = GpuKind::kShared;
+      s.gpu_memory = gpu_memory;
+    } else if (gpus > 0) {
+      s.gpu_kind = GpuKind::kDedicated;
+      s.gpu_count = static_cast<int>(gpus);
+    }
+    s.weight = 1;
+    if (e.contains("weight")) {
+      if (!e["weight"].is_number() || e["weight"].get<double>() <= 0) return bad(at + ": weight must be > 0");
+      s.weight = e["weight"].get<double>();
+    }
+    if (e.contains("memberOf")) {
+      if (!e["memberOf"].is_string()) return bad(at + ": memberOf must be a string");
+      if (auto q = query::Parse(e["memberOf"].get<std::string>()); !q.ok()) return bad(at + ": " + q.status().message());
+      s.member_of.push_back(e["memberOf"].get<std::string>());
+    }
+    shapes.push_back(std::move(s));
+  }
+  return BuildTargetWorkload(shapes, 1.0);
+}
+
+}  // namespace
 
 namespace {
 
@@ -179,6 +241,11 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   auto strategy = ParseDefaultStrategy(f.default_strategy);
   if (!strategy.ok()) return usage("--default-strategy: " + strategy.status().message());
   options.control_plane.placement.shared_gpu_default = {*strategy};
+  if (!f.fragmentation_workload.empty()) {
+    auto w = LoadFragmentationWorkload(f.fragmentation_workload);
+    if (!w.ok()) return usage(w.status().message());
+    options.control_plane.fragmentation_workload = std::move(*w);
+  }
   options.authenticator = impl->authenticator.get();
   std::signal(SIGPIPE, SIG_IGN);
   auto server = api::Server::Start(std::move(options), *impl->store);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "scheduler/fragmentation.h"
+
 namespace gpupack {
 
 // ---- clusters ----------------------------------------------------------------------------------------------
@@ -19,6 +21,7 @@ const Cluster* ClusterState::FindCluster(const std::string& name) const {
 void ClusterState::PutCluster(Cluster cluster) {
   std::string name = cluster.name;
   clusters_[name] = std::move(cluster);
+  MutableFragments(name);
 }
 
 std::vector<const Cluster*> ClusterState::Clusters() const {
@@ -75,6 +78,7 @@ void ClusterState::PutInstance(ContainerInstance instance) {
     IndexInstance(it->second, /*insert=*/false);
     *it->second.instance = std::move(instance);
     IndexInstance(it->second, /*insert=*/true);
+    Touch(it->second);
     return;
   }
   std::string arn = instance.arn;
@@ -87,6 +91,7 @@ void ClusterState::PutInstance(ContainerInstance instance) {
   entries_by_cluster_[cluster].push_back({slot.instance.get(), &slot.load});
   by_pointer_[slot.instance.get()] = &slot;
   IndexInstance(slot, /*insert=*/true);
+  Touch(slot);
 }
 
 void ClusterState::IndexInstance(const InstanceSlot& slot, bool insert) {
@@ -241,6 +246,7 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
     }
   }
   IndexInstance(it->second, /*insert=*/true);
+  Touch(it->second);
   const uint32_t group_id = group_ids_.emplace(task.group, static_cast<uint32_t>(group_ids_.size())).first->second;
   auto by_id = std::find_if(load.group_id_counts.begin(), load.group_id_counts.end(),
                             [&](const auto& e) { return e.first == group_id; });
@@ -323,9 +329,58 @@ void ClusterState::RebuildReservations() {
   for (auto& [_, index] : gpu_index_) index.clear();
   for (auto& [_, index] : host_index_) index = HostIndexes{};
   group_index_.clear();
-  for (const auto& [_, slot] : instances_) IndexInstance(slot, /*insert=*/true);
+  for (auto& [_, slot] : instances_) {
+    IndexInstance(slot, /*insert=*/true);
+    Touch(slot);
+  }
   for (const auto& [_, task] : tasks_)
     if (!task->resources_released) ApplyReservation(*task, +1);
+}
+
+// ---- fragmentation -----------------------------------------------------------------------------------------
+
+void ClusterState::Touch(InstanceSlot& slot) {
+  slot.load.stamp = ++stamps_;
+  auto& stamps = stamps_by_cluster_[slot.instance->cluster];
+  if (stamps.size() <= slot.seq) stamps.resize(slot.seq + 1, 0);
+  stamps[slot.seq] = slot.load.stamp;
+}
+
+void ClusterState::TouchInstance(const std::string& arn) {
+  auto it = instances_.find(arn);
+  if (it != instances_.end()) Touch(it->second);
+}
+
+const std::vector<uint64_t>& ClusterState::StampsOf(const std::string& cluster) const {
+  static const std::vector<uint64_t> kNone;
+  auto it = stamps_by_cluster_.find(cluster);
+  return it == stamps_by_cluster_.end() ? kNone : it->second;
+}
+
+const ClusterFragments* ClusterState::FragmentsOf(const std::string& cluster) const {
+  auto it = fragments_.find(cluster);
+  return it == fragments_.end() ? nullptr : it->second.get();
+}
+
+ClusterFragments& ClusterState::MutableFragments(const std::string& cluster) {
+  auto& f = fragments_[cluster];
+  if (!f) {
+    f = std::make_shared<ClusterFragments>();
+    auto all = fragments_.find("");  // the workload SetTargetWorkload gave every cluster
+    if (all != fragments_.end() && all->second) f->operator_workload = all->second->operator_workload;
+  }
+  return *f;
+}
+
+void ClusterState::SetTargetWorkload(const std::string& cluster, std::shared_ptr<const TargetWorkload> workload) {
+  if (cluster.empty())
+    for (auto& [_, f] : fragments_)
+      if (f) f->operator_workload = workload;
+  MutableFragments(cluster).operator_workload = std::move(workload);
+}
+
+void ClusterState::RecordDemand(const std::string& cluster, const WorkloadShape& shape) {
+  MutableFragments(cluster).window.Record(shape);
 }
 
 // ---- client tokens -----------------------------------------------------------------------------------------

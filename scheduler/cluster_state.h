@@ -20,6 +20,10 @@
 
 namespace gpupack {
 
+struct ClusterFragments;  // scheduler/fragmentation.h
+struct TargetWorkload;
+struct WorkloadShape;
+
 // Per-instance facts derived from the tasks on it, kept up to date by ReserveTask()/ReleaseTask().
 struct InstanceLoad {
   std::unordered_map<std::string, int> group_counts;  // task group -> non-STOPPED tasks of that group
@@ -27,6 +31,9 @@ struct InstanceLoad {
   // The same counts keyed by ClusterState::GroupId (placement's hot loops; no string hashing). Only loads
   // kept by ClusterState fill it.
   std::vector<std::pair<uint32_t, int>> group_id_counts;
+  // A number no other state of any instance had: set by every change of the instance or of its holdings
+  // (FragmentCache recomputes an instance whose stamp moved). 0 only in loads ClusterState does not keep.
+  uint64_t stamp = 0;
   int CountOfGroupId(uint32_t id) const {
     for (const auto& [g, n] : group_id_counts)
       if (g == id) return n;
@@ -170,6 +177,22 @@ class ClusterState {
   // resources. Used after loading from the store; the result is exactly what Reserve/Release would produce.
   void RebuildReservations();
 
+  // ---- fragmentation (scheduler/fragmentation.h): per cluster, the target workload of binpack(fragmentation) and
+  // fgd and their cache of moves. FragmentsOf is null for a cluster that was never put.
+  const ClusterFragments* FragmentsOf(const std::string& cluster) const;
+  // SetTargetWorkload: the operator's workload for the cluster (null: learn it from RecordDemand again); cluster ""
+  // sets it for every cluster, present and future.
+  void SetTargetWorkload(const std::string& cluster, std::shared_ptr<const TargetWorkload> workload);
+  // RecordDemand: one RunTask demand, into the cluster's bounded window of recent demands.
+  void RecordDemand(const std::string& cluster, const WorkloadShape& shape);
+  // TouchInstance: gives an instance changed in place (through FindInstance) a new stamp, so that cached moves of
+  // it are recomputed. PutInstance, ReserveTask, ReleaseTask and RebuildReservations do it themselves.
+  void TouchInstance(const std::string& arn);
+  // StampsOf: InstanceLoad::stamp of the cluster's instances by registration position; LastStamp: the last stamp
+  // given in any cluster (unchanged: no instance changed).
+  const std::vector<uint64_t>& StampsOf(const std::string& cluster) const;
+  uint64_t LastStamp() const { return stamps_; }
+
   // ---- clientToken idempotency
   const ClientTokenRecord* FindClientToken(const std::string& cluster, const std::string& token) const;
   void PutClientToken(ClientTokenRecord record);
@@ -208,6 +231,12 @@ class ClusterState {
   std::unordered_map<std::string, std::shared_ptr<Task>> tasks_;
   std::vector<std::shared_ptr<Task>> superseded_;  // versions replaced by Own() since DropSuperseded()
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
+  // cluster -> fragmentation state (shared_ptr: ClusterFragments is incomplete here)
+  std::unordered_map<std::string, std::shared_ptr<ClusterFragments>> fragments_;
+  uint64_t stamps_ = 0;  // the last InstanceLoad::stamp given
+  std::unordered_map<std::string, std::vector<uint64_t>> stamps_by_cluster_;  // cluster -> stamp by position
+  void Touch(InstanceSlot& slot);
+  ClusterFragments& MutableFragments(const std::string& cluster);
 };
 
 // DemandOf derives what a task needs from its definition and overrides (task-level cpu/memory win over the

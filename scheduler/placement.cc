@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "scheduler/fragmentation.h"
 #include "scheduler/placement_parts.h"
 #include "scheduler/query.h"
 #include "scheduler/strategies.h"
@@ -275,9 +276,13 @@ static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<
 }
 
 static ScoreContext PrepareScorers(const Placer::Compiled& c, const ClusterState& state,
-                                   const std::vector<InstanceEntry>& entries, const std::string& group) {
+                                   const std::vector<InstanceEntry>& entries, const PlacementRequest& request) {
   ScoreContext ctx;
-  ctx.group_id = state.GroupId(group);
+  ctx.group_id = state.GroupId(request.group);
+  ctx.state = &state;
+  ctx.entries = &entries;
+  ctx.cluster = &request.cluster;
+  ctx.compute_aware = request.compute_aware;
   ctx.per_scorer.resize(c.scorers.size());
   for (size_t i = 0; i < c.scorers.size(); ++i) c.scorers[i]->Prepare(entries, ctx, i);
   return ctx;
@@ -308,7 +313,7 @@ class TieGroupPick {
       return false;
     }
     if (!ctx_) {
-      ctx_ = PrepareScorers(c_, state_, entries_, request_.group);
+      ctx_ = PrepareScorers(c_, state_, entries_, request_);
       floors_.resize(c_.scorers.size());
       for (size_t i = 0; i < c_.scorers.size(); ++i) floors_[i] = std::max(c_.floors[i], ctx_->per_scorer[i].floor);
       if (Consider(*first_)) return true;
@@ -427,7 +432,7 @@ bool WalkGpuIndex(const IndexWalkArgs& args, Placement& result) {
     if (c.scorers.size() == 1) break;  // index order already breaks ties by registration order
   }
   if (ties.empty()) return false;
-  ScoreContext ctx = PrepareScorers(c, state, entries, req.group);
+  ScoreContext ctx = PrepareScorers(c, state, entries, req);
   size_t best = 0;
   std::vector<double> best_scores, scores(c.scorers.size());
   for (size_t k = 0; k < ties.size(); ++k) {
@@ -567,6 +572,86 @@ bool WalkGroupIndex(const IndexWalkArgs& args, Placement& result) {
   return true;
 }
 
+// LoadOfEntry: the load of an instance of `entries`.
+static const InstanceLoad& LoadOfEntry(const std::vector<InstanceEntry>& entries, const ContainerInstance* inst) {
+  static const InstanceLoad kEmpty;
+  for (const InstanceEntry& e : entries)
+    if (e.instance == inst) return *e.load;
+  return kEmpty;
+}
+
+// WalkFragment: the fast path for binpack(fragmentation) or fgd first. The cluster's FragmentCache gives every
+// instance's best move (recomputing only the instances whose stamp moved since); the walk visits the instances in
+// registration order and runs the filters only on one whose fragment growth could win (less than the best so
+// far, or equal when later strategies break the tie), so the decision is the scan's. A shared task gets the move's
+// GPU. When nothing fits, the scan builds the failures.
+bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
+  const PlacementRequest& req = args.request;
+  const Placer::Compiled& c = args.compiled;
+  const auto& entries = args.entries;
+  if (entries.empty()) return false;
+  const FragmentMeasure measure = c.first->name == "fgd" ? FragmentMeasure::kFgd : FragmentMeasure::kGpupack;
+  static const TargetWorkload kNoWorkload;
+  const ClusterFragments* frag = args.state.FragmentsOf(req.cluster);
+  const TargetWorkload& workload = frag && frag->Target() ? *frag->Target() : kNoWorkload;
+  const bool single = c.scorers.size() == 1;
+  const bool only_listed = !req.only_instances.empty();
+  std::optional<ScoreContext> ctx;
+  std::vector<double> best_scores, scores(c.scorers.size());
+  size_t best = SIZE_MAX;
+  FragmentMove best_move;
+  GpuFit best_fit;
+  FilterOutcome f;
+  auto visit = [&](size_t pos, const FragmentMove& m) {
+    if (!m.fits) return;
+    if (best != SIZE_MAX && (m.delta > best_scores[0] || (single && m.delta == best_scores[0]))) return;
+    const ContainerInstance& inst = *entries[pos].instance;
+    if (IsInactive(inst) || (only_listed && !InOnlyList(req, inst))) return;
+    f.fit = GpuFit{};
+    if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, *entries[pos].load, false, f))
+      return;
+    scores[0] = m.delta;
+    if (!single) {
+      if (!ctx) ctx = PrepareScorers(c, args.state, entries, req);
+      const uint64_t key = c.needs_random_key ? Mix(args.task_seed ^ HashString(inst.arn)) : 0;
+      for (size_t i = 1; i < c.scorers.size(); ++i)
+        scores[i] = c.scorers[i]->Score(inst, *entries[pos].load, req.demand, f.fit, key, *ctx, i, pos);
+    }
+    if (best == SIZE_MAX || scores < best_scores) {  // ties keep the earlier-registered instance
+      best = pos;
+      best_scores = scores;
+      best_move = m;
+      best_fit = f.fit;
+    }
+  };
+  if (frag) {
+    frag->cache.Visit(entries, args.state.StampsOf(req.cluster), args.state.LastStamp(), req.demand,
+                      req.compute_aware, workload, measure, visit);
+  } else {
+    for (size_t pos = 0; pos < entries.size(); ++pos)
+      visit(pos, BestMove(*entries[pos].instance, *entries[pos].load, req.demand, req.compute_aware, workload,
+                          measure));
+  }
+  if (best == SIZE_MAX) return false;
+  const ContainerInstance* chosen = entries[best].instance;
+  result.instance = chosen;
+  if (req.demand.gpu_kind == GpuKind::kShared && best_move.shared_gpu >= 0) {
+    // The cached GPU, unless the instance changed in a way its stamp missed: then the move is measured afresh.
+    const auto g = static_cast<size_t>(best_move.shared_gpu);
+    const bool usable = g < chosen->gpus.size() && Shareable(chosen->gpus[g]) &&
+                        chosen->gpus[g].remaining_memory_mib >= req.demand.gpu_memory &&
+                        !(req.compute_aware && chosen->gpus[g].compute_used_percent + req.demand.gpu_compute > 100);
+    const FragmentMove fresh = usable ? best_move
+                                      : BestMove(*chosen, *entries[best].load, req.demand, req.compute_aware,
+                                                 workload, measure);
+    result.gpu_indices = fresh.shared_gpu >= 0 ? std::vector<size_t>{static_cast<size_t>(fresh.shared_gpu)}
+                                               : ChosenGpus(req.demand, *chosen, best_fit);
+  } else {
+    result.gpu_indices = ChosenGpus(req.demand, *chosen, best_fit);
+  }
+  return true;
+}
+
 Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   Placement result;
   const auto& entries = state.EntriesOf(request_.cluster);
@@ -577,7 +662,7 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   // or leaves the decision to it.
   if (c.first->index_walk && c.first->index_walk(IndexWalkArgs{request_, c, state, entries, task_seed}, result))
     return result;
-  ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
+  ScoreContext ctx = PrepareScorers(c, state, entries, request_);
   std::vector<double> floors(c.scorers.size());
   for (size_t i = 0; i < c.scorers.size(); ++i) floors[i] = std::max(c.floors[i], ctx.per_scorer[i].floor);
   const bool only_listed = !request_.only_instances.empty();
@@ -618,6 +703,15 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   if (best) {
     result.instance = best;
     result.gpu_indices = ChosenGpus(demand, *best, best_fit);
+    if (c.first->gpu_choice == GpuChoice::kFragment && demand.gpu_kind == GpuKind::kShared) {
+      // The fragmentation strategies' GPU: the one of the least fragment growth (normally WalkFragment decides).
+      static const TargetWorkload kNoWorkload;
+      const ClusterFragments* frag = state.FragmentsOf(request_.cluster);
+      const FragmentMove m = BestMove(*best, LoadOfEntry(entries, best), demand, request_.compute_aware,
+                                      frag && frag->Target() ? *frag->Target() : kNoWorkload,
+                                      c.first->name == "fgd" ? FragmentMeasure::kFgd : FragmentMeasure::kGpupack);
+      if (m.shared_gpu >= 0) result.gpu_indices = {static_cast<size_t>(m.shared_gpu)};
+    }
     return result;
   }
   if (!any_candidate) {
@@ -639,7 +733,7 @@ std::vector<InstanceVerdict> Placer::Explain(const ClusterState& state, int task
   Placement chosen = PlaceOne(state, task_index);
   const Compiled& c = *compiled_;
   const auto& entries = state.EntriesOf(request_.cluster);
-  ScoreContext ctx = PrepareScorers(c, state, entries, request_.group);
+  ScoreContext ctx = PrepareScorers(c, state, entries, request_);
   const uint64_t task_seed = Mix(request_.seed ^ Mix(static_cast<uint64_t>(task_index) + 1));
   const TaskDemand& d = request_.demand;
   for (size_t pos = 0; pos < entries.size(); ++pos) {

@@ -36,6 +36,10 @@ struct GpuFit {
 // const and shareable).
 struct ScoreContext {
   uint32_t group_id = ClusterState::kNoGroupId;  // the request's task group (ClusterState::GroupId)
+  const ClusterState* state = nullptr;            // the state placed on (binpack(fragmentation), fgd: its cache)
+  const std::vector<InstanceEntry>* entries = nullptr;  // state->EntriesOf(the request's cluster)
+  const std::string* cluster = nullptr;           // the request's cluster
+  bool compute_aware = false;                     // the request's compute-aware setting
   struct PerScorer {
     // A least score over every non-INACTIVE instance (so over every eligible one), or -inf: like
     // Scorer::Floor, an instance that reaches it cannot be beaten by a later one.
@@ -87,6 +91,10 @@ bool WalkGpuIndex(const IndexWalkArgs& args, Placement& result);
 // WalkCpuIndex, WalkMemoryIndex: binpack(cpu|memory) first: the instances by ascending remaining CPU (memory).
 bool WalkCpuIndex(const IndexWalkArgs& args, Placement& result);
 bool WalkMemoryIndex(const IndexWalkArgs& args, Placement& result);
+// WalkFragment: binpack(fragmentation) or fgd first: every instance's cached move (FragmentCache), the least
+// fragment increase first, filters run only on an instance that would be chosen; the GPU of a shared task is the
+// move's. Decides as the scan would (with the move's GPU), or leaves it to the scan when nothing fits.
+bool WalkFragment(const IndexWalkArgs& args, Placement& result);
 // WalkGroupIndex: spread(instanceId|host) first: the instances by ascending count of the request's group.
 bool WalkGroupIndex(const IndexWalkArgs& args, Placement& result);
 

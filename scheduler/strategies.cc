@@ -8,6 +8,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "scheduler/fragmentation.h"
 #include "scheduler/placement_parts.h"
 
 namespace gpupack {
@@ -135,6 +136,31 @@ class RandomScorer : public Scorer {
   bool ScoresBeforeFit() const override { return false; }
 };
 
+// binpack(fragmentation) and fgd: how much the instance's fragment over the cluster's target workload grows when
+// the task is placed there, on the GPU of the least growth (scheduler/fragmentation.h); the largest decrease wins.
+//   score = fragment(after) - fragment(before), in GPUs (FragmentMeasure kGpupack, or kFgd for fgd); +inf when the
+//   instance's free resources do not hold the task (the filters reject it anyway).
+// The target workload is the cluster's (ClusterState::FragmentsOf: the operator's, else learned from recent
+// demands, else the task itself); moves come from the cluster's FragmentCache.
+class FragmentScorer : public Scorer {
+ public:
+  explicit FragmentScorer(FragmentMeasure measure) : measure_(measure) {}
+  double Score(const ContainerInstance& inst, const InstanceLoad& load, const TaskDemand& d, const GpuFit&, uint64_t,
+               const ScoreContext& ctx, size_t, size_t pos) const override {
+    static const TargetWorkload kNoWorkload;
+    const ClusterFragments* f = ctx.state && ctx.cluster ? ctx.state->FragmentsOf(*ctx.cluster) : nullptr;
+    const TargetWorkload& w = f && f->Target() ? *f->Target() : kNoWorkload;
+    const FragmentMove m = f && ctx.entries && pos < ctx.entries->size()
+                               ? f->cache.Move(*ctx.entries, pos, d, ctx.compute_aware, w, measure_)
+                               : BestMove(inst, load, d, ctx.compute_aware, w, measure_);
+    return m.fits ? m.delta : std::numeric_limits<double>::infinity();
+  }
+  bool ScoresBeforeFit() const override { return false; }
+
+ private:
+  FragmentMeasure measure_;
+};
+
 // ---- the registry -------------------------------------------------------------------------------------------
 //
 // One entry per kind, in the order ValidatePlacement lists types and fields. To add a strategy: write its
@@ -208,6 +234,24 @@ std::vector<StrategyKind> BuildRegistry() {
       .random_key = true,
       .list_rank = 6,
   });
+  r.push_back({
+      .name = "binpack:fragmentation",
+      .type = "binpack",
+      .fields = {"fragmentation"},
+      .make_scorer = [](std::string_view) { return Make<FragmentScorer>(FragmentMeasure::kGpupack); },
+      .index_walk = WalkFragment,
+      .gpu_choice = GpuChoice::kFragment,
+      .list_rank = 7,
+  });
+  r.push_back({
+      .name = "fgd",
+      .type = "fgd",
+      .make_scorer = [](std::string_view) { return Make<FragmentScorer>(FragmentMeasure::kFgd); },
+      .index_walk = WalkFragment,
+      .gpu_choice = GpuChoice::kFragment,
+      .list_rank = 8,
+      .planner_only = true,
+  });
   return r;
 }
 
@@ -245,6 +289,12 @@ const std::vector<StrategyKind>& StrategyRegistry() {
 
 const StrategyKind* FindStrategyKind(const PlacementStrategy& s) {
   for (const StrategyKind& k : StrategyRegistry())
+    if (!k.planner_only && k.type == s.type && k.Accepts(s.field)) return &k;
+  return nullptr;
+}
+
+const StrategyKind* FindPlannerStrategyKind(const PlacementStrategy& s) {
+  for (const StrategyKind& k : StrategyRegistry())
     if (k.type == s.type && k.Accepts(s.field)) return &k;
   return nullptr;
 }
@@ -258,14 +308,14 @@ const StrategyKind* ResolveStrategyKind(const PlacementStrategy& s) {
 std::vector<std::string_view> StrategyTypes() {
   std::vector<std::string_view> out;
   for (const StrategyKind& k : StrategyRegistry())
-    if (std::find(out.begin(), out.end(), k.type) == out.end()) out.push_back(k.type);
+    if (!k.planner_only && std::find(out.begin(), out.end(), k.type) == out.end()) out.push_back(k.type);
   return out;
 }
 
 std::vector<std::string> StrategyFieldNames(std::string_view type) {
   std::vector<std::string> out;
   for (const StrategyKind& k : StrategyRegistry())
-    if (k.type == type)
+    if (!k.planner_only && k.type == type)
       for (std::string& name : k.FieldNames()) out.push_back(std::move(name));
   return out;
 }

@@ -31,6 +31,7 @@ struct Placement;      // scheduler/placement.h
 enum class GpuChoice {
   kBestFit,   // the GPU with the least remaining memory that fits: partly used GPUs fill up first
   kEmptiest,  // the GPU with the most remaining memory: tasks spread over the GPUs too
+  kFragment,  // the GPU of the largest fragment decrease (scheduler/fragmentation.h); its walk chooses it
 };
 
 // IndexWalk: a fast path for a kind that comes first in the request (placement_parts.h lists them). It fills
@@ -64,6 +65,8 @@ struct StrategyKind {
   bool random_key = false;
   // Position in lists shown to people and in the planner's default list (1 = first); 0 = not listed.
   int list_rank = 0;
+  // A baseline for the planner only (fgd): Placer::Create compiles it, RunTask's validation does not know it.
+  bool planner_only = false;
 
   // TakesField: whether `field` must name something (false: it must be empty).
   bool TakesField() const { return !fields.empty() || !field_prefix.empty(); }
@@ -81,14 +84,18 @@ struct StrategyKind {
 // spread instanceId/host, attribute; random).
 const std::vector<StrategyKind>& StrategyRegistry();
 
-// FindStrategyKind: the kind RunTask accepts for `s` (Accepts); null when none does.
+// FindStrategyKind: the kind RunTask accepts for `s` (Accepts; never a planner_only kind); null when none does.
 const StrategyKind* FindStrategyKind(const PlacementStrategy& s);
 // ResolveStrategyKind: the kind Placer::Create compiles `s` to (Compiles); null when none does.
 const StrategyKind* ResolveStrategyKind(const PlacementStrategy& s);
 
-// StrategyTypes: the distinct types, in registry order ("binpack", "spread", "random").
+// FindPlannerStrategyKind: FindStrategyKind, or a planner_only kind that accepts `s` (gpupack plan --strategy).
+const StrategyKind* FindPlannerStrategyKind(const PlacementStrategy& s);
+
+// StrategyTypes: the distinct types RunTask accepts, in registry order ("binpack", "spread", "random").
 std::vector<std::string_view> StrategyTypes();
-// StrategyFieldNames: the FieldNames of every kind of `type`, in registry order; empty when none takes a field.
+// StrategyFieldNames: the FieldNames of every kind of `type` RunTask accepts, in registry order; empty when none
+// takes a field.
 std::vector<std::string> StrategyFieldNames(std::string_view type);
 
 // ListedStrategies: the kinds with a list_rank, by rank.

@@ -64,8 +64,8 @@ std::string JoinWords(const std::vector<std::string>& words, std::string_view la
 
 // ValidateStrategy checks one placementStrategy against the strategy registry (scheduler/strategies.h). The
 // refusals name what the registry has: the types ("valid types are binpack, spread and random"), and the
-// fields of the request's type ("binpack requires 'field' cpu, memory or gpuMemory"; a type whose kinds take no
-// field: "random takes no 'field'").
+// fields of the request's type ("binpack requires 'field' cpu, memory, gpuMemory or fragmentation"; a type whose
+// kinds take no field: "random takes no 'field'"). Planner-only kinds (fgd) are not RunTask's.
 Status ValidateStrategy(const PlacementStrategy& ps) {
   if (FindStrategyKind(ps)) return Status::Ok();
   const std::vector<std::string_view> types = StrategyTypes();

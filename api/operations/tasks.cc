@@ -4,6 +4,7 @@
 
 #include "api/operations/operations.h"
 #include "api/operations/resolve.h"
+#include "scheduler/fragmentation.h"
 #include "scheduler/task_builder.h"
 #include "scheduler/validation.h"
 
@@ -130,6 +131,9 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
                                              txn.NextSeed(), in.policy);
   req.only_instances = only;
   GP_ASSIGN(placer, Placer::Create(std::move(req)));
+  // Every task asked for is one demand of the cluster's recent workload (binpack(fragmentation)'s target).
+  const WorkloadShape shape = WorkloadShapeOf(placer->request().demand, placer->request().constraints);
+  for (int64_t i = 0; i < count; ++i) txn.RecordDemand(cluster->name, shape);
 
   std::vector<std::string> placed_arns;
   for (int i = 0; i < count; ++i) {

@@ -503,6 +503,43 @@ describe('task lifecycle through the SDK', () => {
   });
 });
 
+describe('binpack fragmentation through the SDK', () => {
+  const cluster = 'sdk-frag';
+  let a;
+
+  before(async () => {
+    await ecs.send(new CreateClusterCommand({ clusterName: cluster }));
+    a = await registerWithGpus(cluster, ['GPU-frag-a0', 'GPU-frag-a1']);
+    await registerWithGpus(cluster, ['GPU-frag-b0', 'GPU-frag-b1']);
+    await register(sharedDef('frag-6000', 6000));
+  });
+
+  test('placementStrategy binpack/fragmentation places, and fills the GPU it opened', async () => {
+    const strategy = { placementStrategy: [{ type: 'binpack', field: 'fragmentation' }] };
+    const first = await run(cluster, 'frag-6000', strategy);
+    assert.deepEqual(first.failures, []);
+    assert.equal(first.tasks[0].containerInstanceArn, a);
+    assert.deepEqual(first.tasks[0].containers[0].gpuIds, ['GPU-frag-a0']);
+    const second = await run(cluster, 'frag-6000', strategy);
+    assert.deepEqual(second.failures, []);
+    assert.deepEqual(second.tasks[0].containers[0].gpuIds, ['GPU-frag-a0']);
+    const gpus = await gpusOf(cluster, a);
+    assert.equal(gpus[0].remainingMemoryInMiB, GPU_MIB - 12000);
+    assert.equal(gpus[1].sharingMode, 'IDLE');
+    // After another strategy (which then chooses the GPU inside the instance, as every first strategy does).
+    const third = await run(cluster, 'frag-6000', {
+      placementStrategy: [{ type: 'spread', field: 'attribute:ecs.os-type' }, { type: 'binpack', field: 'fragmentation' }],
+    });
+    assert.deepEqual(third.failures, []);
+    assert.equal(third.tasks.length, 1);
+  });
+
+  test("the planner's fgd is not a RunTask strategy", async () => {
+    await expectError(run(cluster, 'frag-6000', { placementStrategy: [{ type: 'fgd' }] }), InvalidParameterException,
+      /valid types are binpack, spread and random/);
+  });
+});
+
 describe('typed errors and validation through the SDK', () => {
   test('a GPU requirement with both value and sharingStrategy is a ClientException', async () => {
     const def = sharedDef('bad-both', 4096, 50);

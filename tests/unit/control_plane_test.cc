@@ -850,6 +850,56 @@ TEST_F(ControlPlaneTest, ConstraintsAndExplain) {
   EXPECT_EQ(e["instances"][1]["gpus"][0]["detail"], "10,299 MiB would remain (chosen)");
 }
 
+// binpack(fragmentation) learns its target workload from the cluster's RunTask demands (failed ones too): after
+// six 6,000 MiB requests, a 3,000 MiB task leaves the 6,000 MiB free on a's first GPU whole and opens a's second
+// GPU, where binpack(gpuMemory) fills the first. Alone or after another strategy; failures keep their reasons.
+TEST_F(ControlPlaneTest, BinpackFragmentationLearnsFromRunTask) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  RegisterShared(s, "six", 6000);
+  RegisterShared(s, "four", 4000);
+  RegisterShared(s, "three", 3000);
+  const Json frag = Json::array({{{"type", "binpack"}, {"field", "fragmentation"}}});
+  Json none = s.Ok("RunTask", {{"taskDefinition", "six"}, {"count", 6}, {"placementStrategy", frag}});
+  EXPECT_TRUE(none["tasks"].empty());
+  EXPECT_EQ(none["failures"][0]["reason"], "MISSING");
+  const std::string a = RegisterInstance(s, {10000, 10000});
+  const std::string b = RegisterInstance(s, {10000, 10000});
+  Json four = s.Ok("RunTask", {{"taskDefinition", "four"},
+                               {"placementStrategy", Json::array({{{"type", "binpack"}, {"field", "gpuMemory"}}})}});
+  ASSERT_EQ(four["tasks"].size(), 1u);
+  EXPECT_EQ(four["tasks"][0]["containerInstanceArn"], a);
+  const Json a_gpus = Gpus(s, a);
+  EXPECT_EQ(four["tasks"][0]["containers"][0]["gpuIds"], Json::array({a_gpus[0]["gpuId"]}));
+  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "three"},
+                                     {"placementStrategy", Json::array({{{"type", "binpack"}, {"field", "gpuMemory"}}})}});
+  EXPECT_EQ(e["chosenContainerInstanceArn"], a);
+  Json three = s.Ok("RunTask", {{"taskDefinition", "three"}, {"placementStrategy", frag}});
+  ASSERT_EQ(three["tasks"].size(), 1u);
+  EXPECT_EQ(three["tasks"][0]["containerInstanceArn"], a);
+  EXPECT_EQ(three["tasks"][0]["containers"][0]["gpuIds"], Json::array({a_gpus[1]["gpuId"]}));
+  // After another strategy.
+  Json spread = s.Ok("RunTask", {{"taskDefinition", "three"},
+                                 {"placementStrategy", Json::array({{{"type", "spread"}, {"field", "instanceId"}},
+                                                                    {{"type", "binpack"}, {"field", "fragmentation"}}})}});
+  ASSERT_EQ(spread["tasks"].size(), 1u);
+  EXPECT_EQ(spread["tasks"][0]["containerInstanceArn"], b);
+  // Nothing fits: every instance's reason and detail, as with any strategy.
+  RegisterShared(s, "huge", 20000);
+  Json huge = s.Ok("RunTask", {{"taskDefinition", "huge"}, {"placementStrategy", frag}});
+  EXPECT_TRUE(huge["tasks"].empty());
+  // Two instances, then the cluster's own entry: the task can never fit any GPU registered.
+  ASSERT_EQ(huge["failures"].size(), 3u) << huge["failures"].dump();
+  EXPECT_EQ(huge["failures"][0]["reason"], "RESOURCE:GPU_MEMORY");
+  EXPECT_NE(huge["failures"][0]["detail"].get<std::string>().find("it can never fit here"), std::string::npos);
+  EXPECT_NE(huge["failures"][2]["detail"].get<std::string>().find("can never be placed in this cluster"),
+            std::string::npos);
+  // The planner's fgd is not RunTask's.
+  OperationResult bad = s.Call("RunTask", {{"taskDefinition", "three"},
+                                           {"placementStrategy", Json::array({{{"type", "fgd"}}})}});
+  EXPECT_FALSE(bad.status.ok());
+}
+
 TEST_F(ControlPlaneTest, DrainingInstancesTakeNoNewTasks) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());

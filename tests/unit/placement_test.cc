@@ -9,8 +9,10 @@
 #include <set>
 #include <string_view>
 
+#include "scheduler/fragmentation.h"
 #include "scheduler/strategies.h"
 #include "scheduler/task_builder.h"
+#include "scheduler/validation.h"
 
 namespace gpupack {
 namespace {
@@ -648,7 +650,8 @@ TEST(StrategyRegistry, ResolvesEveryKindFromItsFields) {
     if (!kind.TakesField()) accepted.push_back("");
     for (const std::string& field : accepted) {
       const PlacementStrategy ps{std::string(kind.type), field};
-      EXPECT_EQ(FindStrategyKind(ps), &kind) << field;
+      EXPECT_EQ(FindStrategyKind(ps), kind.planner_only ? nullptr : &kind) << field;
+      EXPECT_EQ(FindPlannerStrategyKind(ps), &kind) << field;
       EXPECT_EQ(ResolveStrategyKind(ps), &kind) << field;
       PlacementRequest r;
       r.cluster = "c";
@@ -676,9 +679,11 @@ TEST(StrategyRegistry, ResolvesEveryKindFromItsFields) {
 // The list people see (gpupack plan --help, the planner's default list) and the types, in their orders.
 TEST(StrategyRegistry, Lists) {
   EXPECT_EQ(StrategySyntaxList(),
-            "binpack:gpuMemory, binpack:cpu, binpack:memory, spread:instanceId, spread:attribute:NAME, random");
+            "binpack:gpuMemory, binpack:cpu, binpack:memory, spread:instanceId, spread:attribute:NAME, random, "
+            "binpack:fragmentation, fgd");
   EXPECT_EQ(StrategyTypes(), (std::vector<std::string_view>{"binpack", "spread", "random"}));
-  EXPECT_EQ(StrategyFieldNames("binpack"), (std::vector<std::string>{"cpu", "memory", "gpuMemory"}));
+  EXPECT_EQ(StrategyFieldNames("binpack"), (std::vector<std::string>{"cpu", "memory", "gpuMemory", "fragmentation"}));
+  EXPECT_TRUE(StrategyFieldNames("fgd").empty());  // the planner's baseline: RunTask does not know it
   EXPECT_EQ(StrategyFieldNames("spread"), (std::vector<std::string>{"instanceId", "host", "attribute:NAME"}));
   EXPECT_TRUE(StrategyFieldNames("random").empty());
   std::set<int> ranks;
@@ -866,6 +871,129 @@ TEST_P(BuildTaskTest, WithoutDefinitionIsThePlacementPart) {
   full.containers.clear();
   full.task_definition_arn.clear();
   EXPECT_EQ(BuildTask(Fields(c.overrides), demand, c.gpu_containers, instance_, c.gpu_indices), full);
+}
+
+// ---- fragmentation (binpack:fragmentation, fgd) ----------------------------------------------------------------
+
+// A workload of two classes: half the tasks want 500 of a 1000-unit GPU, half one whole GPU.
+std::shared_ptr<const TargetWorkload> HalfAndWhole() {
+  WorkloadShape half;
+  half.cpu = 256;
+  half.gpu_kind = GpuKind::kShared;
+  half.gpu_memory = 500;
+  half.weight = 1;
+  WorkloadShape whole;
+  whole.cpu = 256;
+  whole.gpu_kind = GpuKind::kDedicated;
+  whole.gpu_count = 1;
+  whole.weight = 1;
+  return BuildTargetWorkload({half, whole}, 1.0);
+}
+
+// The fragment by hand: GPUs [1000 free, 300 free]. The 500 class fits (GPU 0) and counts the 0.3 that is too
+// small for it; the whole-GPU class fits (GPU 0 is IDLE) and counts the partly used GPU's 0.3: 0.5*0.3 + 0.5*0.3.
+// A 300-unit task on GPU 1 leaves nothing stranded (-0.3); on GPU 0 it would leave no IDLE GPU, so the whole-GPU
+// class counts all 1.0 free (+0.35).
+TEST(Fragmentation, ByHand) {
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(2, 1000));
+  Hold(s, "arn:i/a", 1, 700);
+  const auto w = HalfAndWhole();
+  ASSERT_EQ(w->classes.size(), 2u);
+  const ContainerInstance& a = *s.FindInstance("arn:i/a");
+  EXPECT_NEAR(Fragment(a, s.LoadOf(a), *w), 0.3, 1e-9);
+  const FragmentMove m = BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kGpupack);
+  EXPECT_TRUE(m.fits);
+  EXPECT_EQ(m.shared_gpu, 1);
+  // delta -0.3: floor(100 * sigmoid(0.3)) = 57; GPU 0 stays IDLE.
+  EXPECT_EQ(m.delta, -57 * 1000 + 1);
+  // fgd scores as the paper's simulator, without the tie-break.
+  EXPECT_EQ(BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kFgd).delta, -57);
+  EXPECT_FALSE(BestMove(a, s.LoadOf(a), Shared(400), false, *w, FragmentMeasure::kGpupack).shared_gpu == 1);
+  TaskDemand too_much = Shared(300);
+  too_much.cpu = 1 << 20;
+  EXPECT_FALSE(BestMove(a, s.LoadOf(a), too_much, false, *w, FragmentMeasure::kGpupack).fits);
+}
+
+// binpack(fragmentation) chooses the instance and the GPU together: the shared task fills the partly used GPU of
+// instance b rather than opening a GPU of a (registered first, all IDLE), and a whole-GPU task then goes where a
+// GPU is still IDLE. With the operator's workload set, and with a learned one.
+TEST(Fragmentation, ChoosesInstanceAndGpuTogether) {
+  for (bool learned : {false, true}) {
+    ClusterState s;
+    s.PutCluster(Cluster{"c", "arn:c", {}, {}, {}, 0});
+    s.PutInstance(Instance("a").Gpus(2, 1000));
+    s.PutInstance(Instance("b").Gpus(2, 1000));
+    Hold(s, "arn:i/b", 0, 700);
+    if (learned) {
+      for (int k = 0; k < 10; ++k) {
+        WorkloadShape half = WorkloadShapeOf(Shared(500), {});
+        s.RecordDemand("c", half);
+        s.RecordDemand("c", WorkloadShapeOf(Dedicated(1), {}));
+      }
+      ASSERT_NE(s.FragmentsOf("c")->Target(), nullptr);
+      EXPECT_EQ(s.FragmentsOf("c")->Target()->classes.size(), 2u);
+    } else {
+      s.SetTargetWorkload("c", HalfAndWhole());
+    }
+    Placement p = Place(s, Shared(300), {{"binpack", "fragmentation"}});
+    ASSERT_TRUE(p.placed());
+    EXPECT_EQ(p.instance->id, "b");
+    EXPECT_EQ(p.gpu_indices, std::vector<size_t>{0});
+    // Placing changes b's stamp: the cached move is recomputed, and the next task sees the new state.
+    const uint64_t before = s.LoadOf("arn:i/b").stamp;
+    Hold(s, "arn:i/b", 0, 300);
+    EXPECT_NE(s.LoadOf("arn:i/b").stamp, before);
+    p = Place(s, Shared(300), {{"binpack", "fragmentation"}});
+    ASSERT_TRUE(p.placed());
+    // Now b has one full and one IDLE GPU: opening a GPU of a or of b strands 0.5 * 0.7 either way (on b no IDLE
+    // GPU is left; on a the opened GPU is partly used). The tie-break keeps whole GPUs whole: b (no IDLE GPU
+    // left) before a (one left), so a keeps both GPUs for whole-GPU tasks... of which it can then take two.
+    EXPECT_EQ(p.instance->id, "b");
+    // Failures keep their reasons when nothing fits.
+    p = Place(s, Shared(2000), {{"binpack", "fragmentation"}});
+    EXPECT_FALSE(p.placed());
+    ASSERT_EQ(p.failures.size(), 2u);
+    EXPECT_EQ(p.failures[0].reason, reason::kGpuMemory);
+    EXPECT_NE(p.failures[0].detail.find("it can never fit here"), std::string::npos) << p.failures[0].detail;
+  }
+}
+
+// The operator's workload for every cluster (cluster ""): clusters put before and after take it, and it wins
+// over the learned one; a bounded window forgets old demands.
+TEST(Fragmentation, OperatorWorkloadForEveryClusterAndBoundedWindow) {
+  ClusterState s;
+  s.PutCluster(Cluster{"before", "arn:b", {}, {}, {}, 0});
+  const auto w = HalfAndWhole();
+  s.SetTargetWorkload("", w);
+  s.PutCluster(Cluster{"after", "arn:a", {}, {}, {}, 0});
+  s.RecordDemand("after", WorkloadShapeOf(Shared(100), {}));
+  EXPECT_EQ(s.FragmentsOf("before")->Target(), w.get());
+  EXPECT_EQ(s.FragmentsOf("after")->Target(), w.get());
+  s.SetTargetWorkload("after", nullptr);  // back to learning
+  ASSERT_NE(s.FragmentsOf("after")->Target(), nullptr);
+  EXPECT_EQ(s.FragmentsOf("after")->Target()->classes.size(), 1u);
+  DemandWindow window(4, 2);
+  for (int k = 0; k < 10; ++k) window.Record(WorkloadShapeOf(Shared(100 + k), {}));
+  EXPECT_EQ(window.size(), 4u);
+  ASSERT_NE(window.Learned(), nullptr);
+  for (const auto& c : window.Learned()->classes) EXPECT_GE(c.shape.gpu_memory, 106);
+}
+
+// After another strategy, binpack(fragmentation) breaks its ties; RunTask accepts it, not the planner's fgd.
+TEST(Fragmentation, AfterAnotherStrategyAndValidation) {
+  ClusterState s;
+  s.PutCluster(Cluster{"c", "arn:c", {}, {}, {}, 0});
+  s.PutInstance(Instance("a").Gpus(2, 1000).Attr("zone", "x"));
+  s.PutInstance(Instance("b").Gpus(2, 1000).Attr("zone", "x"));
+  Hold(s, "arn:i/b", 1, 500);
+  s.SetTargetWorkload("c", HalfAndWhole());
+  Placement p = Place(s, Shared(500), {{"spread", "attribute:zone"}, {"binpack", "fragmentation"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "b");
+  EXPECT_TRUE(ValidatePlacement({}, {{"binpack", "fragmentation"}}).ok());
+  EXPECT_TRUE(ValidatePlacement({}, {{"spread", "instanceId"}, {"binpack", "fragmentation"}}).ok());
+  EXPECT_FALSE(ValidatePlacement({}, {{"fgd", ""}}).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BuildTaskTest, ::testing::ValuesIn(BuildTaskCases()),

@@ -422,7 +422,7 @@ TEST_F(FgdTest, SamplesUntilDemandReached) {
 
 TEST_F(FgdTest, AllocationGrowsWithDemandAndNeverExceedsCapacity) {
   FgdReport r = Run({42, 43, 44}, 2);
-  ASSERT_EQ(r.strategies.size(), 6u);
+  ASSERT_EQ(r.strategies.size(), 8u);
   for (const auto& s : r.strategies) {
     ASSERT_EQ(s.allocated_pct.size(), 131u) << s.name;
     EXPECT_EQ(s.allocated_pct[0], 0.0);
@@ -547,8 +547,10 @@ TEST(PlannerOptionsTest, StrategiesAndSeeds) {
   EXPECT_EQ(s->chain[0].field, "attribute:gpu-model");
   EXPECT_EQ(s->chain[1].field, "gpuMemory");
   EXPECT_FALSE(ParseStrategy("binpack:gpu").ok());
-  EXPECT_FALSE(ParseStrategy("fgd").ok());
-  EXPECT_EQ(AllStrategies().size(), 6u);
+  EXPECT_TRUE(ParseStrategy("fgd").ok());  // the planner's baseline (not RunTask's)
+  EXPECT_FALSE(ParseStrategy("fgd:x").ok());
+  EXPECT_TRUE(ParseStrategy("binpack:fragmentation").ok());
+  EXPECT_EQ(AllStrategies().size(), 8u);
   EXPECT_EQ(*ParseSeeds("42..51"), DefaultSeeds());
   EXPECT_EQ(*ParseSeeds("7"), (std::vector<uint64_t>{7}));
   EXPECT_EQ(*ParseSeeds("1,5,2"), (std::vector<uint64_t>{1, 5, 2}));
@@ -567,13 +569,14 @@ TEST(PlannerOptionsTest, DefaultStrategiesComeFromTheRegistry) {
     EXPECT_EQ(ResolveStrategyKind(s.chain[0]), ListedStrategies()[names.size() - 1]) << s.name;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"binpack:gpuMemory", "binpack:cpu", "binpack:memory", "spread:instanceId",
-                                             "spread:attribute:gpu-model", "random"}));
+                                             "spread:attribute:gpu-model", "random", "binpack:fragmentation",
+                                             "fgd"}));
   auto bad = ParseStrategy("binpack:foo");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
-            "--strategy 'binpack:foo': Invalid placement strategy: binpack requires 'field' cpu, memory or gpuMemory, "
-            "got 'foo'. (strategies: binpack:gpuMemory, binpack:cpu, binpack:memory, spread:instanceId, "
-            "spread:attribute:NAME, random)");
+            "--strategy 'binpack:foo': Invalid placement strategy: binpack requires 'field' cpu, memory, gpuMemory or "
+            "fragmentation, got 'foo'. (strategies: binpack:gpuMemory, binpack:cpu, binpack:memory, spread:instanceId, "
+            "spread:attribute:NAME, random, binpack:fragmentation, fgd)");
 }
 
 TEST_F(FgdTest, JsonCsvAndSvgReports) {
@@ -604,6 +607,28 @@ TEST_F(FgdTest, JsonCsvAndSvgReports) {
   EXPECT_NE(svg.find("arrived GPU demand"), std::string::npos);
   EXPECT_NE(svg.find("allocated GPU capacity"), std::string::npos);
   EXPECT_NE(svg.find(">random"), std::string::npos);  // legend
+}
+
+// With fgd in the run, the table ends with one summary line, the JSON has `summary` (each strategy's unallocated
+// share at the demand and its difference to fgd) and the SVG legend the differences; without fgd, neither.
+TEST_F(FgdTest, SummaryAgainstFgd) {
+  FgdReport r = Run({42, 43}, 2, {*ParseStrategy("binpack:fragmentation"), *ParseStrategy("fgd"),
+                                  *ParseStrategy("binpack:gpuMemory")});
+  PlanContext ctx{"fleet.json", 5, 28, 2, "workload.json", 5, "mib"};
+  Json j = Json::parse(Render(ctx, r, Format::kJson));
+  ASSERT_TRUE(j.contains("summary"));
+  const double fgd = r.strategies[1].unallocated_pct_at.at(130);
+  EXPECT_NEAR(j["summary"]["fgdUnallocatedPct"].get<double>(), fgd, 1e-4);
+  EXPECT_NEAR(j["summary"]["differenceToFgd"]["binpack:gpuMemory"].get<double>(),
+              r.strategies[2].unallocated_pct_at.at(130) - fgd, 2e-4);
+  EXPECT_EQ(j["summary"]["differenceToFgd"]["fgd"], 0.0);
+  const std::string table = Render(ctx, r, Format::kTable);
+  EXPECT_NE(table.find("\nunallocated at 130% (workload.json): binpack:fragmentation "), std::string::npos);
+  EXPECT_NE(table.find(" vs fgd); fgd "), std::string::npos);
+  EXPECT_NE(FgdSvg(ctx, r).find(" vs fgd)"), std::string::npos);
+  FgdReport without = Run({42}, 1, {*ParseStrategy("binpack:gpuMemory")});
+  EXPECT_FALSE(Json::parse(Render(ctx, without, Format::kJson)).contains("summary"));
+  EXPECT_EQ(Render(ctx, without, Format::kTable).find("vs fgd"), std::string::npos);
 }
 
 TEST(PlannerReportTest, BoundsJsonKeys) {

@@ -425,7 +425,7 @@ std::vector<PlacementCase> PlacementCases() {
       {"ConstraintTypeCaseSensitive", {{"distinctinstance", ""}}, {}, ErrorCode::kInvalidParameter,
        "Invalid placement constraint type 'distinctinstance'"},
       {"BinpackWithoutField", {}, {{"binpack", ""}}, ErrorCode::kInvalidParameter,
-       "binpack requires 'field' cpu, memory or gpuMemory, got ''"},
+       "binpack requires 'field' cpu, memory, gpuMemory or fragmentation, got ''"},
       {"BinpackUnknownField", {}, {{"binpack", "disk"}}, ErrorCode::kInvalidParameter, "got 'disk'"},
       {"SpreadWithoutField", {}, {{"spread", ""}}, ErrorCode::kInvalidParameter,
        "spread requires 'field' instanceId, host or attribute:NAME"},
@@ -453,7 +453,7 @@ INSTANTIATE_TEST_SUITE_P(Table, PlacementTest, ::testing::ValuesIn(PlacementCase
 // The strategy refusals word for word. ValidatePlacement composes them from the strategy registry
 // (scheduler/strategies.h); clients and the integration bad-input catalogue see this text.
 TEST(PlacementStrategyMessages, WordForWord) {
-  const std::string binpack = "Invalid placement strategy: binpack requires 'field' cpu, memory or gpuMemory, got ";
+  const std::string binpack = "Invalid placement strategy: binpack requires 'field' cpu, memory, gpuMemory or fragmentation, got ";
   const std::string spread =
       "Invalid placement strategy: spread requires 'field' instanceId, host or attribute:NAME, got ";
   const std::string types = "; valid types are binpack, spread and random.";
@@ -479,10 +479,15 @@ TEST(PlacementStrategyMessages, WordForWord) {
   }
 }
 
-// Every field of every registry kind is accepted, alone and in a chain of one of each kind; aliases are not.
+// Every field of every registry kind is accepted, alone and in a chain of one of each kind; aliases are not, nor
+// the planner's baselines (fgd).
 TEST(PlacementStrategyMessages, EveryRegistryKindValidates) {
   std::vector<PlacementStrategy> one_of_each;
   for (const StrategyKind& kind : StrategyRegistry()) {
+    if (kind.planner_only) {
+      EXPECT_FALSE(ValidatePlacement({}, {{std::string(kind.type), ""}}).ok()) << kind.name;
+      continue;
+    }
     std::vector<std::string> fields(kind.fields.begin(), kind.fields.end());
     if (!kind.field_prefix.empty()) fields.push_back(std::string(kind.field_prefix) + "ecs.availability-zone");
     if (!kind.TakesField()) fields.push_back("");

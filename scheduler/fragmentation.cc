@@ -1,0 +1,386 @@
+// The fragment measure, its best move, the learned target workload and the per-instance cache
+// (scheduler/fragmentation.h).
+#include "scheduler/fragmentation.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "scheduler/cluster_state.h"
+
+namespace gpupack {
+namespace {
+
+std::atomic<uint64_t> next_workload_id{1};
+
+// GpuView: what the measure reads of one GPU.
+struct GpuView {
+  MiB remaining = 0;
+  MiB total = 1;
+  bool shareable = false;  // not held, IDLE or NVIDIA_MPS
+  bool idle = false;       // shareable and IDLE (a dedicated task may take it)
+  double Share() const { return shareable && total > 0 ? static_cast<double>(remaining) / static_cast<double>(total) : 0; }
+};
+
+// NodeView: an instance as the measure sees it; BestMove edits a copy to measure a placement.
+struct NodeView {
+  int64_t cpu = 0;
+  MiB memory = 0;
+  std::vector<GpuView> gpus;
+};
+
+NodeView ViewOf(const ContainerInstance& inst) {
+  NodeView v;
+  v.cpu = inst.remaining.cpu;
+  v.memory = inst.remaining.memory;
+  v.gpus.reserve(inst.gpus.size());
+  for (const Gpu& g : inst.gpus) {
+    GpuView gv;
+    gv.remaining = g.remaining_memory_mib;
+    gv.total = g.total_memory_mib;
+    gv.shareable = !g.held && (g.mode == GpuMode::kIdle || g.mode == GpuMode::kMps);
+    gv.idle = gv.shareable && g.mode == GpuMode::kIdle;
+    v.gpus.push_back(gv);
+  }
+  return v;
+}
+
+// Access: per class, whether its memberOf expressions admit the instance (they do not change with a placement).
+std::vector<char> AccessOf(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& w) {
+  std::vector<char> out(w.classes.size(), 1);
+  for (size_t c = 0; c < w.classes.size(); ++c)
+    for (const auto& e : w.classes[c].member_of)
+      if (e && !query::Evaluate(*e, inst, load)) {
+        out[c] = 0;
+        break;
+      }
+  return out;
+}
+
+// FragmentOfView: sum over classes of weight x (all free share when the class does not fit, else the free share
+// of the GPUs too small for it).
+double FragmentOfView(const NodeView& v, const TargetWorkload& w, const std::vector<char>& access) {
+  double free_total = 0;
+  for (const GpuView& g : v.gpus) free_total += g.Share();
+  if (free_total <= 0) return 0;
+  double sum = 0;
+  for (size_t c = 0; c < w.classes.size(); ++c) {
+    const WorkloadShape& s = w.classes[c].shape;
+    if (s.gpu_kind == GpuKind::kNone) {
+      sum += s.weight * free_total;
+      continue;
+    }
+    if (!access[c] || v.cpu < s.cpu) {
+      sum += s.weight * free_total;
+      continue;
+    }
+    int room = 0;
+    double small = 0;
+    for (const GpuView& g : v.gpus) {
+      if (!g.shareable) continue;
+      const bool fits = s.gpu_kind == GpuKind::kShared ? g.remaining >= s.gpu_memory : g.idle;
+      if (fits) ++room;
+      else small += g.Share();
+    }
+    const int need = s.gpu_kind == GpuKind::kShared ? 1 : s.gpu_count;
+    sum += s.weight * (room >= need ? small : free_total);
+  }
+  return sum;
+}
+
+// Quantize: a difference of two sums of weighted shares carries rounding noise of ~1e-16 that depends on the
+// magnitudes summed; rounding to 1e-9 GPU makes instances that truly tie compare equal (ties then go to the
+// instance registered first) instead of being ordered by that noise.
+double Quantize(double delta) { return std::round(delta * 1e9) / 1e9; }
+
+// Score: what the move compares (lower is better). Both measures first rank the fragment change as the paper's
+// simulator does, floor(100 * sigmoid(-delta)) (0..100; a change of a few hundredths of a GPU is a tie), negated.
+// kFgd stops there (ties go to the instance registered first). kGpupack breaks the tie by the IDLE GPUs the
+// instance keeps after the task, fewer first: among placements that strand alike, it fills instances already
+// opened and keeps whole GPUs (and whole instances) for the tasks that need them.
+//   kFgd:     -floor(100 * sigmoid(-delta))
+//   kGpupack: -1000 * floor(100 * sigmoid(-delta)) + IDLE GPUs after
+double Score(double delta, FragmentMeasure measure, int idle_after) {
+  const double rank = -std::floor(100.0 / (1.0 + std::exp(Quantize(delta))));
+  return measure == FragmentMeasure::kFgd ? rank : rank * 1000.0 + idle_after;
+}
+
+}  // namespace
+
+WorkloadShape WorkloadShapeOf(const TaskDemand& demand, const std::vector<PlacementConstraint>& constraints) {
+  WorkloadShape s;
+  s.cpu = demand.cpu;
+  s.memory = demand.memory;
+  s.gpu_kind = demand.gpu_kind;
+  s.gpu_memory = demand.gpu_kind == GpuKind::kShared ? demand.gpu_memory : 0;
+  s.gpu_count = demand.gpu_kind == GpuKind::kDedicated ? demand.gpu_count : 0;
+  for (const auto& c : constraints)
+    if (c.type == "memberOf") s.member_of.push_back(c.expression);
+  s.weight = 1;
+  return s;
+}
+
+std::shared_ptr<const TargetWorkload> BuildTargetWorkload(const std::vector<WorkloadShape>& shapes,
+                                                          double coverage) {
+  // Merge equal shapes, keeping the order of first appearance for ties.
+  std::map<decltype(WorkloadShape{}.Key()), size_t> index;
+  std::vector<WorkloadShape> merged;
+  double total = 0;
+  for (const WorkloadShape& s : shapes) {
+    if (s.weight <= 0) continue;
+    total += s.weight;
+    auto [it, added] = index.emplace(s.Key(), merged.size());
+    if (added) merged.push_back(s);
+    else merged[it->second].weight += s.weight;
+  }
+  auto w = std::make_shared<TargetWorkload>();
+  w->id = next_workload_id.fetch_add(1);
+  if (total <= 0) return w;
+  std::stable_sort(merged.begin(), merged.end(),
+                   [](const WorkloadShape& a, const WorkloadShape& b) { return a.weight > b.weight; });
+  double covered = 0;
+  for (WorkloadShape& s : merged) {
+    if (covered >= coverage * total - 1e-9) break;
+    covered += s.weight;
+    TargetWorkload::Class c;
+    for (const auto& text : s.member_of) {
+      auto e = query::Parse(text);
+      if (e.ok()) c.member_of.push_back(std::move(e).value());
+    }
+    c.shape = std::move(s);
+    w->classes.push_back(std::move(c));
+  }
+  for (auto& c : w->classes) c.shape.weight /= covered;
+  return w;
+}
+
+double Fragment(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload) {
+  return FragmentOfView(ViewOf(inst), workload, AccessOf(inst, load, workload));
+}
+
+namespace {
+
+// Fits: whether a GPU with `remaining` free (IDLE or not) has room for one task of class `s`.
+bool Fits(const WorkloadShape& s, MiB remaining, bool idle) {
+  return s.gpu_kind == GpuKind::kShared ? remaining >= s.gpu_memory : idle;
+}
+
+// FragmentAfter: fragment(instance) after a change, from its stats: CPU and free share after, and per class the
+// change of its room and small share (adjust(c) -> {room delta, small delta}). O(classes).
+template <typename Adjust>
+double FragmentAfter(const NodeStats& st, const TargetWorkload& w, int64_t cpu, double free_total, Adjust adjust) {
+  if (free_total <= 1e-12) return 0;
+  double sum = 0;
+  for (size_t c = 0; c < w.classes.size(); ++c) {
+    const WorkloadShape& s = w.classes[c].shape;
+    if (s.gpu_kind == GpuKind::kNone || !st.access[c] || cpu < s.cpu) {
+      sum += s.weight * free_total;
+      continue;
+    }
+    const auto [room, small] = adjust(c, s);
+    const int need = s.gpu_kind == GpuKind::kShared ? 1 : s.gpu_count;
+    sum += s.weight * (st.room[c] + room >= need ? st.small[c] + small : free_total);
+  }
+  return sum;
+}
+
+// MoveFromStats: BestMove from the instance's stats; each candidate costs O(classes).
+FragmentMove MoveFromStats(const ContainerInstance& inst, const NodeStats& st, const TaskDemand& demand,
+                           bool compute_aware, const TargetWorkload& w, FragmentMeasure measure) {
+  FragmentMove out;
+  if (inst.remaining.cpu < demand.cpu || inst.remaining.memory < demand.memory) return out;
+  auto none = [](size_t, const WorkloadShape&) { return std::pair<int, double>{0, 0.0}; };
+  const double before = st.fragment;
+  const int64_t cpu = st.cpu - demand.cpu;
+  if (demand.gpu_kind == GpuKind::kNone) {
+    out.fits = true;
+    out.delta = Score(FragmentAfter(st, w, cpu, st.free_total, none) - before, measure, st.idle);
+    return out;
+  }
+  if (demand.gpu_kind == GpuKind::kDedicated) {
+    // The first gpu_count IDLE GPUs, each whole (share 1 of its total) and no longer shareable after.
+    std::vector<MiB> taken;
+    for (const Gpu& g : inst.gpus) {
+      if (static_cast<int>(taken.size()) == demand.gpu_count) break;
+      if (!g.held && g.mode == GpuMode::kIdle) taken.push_back(g.remaining_memory_mib);
+    }
+    if (static_cast<int>(taken.size()) < demand.gpu_count) return out;
+    double free_after = st.free_total;
+    for (size_t k = 0; k < taken.size(); ++k) free_after -= 1.0;
+    auto adjust = [&](size_t, const WorkloadShape& s) {
+      std::pair<int, double> d{0, 0.0};
+      for (MiB r : taken) {
+        if (Fits(s, r, true)) d.first -= 1;
+        else d.second -= 1.0;
+      }
+      return d;
+    };
+    out.fits = true;
+    out.delta = Score(FragmentAfter(st, w, cpu, free_after, adjust) - before, measure,
+                      st.idle - static_cast<int>(taken.size()));
+    return out;
+  }
+  double raw_best = 0;
+  int best_idle = 0;
+  // Shared: try every GPU with room; GPUs alike (same remaining, total and mode) measure alike, so only the first
+  // of each is measured.
+  for (size_t i = 0; i < inst.gpus.size(); ++i) {
+    const Gpu& g = inst.gpus[i];
+    const bool shareable = !g.held && (g.mode == GpuMode::kIdle || g.mode == GpuMode::kMps);
+    if (!shareable || g.remaining_memory_mib < demand.gpu_memory) continue;
+    if (compute_aware && g.compute_used_percent + demand.gpu_compute > 100) continue;
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; ++j) {
+      const Gpu& h = inst.gpus[j];
+      seen = !h.held && h.mode == g.mode && h.remaining_memory_mib == g.remaining_memory_mib &&
+             h.total_memory_mib == g.total_memory_mib &&
+             !(compute_aware && h.compute_used_percent != g.compute_used_percent);
+    }
+    if (seen) continue;
+    const bool idle = g.mode == GpuMode::kIdle;
+    const MiB r = g.remaining_memory_mib, r2 = r - demand.gpu_memory;
+    const double total = g.total_memory_mib > 0 ? static_cast<double>(g.total_memory_mib) : 1.0;
+    const double share = static_cast<double>(r) / total, share2 = static_cast<double>(r2) / total;
+    auto adjust = [&](size_t, const WorkloadShape& s) {
+      const bool fb = Fits(s, r, idle), fa = Fits(s, r2, false);
+      return std::pair<int, double>{(fa ? 1 : 0) - (fb ? 1 : 0), (fa ? 0.0 : share2) - (fb ? 0.0 : share)};
+    };
+    const double delta =
+        Quantize(FragmentAfter(st, w, cpu, st.free_total - share + share2, adjust) - before);
+    // The GPU of the largest decrease (ties: the lowest index); the instance is then ranked by Score.
+    if (!out.fits || delta < raw_best) {
+      out.fits = true;
+      raw_best = delta;
+      best_idle = st.idle - (idle ? 1 : 0);
+      out.shared_gpu = static_cast<int>(i);
+    }
+  }
+  if (out.fits) out.delta = Score(raw_best, measure, best_idle);
+  return out;
+}
+
+// SelfWorkload: the one-class workload of a demand (a cluster with no target workload yet).
+const TargetWorkload& OrSelf(const TargetWorkload& workload, const TaskDemand& demand, TargetWorkload& self) {
+  if (!workload.empty()) return workload;
+  self.classes.push_back({WorkloadShapeOf(demand, {}), {}});
+  return self;
+}
+
+}  // namespace
+
+NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& w) {
+  NodeStats st;
+  st.cpu = inst.remaining.cpu;
+  const NodeView v = ViewOf(inst);
+  for (const GpuView& g : v.gpus) {
+    st.free_total += g.Share();
+    st.idle += g.idle ? 1 : 0;
+  }
+  const std::vector<char> access = AccessOf(inst, load, w);
+  st.access.assign(access.begin(), access.end());
+  st.room.assign(w.classes.size(), 0);
+  st.small.assign(w.classes.size(), 0.0);
+  for (size_t c = 0; c < w.classes.size(); ++c) {
+    const WorkloadShape& s = w.classes[c].shape;
+    if (s.gpu_kind == GpuKind::kNone) continue;
+    for (const GpuView& g : v.gpus) {
+      if (!g.shareable) continue;
+      if (Fits(s, g.remaining, g.idle)) ++st.room[c];
+      else st.small[c] += g.Share();
+    }
+  }
+  st.fragment = FragmentAfter(st, w, st.cpu, st.free_total,
+                              [](size_t, const WorkloadShape&) { return std::pair<int, double>{0, 0.0}; });
+  return st;
+}
+
+FragmentMove BestMove(const ContainerInstance& inst, const InstanceLoad& load, const TaskDemand& demand,
+                      bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure) {
+  TargetWorkload self;
+  const TargetWorkload& w = OrSelf(workload, demand, self);
+  return MoveFromStats(inst, StatsOf(inst, load, w), demand, compute_aware, w, measure);
+}
+
+// ---- DemandWindow ---------------------------------------------------------------------------------------------
+
+void DemandWindow::Record(WorkloadShape shape) {
+  shape.weight = 1;
+  window_.push_back(std::move(shape));
+  if (window_.size() > capacity_) window_.pop_front();
+  // While the window is young every record counts: rebuild as often as the window has records to spare.
+  if (++since_rebuild_ >= std::min(rebuild_every_, (window_.size() + 1) / 2) || !learned_) Rebuild();
+}
+
+void DemandWindow::Rebuild() {
+  since_rebuild_ = 0;
+  std::map<decltype(WorkloadShape{}.Key()), double> shares;
+  for (const WorkloadShape& s : window_) shares[s.Key()] += 1.0 / static_cast<double>(window_.size());
+  if (learned_) {
+    double moved = 0;
+    for (const auto& [k, v] : shares) {
+      auto it = learned_shares_.find(k);
+      moved += std::abs(v - (it == learned_shares_.end() ? 0 : it->second));
+    }
+    for (const auto& [k, v] : learned_shares_)
+      if (!shares.count(k)) moved += v;
+    if (moved <= 0.1) return;
+  }
+  learned_shares_ = std::move(shares);
+  learned_ = BuildTargetWorkload(std::vector<WorkloadShape>(window_.begin(), window_.end()), 0.95);
+}
+
+// ---- FragmentCache --------------------------------------------------------------------------------------------
+
+FragmentCache::Table& FragmentCache::TableFor(const TaskDemand& d, bool compute_aware, const TargetWorkload& w,
+                                              FragmentMeasure measure) {
+  Key key{static_cast<int>(measure), d.cpu, d.memory, static_cast<int>(d.gpu_kind), d.gpu_memory, d.gpu_count,
+          compute_aware ? d.gpu_compute : 0, compute_aware, w.id};
+  auto it = tables_.find(key);
+  if (it == tables_.end()) {
+    if (tables_.size() >= kMaxDemands) {
+      auto oldest = tables_.begin();
+      for (auto t = tables_.begin(); t != tables_.end(); ++t)
+        if (t->second.last_used < oldest->second.last_used) oldest = t;
+      tables_.erase(oldest);
+    }
+    it = tables_.emplace(key, Table{}).first;
+  }
+  it->second.last_used = ++clock_;
+  return it->second;
+}
+
+void FragmentCache::Refresh(Table& t, const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
+                            bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure) {
+  Slot& s = t.slots[pos];
+  const InstanceEntry& e = entries[pos];
+  if (s.stamp == e.load->stamp && s.stamp != 0) return;
+  if (workload.empty()) {
+    s.move = BestMove(*e.instance, *e.load, demand, compute_aware, workload, measure);
+  } else {
+    // The instance's stats serve every demand until the instance or the workload changes.
+    if (stats_workload_ != workload.id) {
+      stats_.clear();
+      stats_workload_ = workload.id;
+    }
+    if (stats_.size() < entries.size()) stats_.resize(entries.size());
+    StatsSlot& ss = stats_[pos];
+    if (ss.stamp != e.load->stamp || ss.stamp == 0) {
+      ss.stats = StatsOf(*e.instance, *e.load, workload);
+      ss.stamp = e.load->stamp;
+    }
+    s.move = MoveFromStats(*e.instance, ss.stats, demand, compute_aware, workload, measure);
+  }
+  s.stamp = e.load->stamp;
+}
+
+FragmentMove FragmentCache::Move(const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
+                                 bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Table& t = TableFor(demand, compute_aware, workload, measure);
+  if (t.slots.size() < entries.size()) t.slots.resize(entries.size());
+  Refresh(t, entries, pos, demand, compute_aware, workload, measure);
+  return t.slots[pos].move;
+}
+
+}  // namespace gpupack

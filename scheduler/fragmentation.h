@@ -1,0 +1,201 @@
+// Fragmentation: how much of a container instance's free GPU capacity a target workload could not use, and how
+// a placement changes it: the "expected fragment" of Weng et al., "Beware of Fragmentation: Scheduling
+// GPU-Sharing Workloads with Fragmentation Gradient Descent" (USENIX ATC 2023), in GPUs (a GPU's free share is its
+// remaining memory over its total memory). For each class t of the target workload, with probability p_t:
+//   - a class that needs no GPU counts all the instance's free GPU share (the paper's simulator does so);
+//   - a class that does not fit the instance (a GPU model its memberOf refuses, too little CPU, not enough GPUs
+//     with room for it) counts all the free share;
+//   - a class that fits counts the free share of the GPUs too small for it (a shared class: free memory below
+//     its need; a dedicated class: GPUs partly used);
+//   fragment(instance) = sum_t p_t * that. Host memory is not looked at (the filters check it).
+// A placement's change is delta = fragment(after) - fragment(before) (the largest decrease wins), the shared
+// task's GPU the one of the least delta. Two scores rank instances by it (FragmentMeasure, Score in the .cc):
+//   kFgd       the paper's simulator: floor(100 * sigmoid(-delta)), ties to the instance registered first; with
+//              the workload's typical shapes as target (gpupack plan --strategy fgd);
+//   kGpupack   binpack(fragmentation): the same rank, ties broken by the IDLE GPUs the instance keeps (fewer
+//              first), with the target learned from the cluster's recent demands or given by an operator.
+// docs/planning.md says why kGpupack packs better. ClusterState keeps a target workload per cluster (the
+// operator's, or one learned from a bounded window of recent RunTask demands: DemandWindow) and a FragmentCache
+// of each instance's best move per demand, recomputed only for the instances a placement changed.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/model.h"
+#include "scheduler/query.h"
+
+namespace gpupack {
+
+struct InstanceEntry;  // scheduler/cluster_state.h
+struct InstanceLoad;
+
+// WorkloadShape: one class of tasks of a target workload and its share of arrivals.
+struct WorkloadShape {
+  int64_t cpu = 0;
+  MiB memory = 0;
+  GpuKind gpu_kind = GpuKind::kNone;
+  MiB gpu_memory = 0;  // shared: on one GPU, in the cluster's GPU memory units
+  int gpu_count = 0;   // dedicated
+  std::vector<std::string> member_of;  // the class's memberOf expressions (which instances it may use)
+  double weight = 0;                   // share of arrivals (the shapes of a TargetWorkload sum to 1)
+
+  // Key: the shape without its weight, to count equal shapes.
+  std::tuple<int64_t, MiB, int, MiB, int, std::vector<std::string>> Key() const {
+    return {cpu, memory, static_cast<int>(gpu_kind), gpu_memory, gpu_count, member_of};
+  }
+};
+
+// WorkloadShapeOf: the shape of a demand and its constraints (memberOf only; weight 1).
+WorkloadShape WorkloadShapeOf(const TaskDemand& demand, const std::vector<PlacementConstraint>& constraints);
+
+// TargetWorkload: the classes a fragment is measured against. Immutable once built; `id` is unique per build
+// (the FragmentCache's key), so a changed workload never reuses cached moves.
+struct TargetWorkload {
+  struct Class {
+    WorkloadShape shape;
+    std::vector<query::ExpressionPtr> member_of;  // parsed shape.member_of; unparsable ones are left out
+  };
+  std::vector<Class> classes;
+  uint64_t id = 0;
+  bool empty() const { return classes.empty(); }
+};
+
+// BuildTargetWorkload: the most frequent shapes, by descending count (ties: the order of `shapes`), until they
+// cover `coverage` of all (the paper: 0.95), renormalized to sum 1. Shapes with equal Key are merged first.
+std::shared_ptr<const TargetWorkload> BuildTargetWorkload(const std::vector<WorkloadShape>& shapes,
+                                                          double coverage = 0.95);
+
+enum class FragmentMeasure { kFgd, kGpupack };
+
+// Fragment: fragment(instance) in GPUs for a workload (see the top of this file).
+double Fragment(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload);
+
+// NodeStats: an instance's state summarized per class of a workload, from which a move's fragment change is
+// O(classes): its free CPU, free GPU share and IDLE GPUs, and per class whether its memberOf admits the instance,
+// the GPUs with room for one task of it (shared: free memory >= its need; dedicated: IDLE) and the free share of
+// the other shareable GPUs; and the fragment they add up to.
+struct NodeStats {
+  int64_t cpu = 0;
+  double free_total = 0;
+  int idle = 0;
+  std::vector<uint8_t> access;
+  std::vector<int> room;
+  std::vector<double> small;
+  double fragment = 0;  // fragment(instance) itself
+};
+NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload);
+
+// Move: the best placement of a demand on one instance by the fragment measure.
+struct FragmentMove {
+  bool fits = false;    // the instance's free CPU, memory and GPUs hold the demand
+  double delta = 0;     // the move's score (lower is better): kFgd -floor(100 * sigmoid(-d)), kGpupack
+                        // -1000 * floor(100 * sigmoid(-d)) + IDLE GPUs left, d = fragment(after) - fragment(before)
+  int shared_gpu = -1;  // shared: the GPU of the largest decrease (ties: the lowest index)
+};
+// BestMove: for a shared demand every GPU with room (and, compute-aware, compute) is tried; a dedicated demand
+// takes the first gpu_count IDLE GPUs, as the placement does. An empty workload is measured against the demand
+// itself (one class, weight 1).
+FragmentMove BestMove(const ContainerInstance& inst, const InstanceLoad& load, const TaskDemand& demand,
+                      bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure);
+
+// DemandWindow: the last `capacity` demands a cluster's RunTask calls asked for, and the target workload learned
+// from them (their most frequent shapes covering 95%): rebuilt every `rebuild_every` records (every n/2-th while the
+// window holds n < rebuild_every), and replaced only when the shares moved (sum of absolute differences over
+// shapes above 0.1), so a steady workload keeps its cache. Owned by ClusterState (one writer).
+class DemandWindow {
+ public:
+  explicit DemandWindow(size_t capacity = 2048, size_t rebuild_every = 64)
+      : capacity_(capacity), rebuild_every_(rebuild_every) {}
+  void Record(WorkloadShape shape);
+  // The learned workload; null until the first rebuild.
+  const std::shared_ptr<const TargetWorkload>& Learned() const { return learned_; }
+  size_t size() const { return window_.size(); }
+
+ private:
+  void Rebuild();
+  size_t capacity_, rebuild_every_;
+  std::deque<WorkloadShape> window_;
+  size_t since_rebuild_ = 0;
+  std::shared_ptr<const TargetWorkload> learned_;
+  std::map<std::tuple<int64_t, MiB, int, MiB, int, std::vector<std::string>>, double> learned_shares_;
+};
+
+// FragmentCache: per (measure, demand, compute-aware, workload) the best move of every instance of a cluster, by
+// registration position, with the instance's stamp (InstanceLoad::stamp) when it was computed: a placement
+// changes one instance's stamp, so only that instance is recomputed on the next decision. At most kMaxDemands
+// demands are kept (the least recently used is dropped). Thread-safe: a recursive mutex guards it (placement
+// may run concurrently on a state nobody writes).
+class FragmentCache {
+ public:
+  static constexpr size_t kMaxDemands = 128;
+  // Visit: calls visit(pos, move) for every instance's move, in position order, recomputing stale ones first
+  // (an instance whose stamp in `stamps`, ClusterState::StampsOf, moved; none when `last_stamp`,
+  // ClusterState::LastStamp, is the one of the previous visit); under the cache's lock (recursive: visit may ask
+  // Move of the same cache).
+  template <typename Fn>
+  void Visit(const std::vector<InstanceEntry>& entries, const std::vector<uint64_t>& stamps, uint64_t last_stamp,
+             const TaskDemand& demand, bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure,
+             Fn&& visit) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Table& t = TableFor(demand, compute_aware, workload, measure);
+    if (t.seen != last_stamp || t.slots.size() != entries.size() || stamps.size() != entries.size()) {
+      if (t.slots.size() < entries.size()) t.slots.resize(entries.size());
+      for (size_t pos = 0; pos < entries.size(); ++pos)
+        if (pos >= stamps.size() || t.slots[pos].stamp != stamps[pos] || stamps[pos] == 0)
+          Refresh(t, entries, pos, demand, compute_aware, workload, measure);
+      t.seen = last_stamp;
+    }
+    for (size_t pos = 0; pos < entries.size(); ++pos) visit(pos, t.slots[pos].move);
+  }
+  // Move: one instance's move (cached).
+  FragmentMove Move(const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
+                    bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure);
+
+ private:
+  struct Slot {
+    uint64_t stamp = 0;
+    FragmentMove move;
+  };
+  struct Table {
+    std::vector<Slot> slots;
+    uint64_t last_used = 0;
+    uint64_t seen = 0;  // ClusterState::LastStamp when every slot was last brought up to date
+  };
+  using Key = std::tuple<int, int64_t, MiB, int, MiB, int, int, bool, uint64_t>;
+  Table& TableFor(const TaskDemand& demand, bool compute_aware, const TargetWorkload& workload,
+                  FragmentMeasure measure);
+  void Refresh(Table& t, const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
+               bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure);
+  struct StatsSlot {
+    uint64_t stamp = 0;
+    NodeStats stats;
+  };
+  std::recursive_mutex mu_;
+  std::vector<StatsSlot> stats_;   // per instance position, for workload stats_workload_
+  uint64_t stats_workload_ = 0;
+  std::map<Key, Table> tables_;
+  uint64_t clock_ = 0;
+};
+
+// ClusterFragments: what ClusterState keeps per cluster for the fragmentation strategies: the operator's target
+// workload (when given), the window of recent demands, and the cache.
+struct ClusterFragments {
+  std::shared_ptr<const TargetWorkload> operator_workload;
+  DemandWindow window;
+  mutable FragmentCache cache;
+  // Target: the operator's workload, else the learned one, else null (measure against the demand itself).
+  const TargetWorkload* Target() const {
+    if (operator_workload) return operator_workload.get();
+    return window.Learned().get();
+  }
+};
+
+}  // namespace gpupack
