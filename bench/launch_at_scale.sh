@@ -244,14 +244,22 @@ kill "$poller_pid" 2>/dev/null || true
 wait "$poller_pid" 2>/dev/null || true
 poller_pid=""
 
-# CPU of the per-task processes, read while they live: monitors (forks of gpupack up) and the workloads.
+# CPU of the per-task processes, read while they live: monitors and the workloads. A workload carries the run's
+# marker; its monitor is its parent (gpupack-monitor starts with an environment of its own, without the marker).
 # /proc/PID/schedstat (ns on CPU), not stat: a monitor's few ms round to 0 clock ticks there.
 read -r monitors monitor_ns workloads workload_ns < <(
-  marked_pids | awk -v up="$up_pid" '$1 != up {
-      f = "/proc/" $1 "/comm"; g = "/proc/" $1 "/schedstat"; c = ""; s = ""
-      if ((getline c < f) <= 0 || (getline s < g) <= 0) { close(f); close(g); next }
-      close(f); close(g); split(s, a, " ")
-      if (c == "gpupack-monitor") { m++; mt += a[1] } else { w++; wt += a[1] } }
+  marked_pids | awk -v up="$up_pid" '
+    function cpu(pid,   g, s, a) { g = "/proc/" pid "/schedstat"; s = ""; if ((getline s < g) <= 0) { close(g); return -1 }
+                                   close(g); split(s, a, " "); return a[1] }
+    function comm(pid,   f, c) { f = "/proc/" pid "/comm"; c = ""; getline c < f; close(f); return c }
+    function parent(pid,   f, s, a) { f = "/proc/" pid "/stat"; s = ""; getline s < f; close(f)
+                                      sub(/^.*\) /, "", s); split(s, a, " "); return a[2] }
+    $1 != up {
+      c = comm($1); t = cpu($1); if (t < 0) next
+      if (c == "gpupack-monitor") { if (!($1 in seen)) { seen[$1] = 1; m++; mt += t }; next }
+      w++; wt += t
+      p = parent($1)
+      if (p != "" && !(p in seen) && comm(p) == "gpupack-monitor") { t = cpu(p); if (t >= 0) { seen[p] = 1; m++; mt += t } } }
     END { print m + 0, mt + 0, w + 0, wt + 0 }')
 
 # ---- idle: what the cluster costs with every task RUNNING and no call (the agents' monitoring) ----------------------
