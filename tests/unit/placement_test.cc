@@ -66,9 +66,9 @@ TaskDemand Dedicated(int n) {
   return d;
 }
 
-// Hold reserves `mib` on GPU `gpu` of `instance` as a running shared task would.
-void Hold(ClusterState& s, const std::string& instance_arn, size_t gpu, MiB mib, int compute = 100,
-          const std::string& group = "g") {
+// Hold reserves `mib` on GPU `gpu` of `instance` as a running shared task would, and returns the task's ARN.
+std::string Hold(ClusterState& s, const std::string& instance_arn, size_t gpu, MiB mib, int compute = 100,
+                 const std::string& group = "g") {
   static int n = 0;
   Task t;
   t.arn = "task-" + std::to_string(++n);
@@ -76,7 +76,8 @@ void Hold(ClusterState& s, const std::string& instance_arn, size_t gpu, MiB mib,
   t.group = group;
   const ContainerInstance* inst = s.FindInstance(instance_arn);
   t.gpu_reservations = {{inst->gpus[gpu].id, mib, compute, 1, false}};
-  ASSERT_TRUE(s.ReserveTask(t).ok());
+  EXPECT_TRUE(s.ReserveTask(t).ok());
+  return t.arn;
 }
 
 Placement Place(const ClusterState& s, TaskDemand d, std::vector<PlacementStrategy> strategies = {},
@@ -218,29 +219,25 @@ TEST(Placement, SharedTaskNeverLandsOnDedicatedGpu) {
 TEST(ClusterStateSharing, ASharedTaskIsCopiedBeforeItChangesAndAnUnsharedOneIsNot) {
   ClusterState s;
   s.PutInstance(Instance("a").Gpus(1, 20000));
-  Task t;
-  t.arn = "t1";
-  t.container_instance_arn = "arn:i/a";
-  t.gpu_reservations = {{"GPU-a-0", 1000, 0, 1, false}};
-  ASSERT_TRUE(s.ReserveTask(t).ok());
+  const std::string t1 = Hold(s, "arn:i/a", 0, 1000);
 
-  const Task* before = s.FindTask("t1");
-  EXPECT_EQ(s.FindTask(std::string("t1")), before) << "unshared: changed in place";
-  std::shared_ptr<const Task> seen = s.SharedTask("t1");
+  const Task* before = s.FindTask(t1);
+  EXPECT_EQ(s.FindTask(t1), before) << "unshared: changed in place";
+  std::shared_ptr<const Task> seen = s.SharedTask(t1);
   EXPECT_EQ(seen.get(), before) << "shared, not copied";
 
-  s.SetTaskLastStatus("t1", TaskStatus::kRunning);
+  s.SetTaskLastStatus(t1, TaskStatus::kRunning);
   EXPECT_EQ(seen->last_status, TaskStatus::kPending) << "the shared version never changes";
   EXPECT_EQ(before->last_status, TaskStatus::kPending) << "an older pointer shows the task as it was";
-  const Task* after = static_cast<const ClusterState&>(s).FindTask("t1");
+  const Task* after = static_cast<const ClusterState&>(s).FindTask(t1);
   EXPECT_NE(after, before);
   EXPECT_EQ(after->last_status, TaskStatus::kRunning);
   EXPECT_EQ(s.FindInstance("arn:i/a")->running_tasks_count, 1);
 
   seen.reset();
   s.DropSuperseded();
-  s.SetTaskLastStatus("t1", TaskStatus::kStopped);  // nobody else holds it now: no copy
-  EXPECT_EQ(static_cast<const ClusterState&>(s).FindTask("t1"), after);
+  s.SetTaskLastStatus(t1, TaskStatus::kStopped);  // nobody else holds it now: no copy
+  EXPECT_EQ(static_cast<const ClusterState&>(s).FindTask(t1), after);
   EXPECT_TRUE(after->resources_released);
   EXPECT_EQ(s.FindInstance("arn:i/a")->gpus[0].remaining_memory_mib, 20000);
 }
