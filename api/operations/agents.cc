@@ -98,7 +98,8 @@ Status AgentReport(const std::string& instance_arn, const protocol::TaskReport& 
 // AgentHeartbeat records the agent's MPS health and the GPUs it holds after a fault; it writes only changes.
 Status AgentHeartbeat(const std::string& instance_arn, const protocol::Heartbeat& hb, Transaction& txn) {
   const ContainerInstance* inst = txn.state().FindInstance(instance_arn);
-  if (!inst) return Status::InvalidParameter("instance is not registered");
+  // A deregistered instance stays disconnected: its agent's heartbeats do not bring it back.
+  if (!inst || inst->status == InstanceStatus::kInactive) return Status::InvalidParameter("instance is not registered");
   const std::set<std::string> held(hb.held_gpus.begin(), hb.held_gpus.end());
   bool changed = !inst->agent_connected || inst->impaired != hb.impaired;
   for (const auto& g : inst->gpus) changed = changed || g.held != (held.count(g.id) > 0);
@@ -126,7 +127,10 @@ bool PushStillWanted(const ClusterState& state, const std::string& instance_arn,
   }
   const auto& stop = std::get<protocol::Stop>(push);
   const Task* t = state.FindTask(stop.order.task_arn);
-  return t && t->container_instance_arn == instance_arn && t->last_status != TaskStatus::kStopped;
+  if (!t || t->container_instance_arn != instance_arn) return false;
+  // A deregistered instance's tasks read STOPPED at once; their processes still have to be stopped.
+  const ContainerInstance* inst = state.FindInstance(instance_arn);
+  return t->last_status != TaskStatus::kStopped || (inst && inst->status == InstanceStatus::kInactive);
 }
 
 }  // namespace gpupack::api

@@ -37,6 +37,11 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
     GP_ASSIGN(id, ResourceIdFrom(txn.arn(), "container-instance", *in.container_instance_arn, cluster->name));
     existing = state.FindInstance(txn.arn().InstanceArn(cluster->name, id));
     if (!existing) return Status::InvalidParameter("containerInstanceArn names no instance of this cluster");
+    // A deregistered instance does not come back by itself: its tasks were stopped and its GPUs given up.
+    if (existing->status == InstanceStatus::kInactive)
+      return Status::InvalidParameter("container instance " + id +
+                                      " was deregistered and cannot register again; register it as a new instance "
+                                      "(for gpupack agent: remove the instance record in its --state-dir)");
     inst = *existing;
   } else {
     inst.id = txn.NewId();
@@ -95,12 +100,16 @@ Status DeregisterContainerInstance(const DeregisterContainerInstanceRequest& in,
   if (!task_arns.empty() && !in.force)
     return Status::InvalidParameter("container instance has " + std::to_string(task_arns.size()) +
                                     " task(s) that are not stopped; stop them or deregister with force");
+  // The agent, if its channel is open, is told to stop each task's containers: the tasks read STOPPED at once
+  // (the instance is gone), and their processes must not outlive that.
+  const bool tell_agent = UsesChannel(*inst) && inst->agent_connected;
   for (const auto& task_arn : task_arns) {
     txn.UpdateTask(task_arn, [](Task& t) {
       t.stop_code = stop_codes::kInfrastructureHealth;
       t.stopped_reason = "container instance deregistered";
     });
     FinishStop(task_arn, txn);
+    if (tell_agent) txn.Push(arn, protocol::Stop{0, {task_arn, "container instance deregistered"}});
   }
   txn.UpdateInstance(arn, [](ContainerInstance& i) {
     i.status = InstanceStatus::kInactive;

@@ -259,6 +259,40 @@ TEST_F(ChannelTest, StopTaskTerminatesTheProcess) {
   EXPECT_NE(kill(pid, 0), 0);  // the process is gone
 }
 
+// A forced deregistration stops the instance's tasks on the agent too (their processes do not outlive it), the
+// instance stays INACTIVE and disconnected while the agent's heartbeats go on, and it cannot register again
+// under its ARN.
+TEST_F(ChannelTest, AForcedDeregistrationStopsTheWorkloadAndTheInstanceStaysGone) {
+  StartAgent();
+  fs::path pid_file = dir_ / "pid";
+  RegisterScript("sleeper", "echo $$ > " + pid_file.string() + "; exec sleep 60");
+  std::string arn = Run("sleeper");
+  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  for (int i = 0; i < 250 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(20ms);
+  int pid = 0;
+  std::ifstream(pid_file) >> pid;
+  ASSERT_GT(pid, 0);
+  const Json instance = WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  const std::string instance_arn = instance["containerInstanceArn"];
+  server_->Call("DeregisterContainerInstance", {{"containerInstance", instance_arn}, {"force", true}});
+  const Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(t["stoppedReason"], "container instance deregistered");
+  for (int i = 0; i < 250 && kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(kill(pid, 0), 0) << "the workload outlived its instance's deregistration";
+  // Heartbeats go on for more than the channel's window: the instance stays INACTIVE and disconnected.
+  std::this_thread::sleep_for(1500ms);
+  const Json d = server_->Call("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
+  EXPECT_EQ(d["containerInstances"][0]["status"], "INACTIVE");
+  EXPECT_EQ(d["containerInstances"][0]["agentConnected"], false);
+  auto again = agent::CallEcs(*agent::ServerEndpoint::Parse(server_->url()), "RegisterContainerInstance",
+                              {{"containerInstanceArn", instance_arn},
+                               {"totalResources", {{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 1024}},
+                                                   {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 1024}}}}});
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("was deregistered and cannot register again"), std::string::npos)
+      << again.status().message();
+}
+
 TEST_F(ChannelTest, AgentRestartAdoptsRunningTasksWithoutStartingThemTwice) {
   stop_tasks_on_exit_ = false;  // the first agent "dies": its tasks keep running
   StartAgent();
