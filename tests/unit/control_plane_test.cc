@@ -653,6 +653,52 @@ TEST_F(ControlPlaneTest, StoppedTaskReleasesMemoryExactlyOnce) {
   EXPECT_EQ(d["tasks"][0]["lastStatus"], "STOPPED");
 }
 
+// Remaining: an instance's remainingResources as {CPU, MEMORY}.
+std::pair<int64_t, int64_t> Remaining(Server& s, const std::string& instance_arn) {
+  Json body = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
+  std::pair<int64_t, int64_t> out{-1, -1};
+  for (const auto& r : body["containerInstances"][0]["remainingResources"]) {
+    if (r["name"] == "CPU") out.first = r["integerValue"];
+    if (r["name"] == "MEMORY") out.second = r["integerValue"];
+  }
+  return out;
+}
+
+// Re-registration keeps the instance's tasks, so it may not shrink the host's CPU or memory below what they
+// reserved: remaining resources would go negative and stay so after a restart. Shrinking to exactly what is
+// held is fine. The GPU case (a shared GPU smaller than its tasks' memory) is the fuzz regression
+// operations/reregister-shrinks-gpu-below-declared.
+TEST_F(ControlPlaneTest, ReRegistrationCannotShrinkCpuOrMemoryBelowWhatTasksHold) {
+  std::string inst;
+  {
+    Server s(db_);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {}, 8192, 32768);
+    s.Ok("RegisterTaskDefinition",
+         {{"family", "host"},
+          {"containerDefinitions", Json::array({{{"name", "c"}, {"image", "busybox"}, {"cpu", 2048}, {"memory", 8192}}})}});
+    s.Ok("RunTask", {{"taskDefinition", "host"}, {"count", 2}});
+    EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{4096}, int64_t{16384}));
+    auto reregister = [&](int cpu, int mem) {
+      return s.Call("RegisterContainerInstance", {{"containerInstanceArn", inst},
+                                                  {"totalResources", Resources(cpu, mem)},
+                                                  {"platformDevices", Json::array()}});
+    };
+    OperationResult cpu = reregister(4095, 32768);
+    EXPECT_EQ(cpu.status.code(), ErrorCode::kInvalidParameter) << cpu.status.message();
+    EXPECT_NE(cpu.status.message().find("4096 CPU units reserved"), std::string::npos) << cpu.status.message();
+    OperationResult mem = reregister(8192, 16383);
+    EXPECT_EQ(mem.status.code(), ErrorCode::kInvalidParameter) << mem.status.message();
+    EXPECT_NE(mem.status.message().find("16384 MiB of memory reserved"), std::string::npos) << mem.status.message();
+    EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{4096}, int64_t{16384}));  // refused: nothing changed
+    OperationResult exact = reregister(4096, 16384);
+    EXPECT_TRUE(exact.status.ok()) << exact.status.message();
+    EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{0}, int64_t{0}));
+  }
+  Server s(db_);
+  EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{0}, int64_t{0}));
+}
+
 TEST_F(ControlPlaneTest, ClientTokenIsIdempotent) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());
