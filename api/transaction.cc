@@ -97,8 +97,16 @@ Status Transaction::EraseStoppedTask(const std::string& arn) {
 }
 
 void Transaction::PutClientToken(ClientTokenRecord record) {
+  deleted_client_tokens_.erase({record.cluster, record.token});
   client_tokens_.push_back(record);
   state_.PutClientToken(std::move(record));
+}
+
+void Transaction::DeleteClientToken(const std::string& cluster, const std::string& token) {
+  if (!state_.EraseClientToken(cluster, token)) return;
+  std::erase_if(client_tokens_,
+                [&](const ClientTokenRecord& r) { return r.cluster == cluster && r.token == token; });
+  deleted_client_tokens_.emplace(cluster, token);
 }
 
 void Transaction::Push(const std::string& instance_arn, AgentPush push) {
@@ -140,6 +148,7 @@ Transaction::Outcome Transaction::Finish() {
     out.delta.erased_tasks.push_back(arn);
   }
   for (auto& rec : client_tokens_) out.batch.PutClientToken(std::move(rec));
+  for (const auto& [cluster, token] : deleted_client_tokens_) out.batch.DeleteClientToken(cluster, token);
   out.pushes = std::move(pushes_);
   return out;
 }

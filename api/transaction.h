@@ -71,6 +71,8 @@ class Transaction {
   // EraseStoppedTask forgets a STOPPED task whose retention expired.
   Status EraseStoppedTask(const std::string& arn);
   void PutClientToken(ClientTokenRecord record);
+  // DeleteClientToken forgets a clientToken record (its retention expired), in the state and in the store.
+  void DeleteClientToken(const std::string& cluster, const std::string& token);
   // RecordDemand: one RunTask/StartTask demand into the cluster's window of recent demands (working state only,
   // never stored): binpack(fragmentation) learns its target workload from it.
   void RecordDemand(const std::string& cluster, const WorkloadShape& shape) { state_.RecordDemand(cluster, shape); }
@@ -113,6 +115,7 @@ class Transaction {
   std::set<std::string> tasks_;
   std::set<std::string> erased_tasks_;
   std::vector<ClientTokenRecord> client_tokens_;
+  std::set<std::pair<std::string, std::string>> deleted_client_tokens_;  // (cluster, token), none also put
   std::vector<std::pair<std::string, AgentPush>> pushes_;
 };
 

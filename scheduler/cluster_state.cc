@@ -165,6 +165,34 @@ uint32_t ClusterState::GroupId(const std::string& group) const {
   return it == group_ids_.end() ? kNoGroupId : it->second;
 }
 
+size_t ClusterState::GroupIndexEntries() const {
+  size_t n = 0;
+  for (const auto& [_, groups] : group_index_) n += groups.size();
+  return n;
+}
+
+uint32_t ClusterState::HoldGroup(const std::string& group) {
+  auto [it, inserted] = group_ids_.try_emplace(group, 0);
+  if (inserted) {
+    if (!free_group_ids_.empty()) {
+      it->second = free_group_ids_.back();
+      free_group_ids_.pop_back();
+    } else {
+      it->second = static_cast<uint32_t>(group_holders_.size());
+      group_holders_.push_back(0);
+    }
+  }
+  ++group_holders_[it->second];
+  return it->second;
+}
+
+void ClusterState::UnholdGroup(const std::string& group, uint32_t id) {
+  if (id >= group_holders_.size() || --group_holders_[id] > 0) return;
+  group_holders_[id] = 0;
+  group_ids_.erase(group);
+  free_group_ids_.push_back(id);
+}
+
 const InstanceLoad& ClusterState::LoadOf(const std::string& instance_arn) const {
   static const InstanceLoad kEmpty;
   auto it = instances_.find(instance_arn);
@@ -247,32 +275,45 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
   }
   IndexInstance(it->second, /*insert=*/true);
   Touch(it->second);
-  const uint32_t group_id = group_ids_.emplace(task.group, static_cast<uint32_t>(group_ids_.size())).first->second;
-  auto by_id = std::find_if(load.group_id_counts.begin(), load.group_id_counts.end(),
-                            [&](const auto& e) { return e.first == group_id; });
-  const int old_count = by_id == load.group_id_counts.end() ? 0 : by_id->second;
-  const uint32_t seq = it->second.seq;
-  GroupMembers& members = group_index_[inst.cluster][group_id];
-  if (old_count > 0) members.by_count.erase({old_count, seq});
   if (sign > 0) {
-    if (by_id == load.group_id_counts.end()) load.group_id_counts.emplace_back(group_id, 1);
-    else ++by_id->second;
     ++load.group_counts[task.group];
     load.task_arns.push_back(task.arn);
     if (task.last_status == TaskStatus::kRunning) ++inst.running_tasks_count; else ++inst.pending_tasks_count;
   } else {
     if (--load.group_counts[task.group] <= 0) load.group_counts.erase(task.group);
-    if (by_id != load.group_id_counts.end() && --by_id->second <= 0) load.group_id_counts.erase(by_id);
     std::erase(load.task_arns, task.arn);
     if (task.last_status == TaskStatus::kRunning) --inst.running_tasks_count; else --inst.pending_tasks_count;
     inst.running_tasks_count = std::max(0, inst.running_tasks_count);
     inst.pending_tasks_count = std::max(0, inst.pending_tasks_count);
+  }
+  // A reservation holds its group's id; a release gives it back (the id is freed with the group's last task).
+  const uint32_t group_id = sign > 0 ? HoldGroup(task.group) : GroupId(task.group);
+  if (group_id == kNoGroupId) return;  // a release of a task whose reservation was never applied
+  auto by_id = std::find_if(load.group_id_counts.begin(), load.group_id_counts.end(),
+                            [&](const auto& e) { return e.first == group_id; });
+  const int old_count = by_id == load.group_id_counts.end() ? 0 : by_id->second;
+  const uint32_t seq = it->second.seq;
+  auto& cluster_groups = group_index_[inst.cluster];
+  GroupMembers& members = cluster_groups[group_id];
+  if (old_count > 0) members.by_count.erase({old_count, seq});
+  if (sign > 0) {
+    if (by_id == load.group_id_counts.end()) load.group_id_counts.emplace_back(group_id, 1);
+    else ++by_id->second;
+  } else if (by_id != load.group_id_counts.end() && --by_id->second <= 0) {
+    load.group_id_counts.erase(by_id);
   }
   const int new_count = load.CountOfGroupId(group_id);
   if (new_count > 0) members.by_count.insert({new_count, seq});
   if (members.present.size() <= seq / 64) members.present.resize(seq / 64 + 1, 0);
   const uint64_t bit = uint64_t{1} << (seq % 64);
   members.present[seq / 64] = new_count > 0 ? members.present[seq / 64] | bit : members.present[seq / 64] & ~bit;
+  if (sign < 0) {
+    if (members.by_count.empty()) {  // no instance of the cluster holds a task of the group any more
+      cluster_groups.erase(group_id);
+      if (cluster_groups.empty()) group_index_.erase(inst.cluster);
+    }
+    UnholdGroup(task.group, group_id);
+  }
 }
 
 Status ClusterState::ReserveTask(Task task) {
@@ -329,6 +370,9 @@ void ClusterState::RebuildReservations() {
   for (auto& [_, index] : gpu_index_) index.clear();
   for (auto& [_, index] : host_index_) index = HostIndexes{};
   group_index_.clear();
+  group_ids_.clear();
+  group_holders_.clear();
+  free_group_ids_.clear();
   for (auto& [_, slot] : instances_) {
     IndexInstance(slot, /*insert=*/true);
     Touch(slot);
@@ -393,6 +437,10 @@ const ClientTokenRecord* ClusterState::FindClientToken(const std::string& cluste
 void ClusterState::PutClientToken(ClientTokenRecord record) {
   auto key = std::make_pair(record.cluster, record.token);
   client_tokens_[key] = std::move(record);
+}
+
+bool ClusterState::EraseClientToken(const std::string& cluster, const std::string& token) {
+  return client_tokens_.erase({cluster, token}) != 0;
 }
 
 // ---- demand ------------------------------------------------------------------------------------------------

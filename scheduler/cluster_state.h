@@ -126,9 +126,15 @@ class ClusterState {
   // InstancesOf with each instance's load, same order and positions (GpuSlot::seq is the position): placement
   // iterates this instead of looking loads up.
   const std::vector<InstanceEntry>& EntriesOf(const std::string& cluster) const;
-  // Dense id of a task group (InstanceLoad::group_id_counts); kNoGroupId when no task of it was ever reserved.
+  // Dense id of a task group (InstanceLoad::group_id_counts); kNoGroupId when no task of it holds resources.
   static constexpr uint32_t kNoGroupId = UINT32_MAX;
   uint32_t GroupId(const std::string& group) const;
+  // GroupCount: the task groups that have an id, i.e. at least one task holding resources. A group's id and its
+  // group index entries are freed when its last task releases its resources (ids are reused), so both stay
+  // bounded by the groups of the tasks that hold resources, however many distinct groups ever ran.
+  size_t GroupCount() const { return group_ids_.size(); }
+  // GroupIndexEntries: (cluster, group) entries in the group indexes, all clusters together.
+  size_t GroupIndexEntries() const;
   // The cluster's GPUs ordered by remaining memory (best fit = lower_bound on the memory a task needs).
   // Kept current by PutInstance, ReserveTask, ReleaseTask and RebuildReservations.
   const std::set<GpuSlot>& GpuIndex(const std::string& cluster) const;
@@ -196,6 +202,14 @@ class ClusterState {
   // ---- clientToken idempotency
   const ClientTokenRecord* FindClientToken(const std::string& cluster, const std::string& token) const;
   void PutClientToken(ClientTokenRecord record);
+  // EraseClientToken forgets a record (its retention expired); false when there was none.
+  bool EraseClientToken(const std::string& cluster, const std::string& token);
+  // ForEachClientToken calls `f(const ClientTokenRecord&)` for every record, by (cluster, token).
+  template <typename F>
+  void ForEachClientToken(F&& f) const {
+    for (const auto& entry : client_tokens_) f(entry.second);
+  }
+  size_t ClientTokenCount() const { return client_tokens_.size(); }
 
  private:
   struct InstanceSlot {
@@ -215,7 +229,12 @@ class ClusterState {
   std::unordered_map<std::string, InstanceSlot> instances_;                // arn -> instance
   std::unordered_map<std::string, std::vector<ContainerInstance*>> by_cluster_;
   std::unordered_map<std::string, std::vector<InstanceEntry>> entries_by_cluster_;  // parallel to by_cluster_
-  std::unordered_map<std::string, uint32_t> group_ids_;                            // task group -> dense id
+  // task group -> dense id, while tasks of the group hold resources (HoldGroup, UnholdGroup)
+  std::unordered_map<std::string, uint32_t> group_ids_;
+  std::vector<int64_t> group_holders_;    // group id -> tasks of the group holding resources; 0: the id is free
+  std::vector<uint32_t> free_group_ids_;  // ids freed by UnholdGroup, reused before new ones are made
+  uint32_t HoldGroup(const std::string& group);  // the group's id (made if needed), one more holder counted
+  void UnholdGroup(const std::string& group, uint32_t id);  // one holder less; frees the id at the last
   std::unordered_map<const ContainerInstance*, const InstanceSlot*> by_pointer_;
   std::unordered_map<std::string, std::set<GpuSlot>> gpu_index_;  // cluster -> GPUs by remaining memory
   struct HostIndexes {

@@ -56,9 +56,21 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
   if (inst.ec2_instance_id.empty()) inst.ec2_instance_id = "i-" + inst.id.substr(0, 17);
   if (!inst.instance_type.empty()) attrs.push_back({"ecs.instance-type", inst.instance_type});
   SortAttributes(attrs);
-  // Re-registration keeps the tasks: GPUs that still hold reservations must still be there, and a shared one
-  // still large enough for the memory its tasks declared (else its remaining memory would go negative).
+  // Re-registration keeps the tasks: GPUs that still hold reservations must still be there, a shared one still
+  // large enough for the memory its tasks declared, and the host's CPU and memory at least what its tasks
+  // reserved (else remaining resources would go negative, and stay so after a restart).
   if (existing) {
+    const Resources held{existing->registered.cpu - existing->remaining.cpu,
+                         existing->registered.memory - existing->remaining.memory};
+    if (in.total.cpu < held.cpu)
+      return Status::InvalidParameter("container instance " + existing->id + " has " + std::to_string(held.cpu) +
+                                      " CPU units reserved by its tasks and cannot shrink to " +
+                                      std::to_string(in.total.cpu) + " on re-registration; stop tasks first");
+    if (in.total.memory < held.memory)
+      return Status::InvalidParameter("container instance " + existing->id + " has " +
+                                      std::to_string(held.memory) + " MiB of memory reserved by its tasks and "
+                                      "cannot shrink to " + std::to_string(in.total.memory) +
+                                      " MiB on re-registration; stop tasks first");
     for (const auto& g : existing->gpus) {
       const bool still_there =
           std::any_of(in.gpus.begin(), in.gpus.end(), [&g](const Gpu& now) { return now.id == g.id; });

@@ -47,7 +47,12 @@ Status ListTasks(const ListTasksRequest& in, const ReadContext& ctx, ListPage& o
 // ExplainPlacement reads the applier's working state (see ExplainPlacementRequest).
 Status ExplainPlacement(const ExplainPlacementRequest& in, const ClusterState& state, const ArnContext& arn,
                         ExplainResult& out);
-// PurgeExpired forgets STOPPED tasks older than `retention_ms` (run by the applier at most once a minute).
+// kClientTokenRetentionMs: how long a RunTask/StartTask clientToken is remembered (docs/api.md): a repeat within
+// it answers the first request's tasks, later the token is new again.
+inline constexpr EpochMs kClientTokenRetentionMs = 24 * 3'600'000;
+
+// PurgeExpired forgets STOPPED tasks older than `retention_ms` and clientToken records older than
+// kClientTokenRetentionMs, in the state and in the store (run by the applier at most once a minute).
 void PurgeExpired(Transaction& txn, EpochMs retention_ms);
 
 // ---- task state reports (agents)

@@ -114,14 +114,24 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
     count = static_cast<int64_t>(only.size());
   }
 
-  // Idempotency: the same token and request give the same tasks; a different request is a conflict.
+  // Idempotency: the same token and request give the same tasks; a different request is a conflict. A token
+  // is remembered for kClientTokenRetentionMs (a record older than that, not purged yet, counts as gone). A task
+  // of the token that was stopped and then purged is answered as a MISSING failure, never placed again.
   const bool has_token = in.client_token && !in.client_token->empty();
   if (has_token) {
-    if (const ClientTokenRecord* rec = state.FindClientToken(cluster->name, *in.client_token)) {
+    const ClientTokenRecord* rec = state.FindClientToken(cluster->name, *in.client_token);
+    if (rec && txn.now() - rec->created_at <= kClientTokenRetentionMs) {
       if (rec->request_fingerprint != in.fingerprint)
         return Status::Conflict("clientToken '" + *in.client_token + "' was used with a different request");
-      for (const auto& arn : rec->task_arns)
-        if (auto t = state.SharedTask(arn)) out.tasks.push_back(std::move(t));
+      for (const auto& arn : rec->task_arns) {
+        if (auto t = state.SharedTask(arn)) {
+          out.tasks.push_back(std::move(t));
+        } else {
+          out.failures.push_back({arn, "MISSING",
+                                  "the task this clientToken started has stopped and its record expired; "
+                                  "use a new clientToken to start another"});
+        }
+      }
       txn.MarkWrite();
       return Status::Ok();
     }
@@ -287,6 +297,11 @@ void PurgeExpired(Transaction& txn, EpochMs retention_ms) {
       expired.push_back(t.arn);
   });
   for (const auto& arn : expired) (void)txn.EraseStoppedTask(arn);
+  std::vector<std::pair<std::string, std::string>> tokens;
+  txn.state().ForEachClientToken([&](const ClientTokenRecord& r) {
+    if (txn.now() - r.created_at > kClientTokenRetentionMs) tokens.emplace_back(r.cluster, r.token);
+  });
+  for (const auto& [cluster, token] : tokens) txn.DeleteClientToken(cluster, token);
 }
 
 }  // namespace gpupack::api

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -56,6 +57,9 @@ class Server {
     EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
     return r.body;
   }
+
+  // Inspect runs `f` on the applier's working state (ClusterState).
+  void Inspect(const std::function<void(const ClusterState&)>& f) { cp_->applier().Inspect(f); }
 
   EpochMs now_ = 1'700'000'000'000;
 
@@ -653,6 +657,52 @@ TEST_F(ControlPlaneTest, StoppedTaskReleasesMemoryExactlyOnce) {
   EXPECT_EQ(d["tasks"][0]["lastStatus"], "STOPPED");
 }
 
+// Remaining: an instance's remainingResources as {CPU, MEMORY}.
+std::pair<int64_t, int64_t> Remaining(Server& s, const std::string& instance_arn) {
+  Json body = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
+  std::pair<int64_t, int64_t> out{-1, -1};
+  for (const auto& r : body["containerInstances"][0]["remainingResources"]) {
+    if (r["name"] == "CPU") out.first = r["integerValue"];
+    if (r["name"] == "MEMORY") out.second = r["integerValue"];
+  }
+  return out;
+}
+
+// Re-registration keeps the instance's tasks, so it may not shrink the host's CPU or memory below what they
+// reserved: remaining resources would go negative and stay so after a restart. Shrinking to exactly what is
+// held is fine. The GPU case (a shared GPU smaller than its tasks' memory) is the fuzz regression
+// operations/reregister-shrinks-gpu-below-declared.
+TEST_F(ControlPlaneTest, ReRegistrationCannotShrinkCpuOrMemoryBelowWhatTasksHold) {
+  std::string inst;
+  {
+    Server s(db_);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {}, 8192, 32768);
+    s.Ok("RegisterTaskDefinition",
+         {{"family", "host"},
+          {"containerDefinitions", Json::array({{{"name", "c"}, {"image", "busybox"}, {"cpu", 2048}, {"memory", 8192}}})}});
+    s.Ok("RunTask", {{"taskDefinition", "host"}, {"count", 2}});
+    EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{4096}, int64_t{16384}));
+    auto reregister = [&](int cpu, int mem) {
+      return s.Call("RegisterContainerInstance", {{"containerInstanceArn", inst},
+                                                  {"totalResources", Resources(cpu, mem)},
+                                                  {"platformDevices", Json::array()}});
+    };
+    OperationResult cpu = reregister(4095, 32768);
+    EXPECT_EQ(cpu.status.code(), ErrorCode::kInvalidParameter) << cpu.status.message();
+    EXPECT_NE(cpu.status.message().find("4096 CPU units reserved"), std::string::npos) << cpu.status.message();
+    OperationResult mem = reregister(8192, 16383);
+    EXPECT_EQ(mem.status.code(), ErrorCode::kInvalidParameter) << mem.status.message();
+    EXPECT_NE(mem.status.message().find("16384 MiB of memory reserved"), std::string::npos) << mem.status.message();
+    EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{4096}, int64_t{16384}));  // refused: nothing changed
+    OperationResult exact = reregister(4096, 16384);
+    EXPECT_TRUE(exact.status.ok()) << exact.status.message();
+    EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{0}, int64_t{0}));
+  }
+  Server s(db_);
+  EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{0}, int64_t{0}));
+}
+
 TEST_F(ControlPlaneTest, ClientTokenIsIdempotent) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());
@@ -667,6 +717,94 @@ TEST_F(ControlPlaneTest, ClientTokenIsIdempotent) {
   EXPECT_EQ(other.status.code(), ErrorCode::kConflict);
   Json list = s.Ok("ListTasks", Json::object());
   EXPECT_EQ(list["taskArns"].size(), 2u);
+}
+
+// A clientToken is remembered for 24 hours (docs/api.md), in memory and on disk: within them a repeat answers
+// the first request's tasks, and names a task that was stopped and purged (1 hour after stopping) as a MISSING
+// failure instead of answering nothing; after them the purge forgets the token and the same token starts new
+// tasks. Before, tokens were kept forever: a reuse after a day was a conflict, and a repeat of a purged task's
+// token answered 200 with no tasks and no failures.
+TEST_F(ControlPlaneTest, ClientTokensExpireAfter24HoursAndARepeatNamesPurgedTasks) {
+  constexpr EpochMs kHour = 3'600'000;
+  const Json request = {{"taskDefinition", "mps"}, {"clientToken", "tok"}};
+  std::string first_arn;
+  {
+    Server s(db_);
+    s.Ok("CreateCluster", Json::object());
+    RegisterInstance(s, {22587});
+    RegisterShared(s, "mps", 1000);
+    Json first = s.Ok("RunTask", request);
+    ASSERT_EQ(first["tasks"].size(), 1u);
+    first_arn = first["tasks"][0]["taskArn"];
+    s.Ok("RunTask", {{"taskDefinition", "mps"}, {"clientToken", "forgotten"}});
+    s.Ok("StopTask", {{"task", first_arn}});  // PENDING: stopped at once
+    s.now_ += 2 * kHour;  // past the STOPPED task's 1 h retention: the next write purges it
+    s.Ok("CreateCluster", Json::object());
+    Json d = s.Ok("DescribeTasks", {{"tasks", Json::array({first_arn})}});
+    EXPECT_EQ(d["failures"].size(), 1u);
+    Json again = s.Ok("RunTask", request);
+    EXPECT_TRUE(again["tasks"].empty());
+    ASSERT_EQ(again["failures"].size(), 1u) << again.dump();
+    EXPECT_EQ(again["failures"][0]["arn"], first_arn);
+    EXPECT_EQ(again["failures"][0]["reason"], "MISSING");
+    // Still within 24 h: another request with the token is a conflict.
+    OperationResult other = s.Call("RunTask", {{"taskDefinition", "mps"}, {"count", 2}, {"clientToken", "tok"}});
+    EXPECT_EQ(other.status.code(), ErrorCode::kConflict);
+    // After 24 h the purge forgets both tokens, and the same request starts a new task.
+    s.now_ += 23 * kHour;
+    s.Ok("CreateCluster", Json::object());
+    size_t tokens = 99;
+    s.Inspect([&](const ClusterState& st) { tokens = st.ClientTokenCount(); });
+    EXPECT_EQ(tokens, 0u);
+    Json later = s.Ok("RunTask", request);
+    ASSERT_EQ(later["tasks"].size(), 1u) << later.dump();
+    EXPECT_NE(later["tasks"][0]["taskArn"], first_arn);
+  }
+  // The purge reached the store: after a restart only the new use of "tok" is known.
+  Server s(db_);
+  size_t tokens = 99;
+  bool forgotten_known = true;
+  s.Inspect([&](const ClusterState& st) {
+    tokens = st.ClientTokenCount();
+    forgotten_known = st.FindClientToken("default", "forgotten") != nullptr;
+  });
+  EXPECT_EQ(tokens, 1u);
+  EXPECT_FALSE(forgotten_known);
+}
+
+// Task groups are interned as dense ids for placement (spread by instance); an id and its group index entries
+// are freed once the group's last task releases its resources, so distinct `group` strings do not accumulate.
+TEST_F(ControlPlaneTest, TaskGroupsAreForgottenWithTheirLastTask) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  RegisterInstance(s, {22587});
+  RegisterInstance(s, {22587});
+  RegisterShared(s, "mps", 100);
+  auto counts = [&] {
+    std::pair<size_t, size_t> out;
+    s.Inspect([&](const ClusterState& st) { out = {st.GroupCount(), st.GroupIndexEntries()}; });
+    return out;
+  };
+  std::vector<std::string> arns;
+  for (int i = 0; i < 40; ++i) {
+    Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}, {"group", "group-" + std::to_string(i % 20)}});
+    ASSERT_EQ(r["tasks"].size(), 1u);
+    arns.push_back(r["tasks"][0]["taskArn"]);
+  }
+  EXPECT_EQ(counts().first, 20u);
+  for (int i = 0; i < 20; ++i) s.Ok("StopTask", {{"task", arns[i]}});  // one task of each group left
+  EXPECT_EQ(counts().first, 20u);
+  for (int i = 20; i < 40; ++i) s.Ok("StopTask", {{"task", arns[i]}});
+  EXPECT_EQ(counts(), std::make_pair(size_t{0}, size_t{0}));
+  // A freed id is reused, and spread by instance still sees a group's tasks.
+  const Json spread = {{"taskDefinition", "mps"}, {"group", "again"},
+                       {"placementStrategy", Json::array({{{"type", "spread"}, {"field", "instanceId"}}})}};
+  Json a = s.Ok("RunTask", spread);
+  Json b = s.Ok("RunTask", spread);
+  ASSERT_EQ(a["tasks"].size(), 1u);
+  ASSERT_EQ(b["tasks"].size(), 1u);
+  EXPECT_NE(a["tasks"][0]["containerInstanceArn"], b["tasks"][0]["containerInstanceArn"]);
+  EXPECT_EQ(counts(), std::make_pair(size_t{1}, size_t{1}));
 }
 
 // ListTasks pages through each cluster's tasks oldest first (createdAt, then ARN), with filters, across stops
