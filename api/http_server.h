@@ -62,7 +62,9 @@ using Responder = std::function<void(HttpResponse)>;
 using Handler = std::function<void(HttpRequest&&, Responder)>;
 
 // WebSocketConnection: one accepted WebSocket (the agent channel). Send and Close are thread-safe; messages go
-// out in the order Send was called. After the connection closed, Send does nothing.
+// out in the order Send was called. After the connection closed, Send does nothing. Messages wait in a send queue
+// of at most WebSocketHandler::max_send_queue_bytes: a Send that would pass it (a peer that does not read) closes
+// the connection at once instead, dropping what was queued.
 class WebSocketConnection {
  public:
   virtual ~WebSocketConnection() = default;
@@ -83,6 +85,11 @@ struct WebSocketHandler {
   size_t max_message_bytes = 1 << 20;
   // A peer that answers no ping for this long is disconnected (Beast's keep-alive pings at half of it).
   std::chrono::milliseconds idle_timeout{30000};
+  // Bytes a connection may hold queued for sending (messages not yet written to the socket). A message that
+  // would take the queue past it closes the connection (counted in websocket_overflow_closes); a single message
+  // larger than the bound still goes out when the queue is empty, so the queue holds at most
+  // max(max_send_queue_bytes, one message).
+  size_t max_send_queue_bytes = 16 << 20;
 };
 
 struct HttpServerOptions {
@@ -121,6 +128,8 @@ class HttpServer {
     uint64_t rejected_connections = 0;  // turned away at max_connections
     uint64_t bad_requests = 0;          // answered by the server itself: 400 malformed, 413 body, 431 headers
     uint64_t websockets_open = 0;       // upgraded connections now open
+    uint64_t websocket_queued_bytes = 0;     // bytes queued for sending on all upgraded connections now
+    uint64_t websocket_overflow_closes = 0;  // connections closed for passing max_send_queue_bytes
   };
 
   // Create validates the options, binds and listens (connections queue in the kernel until Start). A bad

@@ -88,6 +88,8 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> rejected_connections{0};
   std::atomic<uint64_t> bad_requests{0};
   std::atomic<uint64_t> websockets_open{0};
+  std::atomic<uint64_t> websocket_queued_bytes{0};
+  std::atomic<uint64_t> websocket_overflow_closes{0};
 
   boost::asio::io_context ioc{options.threads};
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;

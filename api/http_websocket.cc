@@ -4,6 +4,7 @@
 
 #include "api/http_websocket.h"
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 
@@ -37,12 +38,32 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
     ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) { self->OnAccept(ec); });
   }
 
+  // Send counts the message into the send queue's bytes before it is posted (so what waits in the io_context
+  // counts too); a message that would pass max_send_queue_bytes while others wait closes the connection instead.
+  // Senders are serialized by the Gate's mutex; the strand only ever lowers queued_bytes_.
   void Send(std::string text) override {
     std::lock_guard lock(server_.gate->mu);
-    if (!server_.gate->open) return;
-    net::post(ws_.get_executor(), [self = shared_from_this(), t = std::move(text)]() mutable {
+    if (!server_.gate->open || overflowed_.load()) return;
+    const size_t size = text.size();
+    const size_t queued = queued_bytes_.load();
+    if (queued > 0 && queued + size > handler_.max_send_queue_bytes) {
+      overflowed_ = true;
+      ++server_.websocket_overflow_closes;
+      net::post(ws_.get_executor(), [self = shared_from_this(), queued] {
+        self->Guarded("overflow", [&] {
+          if (self->finished_) return;
+          spdlog::warn("websocket {} ({}): the peer does not read: {} bytes wait to be sent (limit {}); closing it",
+                       self->id_, self->remote_, queued, self->handler_.max_send_queue_bytes);
+          self->Finish();
+        });
+      });
+      return;
+    }
+    queued_bytes_ += size;
+    server_.websocket_queued_bytes += size;
+    net::post(ws_.get_executor(), [self = shared_from_this(), t = std::move(text), size]() mutable {
       self->Guarded("send", [&] {
-        if (self->finished_) return;
+        if (self->finished_) return self->Release(size);
         self->queue_.push_back(std::move(t));
         if (!self->writing_) self->WriteNext();
       });
@@ -69,6 +90,10 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
   void Finish() {
     if (finished_) return;
     finished_ = true;
+    // What is still queued will never be sent: it leaves the count now (the strings go with the session).
+    size_t unsent = 0;
+    for (const auto& m : queue_) unsent += m.size();
+    Release(unsent);
     beast::error_code ec;
     beast::get_lowest_layer(ws_).socket().close(ec);
     if (opened_ && handler_.on_close) {
@@ -83,6 +108,12 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
   }
 
  private:
+  // Release takes `n` sent or dropped bytes off the send queue's counts.
+  void Release(size_t n) {
+    queued_bytes_ -= n;
+    server_.websocket_queued_bytes -= n;
+  }
+
   template <typename F>
   void Guarded(const char* where, F&& f) noexcept {
     try {
@@ -136,7 +167,9 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
     ws_.text(true);
     ws_.async_write(net::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
       self->Guarded("write", [&] {
+        if (self->finished_) return;  // Finish released the queue's bytes
         if (ec) return self->Finish();
+        self->Release(self->queue_.front().size());
         self->queue_.pop_front();
         self->WriteNext();
       });
@@ -151,6 +184,8 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
   HttpRequest request_;
   beast::flat_buffer buffer_;
   std::deque<std::string> queue_;
+  std::atomic<size_t> queued_bytes_{0};     // Send counted these; written or dropped ones are released
+  std::atomic<bool> overflowed_{false};     // passed max_send_queue_bytes: closing, nothing more is queued
   bool writing_ = false;
   bool closing_ = false;
   bool opened_ = false;

@@ -12,6 +12,72 @@ namespace {
 constexpr size_t kMaxDescribe = 100;
 constexpr int kMaxRunCount = 10;
 
+// ECS's limits on what a caller sends (docs/security.md, "Limits on input"): with them every answer has a
+// bounded size (docs/reliability.md gives the largest).
+constexpr size_t kMaxOverridesChars = 8192;  // the overrides' JSON, formatting included, as ECS counts it
+constexpr size_t kMaxStartedBy = 128;
+constexpr size_t kMaxGroup = 255;
+constexpr size_t kMaxStopReason = 255;
+constexpr size_t kMaxTags = 50;
+constexpr size_t kMaxTagKey = 128;
+constexpr size_t kMaxTagValue = 256;
+// What agents report (reasons, stop codes) is cut to these lengths, never refused: a report must not be lost
+// for a long error text.
+constexpr size_t kMaxReportReason = 255;
+constexpr size_t kMaxStopCode = 64;
+
+bool HasControlCharacter(const std::string& s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
+// Utf16Length counts a UTF-8 text the way ECS (Java) counts characters: UTF-16 code units.
+size_t Utf16Length(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) {
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte
+    n += c >= 0xF0 ? 2 : 1;            // 4-byte sequences are surrogate pairs
+  }
+  return n;
+}
+
+// CutUtf8 shortens `s` to at most `max` bytes without splitting a character.
+void CutUtf8(std::string& s, size_t max) {
+  if (s.size() <= max) return;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  s.resize(n);
+}
+
+void CutUtf8(std::optional<std::string>& s, size_t max) {
+  if (s) CutUtf8(*s, max);
+}
+
+// CheckText: an optional free-text field of at most `max` characters without control characters.
+Status CheckText(const std::optional<std::string>& v, const std::string& key, size_t max) {
+  if (!v) return Status::Ok();
+  if (v->size() > max)
+    return Status::InvalidParameter(key + " can be at most " + std::to_string(max) + " characters long, got " +
+                                    std::to_string(v->size()) + ".");
+  if (HasControlCharacter(*v)) return Status::InvalidParameter(key + " must not contain control characters.");
+  return Status::Ok();
+}
+
+// CheckTags: at most 50 tags per resource, keys 1-128 and values 0-256 characters; no control characters
+// unless `control_ok` (task definitions, whose tags were stored with them before this rule; they are not part of
+// DescribeTasks' answer).
+Status CheckTags(const std::vector<KeyValuePair>& tags, bool control_ok = false) {
+  if (tags.size() > kMaxTags)
+    return Status::InvalidParameter("Tags can have at most " + std::to_string(kMaxTags) + " entries per resource, got " +
+                                    std::to_string(tags.size()) + ".");
+  for (const auto& t : tags) {
+    if (t.name.empty() || t.name.size() > kMaxTagKey || (!control_ok && HasControlCharacter(t.name)))
+      return Status::InvalidParameter("Tag keys must be 1-128 characters without control characters.");
+    if (t.value.size() > kMaxTagValue || (!control_ok && HasControlCharacter(t.value)))
+      return Status::InvalidParameter("Tag values must be at most 256 characters without control characters.");
+  }
+  return Status::Ok();
+}
+
 Status RequireString(const Json& in, const std::string& key, std::string& out) {
   GP_ASSIGN(v, OptString(in, key));
   if (!v || v->empty()) return Status::InvalidParameter(key + " is required");
@@ -72,9 +138,14 @@ Result<std::optional<bool>> ParseComputeAware(const Json& settings) {
   return out;
 }
 
+// ParseOverrides: the overrides' JSON (compact, as sent) is at most 8,192 characters, ECS's limit and message.
 Result<TaskOverride> ParseOverrides(const Json& in) {
   if (!in.contains("overrides")) return TaskOverride{};
-  return ParseTaskOverride(in["overrides"], "overrides");
+  const Json& overrides = in["overrides"];
+  if (!overrides.is_null() &&
+      Utf16Length(overrides.dump(-1, ' ', false, Json::error_handler_t::replace)) > kMaxOverridesChars)
+    return Status::InvalidParameter("Container Overrides length must be at most " + std::to_string(kMaxOverridesChars));
+  return ParseTaskOverride(overrides, "overrides");
 }
 
 Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
@@ -88,14 +159,16 @@ Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
   if (launch_type && *launch_type != "EC2")
     return Status::InvalidParameter("launchType " + *launch_type + " is not supported; gpupack places EC2-style tasks");
   GP_ASSIGN(group, OptString(in, "group"));
+  GP_TRY(CheckText(group, "group", kMaxGroup));
   r.group = group;
   GP_ASSIGN(started_by, OptString(in, "startedBy"));
-  if (started_by && started_by->size() > 128) return Status::InvalidParameter("startedBy is at most 128 characters");
+  GP_TRY(CheckText(started_by, "startedBy", kMaxStartedBy));
   r.started_by = started_by;
   GP_ASSIGN(client_token, OptString(in, "clientToken"));
   if (client_token && client_token->size() > 64) return Status::InvalidParameter("clientToken is at most 64 characters");
   r.client_token = client_token;
   GP_ASSIGN(tags, ParseTags(in));
+  GP_TRY(CheckTags(tags));
   r.tags = std::move(tags);
   GP_ASSIGN(overrides, ParseOverrides(in));
   r.overrides = std::move(overrides);
@@ -126,6 +199,7 @@ Result<ContainerStateReport> ParseContainerReport(const Json& c, const std::stri
   }
   r.exit_code = exit_code;
   r.reason = reason;
+  CutUtf8(r.reason, kMaxReportReason);
   return r;
 }
 
@@ -160,6 +234,7 @@ Result<CreateClusterRequest> ParseCreateCluster(const Json& in) {
   GP_ASSIGN(name, OptString(in, "clusterName"));
   r.cluster_name = name.value_or("default");
   GP_ASSIGN(tags, ParseTags(in));
+  GP_TRY(CheckTags(tags));
   r.tags = std::move(tags);
   if (in.contains("settings") && !in["settings"].is_null()) {
     GP_ASSIGN(compute_aware, ParseComputeAware(in["settings"]));
@@ -210,6 +285,7 @@ Result<ListClustersRequest> ParseListClusters(const Json& in) {
 
 Result<RegisterTaskDefinitionRequest> ParseRegisterTaskDefinitionRequest(const Json& in) {
   GP_ASSIGN(td, ParseRegisterTaskDefinition(in));
+  GP_TRY(CheckTags(td.tags, /*control_ok=*/true));
   return RegisterTaskDefinitionRequest{std::move(td)};
 }
 
@@ -279,7 +355,9 @@ Result<StopTaskRequest> ParseStopTask(const Json& in) {
   GP_TRY(OptionalRef(in, "cluster", r.cluster));
   GP_TRY(RequireString(in, "task", r.task));
   GP_ASSIGN(reason, OptString(in, "reason"));
-  if (reason && reason->size() > 1024) return Status::InvalidParameter("reason is at most 1024 characters");
+  if (reason && reason->size() > kMaxStopReason)
+    return Status::InvalidParameter("reason can be at most 255 characters long, got " + std::to_string(reason->size()) +
+                                    ".");
   r.reason = reason;
   return r;
 }
@@ -333,6 +411,7 @@ Result<ExplainPlacementRequest> ParseExplainPlacement(const Json& in) {
   GP_ASSIGN(strategies, ParsePlacementStrategies(in, "placementStrategy"));
   r.strategies = std::move(strategies);
   GP_ASSIGN(group, OptString(in, "group"));
+  GP_TRY(CheckText(group, "group", kMaxGroup));
   r.group = group;
   GP_ASSIGN(seed, OptInt(in, "seed"));
   r.seed = static_cast<uint64_t>(seed.value_or(0));
@@ -352,6 +431,8 @@ Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) 
   GP_ASSIGN(stop_code, OptString(in, "stopCode"));  // ours: the agent names why a task stopped
   r.report.reason = reason;
   r.report.stop_code = stop_code;
+  CutUtf8(r.report.reason, kMaxReportReason);
+  CutUtf8(r.report.stop_code, kMaxStopCode);
   r.report.has_containers = in.contains("containers");
   if (in.contains("containers") && in["containers"].is_array()) {
     for (const auto& c : in["containers"]) {
@@ -376,6 +457,7 @@ Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const 
   }
   r.exit_code = exit_code;
   r.reason = reason;
+  CutUtf8(r.reason, kMaxReportReason);
   return r;
 }
 

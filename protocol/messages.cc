@@ -11,6 +11,14 @@ namespace {
 
 std::string Indexed(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
+// CutReason shortens a reason to kMaxReasonBytes without splitting a UTF-8 character.
+void CutReason(std::string& s) {
+  if (s.size() <= kMaxReasonBytes) return;
+  size_t n = kMaxReasonBytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  s.resize(n);
+}
+
 // Fields reads the members of one JSON object and keeps the first error: after one, every read is a no-op, so
 // a parser reads all its fields and checks status() once. `path` prefixes every field name in messages.
 class Fields {
@@ -152,6 +160,7 @@ Result<ContainerReport> ContainerReportFromJson(const Json& j, const std::string
   f.TaskStatusField("status", c.status, true);
   f.Int("exitCode", c.exit_code);
   f.String("reason", c.reason);
+  CutReason(c.reason);
   if (!f.ok()) return f.status();
   return c;
 }
@@ -162,6 +171,7 @@ Status ReadTaskReport(Fields& f, TaskReport& r) {
   f.TaskStatusField("status", r.status, true);
   f.StopCodeField("stopCode", r.stop_code);
   f.String("reason", r.reason);
+  CutReason(r.reason);
   f.Array("containers", false, [&r](const Json& e, const std::string& p) -> Status {
     auto c = ContainerReportFromJson(e, p);
     if (!c.ok()) return c.status();

@@ -46,6 +46,9 @@ inline constexpr const char* kChannelVersion = "v1";
 // The attribute an agent registers while its MPS control daemon answers: shared GPU tasks are placed only there.
 inline constexpr const char* kMpsCapability = "ecs.capability.gpu-sharing-mps";
 inline constexpr int kMaxJsonDepth = 64;
+// kMaxReasonBytes: a reported reason (a task's or a container's) is cut to this many bytes, at a character
+// boundary, when parsed: never refused, so a long error text cannot lose a report, and never stored longer.
+inline constexpr size_t kMaxReasonBytes = 255;
 
 // ChannelTarget is the upgrade request's target: kChannelPath + "?containerInstance=" + the ARN percent-encoded.
 std::string ChannelTarget(const std::string& instance_arn);

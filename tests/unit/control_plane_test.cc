@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -1126,6 +1127,140 @@ TEST_F(ControlPlaneTest, StatusFiltersAndStatusErrorsOfRequests) {
   const Json t = s.Ok("DescribeTasks", {{"tasks", Json::array({task})}})["tasks"][0];
   EXPECT_EQ(t["lastStatus"], "PENDING");
   EXPECT_EQ(t["containers"][0]["lastStatus"], "PENDING");
+}
+
+
+// ---- limits on input and the size of answers (docs/security.md, "Limits on input")
+
+// OverridesOfLength is a taskOverride whose compact JSON is exactly `units` characters as ECS counts them (UTF-16
+// code units), padded with `pad` (one character: ASCII, or e.g. the euro sign, three bytes and one unit).
+Json OverridesOfLength(const std::string& container, size_t units, const std::string& pad = "v") {
+  Json o = {{"containerOverrides",
+             Json::array({{{"name", container}, {"environment", Json::array({{{"name", "E"}, {"value", ""}}})}}})}};
+  const size_t empty = o.dump().size();  // ASCII so far
+  std::string value;
+  for (size_t i = empty; i < units; ++i) value += pad;
+  o["containerOverrides"][0]["environment"][0]["value"] = value;
+  return o;
+}
+
+Json Tags(size_t count, size_t key_length, size_t value_length) {
+  Json tags = Json::array();
+  for (size_t i = 0; i < count; ++i) {
+    std::string key = std::to_string(i) + "-";
+    key += std::string(key_length - key.size(), 'k');
+    tags.push_back({{"key", key}, {"value", std::string(value_length, 'v')}});
+  }
+  return tags;
+}
+
+TEST_F(ControlPlaneTest, InputLimitsAreEcsLimits) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  RegisterInstance(s, {22587});
+  RegisterShared(s, "mps", 100);
+  auto run = [&](Json extra) {
+    Json body = {{"taskDefinition", "mps"}};
+    for (auto it = extra.begin(); it != extra.end(); ++it) body[it.key()] = it.value();
+    return s.Call("RunTask", body);
+  };
+  auto refused = [](const OperationResult& r, const std::string& message) {
+    EXPECT_EQ(r.status.code(), ErrorCode::kInvalidParameter) << r.status.message();
+    EXPECT_NE(r.status.message().find(message), std::string::npos) << r.status.message();
+  };
+  // Overrides: 8,192 characters of JSON, formatting included, counted as ECS counts them.
+  ASSERT_EQ(OverridesOfLength("c", 8192).dump().size(), 8192u);
+  EXPECT_TRUE(run({{"overrides", OverridesOfLength("c", 8192)}}).status.ok());
+  refused(run({{"overrides", OverridesOfLength("c", 8193)}}), "Container Overrides length must be at most 8192");
+  EXPECT_TRUE(run({{"overrides", OverridesOfLength("c", 8192, "\u20ac")}}).status.ok());  // 3 bytes, 1 character
+  refused(s.Call("ExplainPlacement", {{"taskDefinition", "mps"}, {"overrides", OverridesOfLength("c", 8193)}}),
+          "Container Overrides length must be at most 8192");
+  // startedBy: 128 characters, no control characters.
+  EXPECT_TRUE(run({{"startedBy", std::string(128, 's')}}).status.ok());
+  refused(run({{"startedBy", std::string(129, 's')}}), "startedBy can be at most 128 characters");
+  refused(run({{"startedBy", std::string("a\0b", 3)}}), "startedBy must not contain control characters");
+  // group: 255 characters, no control characters.
+  EXPECT_TRUE(run({{"group", std::string(255, 'g')}}).status.ok());
+  refused(run({{"group", std::string(256, 'g')}}), "group can be at most 255 characters");
+  refused(run({{"group", "a\nb"}}), "group must not contain control characters");
+  refused(s.Call("ExplainPlacement", {{"taskDefinition", "mps"}, {"group", std::string(100000, 'g')}}),
+          "group can be at most 255 characters");
+  // Tags: 50 per resource, keys of 128 and values of 256 characters.
+  EXPECT_TRUE(run({{"tags", Tags(50, 128, 256)}}).status.ok());
+  refused(run({{"tags", Tags(51, 8, 8)}}), "at most 50 entries");
+  refused(run({{"tags", Tags(1000, 8, 8)}}), "at most 50 entries");
+  refused(run({{"tags", Tags(1, 129, 8)}}), "Tag keys must be 1-128 characters");
+  refused(run({{"tags", Tags(1, 8, 257)}}), "Tag values must be at most 256 characters");
+  refused(run({{"tags", Json::array({{{"key", "k"}, {"value", std::string("a\0b", 3)}}})}}), "Tag values");
+  refused(s.Call("CreateCluster", {{"clusterName", "tagged"}, {"tags", Tags(51, 8, 8)}}), "at most 50 entries");
+  refused(s.Call("RegisterTaskDefinition", {{"family", "tagged"},
+                                            {"containerDefinitions", Json::array({MpsContainer("c", 100)})},
+                                            {"tags", Tags(51, 8, 8)}}),
+          "at most 50 entries");
+  // A stop reason: 255 characters.
+  const std::string task = run(Json::object()).body["tasks"][0]["taskArn"];
+  refused(s.Call("StopTask", {{"task", task}, {"reason", std::string(256, 'r')}}), "reason can be at most 255");
+  s.Ok("StopTask", {{"task", task}, {"reason", std::string(255, 'r')}});
+  EXPECT_EQ(s.Ok("DescribeTasks", {{"tasks", Json::array({task})}})["tasks"][0]["stoppedReason"],
+            std::string(255, 'r'));
+  // What an agent reports is cut, not refused: the report must not be lost for a long error text.
+  const std::string reported = run(Json::object()).body["tasks"][0]["taskArn"];
+  s.Ok("SubmitTaskStateChange", {{"task", reported}, {"status", "RUNNING"}});
+  s.Ok("SubmitTaskStateChange", {{"task", reported},
+                                 {"status", "STOPPED"},
+                                 {"reason", std::string(100000, 'x')},
+                                 {"stopCode", std::string(100000, 'y')},
+                                 {"containers", Json::array({{{"containerName", "c"}, {"status", "STOPPED"},
+                                                              {"reason", std::string(100000, 'z')}}})}});
+  const Json t = s.Ok("DescribeTasks", {{"tasks", Json::array({reported})}})["tasks"][0];
+  EXPECT_EQ(t["stoppedReason"], std::string(255, 'x'));
+  EXPECT_EQ(t["stopCode"], std::string(64, 'y'));
+  EXPECT_EQ(t["containers"][0]["reason"], std::string(255, 'z'));
+}
+
+// The largest DescribeTasks answer the input limits allow: 100 tasks, each of 10 containers with the longest
+// names and images, the longest overrides (8,192 characters of three-byte characters), 50 of the longest tags,
+// the longest startedBy and group, and reasons of control characters (each written as a six-character escape)
+// cut to 255 bytes. Before the limits one such answer could be 90 MB; docs/reliability.md quotes this figure.
+TEST_F(ControlPlaneTest, TheLargestDescribeTasksAnswerIsBounded) {
+  constexpr size_t kLargestAnswer = 8 << 20;
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  RegisterInstance(s, {}, 8192, 1 << 20);
+  Json containers = Json::array();
+  for (int i = 0; i < 10; ++i)
+    containers.push_back(
+        {{"name", std::to_string(i) + std::string(254, 'n')}, {"image", std::string(255, 'i')}, {"memory", 6}});
+  const std::string family(255, 'f');
+  s.Ok("RegisterTaskDefinition", {{"family", family}, {"containerDefinitions", containers}});
+  const Json overrides = OverridesOfLength(containers[0]["name"].get<std::string>(), 8192, "\u20ac");
+  const std::string control(100000, '\x01');
+  std::vector<std::string> tasks;
+  for (int call = 0; call < 10; ++call) {
+    Json ran = s.Ok("RunTask", {{"taskDefinition", family},
+                                {"count", 10},
+                                {"overrides", overrides},
+                                {"tags", Tags(50, 128, 256)},
+                                {"startedBy", std::string(128, 's')},
+                                {"group", std::string(255, 'g')}});
+    ASSERT_EQ(ran["tasks"].size(), 10u);
+    for (const Json& t : ran["tasks"]) tasks.push_back(t["taskArn"]);
+  }
+  for (const std::string& task : tasks) {
+    Json reports = Json::array();
+    for (const Json& c : containers)
+      reports.push_back({{"containerName", c["name"]}, {"status", "STOPPED"}, {"exitCode", -2147483647},
+                         {"reason", control}});
+    s.Ok("SubmitTaskStateChange", {{"task", task}, {"status", "RUNNING"}});
+    s.Ok("SubmitTaskStateChange", {{"task", task}, {"status", "STOPPED"}, {"reason", control},
+                                   {"stopCode", control}, {"containers", reports}});
+  }
+  const Json answer = s.Ok("DescribeTasks", {{"tasks", tasks}, {"include", Json::array({"TAGS"})}});
+  ASSERT_EQ(answer["tasks"].size(), 100u);
+  ASSERT_EQ(answer["tasks"][0]["tags"].size(), 50u);
+  const size_t bytes = answer.dump().size();
+  std::printf("the largest DescribeTasks answer: %zu bytes (%zu per task)\n", bytes, bytes / 100);
+  EXPECT_LE(bytes, kLargestAnswer);
 }
 
 }  // namespace

@@ -10,8 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -46,10 +48,12 @@ std::string Lower(std::string s) {
 // TestClient is one blocking TCP connection to 127.0.0.1:port with a 5 s receive timeout.
 class TestClient {
  public:
-  explicit TestClient(uint16_t port) {
+  // receive_buffer > 0 sets SO_RCVBUF before connecting (a peer that reads little and never more).
+  explicit TestClient(uint16_t port, int receive_buffer = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     timeval tv{5, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (receive_buffer > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
     int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     sockaddr_in addr{};
@@ -635,6 +639,76 @@ TEST(HttpServerTest, StopBeforeStartAndStartAfterStopAreSafe) {
   server->Stop();
   server->Start();  // no-op after Stop
   EXPECT_EQ(server->stats().connections_total, 0u);
+}
+
+
+// ---- upgraded connections (the agent channel's transport)
+
+// UpgradeRequest is a WebSocket upgrade for `target` (RFC 6455's sample key).
+std::string UpgradeRequest(const std::string& target) {
+  return "GET " + target +
+         " HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+}
+
+// A peer that upgrades and then never reads while the server pushes: the server closes it once its send queue
+// would pass max_send_queue_bytes, and the queued bytes never pass the bound plus one message. Before the bound
+// the queue grew without end (2 GiB in 28 s).
+TEST(HttpServerTest, AWebSocketPeerThatNeverReadsIsClosedAndItsSendQueueStaysBounded) {
+  constexpr size_t kBound = 1 << 20;
+  constexpr size_t kMessage = 64 << 10;
+  std::mutex mu;
+  std::shared_ptr<WebSocketConnection> conn;
+  std::atomic<bool> closed{false};
+  WebSocketHandler h;
+  h.on_open = [&](const std::shared_ptr<WebSocketConnection>& c, const HttpRequest&) {
+    std::lock_guard lock(mu);
+    conn = c;
+  };
+  h.on_close = [&](const std::shared_ptr<WebSocketConnection>&) { closed = true; };
+  h.idle_timeout = 60s;  // only the send queue may close the peer within the test
+  h.max_send_queue_bytes = kBound;
+  auto options = TestOptions();
+  options.websockets["/ws"] = h;
+  auto server = StartServer(options, EchoHandler);
+  ASSERT_NE(server, nullptr);
+  struct DropConnection {  // a connection must not outlive its server's io_context, also when an ASSERT returns
+    std::mutex& mu;
+    std::shared_ptr<WebSocketConnection>& conn;
+    ~DropConnection() {
+      std::lock_guard lock(mu);
+      conn.reset();
+    }
+  } drop{mu, conn};
+  TestClient peer(server->port(), 4096);
+  ASSERT_TRUE(peer.Send(UpgradeRequest("/ws")));
+  auto upgraded = peer.ReadResponse();
+  ASSERT_TRUE(upgraded);
+  ASSERT_EQ(upgraded->status, 101);
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard lock(mu);
+    return conn != nullptr;
+  }));
+  // 64 MiB pushed in all unless the server closes the peer first; the peer reads nothing more.
+  uint64_t most_queued = 0;
+  for (int i = 0; i < 1024 && !closed; ++i) {
+    conn->Send(std::string(kMessage, 'x'));
+    most_queued = std::max(most_queued, server->stats().websocket_queued_bytes);
+  }
+  ASSERT_TRUE(WaitFor([&] { return closed.load(); })) << "the server kept a peer that reads nothing";
+  std::printf("a peer that never reads: at most %llu bytes queued for it (bound %zu)\n",
+              static_cast<unsigned long long>(most_queued), kBound);
+  EXPECT_LE(most_queued, kBound + kMessage);
+  EXPECT_EQ(server->stats().websocket_overflow_closes, 1u);
+  EXPECT_TRUE(WaitFor([&] { return server->stats().websocket_queued_bytes == 0; }))
+      << server->stats().websocket_queued_bytes;
+  EXPECT_TRUE(WaitFor([&] { return server->stats().websockets_open == 0; }));
+  // The server serves on.
+  TestClient c(server->port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  auto r = c.ReadResponse();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
 }
 
 }  // namespace
