@@ -224,10 +224,12 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     if (db_existed) return;
     std::error_code ignored;
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(f.db + suffix, ignored);
+    std::filesystem::remove(SqliteStore::LockPath(f.db), ignored);
   };
   auto store = SqliteStore::Open(f.db);
   if (!store.ok()) {
-    remove_new_db();
+    // A database another server holds is that server's, even if it was created after db_existed was read.
+    if (store.status().code() != ErrorCode::kConflict) remove_new_db();
     return fail("cannot open database " + f.db + ": " + store.status().message());
   }
   impl->store = std::move(*store);

@@ -1,9 +1,14 @@
 #include "storage/sqlite_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
@@ -192,6 +197,34 @@ Status Migrate(sqlite3* db) {
   }
 }
 
+// LockDatabase takes the exclusive advisory lock on SqliteStore::LockPath(path) without waiting and returns the
+// descriptor that holds it (close-on-exec, so no child process keeps it). The holder's pid is written into the
+// file for the message of whoever tries next. flock, not fcntl: its locks belong to the open file, so a second
+// store in the same process is refused too, and closing this descriptor never drops SQLite's own fcntl locks.
+Result<int> LockDatabase(const std::string& path) {
+  const std::string lock_path = SqliteStore::LockPath(path);
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Server("cannot open its lock file '" + lock_path + "': " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK)
+      return Status::Server("cannot lock '" + lock_path + "': " + std::strerror(err));
+    std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : "";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    return Status::Conflict("it is in use by another gpupack server" +
+                            (holder.empty() ? std::string() : " (pid " + holder + ")") + ", which holds '" +
+                            lock_path + "'; one database serves one server: stop the other one or choose another --db");
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    // The pid is only for messages; the lock is what counts.
+  }
+  return fd;
+}
+
 }  // namespace
 
 // The connection and its cached prepared statements; `conn` is declared first so it is closed last.
@@ -246,9 +279,13 @@ struct SqliteStore::Db {
   }
 };
 
-SqliteStore::SqliteStore(std::string path, std::unique_ptr<Db> db) : path_(std::move(path)), db_(std::move(db)) {}
+SqliteStore::SqliteStore(std::string path, int lock_fd, std::unique_ptr<Db> db)
+    : path_(std::move(path)), lock_fd_(lock_fd), db_(std::move(db)) {}
 
-SqliteStore::~SqliteStore() = default;
+SqliteStore::~SqliteStore() {
+  db_.reset();  // the connection is closed (and the WAL checkpointed) while the lock is still held
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
 
 int SqliteStore::LatestSchemaVersion() { return static_cast<int>(kMigrations.size()); }
 
@@ -266,6 +303,21 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
     if (!fs::is_directory(dir, ec)) return error("'" + dir.string() + "' is not a directory");
     if (fs::is_directory(path, ec)) return error("it is a directory; --db names a database file");
   }
+
+  // The lock comes first: a database another server holds is not even opened.
+  int lock_fd = -1;
+  if (!in_memory) {
+    auto locked = LockDatabase(path);
+    if (!locked.ok())
+      return Status(locked.status().code(), "cannot open database '" + path + "': " + locked.status().message());
+    lock_fd = *locked;
+  }
+  struct LockCloser {  // releases the lock on every failed path below
+    int& fd;
+    ~LockCloser() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock_closer{lock_fd};
 
   auto db = std::make_unique<Db>();
   sqlite3* raw = nullptr;
@@ -291,7 +343,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
     return error(s.message());
   if (auto s = Migrate(raw); !s.ok()) return error(s.message());
   if (auto s = db->PrepareAll(); !s.ok()) return error(s.message());
-  return std::unique_ptr<SqliteStore>(new SqliteStore(path, std::move(db)));
+  const int held = std::exchange(lock_fd, -1);  // the store owns the lock from here
+  return std::unique_ptr<SqliteStore>(new SqliteStore(path, held, std::move(db)));
 }
 
 Result<SqliteStore::Settings> SqliteStore::ReadSettings() {

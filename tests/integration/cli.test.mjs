@@ -85,10 +85,33 @@ describe('first contact', () => {
       assert.equal(lines.length, 1, r.stderr);
       assert.match(lines[0], new RegExp(`^gpupack: cannot listen on 127\\.0\\.0\\.1:${port}: bind: Address already in use`));
       assert.equal((lines[0].match(/cannot listen/g) ?? []).length, 1, lines[0]);
-      for (const suffix of ['', '-wal', '-shm', '-journal']) assert.ok(!fs.existsSync(db + suffix), `${db}${suffix} was left behind`);
+      for (const suffix of ['', '-wal', '-shm', '-journal', '.lock']) assert.ok(!fs.existsSync(db + suffix), `${db}${suffix} was left behind`);
     } finally {
       await first.stop();
     }
+  });
+
+  test('two servers on one --db: the second refuses to start, names the first, and the first keeps serving', async () => {
+    const db = path.join(dir, 'shared.db');
+    const first = await startServer({ db, extraArgs: PLAY_AGENT });
+    try {
+      await ok(first.endpoint, 'CreateCluster', {});
+      const r = await run(['server', '--listen', '127.0.0.1:0', '--db', db]);
+      assert.equal(r.code, 1, r.stderr);
+      assert.equal(r.stdout, '', 'the second server printed a banner');
+      assert.match(r.stderr, new RegExp(`in use by another gpupack server \\(pid ${first.child.pid}\\)`));
+      assert.match(r.stderr, /one database serves one server/);
+      assert.ok(fs.existsSync(db), 'the refused server removed the database');
+      // The first one still writes and reads.
+      await ok(first.endpoint, 'RegisterTaskDefinition', sharedTaskDefinition('after', 1000));
+      const d = await ok(first.endpoint, 'DescribeClusters', {});
+      assert.equal(d.clusters[0].status, 'ACTIVE');
+    } finally {
+      await first.stop();
+    }
+    // Once the first has stopped, the database is free again.
+    const again = await startServer({ db });
+    await again.stop();
   });
 
   test('requests are logged at debug, not info; gpupack up starts without an error-looking line', async () => {

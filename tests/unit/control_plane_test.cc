@@ -128,29 +128,30 @@ class ControlPlaneTest : public ::testing::Test {
 // An instance registered over plain HTTP has no agent behind it: it reads agentConnected false and the
 // server's default places nothing there (ECS's reason AGENT), so no task is left PENDING forever.
 TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault) {
-  Server s(db_, 7, /*place_on_disconnected=*/false);
-  s.Ok("CreateCluster", Json::object());
-  std::string inst = RegisterInstance(s, {22587});
-  RegisterShared(s, "mps", 4096);
-  Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
-  EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
-  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
-  EXPECT_TRUE(r["tasks"].empty());
-  ASSERT_GE(r["failures"].size(), 1u);
-  EXPECT_EQ(r["failures"][0]["arn"], inst);
-  EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
-  EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("not connected"), std::string::npos);
-  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"}});
-  ASSERT_EQ(e["instances"].size(), 1u);
-  EXPECT_EQ(e["instances"][0]["eligible"], false);
-  EXPECT_EQ(e["instances"][0]["reason"], "AGENT");
-  EXPECT_FALSE(e.contains("chosenContainerInstanceArn"));
-  // The instance still reads disconnected after a restart.
+  std::string inst;
   {
-    Server again(db_, 7, false);
-    Json after = again.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
-    EXPECT_EQ(after["containerInstances"][0]["agentConnected"], false);
+    Server s(db_, 7, /*place_on_disconnected=*/false);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {22587});
+    RegisterShared(s, "mps", 4096);
+    Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+    EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
+    Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+    EXPECT_TRUE(r["tasks"].empty());
+    ASSERT_GE(r["failures"].size(), 1u);
+    EXPECT_EQ(r["failures"][0]["arn"], inst);
+    EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
+    EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("not connected"), std::string::npos);
+    Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"}});
+    ASSERT_EQ(e["instances"].size(), 1u);
+    EXPECT_EQ(e["instances"][0]["eligible"], false);
+    EXPECT_EQ(e["instances"][0]["reason"], "AGENT");
+    EXPECT_FALSE(e.contains("chosenContainerInstanceArn"));
   }
+  // The instance still reads disconnected after a restart (once the first server is gone: one server per file).
+  Server again(db_, 7, false);
+  Json after = again.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+  EXPECT_EQ(after["containerInstances"][0]["agentConnected"], false);
 }
 
 // --place-on-disconnected (benchmarks, simulations whose client plays the agent): the same instance takes tasks,

@@ -656,6 +656,34 @@ TEST_F(SqliteStoreTest, SchemaVersionIsRecorded) {
   EXPECT_EQ(raw.Text("SELECT COUNT(*) FROM schema_version"), std::to_string(SqliteStore::LatestSchemaVersion()));
 }
 
+// One database, one server: while a store holds the file, a second Open (here in the same process; the
+// integration test `two servers on one --db` does it with two processes) is refused with a message naming the
+// holder, and changes nothing; the first keeps committing, and once it is closed the file opens again.
+TEST_F(SqliteStoreTest, ASecondStoreOnTheSameFileIsRefusedWhileTheFirstServes) {
+  auto first = OpenOrDie(Path());
+  WriteBatch one;
+  one.PutCluster(FullCluster("one"));
+  ASSERT_TRUE(first->Commit(one).ok());
+
+  auto second = SqliteStore::Open(Path());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), ErrorCode::kConflict);
+  EXPECT_THAT(second.status().message(), HasSubstr("cannot open database '" + Path() + "'"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("in use by another gpupack server (pid " + std::to_string(::getpid()) + ")"));
+  EXPECT_THAT(second.status().message(), HasSubstr(SqliteStore::LockPath(Path())));
+
+  WriteBatch two;
+  two.PutCluster(FullCluster("two"));
+  EXPECT_TRUE(first->Commit(two).ok());
+  EXPECT_EQ(LoadOrDie(*first).clusters.size(), 2u);
+
+  first.reset();
+  auto third = SqliteStore::Open(Path());
+  ASSERT_TRUE(third.ok()) << third.status().message();
+  EXPECT_EQ(LoadOrDie(**third).clusters.size(), 2u);
+}
+
 TEST_F(SqliteStoreTest, NewerSchemaIsRefused) {
   OpenOrDie(Path()).reset();
   {
