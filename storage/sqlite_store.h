@@ -47,6 +47,12 @@ class SqliteStore : public Store {
   // The schema version this binary creates and understands.
   static int LatestSchemaVersion();
 
+  // Backup copies the database at `from` into a new file `to` with SQLite's online backup API, as one read
+  // transaction: a server may keep serving (and writing) `from` meanwhile; the copy is the state of one commit.
+  // It does not take `from`'s lock. `to` must not exist; on failure nothing is left at `to`. The copy is then
+  // opened and loaded as a server would (records decode, CheckInvariants holds); `*tasks` (if given) receives
+  // how many tasks it holds.
+  static Status Backup(const std::string& from, const std::string& to, size_t* tasks = nullptr);
 
   ~SqliteStore() override;
   SqliteStore(const SqliteStore&) = delete;

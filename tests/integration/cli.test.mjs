@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { PLAY_AGENT, call, gpuDevice, gpupackBin, ok, removeTempDir, sharedTaskDefinition, startServer, startUp, tempDir } from './harness.mjs';
+import { PLAY_AGENT, call, gpuDevice, gpupackBin, ok, registerInstance, removeTempDir, sharedTaskDefinition, startServer, startUp, tempDir } from './harness.mjs';
 
 // run runs the binary to its end (bounded) and resolves {code, signal, stdout, stderr}.
 function run(args, { timeoutMs = 20000 } = {}) {
@@ -112,6 +112,52 @@ describe('first contact', () => {
     // Once the first has stopped, the database is free again.
     const again = await startServer({ db });
     await again.stop();
+  });
+
+  test('gpupack backup copies the database while the server serves RunTask, and the copy loads', async () => {
+    const db = path.join(dir, 'live.db');
+    const copy = path.join(dir, 'live-copy.db');
+    const server = await startServer({ db, extraArgs: PLAY_AGENT });
+    let writing = true;
+    const placed = [];
+    let writer;
+    try {
+      const e = server.endpoint;
+      await ok(e, 'CreateCluster', {});
+      await registerInstance(e, 'default', [['GPU-backup-0', 81920]]);
+      await ok(e, 'RegisterTaskDefinition', sharedTaskDefinition('tiny', 10));
+      writer = (async () => {
+        for (let i = 0; writing && i < 400; ++i) {
+          const r = await ok(e, 'RunTask', { taskDefinition: 'tiny' });
+          for (const t of r.tasks) placed.push(t.taskArn);
+        }
+      })();
+      for (let i = 0; i < 500 && placed.length < 5; ++i) await new Promise((r) => setTimeout(r, 10));
+      const before = placed.length;
+      assert.ok(before >= 5, 'the server placed nothing');
+      const r = await run(['backup', '--db', db, '--to', copy]);
+      writing = false;
+      await writer;
+      assert.equal(r.code, 0, r.stderr);
+      const m = /^backed up .* \((\d+) tasks; the copy opens and loads\)\n$/.exec(r.stdout);
+      assert.ok(m, r.stdout);
+      assert.ok(Number(m[1]) >= before && Number(m[1]) <= placed.length, `${m[1]} tasks copied, ${before} placed before, ${placed.length} after`);
+      const again = await run(['backup', '--db', db, '--to', copy]);
+      assert.equal(again.code, 1);
+      assert.match(again.stderr, /exists; choose a new file/);
+    } finally {
+      writing = false;
+      await writer;
+      await server.stop();
+    }
+    // A server on the copy describes every task acknowledged before the backup began.
+    const restored = await startServer({ db: copy });
+    try {
+      const d = await ok(restored.endpoint, 'DescribeTasks', { tasks: placed.slice(0, Math.min(5, placed.length)) });
+      assert.equal(d.tasks.length, Math.min(5, placed.length));
+    } finally {
+      await restored.stop();
+    }
   });
 
   test('requests are logged at debug, not info; gpupack up starts without an error-looking line', async () => {
