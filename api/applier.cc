@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/operations/operations.h"
+#include "storage/invariants.h"
 
 namespace gpupack::api {
 
@@ -57,6 +58,8 @@ Status Applier::Load() {
   }
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
   state_.RebuildReservations();
+  // Records that decode but contradict each other are never served (storage/invariants.h).
+  if (Status s = CheckInvariants(state_); !s.ok()) return s;
   auto view = ReadView::FromState(state_);
   std::lock_guard view_lock(view_mu_);
   view_ = std::move(view);

@@ -31,6 +31,14 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags);
 // RunServer runs until SIGINT/SIGTERM; returns the process exit status (0, 1 on failure, 2 on bad usage).
 int RunServer(const ServerFlags& flags);
 
+// `gpupack backup`: an online copy of the server's database (SqliteStore::Backup), also while it serves.
+struct BackupFlags {
+  std::string db = "gpupack.db";
+  std::string to;
+};
+void AddBackupFlags(CLI::App& app, BackupFlags& flags);
+int RunBackup(const BackupFlags& flags);  // 0, 1 on failure
+
 struct AgentFlags {
   std::string server = "http://127.0.0.1:8080";
   std::string cluster = "default";

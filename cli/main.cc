@@ -1,4 +1,4 @@
-// gpupack: one binary, subcommands (server, agent, plan, up, aws-model). Wiring only; the work is in the libraries.
+// gpupack: one binary, subcommands (server, agent, plan, up, aws-model, backup). Wiring only; the work is in the libraries.
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -46,6 +46,11 @@ int main(int argc, char** argv) {
       "aws-model", "Install an ECS model with gpupack's GPU-sharing fields for the AWS CLI and boto3 (~/.aws/models)");
   gpupack::cli::AddAwsModelFlags(*aws_model, aws_model_flags);
 
+  gpupack::cli::BackupFlags backup_flags;
+  CLI::App* backup = app.add_subcommand(
+      "backup", "Copy the server's database to a new file, consistently, also while the server runs");
+  gpupack::cli::AddBackupFlags(*backup, backup_flags);
+
   // An unknown command is named (CLI11 alone would only say that a subcommand is required).
   if (argc > 1 && argv[1][0] != '-') {
     const auto all = std::function<bool(const CLI::App*)>([](const CLI::App*) { return true; });
@@ -72,6 +77,7 @@ int main(int argc, char** argv) {
   }
 
   if (*server) return gpupack::cli::RunServer(server_flags);
+  if (*backup) return gpupack::cli::RunBackup(backup_flags);
   if (*agent) return gpupack::cli::RunAgent(agent_flags);
   if (*up) return gpupack::cli::RunUp(up_flags);
   if (*plan) return gpupack::cli::RunPlan(plan_flags);

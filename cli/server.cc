@@ -224,10 +224,12 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     if (db_existed) return;
     std::error_code ignored;
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(f.db + suffix, ignored);
+    std::filesystem::remove(SqliteStore::LockPath(f.db), ignored);
   };
   auto store = SqliteStore::Open(f.db);
   if (!store.ok()) {
-    remove_new_db();
+    // A database another server holds is that server's, even if it was created after db_existed was read.
+    if (store.status().code() != ErrorCode::kConflict) remove_new_db();
     return fail("cannot open database " + f.db + ": " + store.status().message());
   }
   impl->store = std::move(*store);
@@ -261,6 +263,21 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   impl->endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                    std::to_string(impl->server->port());
   return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));
+}
+
+void AddBackupFlags(CLI::App& app, BackupFlags& f) {
+  app.add_option("--db", f.db, "the server's SQLite database file")->capture_default_str();
+  app.add_option("--to", f.to, "the new file to write the copy to (must not exist)")->required();
+}
+
+int RunBackup(const BackupFlags& f) {
+  size_t tasks = 0;
+  if (Status s = SqliteStore::Backup(f.db, f.to, &tasks); !s.ok()) {
+    std::fprintf(stderr, "gpupack: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::printf("backed up %s to %s (%zu tasks; the copy opens and loads)\n", f.db.c_str(), f.to.c_str(), tasks);
+  return 0;
 }
 
 int RunServer(const ServerFlags& f) {

@@ -119,6 +119,11 @@ class ClusterState {
   const ContainerInstance* FindInstance(const std::string& arn) const;
   // Adds or replaces an instance (matched by ARN). Replacing keeps its load.
   void PutInstance(ContainerInstance instance);
+  // ForEachInstance calls `f(const ContainerInstance&)` for every instance, in no particular order.
+  template <typename F>
+  void ForEachInstance(F&& f) const {
+    for (const auto& entry : instances_) f(*entry.second.instance);
+  }
   // Instances of a cluster in registration order, INACTIVE ones included.
   const std::vector<ContainerInstance*>& InstancesOf(const std::string& cluster) const;
   const InstanceLoad& LoadOf(const std::string& instance_arn) const;

@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { PLAY_AGENT, call, gpuDevice, gpupackBin, ok, removeTempDir, sharedTaskDefinition, startServer, startUp, tempDir } from './harness.mjs';
+import { PLAY_AGENT, call, gpuDevice, gpupackBin, ok, registerInstance, removeTempDir, sharedTaskDefinition, startServer, startUp, tempDir } from './harness.mjs';
 
 // run runs the binary to its end (bounded) and resolves {code, signal, stdout, stderr}.
 function run(args, { timeoutMs = 20000 } = {}) {
@@ -85,9 +85,78 @@ describe('first contact', () => {
       assert.equal(lines.length, 1, r.stderr);
       assert.match(lines[0], new RegExp(`^gpupack: cannot listen on 127\\.0\\.0\\.1:${port}: bind: Address already in use`));
       assert.equal((lines[0].match(/cannot listen/g) ?? []).length, 1, lines[0]);
-      for (const suffix of ['', '-wal', '-shm', '-journal']) assert.ok(!fs.existsSync(db + suffix), `${db}${suffix} was left behind`);
+      for (const suffix of ['', '-wal', '-shm', '-journal', '.lock']) assert.ok(!fs.existsSync(db + suffix), `${db}${suffix} was left behind`);
     } finally {
       await first.stop();
+    }
+  });
+
+  test('two servers on one --db: the second refuses to start, names the first, and the first keeps serving', async () => {
+    const db = path.join(dir, 'shared.db');
+    const first = await startServer({ db, extraArgs: PLAY_AGENT });
+    try {
+      await ok(first.endpoint, 'CreateCluster', {});
+      const r = await run(['server', '--listen', '127.0.0.1:0', '--db', db]);
+      assert.equal(r.code, 1, r.stderr);
+      assert.equal(r.stdout, '', 'the second server printed a banner');
+      assert.match(r.stderr, new RegExp(`in use by another gpupack server \\(pid ${first.child.pid}\\)`));
+      assert.match(r.stderr, /one database serves one server/);
+      assert.ok(fs.existsSync(db), 'the refused server removed the database');
+      // The first one still writes and reads.
+      await ok(first.endpoint, 'RegisterTaskDefinition', sharedTaskDefinition('after', 1000));
+      const d = await ok(first.endpoint, 'DescribeClusters', {});
+      assert.equal(d.clusters[0].status, 'ACTIVE');
+    } finally {
+      await first.stop();
+    }
+    // Once the first has stopped, the database is free again.
+    const again = await startServer({ db });
+    await again.stop();
+  });
+
+  test('gpupack backup copies the database while the server serves RunTask, and the copy loads', async () => {
+    const db = path.join(dir, 'live.db');
+    const copy = path.join(dir, 'live-copy.db');
+    const server = await startServer({ db, extraArgs: PLAY_AGENT });
+    let writing = true;
+    const placed = [];
+    let writer;
+    try {
+      const e = server.endpoint;
+      await ok(e, 'CreateCluster', {});
+      await registerInstance(e, 'default', [['GPU-backup-0', 81920]]);
+      await ok(e, 'RegisterTaskDefinition', sharedTaskDefinition('tiny', 10));
+      writer = (async () => {
+        for (let i = 0; writing && i < 400; ++i) {
+          const r = await ok(e, 'RunTask', { taskDefinition: 'tiny' });
+          for (const t of r.tasks) placed.push(t.taskArn);
+        }
+      })();
+      for (let i = 0; i < 500 && placed.length < 5; ++i) await new Promise((r) => setTimeout(r, 10));
+      const before = placed.length;
+      assert.ok(before >= 5, 'the server placed nothing');
+      const r = await run(['backup', '--db', db, '--to', copy]);
+      writing = false;
+      await writer;
+      assert.equal(r.code, 0, r.stderr);
+      const m = /^backed up .* \((\d+) tasks; the copy opens and loads\)\n$/.exec(r.stdout);
+      assert.ok(m, r.stdout);
+      assert.ok(Number(m[1]) >= before && Number(m[1]) <= placed.length, `${m[1]} tasks copied, ${before} placed before, ${placed.length} after`);
+      const again = await run(['backup', '--db', db, '--to', copy]);
+      assert.equal(again.code, 1);
+      assert.match(again.stderr, /exists; choose a new file/);
+    } finally {
+      writing = false;
+      await writer;
+      await server.stop();
+    }
+    // A server on the copy describes every task acknowledged before the backup began.
+    const restored = await startServer({ db: copy });
+    try {
+      const d = await ok(restored.endpoint, 'DescribeTasks', { tasks: placed.slice(0, Math.min(5, placed.length)) });
+      assert.equal(d.tasks.length, Math.min(5, placed.length));
+    } finally {
+      await restored.stop();
     }
   });
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
@@ -129,29 +130,30 @@ class ControlPlaneTest : public ::testing::Test {
 // An instance registered over plain HTTP has no agent behind it: it reads agentConnected false and the
 // server's default places nothing there (ECS's reason AGENT), so no task is left PENDING forever.
 TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault) {
-  Server s(db_, 7, /*place_on_disconnected=*/false);
-  s.Ok("CreateCluster", Json::object());
-  std::string inst = RegisterInstance(s, {22587});
-  RegisterShared(s, "mps", 4096);
-  Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
-  EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
-  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
-  EXPECT_TRUE(r["tasks"].empty());
-  ASSERT_GE(r["failures"].size(), 1u);
-  EXPECT_EQ(r["failures"][0]["arn"], inst);
-  EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
-  EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("not connected"), std::string::npos);
-  Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"}});
-  ASSERT_EQ(e["instances"].size(), 1u);
-  EXPECT_EQ(e["instances"][0]["eligible"], false);
-  EXPECT_EQ(e["instances"][0]["reason"], "AGENT");
-  EXPECT_FALSE(e.contains("chosenContainerInstanceArn"));
-  // The instance still reads disconnected after a restart.
+  std::string inst;
   {
-    Server again(db_, 7, false);
-    Json after = again.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
-    EXPECT_EQ(after["containerInstances"][0]["agentConnected"], false);
+    Server s(db_, 7, /*place_on_disconnected=*/false);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {22587});
+    RegisterShared(s, "mps", 4096);
+    Json described = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+    EXPECT_EQ(described["containerInstances"][0]["agentConnected"], false);
+    Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+    EXPECT_TRUE(r["tasks"].empty());
+    ASSERT_GE(r["failures"].size(), 1u);
+    EXPECT_EQ(r["failures"][0]["arn"], inst);
+    EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
+    EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("not connected"), std::string::npos);
+    Json e = s.Ok("ExplainPlacement", {{"taskDefinition", "mps"}});
+    ASSERT_EQ(e["instances"].size(), 1u);
+    EXPECT_EQ(e["instances"][0]["eligible"], false);
+    EXPECT_EQ(e["instances"][0]["reason"], "AGENT");
+    EXPECT_FALSE(e.contains("chosenContainerInstanceArn"));
   }
+  // The instance still reads disconnected after a restart (once the first server is gone: one server per file).
+  Server again(db_, 7, false);
+  Json after = again.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
+  EXPECT_EQ(after["containerInstances"][0]["agentConnected"], false);
 }
 
 // --place-on-disconnected (benchmarks, simulations whose client plays the agent): the same instance takes tasks,
@@ -494,6 +496,96 @@ TEST_F(ControlPlaneTest, RestartRestoresTasksAndGpuMemoryExactly) {
     ASSERT_EQ(d["tasks"].size(), 1u);
     EXPECT_EQ(d["tasks"][0]["lastStatus"], i == 0 ? "STOPPED" : "PENDING");
     EXPECT_EQ(d["tasks"][0]["containers"][0]["gpuIds"], tasks[i]["containers"][0]["gpuIds"]);
+  }
+}
+
+// LoadStatus: what a control plane loading `db` says (the server's start).
+Status LoadStatus(const std::string& db) {
+  auto store = SqliteStore::Open(db);
+  if (!store.ok()) return store.status();
+  GroupCommitter committer(**store);
+  ControlPlane cp(ControlPlaneOptions{}, **store, committer);
+  return cp.Load();
+}
+
+// Records that decode on their own but contradict each other (what a damaged file, a hand edit or two servers on
+// one database leave) are refused on load with a message naming the record, rather than served: before, each of
+// these loaded and was served (a reservation of 1,000,000,000 MiB left its GPU nearly 10^9 MiB below zero).
+TEST_F(ControlPlaneTest, InconsistentRecordsAreRefusedOnLoadNamingTheRecord) {
+  const std::string good = (dir_ / "good.db").string();
+  std::string inst, shared, dedicated;
+  {
+    Server s(good);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {22587, 16000});
+    RegisterShared(s, "mps", 4000);
+    RegisterDedicated(s, "whole", 1);
+    shared = s.Ok("RunTask", {{"taskDefinition", "mps"}})["tasks"][0]["taskArn"];
+    dedicated = s.Ok("RunTask", {{"taskDefinition", "whole"}})["tasks"][0]["taskArn"];
+  }
+  ASSERT_TRUE(LoadStatus(good).ok());
+  auto task_in = [](Snapshot& snap, const std::string& arn) -> Task& {
+    for (auto& t : snap.tasks)
+      if (t.arn == arn) return t;
+    throw std::runtime_error("no task " + arn);
+  };
+  struct Case {
+    const char* name;
+    std::function<void(Snapshot&, WriteBatch&)> damage;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"a reservation larger than its GPU",
+       [&](Snapshot& snap, WriteBatch& b) {
+         Task& t = task_in(snap, shared);
+         t.gpu_reservations.at(0).memory_mib = 1'000'000'000;
+         b.PutTask(t);
+       },
+       "tasks '" + shared + "' reserves 1000000000 MiB on GPU"},
+      {"a task whose instance is gone", [&](Snapshot&, WriteBatch& b) { b.DeleteInstance(inst); },
+       "tasks '" + shared + "' holds resources on container instance '" + inst + "', which is not stored"},
+      {"a GPU listed twice",
+       [&](Snapshot& snap, WriteBatch& b) {
+         ContainerInstance i = snap.instances.at(0);
+         i.gpus.push_back(i.gpus.at(0));
+         b.PutInstance(i);
+       },
+       "container_instances '" + inst + "' lists GPU "},
+      {"more memory reserved than registered",
+       [&](Snapshot& snap, WriteBatch& b) {
+         ContainerInstance i = snap.instances.at(0);
+         i.registered.memory = 100;
+         b.PutInstance(i);
+       },
+       "container_instances '" + inst + "': its tasks reserve 128 MiB of memory of the 100 it registers"},
+      {"a dedicated GPU held by two tasks",
+       [&](Snapshot& snap, WriteBatch& b) {
+         Task copy = task_in(snap, dedicated);
+         copy.arn += "0";
+         copy.id += "0";
+         b.PutTask(copy);
+       },
+       "whole, yet tasks " + dedicated + "0 hold it too"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string db = (dir_ / "damaged.db").string();
+    fs::remove(db);
+    fs::copy_file(good, db);
+    {
+      auto store = SqliteStore::Open(db);
+      ASSERT_TRUE(store.ok()) << store.status().message();
+      auto snap = (*store)->Load();
+      ASSERT_TRUE(snap.ok()) << snap.status().message();
+      WriteBatch b;
+      c.damage(*snap, b);
+      ASSERT_TRUE((*store)->Commit(b).ok());
+      ASSERT_TRUE((*store)->Load().ok()) << "every record still decodes";
+    }
+    Status loaded = LoadStatus(db);
+    EXPECT_EQ(loaded.code(), ErrorCode::kServer) << "loaded and would be served";
+    EXPECT_NE(loaded.message().find(c.want), std::string::npos) << loaded.message();
+    EXPECT_NE(loaded.message().find("Restore a backup"), std::string::npos) << loaded.message();
   }
 }
 

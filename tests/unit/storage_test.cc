@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -654,6 +655,179 @@ TEST_F(SqliteStoreTest, SchemaVersionIsRecorded) {
   store.reset();
   store = OpenOrDie(Path());
   EXPECT_EQ(raw.Text("SELECT COUNT(*) FROM schema_version"), std::to_string(SqliteStore::LatestSchemaVersion()));
+}
+
+// One database, one server: while a store holds the file, a second Open (here in the same process; the
+// integration test `two servers on one --db` does it with two processes) is refused with a message naming the
+// holder, and changes nothing; the first keeps committing, and once it is closed the file opens again.
+TEST_F(SqliteStoreTest, ASecondStoreOnTheSameFileIsRefusedWhileTheFirstServes) {
+  auto first = OpenOrDie(Path());
+  WriteBatch one;
+  one.PutCluster(FullCluster("one"));
+  ASSERT_TRUE(first->Commit(one).ok());
+
+  auto second = SqliteStore::Open(Path());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), ErrorCode::kConflict);
+  EXPECT_THAT(second.status().message(), HasSubstr("cannot open database '" + Path() + "'"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("in use by another gpupack server (pid " + std::to_string(::getpid()) + ")"));
+  EXPECT_THAT(second.status().message(), HasSubstr(SqliteStore::LockPath(Path())));
+
+  WriteBatch two;
+  two.PutCluster(FullCluster("two"));
+  EXPECT_TRUE(first->Commit(two).ok());
+  EXPECT_EQ(LoadOrDie(*first).clusters.size(), 2u);
+
+  first.reset();
+  auto third = SqliteStore::Open(Path());
+  ASSERT_TRUE(third.ok()) << third.status().message();
+  EXPECT_EQ(LoadOrDie(**third).clusters.size(), 2u);
+}
+
+// What a damaged WAL loses. The files are copied while the store is open after 20 commits (one task each), which
+// is what a crash leaves: the commits are in the WAL, not yet in the database file. SQLite checksums the WAL's
+// frames in a chain and, when it opens the file, replays them up to the first frame that does not verify,
+// dropping that commit and every later one without an error. So Open reads the WAL first: when commits were
+// written whole after a damaged frame, it refuses, naming the frame and the offset where a cut keeps what SQLite
+// would replay; after that cut the store loads exactly the commits before the damage. A WAL cut short (here in
+// half, mid-frame) looks like a crash in the middle of a commit and cannot be told apart: it opens, and what is
+// left is again a prefix of the commits (never a later commit without an earlier one).
+TEST_F(SqliteStoreTest, ADamagedWalIsRefusedAndACutOneKeepsAPrefixOfTheCommits) {
+  constexpr int kCommits = 20;
+  const std::string crash = dir_.File("crash.db");
+  {
+    auto store = OpenOrDie(Path());
+    for (int i = 0; i < kCommits; ++i) {
+      WriteBatch b;
+      b.PutTask(SmallTask("task-" + std::to_string(i)));
+      ASSERT_TRUE(store->Commit(b).ok());
+    }
+    fs::copy_file(Path(), crash);
+    fs::copy_file(Path() + "-wal", crash + "-wal");
+  }
+  const auto wal_size = static_cast<int64_t>(fs::file_size(crash + "-wal"));
+  std::string header(32, '\0');
+  std::ifstream(crash + "-wal", std::ios::binary).read(header.data(), 32);
+  const auto byte = [&](int i) { return static_cast<int64_t>(static_cast<unsigned char>(header[static_cast<size_t>(i)])); };
+  const int64_t page_size = byte(8) << 24 | byte(9) << 16 | byte(10) << 8 | byte(11);
+  const int64_t frame = 24 + page_size;
+  const int64_t frames = (wal_size - 32) / frame;
+  ASSERT_GE(frames, kCommits) << "every commit is at least one frame";
+
+  // Loaded: how many tasks survived, which must be task-0 .. task-(n-1).
+  auto survivors = [&](const std::string& db) {
+    auto store = SqliteStore::Open(db);
+    EXPECT_TRUE(store.ok()) << store.status().message();
+    if (!store.ok()) return -1;
+    auto snap = (*store)->Load();
+    EXPECT_TRUE(snap.ok()) << snap.status().message();
+    if (!snap.ok()) return -1;
+    std::set<std::string> arns;
+    for (const auto& t : snap->tasks) arns.insert(t.arn);
+    const int n = static_cast<int>(arns.size());
+    for (int i = 0; i < n; ++i) EXPECT_EQ(arns.count("task-" + std::to_string(i)), 1u) << "not a prefix";
+    return n;
+  };
+  auto fresh_copy = [&](const std::string& name) {
+    const std::string db = dir_.File(name);
+    fs::copy_file(crash, db);
+    fs::copy_file(crash + "-wal", db + "-wal");
+    return db;
+  };
+  EXPECT_EQ(survivors(fresh_copy("intact.db")), kCommits);
+
+  // One flipped byte in the page of the middle frame: refused, the WAL left as it was.
+  const std::string flipped = fresh_copy("flipped.db");
+  const int64_t bad = frames / 2;
+  {
+    std::fstream f(flipped + "-wal", std::ios::binary | std::ios::in | std::ios::out);
+    const int64_t at = 32 + bad * frame + 24 + 100;
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x01);
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+  auto refused = SqliteStore::Open(flipped);
+  ASSERT_FALSE(refused.ok()) << "a damaged WAL was opened";
+  EXPECT_EQ(refused.status().code(), ErrorCode::kServer);
+  const std::string cut_at = std::to_string(32 + bad * frame);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("write-ahead log '" + flipped + "-wal' is damaged: frame " + std::to_string(bad) + " of " +
+                        std::to_string(frames) + " does not verify"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("truncate -s " + cut_at));
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(flipped + "-wal")), wal_size);
+  // Cut where the message says: what is left is what SQLite would have replayed.
+  fs::resize_file(flipped + "-wal", std::stoull(cut_at));
+  const int after_flip = survivors(flipped);
+  EXPECT_GE(after_flip, 1);
+  EXPECT_LT(after_flip, kCommits);
+
+  // The WAL cut in half (mid-frame).
+  const std::string cut = fresh_copy("cut.db");
+  fs::resize_file(cut + "-wal", static_cast<uintmax_t>(wal_size / 2));
+  const int after_cut = survivors(cut);
+  EXPECT_GE(after_cut, 1);
+  EXPECT_LT(after_cut, kCommits);
+  std::printf("WAL of %lld frames of %lld bytes for %d commits: a flipped byte in frame %lld refused; cut there, "
+              "%d commits were left; the WAL cut at %lld of %lld bytes left %d\n",
+              static_cast<long long>(frames), static_cast<long long>(frame), kCommits, static_cast<long long>(bad),
+              after_flip, static_cast<long long>(wal_size / 2), static_cast<long long>(wal_size), after_cut);
+}
+
+// SqliteStore::Backup (`gpupack backup`) while a writer keeps committing through the open store: the copy is
+// the state of one commit (each commit's task and token together, a prefix of the commits), holds at least
+// what was committed before it started, opens and loads; an existing target or a missing source is refused and
+// leaves nothing behind.
+TEST_F(SqliteStoreTest, BackupCopiesOneCommitsStateWhileCommitsGoOn) {
+  auto store = OpenOrDie(Path());
+  auto commit = [&](int i) {
+    WriteBatch b;
+    Task t = SmallTask("task-" + std::to_string(i));
+    t.resources_released = true;  // holds nothing: no instance needed for the copy's invariant check
+    b.PutTask(t);
+    b.PutClientToken(FullToken("c", "tok-" + std::to_string(i)));
+    return store->Commit(b).ok();
+  };
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(commit(i));
+  std::atomic<bool> stop{false};
+  std::atomic<int> committed{50};
+  std::thread writer([&] {
+    for (int i = 50; !stop.load() && i < 20000; ++i)
+      if (commit(i)) committed.store(i + 1);
+  });
+  const int before = committed.load();
+  size_t tasks = 0;
+  const std::string copy = dir_.File("copy.db");
+  const Status backed_up = SqliteStore::Backup(Path(), copy, &tasks);
+  const int after = committed.load();
+  stop.store(true);
+  writer.join();
+  ASSERT_TRUE(backed_up.ok()) << backed_up.message();
+  EXPECT_GE(tasks, static_cast<size_t>(before));
+  EXPECT_LE(tasks, static_cast<size_t>(after) + 1);
+  EXPECT_FALSE(fs::exists(SqliteStore::LockPath(copy)));
+  {
+    auto copied = OpenOrDie(copy);
+    Snapshot snap = LoadOrDie(*copied);
+    ASSERT_EQ(snap.tasks.size(), tasks);
+    ASSERT_EQ(snap.client_tokens.size(), tasks);
+    std::set<std::string> arns;
+    for (const auto& t : snap.tasks) arns.insert(t.arn);
+    for (size_t i = 0; i < tasks; ++i) EXPECT_EQ(arns.count("task-" + std::to_string(i)), 1u) << i;
+  }
+  std::printf("backup while committing: %zu tasks copied (%d committed before it started, %d when it ended)\n",
+              tasks, before, after);
+
+  const Status exists = SqliteStore::Backup(Path(), copy);
+  EXPECT_FALSE(exists.ok());
+  EXPECT_THAT(exists.message(), HasSubstr("exists"));
+  const Status missing = SqliteStore::Backup(dir_.File("missing.db"), dir_.File("never.db"));
+  EXPECT_FALSE(missing.ok());
+  EXPECT_FALSE(fs::exists(dir_.File("missing.db")));
+  EXPECT_FALSE(fs::exists(dir_.File("never.db")));
 }
 
 TEST_F(SqliteStoreTest, NewerSchemaIsRefused) {
