@@ -172,7 +172,9 @@ void ServerConnection::Connect() {
       retry = backoff_;
     }
     spdlog::warn("agent: channel: {}; retrying in {} ms", c.status().message(), retry.count());
-    if (c.status().message().find("refused") != std::string::npos) {
+    // A server at its limit of channel connections (503 ServerException) knows the instance: it is only busy.
+    const std::string& why = c.status().message();
+    if (why.find("refused") != std::string::npos && why.find("ServerException") == std::string::npos) {
       // The server may have forgotten the instance (a new database): register again.
       if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
     }
