@@ -172,7 +172,9 @@ void ServerConnection::Connect() {
       retry = backoff_;
     }
     spdlog::warn("agent: channel: {}; retrying in {} ms", c.status().message(), retry.count());
-    if (c.status().message().find("refused") != std::string::npos) {
+    // A server at its limit of channel connections (503 ServerException) knows the instance: it is only busy.
+    const std::string& why = c.status().message();
+    if (why.find("refused") != std::string::npos && why.find("ServerException") == std::string::npos) {
       // The server may have forgotten the instance (a new database): register again.
       if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
     }
@@ -194,10 +196,13 @@ void ServerConnection::Connect() {
   hello.impaired = impaired;
   for (const auto& t : hello.tasks)
     if (t.status == TaskStatus::kStopped) hello_stopped_.insert(t.task_arn);
-  channel_->Send(protocol::Serialize(protocol::AgentMessage(hello)));
+  // One message, or parts when the hello passes the server's message limit (many tasks of many containers).
+  std::vector<std::string> messages = protocol::SerializeHello(hello);
+  const size_t count = messages.size();
+  for (std::string& m : messages) channel_->Send(std::move(m));
   ready_ = true;
   next_heartbeat_ = Clock::now();
-  spdlog::info("agent: channel open; reported {} task(s)", hello.tasks.size());
+  spdlog::info("agent: channel open; reported {} task(s) in {} message(s)", hello.tasks.size(), count);
 }
 
 void ServerConnection::SendHeartbeat() {

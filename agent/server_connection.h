@@ -10,7 +10,8 @@
 // HeartbeatNow may be called from any thread. Thread-safe.
 //
 // A hello reports every task of the store; its snapshot is taken under the same lock SendState takes, and a task
-// writes its record before it reports, so every state change is either in the hello or sent after it.
+// writes its record before it reports, so every state change is either in the hello or sent after it. A hello
+// too large for one message goes as parts (protocol::SerializeHello), all sent before any report.
 #pragma once
 
 #include <atomic>

@@ -1,6 +1,7 @@
 #include "api/agent_channel.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -72,7 +73,7 @@ void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, cons
       peers_.erase(it->second);
     }
     // The new connection starts with no pending push: the welcome's reconcile covers the old one's.
-    peers_[conn.get()] = Peer{conn, arn, std::chrono::steady_clock::now(), false, false, {}};
+    peers_[conn.get()] = Peer{conn, arn, std::chrono::steady_clock::now(), false, false, {}, {}, 0};
     by_instance_[arn] = conn.get();
   }
   ++connections_opened_;
@@ -116,28 +117,9 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
     };
   };
   if (auto* hello = std::get_if<protocol::Hello>(&*parsed)) {
-    // Pushes sent on this connection so far come from operations that ran before the hello's reconcile, which
-    // sees their outcome: the welcome carries whatever of them the agent still lacks, so they need no ack.
-    std::vector<int64_t> covered;
-    {
-      std::lock_guard lock(mu_);
-      auto it = peers_.find(conn.get());
-      if (it != peers_.end())
-        for (const auto& [push_id, _] : it->second.unacked) covered.push_back(push_id);
-    }
-    cp_.AgentHello(arn, *hello, [this, conn, covered = std::move(covered)](Status s, protocol::Welcome welcome) {
-      if (!s.ok()) return Reply(conn, protocol::Error{std::nullopt, s.message()});
-      welcome.heartbeat_interval_ms = options_.heartbeat_interval.count();
-      {
-        std::lock_guard lock(mu_);
-        auto it = peers_.find(conn.get());
-        if (it != peers_.end()) {
-          it->second.hello_done = true;
-          for (int64_t push_id : covered) it->second.unacked.erase(push_id);
-        }
-      }
-      Reply(conn, welcome);
-    });
+    OnHello(conn, arn, std::move(*hello));
+  } else if (auto* part = std::get_if<protocol::HelloPart>(&*parsed)) {
+    OnHelloPart(conn, arn, std::move(*part), text.size());
   } else if (auto* state = std::get_if<protocol::StateReport>(&*parsed)) {
     cp_.AgentReport(arn, state->report, answer(state->id));
   } else if (auto* heartbeat = std::get_if<protocol::Heartbeat>(&*parsed)) {
@@ -149,6 +131,72 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
     auto it = peers_.find(conn.get());
     if (it != peers_.end()) it->second.unacked.erase(ack->id);
   }
+}
+
+// OnHello reconciles (ControlPlane::AgentHello) and answers the welcome. A hello replaces parts gathered so far.
+void AgentChannel::OnHello(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
+                           protocol::Hello hello) {
+  // Pushes sent on this connection so far come from operations that ran before the hello's reconcile, which
+  // sees their outcome: the welcome carries whatever of them the agent still lacks, so they need no ack.
+  std::vector<int64_t> covered;
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it != peers_.end()) {
+      for (const auto& [push_id, _] : it->second.unacked) covered.push_back(push_id);
+      it->second.hello_parts.clear();
+      it->second.hello_part_bytes = 0;
+    }
+  }
+  cp_.AgentHello(arn, hello, [this, conn, covered = std::move(covered)](Status s, protocol::Welcome welcome) {
+    if (!s.ok()) return Reply(conn, protocol::Error{std::nullopt, s.message()});
+    welcome.heartbeat_interval_ms = options_.heartbeat_interval.count();
+    {
+      std::lock_guard lock(mu_);
+      auto it = peers_.find(conn.get());
+      if (it != peers_.end()) {
+        it->second.hello_done = true;
+        for (int64_t push_id : covered) it->second.unacked.erase(push_id);
+      }
+    }
+    Reply(conn, welcome);
+  });
+}
+
+// OnHelloPart gathers a hello's parts on the connection, at most max_hello_bytes of them; the last part makes
+// the hello. Past the bound the connection is answered an error and closed.
+void AgentChannel::OnHelloPart(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
+                               protocol::HelloPart part, size_t bytes) {
+  std::optional<protocol::Hello> hello;
+  bool too_large = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it == peers_.end()) return;
+    Peer& peer = it->second;
+    peer.hello_part_bytes += bytes;
+    if (peer.hello_part_bytes > options_.max_hello_bytes) {
+      too_large = true;
+      peer.hello_parts.clear();
+      peer.hello_part_bytes = 0;
+    } else {
+      for (auto& t : part.tasks) peer.hello_parts.push_back(std::move(t));
+      if (part.last) {
+        hello = protocol::Hello{std::move(peer.hello_parts), part.impaired};
+        peer.hello_parts.clear();
+        peer.hello_part_bytes = 0;
+      }
+    }
+  }
+  if (too_large) {
+    spdlog::warn("agent channel: {} sent a hello of more than {} bytes; disconnecting it", arn,
+                 options_.max_hello_bytes);
+    Reply(conn, protocol::Error{std::nullopt, "the hello's parts pass " + std::to_string(options_.max_hello_bytes) +
+                                                  " bytes"});
+    conn->Close();
+    return;
+  }
+  if (hello) OnHello(conn, arn, std::move(*hello));
 }
 
 void AgentChannel::OnClose(const std::shared_ptr<WebSocketConnection>& conn) {

@@ -5,6 +5,7 @@
 //   agent -> server                                   server -> agent
 //   {"type":"hello","tasks":[...],"impaired":b}       {"type":"welcome","assign":[...],"stop":[...],
 //                                                       "heartbeatIntervalMs":n}
+//   {"type":"helloPart",...,"last":b} (a hello in parts: gathered per connection, the last one is the hello)
 //   {"type":"state","id":n,"taskArn",...}             {"type":"ack","id":n}            (once durable)
 //   {"type":"heartbeat","id":n,"impaired","heldGpus"} {"type":"ack","id":n}
 //                                                     {"type":"assign","id":n,"task":{...}} (after RunTask
@@ -35,6 +36,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "api/control_plane.h"
 #include "api/http_server.h"
@@ -60,6 +62,10 @@ struct AgentChannelOptions {
   // For tests: called before every send of a push (resends too); true drops that send, as if lost on the wire.
   // Re-sends call it with the channel's lock held: it must not call the channel.
   std::function<bool(const std::string& instance_arn, const Json& message)> drop_push = nullptr;
+  // The parts of one hello (protocol::HelloPart) a connection may send, in bytes all together: past it the
+  // server answers an error and closes the connection. 64 MiB is some 200 times the hello of 360 tasks of 10
+  // containers; each part is held to the channel's message limit (1 MiB) like any message.
+  size_t max_hello_bytes = 64 << 20;
 };
 
 class AgentChannel {
@@ -101,10 +107,15 @@ class AgentChannel {
     bool hello_done = false;
     bool closing = false;                // closed for an unacked push; OnClose will follow
     std::map<int64_t, Unacked> unacked;  // by push id
+    std::vector<protocol::TaskReport> hello_parts;  // the tasks of the hello's parts so far
+    size_t hello_part_bytes = 0;                     // their messages' bytes, at most max_hello_bytes
   };
   void OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req);
   void OnMessage(const std::shared_ptr<WebSocketConnection>& conn, std::string text);
   void OnClose(const std::shared_ptr<WebSocketConnection>& conn);
+  void OnHello(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn, protocol::Hello hello);
+  void OnHelloPart(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
+                   protocol::HelloPart part, size_t bytes);
   void Watchdog();
   void SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
                 const AgentPush& message);

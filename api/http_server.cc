@@ -222,6 +222,7 @@ HttpServer::Stats HttpServer::stats() const {
   s.rejected_connections = impl_->rejected_connections.load();
   s.bad_requests = impl_->bad_requests.load();
   s.websockets_open = impl_->websockets_open.load();
+  s.rejected_websockets = impl_->rejected_websockets.load();
   s.websocket_queued_bytes = impl_->websocket_queued_bytes.load();
   s.websocket_overflow_closes = impl_->websocket_overflow_closes.load();
   return s;

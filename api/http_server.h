@@ -105,8 +105,14 @@ struct HttpServerOptions {
   std::chrono::milliseconds idle_timeout{60000};
   // Deadline for writing one response; a peer that does not read is disconnected.
   std::chrono::milliseconds write_timeout{10000};
-  // Open connections at most; one more is accepted, answered 503 and closed (counted in rejected_connections).
+  // Open HTTP connections at most; one more is accepted, answered 503 and closed (counted in
+  // rejected_connections). An upgraded connection leaves this count for max_websockets'.
   size_t max_connections = 4096;
+  // Upgraded connections (the agent channel) open at most: a limit apart from max_connections, so that agents
+  // can never take the slots of ECS calls. One more upgrade request is answered 503 ServerException with
+  // Retry-After and closed, not upgraded (counted in rejected_websockets); ECS calls are served meanwhile. The
+  // process needs max_connections + max_websockets file descriptors, and a few for its store.
+  size_t max_websockets = 1024;
   int threads = 2;  // io threads, >= 1
   // WebSocket endpoints by path (e.g. "/agent/v1/channel"); an upgrade request for any other path is a 404.
   std::map<std::string, WebSocketHandler> websockets;
@@ -128,6 +134,7 @@ class HttpServer {
     uint64_t rejected_connections = 0;  // turned away at max_connections
     uint64_t bad_requests = 0;          // answered by the server itself: 400 malformed, 413 body, 431 headers
     uint64_t websockets_open = 0;       // upgraded connections now open
+    uint64_t rejected_websockets = 0;   // upgrade requests answered 503 at max_websockets
     uint64_t websocket_queued_bytes = 0;     // bytes queued for sending on all upgraded connections now
     uint64_t websocket_overflow_closes = 0;  // connections closed for passing max_send_queue_bytes
   };

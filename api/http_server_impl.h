@@ -2,6 +2,7 @@
 // own .cc files include it. The server is Boost.Beast/Asio, callback style (Beast's advanced_server shape),
 // in three files along its seams:
 // - http_server.cc: the listener and its limits (accept, max_connections, 503), Create/Start/Stop/stats;
+//   (max_websockets is enforced where an upgrade is handed over: http_session.cc and http_websocket.cc);
 // - http_session.cc: Session, one HTTP/1.1 connection on its own strand, and the Responder behind it;
 // - http_websocket.cc: WsSession, one upgraded connection (the agent channel).
 // (http_wire.cc holds the plain-text pieces they share: error bodies, dates, header checks.)
@@ -88,6 +89,7 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> rejected_connections{0};
   std::atomic<uint64_t> bad_requests{0};
   std::atomic<uint64_t> websockets_open{0};
+  std::atomic<uint64_t> rejected_websockets{0};
   std::atomic<uint64_t> websocket_queued_bytes{0};
   std::atomic<uint64_t> websocket_overflow_closes{0};
 

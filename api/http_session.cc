@@ -84,6 +84,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void LingerClose();
   void OnLinger(beast::error_code ec, std::size_t n);
   bool TryUpgrade(http::request<http::string_body>& req, HttpRequest& request);
+  void RefuseUpgradeBusy();
 
   // Guarded runs `f` and turns any exception into a log line and a closed connection: nothing escapes to an
   // io thread from here.
@@ -339,6 +340,10 @@ bool Session::TryUpgrade(http::request<http::string_body>& req, HttpRequest& req
     return true;
   }
   const WebSocketHandler& handler = it->second;
+  if (WebSocketsFull(server_)) {  // before the handler's checks, which cost more
+    RefuseUpgradeBusy();
+    return true;
+  }
   if (handler.accept) {
     Status s = handler.accept(request);
     if (!s.ok()) {
@@ -362,13 +367,32 @@ bool Session::TryUpgrade(http::request<http::string_body>& req, HttpRequest& req
       return true;
     }
   }
-  std::shared_ptr<WsSession> ws = RegisterWebSocket(server_, std::move(stream_), handler, remote_);
+  bool full = false;
+  std::shared_ptr<WsSession> ws = RegisterWebSocket(server_, std::move(stream_), handler, remote_, &full);
+  if (full) {  // filled up since the check above; stream_ stays here
+    RefuseUpgradeBusy();
+    return true;
+  }
   if (!ws) return true;  // the server is stopping; stream_ stays here and Stop() closes it
   upgraded_ = true;
   finished_ = true;
   server_.Unregister(id_);
   RunWebSocket(ws, std::move(req), std::move(request));
   return true;
+}
+
+// RefuseUpgradeBusy answers an upgrade request 503 at max_websockets and closes; the connection is not upgraded.
+void Session::RefuseUpgradeBusy() {
+  const uint64_t rejected = ++server_.rejected_websockets;
+  if (rejected == 1 || rejected % 1000 == 0) {  // a flood must not flood the log too
+    spdlog::warn("http: {} upgraded connections open (max_websockets); refusing upgrades ({} so far)",
+                 server_.options.max_websockets, rejected);
+  }
+  HttpResponse r = ErrorResponse(503, "ServerException",
+                                 "too many agent channel connections (limit " +
+                                     std::to_string(server_.options.max_websockets) + "); retry later");
+  r.headers.emplace_back("Retry-After", "1");
+  Write(std::move(r), /*close=*/true);
 }
 
 void Session::PostResponse(HttpResponse response) {

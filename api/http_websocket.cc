@@ -193,9 +193,14 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
 };
 
 std::shared_ptr<WsSession> RegisterWebSocket(HttpServer::Impl& server, beast::tcp_stream&& stream,
-                                             const WebSocketHandler& handler, std::string remote) {
+                                             const WebSocketHandler& handler, std::string remote, bool* full) {
   std::lock_guard lock(server.mu);
+  *full = false;
   if (server.stopped) return nullptr;
+  if (server.ws_sessions.size() >= server.options.max_websockets) {
+    *full = true;
+    return nullptr;
+  }
   const uint64_t id = server.next_session_id++;
   auto ws = std::make_shared<WsSession>(server, id, std::move(stream), handler, std::move(remote));
   server.ws_sessions.emplace(id, ws);
@@ -205,6 +210,11 @@ std::shared_ptr<WsSession> RegisterWebSocket(HttpServer::Impl& server, beast::tc
 
 void RunWebSocket(const std::shared_ptr<WsSession>& ws, http::request<http::string_body> req, HttpRequest request) {
   ws->Run(std::move(req), std::move(request));
+}
+
+bool WebSocketsFull(HttpServer::Impl& server) {
+  std::lock_guard lock(server.mu);
+  return server.ws_sessions.size() >= server.options.max_websockets;
 }
 
 void FinishWebSocket(WsSession& ws) { ws.Finish(); }

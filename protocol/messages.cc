@@ -465,6 +465,18 @@ Result<AgentMessage> ParseAgentMessage(std::string_view text) {
     f.Bool("impaired", m.impaired);
     return Finish<AgentMessage>(f, std::move(m));
   }
+  if (type == "helloPart") {
+    HelloPart m;
+    f.Array("tasks", false, [&m](const Json& e, const std::string& p) -> Status {
+      auto r = TaskReportFromJson(e, p);
+      if (!r.ok()) return r.status();
+      m.tasks.push_back(std::move(*r));
+      return Status::Ok();
+    });
+    f.Bool("impaired", m.impaired);
+    f.Bool("last", m.last);
+    return Finish<AgentMessage>(f, std::move(m));
+  }
   if (type == "state") {
     StateReport m;
     ReadId(f, m.id, true);
@@ -493,6 +505,11 @@ struct AgentWriter {
     Json tasks = Json::array();
     for (const auto& t : m.tasks) tasks.push_back(ToJson(t));
     return {{"type", "hello"}, {"tasks", std::move(tasks)}, {"impaired", m.impaired}};
+  }
+  Json operator()(const HelloPart& m) const {
+    Json tasks = Json::array();
+    for (const auto& t : m.tasks) tasks.push_back(ToJson(t));
+    return {{"type", "helloPart"}, {"tasks", std::move(tasks)}, {"impaired", m.impaired}, {"last", m.last}};
   }
   Json operator()(const StateReport& m) const {
     Json j = {{"type", "state"}, {"id", m.id}};
@@ -528,6 +545,31 @@ struct ServerWriter {
 }  // namespace
 
 std::string Serialize(const AgentMessage& m) { return Dump(std::visit(AgentWriter{}, m)); }
+
+std::vector<std::string> SerializeHello(const Hello& hello, size_t max_bytes) {
+  std::string whole = Serialize(AgentMessage(hello));
+  if (whole.size() <= max_bytes) return {std::move(whole)};
+  auto part = [&hello](Json tasks, bool last) {
+    return Dump({{"type", "helloPart"}, {"tasks", std::move(tasks)}, {"impaired", hello.impaired}, {"last", last}});
+  };
+  const size_t empty = part(Json::array(), false).size();
+  std::vector<std::string> parts;
+  Json tasks = Json::array();
+  size_t size = empty;
+  for (const auto& t : hello.tasks) {
+    Json j = ToJson(t);
+    const size_t n = Dump(j).size() + 1;  // and its comma
+    if (!tasks.empty() && size + n > max_bytes) {
+      parts.push_back(part(std::move(tasks), false));
+      tasks = Json::array();
+      size = empty;
+    }
+    tasks.push_back(std::move(j));
+    size += n;
+  }
+  parts.push_back(part(std::move(tasks), true));
+  return parts;
+}
 
 // ---- server -> agent -------------------------------------------------------------------------------------------
 

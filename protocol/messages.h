@@ -11,6 +11,7 @@
 //   {"type":"ack","id":n}                             {"type":"assign","id":n,"task":{<Assignment>}}
 //                                                     {"type":"stop","id":n,"taskArn","reason"}
 //                                                     {"type":"error","message","id"?}
+//   {"type":"helloPart","tasks":[...],"impaired":b,"last":b}   (a hello too large for one message, in parts)
 //
 // Parsing: the text must be a JSON object with a string "type"; nesting deeper than kMaxJsonDepth is refused
 // while parsing, before a deep document is built (copying or printing one recurses once per level). Every
@@ -162,6 +163,18 @@ struct Heartbeat {
   std::vector<std::string> held_gpus;
   bool operator==(const Heartbeat&) const = default;
 };
+// HelloPart: a hello larger than kHelloPartBytes (an agent with hundreds of tasks of many containers) goes as
+// parts, {"type":"helloPart","tasks":[...],"impaired":b,"last":b}, each one message within the server's message
+// limit. The server gathers the parts' tasks on the connection and takes the last part as the hello. Parts have
+// a type of their own so that a server that does not know them answers each with an error and never mistakes
+// one part for the whole hello (its reconcile would stop the tasks of the other parts).
+struct HelloPart {
+  std::vector<TaskReport> tasks;
+  bool impaired = false;
+  bool last = false;
+  bool operator==(const HelloPart&) const = default;
+};
+inline constexpr size_t kHelloPartBytes = 256 << 10;
 // Ack, both directions: {"type":"ack","id":n}. The agent acks a push once recorded; the server acks a report once
 // durable and a heartbeat once applied. Required: id.
 struct Ack {
@@ -197,13 +210,17 @@ struct Error {
   bool operator==(const Error&) const = default;
 };
 
-using AgentMessage = std::variant<Hello, StateReport, Heartbeat, Ack>;
+using AgentMessage = std::variant<Hello, StateReport, Heartbeat, Ack, HelloPart>;
 using ServerMessage = std::variant<Welcome, Assign, Stop, Ack, Error>;
 
 Result<AgentMessage> ParseAgentMessage(std::string_view text);
 Result<ServerMessage> ParseServerMessage(std::string_view text);
 std::string Serialize(const AgentMessage& m);
 std::string Serialize(const ServerMessage& m);
+// SerializeHello: the hello as one "hello" message when it fits in `max_bytes` (what every agent sent before
+// parts, so a server of any version understands it), else as "helloPart" messages of at most `max_bytes` each
+// (a single task larger than that goes alone in its part).
+std::vector<std::string> SerializeHello(const Hello& hello, size_t max_bytes = kHelloPartBytes);
 
 // ParseJsonBounded parses `text` refusing nesting deeper than kMaxJsonDepth before building it; the error says
 // what is wrong (not JSON, too deep). The message parsers start with it.

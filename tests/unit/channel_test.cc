@@ -3,14 +3,17 @@
 // WebSocket channel, SQLite, fork/exec.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -20,6 +23,7 @@
 #include "agent/agent.h"
 #include "agent/channel_client.h"
 #include "agent/fake_gpus.h"
+#include "agent/server_connection.h"
 #include "api/agent_channel.h"
 #include "api/control_plane.h"
 #include "api/ecs_handler.h"
@@ -869,6 +873,112 @@ TEST_F(ChannelTest, ChannelRefusesUnknownInstances) {
   auto c = agent::ChannelClient::Connect(*agent::ServerEndpoint::Parse(server_->url()),
                                          "/agent/v1/channel?containerInstance=arn%3Anope", {});
   EXPECT_FALSE(c.ok());
+}
+
+
+// ---- a hello larger than one message
+
+// ManyTasksListener plays the agent's task manager behind a real ServerConnection: it records and acks what the
+// server assigns, and its hello reports every task RUNNING with a long reason on each container.
+class ManyTasksListener : public agent::ServerConnection::Listener {
+ public:
+  agent::ServerConnection* connection = nullptr;  // set before Start
+
+  std::vector<protocol::TaskReport> HelloTasks() override {
+    std::lock_guard lock(mu_);
+    return tasks_;
+  }
+  void OnWelcome(const protocol::Welcome& welcome, const std::set<std::string>&) override {
+    std::lock_guard lock(mu_);
+    welcomes_.push_back(welcome);
+  }
+  void OnAssign(protocol::Assignment assignment, int64_t push_id) override {
+    protocol::TaskReport r{assignment.task_arn, protocol::TaskStatus::kRunning, std::nullopt, "", {}};
+    for (const auto& c : assignment.containers)
+      r.containers.push_back({c.name, protocol::TaskStatus::kRunning, std::nullopt, std::string(200, 'r')});
+    {
+      std::lock_guard lock(mu_);
+      tasks_.push_back(std::move(r));
+    }
+    connection->Ack(push_id);
+  }
+  void OnStop(const protocol::StopOrder&, int64_t push_id) override { connection->Ack(push_id); }
+  void OnReportAcked(const std::string&, protocol::TaskStatus) override {}
+
+  size_t tasks() {
+    std::lock_guard lock(mu_);
+    return tasks_.size();
+  }
+  std::vector<protocol::Welcome> welcomes() {
+    std::lock_guard lock(mu_);
+    return welcomes_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<protocol::TaskReport> tasks_;
+  std::vector<protocol::Welcome> welcomes_;
+};
+
+// An agent with 360 tasks of 10 containers: its hello is over the channel's 1 MiB message limit. After a server
+// restart it reconnects, its hello goes in parts, and the reconcile takes every task as RUNNING. Before the
+// parts the server closed every such hello and the instance stayed disconnected.
+TEST_F(ChannelTest, AnAgentWhoseHelloPassesTheMessageLimitReconnectsAndReconciles) {
+  const std::string db = (dir_ / "state.db").string();
+  const uint16_t port = server_->port();
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  ManyTasksListener listener;
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.name = "many";
+  o.registration.cpu = 4096;
+  o.registration.memory = 65536;
+  agent::ServerConnection connection(o, listener, {});
+  listener.connection = &connection;
+  ASSERT_TRUE(connection.Register().ok());
+  connection.Start();
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  Json containers = Json::array();
+  for (int i = 0; i < 10; ++i)
+    containers.push_back({{"name", "container-" + std::to_string(i) + std::string(89, 'n')},
+                          {"image", "busybox"},
+                          {"memory", 6}});
+  server_->Call("RegisterTaskDefinition", {{"family", "wide"}, {"containerDefinitions", containers}});
+  std::vector<std::string> arns;
+  for (int i = 0; i < 36; ++i) {
+    Json ran = server_->Call("RunTask", {{"taskDefinition", "wide"}, {"count", 10}});
+    ASSERT_EQ(ran["tasks"].size(), 10u) << ran.dump();
+    for (const Json& t : ran["tasks"]) arns.push_back(t["taskArn"]);
+  }
+  for (int i = 0; i < 500 && listener.tasks() < arns.size(); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(listener.tasks(), 360u);
+  const protocol::Hello hello{listener.HelloTasks(), false};
+  const size_t hello_bytes = protocol::Serialize(protocol::AgentMessage(hello)).size();
+  ASSERT_GT(hello_bytes, size_t{1} << 20);
+  const std::vector<std::string> parts = protocol::SerializeHello(hello);
+  EXPECT_GT(parts.size(), 1u);
+  for (const std::string& part : parts) EXPECT_LE(part.size(), protocol::kHelloPartBytes);
+  std::printf("a hello of 360 tasks x 10 containers: %zu bytes, sent as %zu parts\n", hello_bytes, parts.size());
+
+  // The server restarts: the agent reconnects with its hello of 360 tasks.
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port);
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  for (int i = 0; i < 500 && listener.welcomes().size() < 2; ++i) std::this_thread::sleep_for(20ms);
+  const std::vector<protocol::Welcome> welcomes = listener.welcomes();
+  ASSERT_GE(welcomes.size(), 2u);
+  EXPECT_TRUE(welcomes.back().assign.empty());  // the agent lacks nothing
+  EXPECT_TRUE(welcomes.back().stop.empty());    // and runs nothing the server does not know
+  for (size_t begin = 0; begin < arns.size(); begin += 100) {
+    Json batch = Json::array();
+    for (size_t i = begin; i < std::min(arns.size(), begin + 100); ++i) batch.push_back(arns[i]);
+    Json described = server_->Call("DescribeTasks", {{"tasks", batch}});
+    ASSERT_EQ(described["tasks"].size(), batch.size());
+    for (const Json& t : described["tasks"]) EXPECT_EQ(t["lastStatus"], "RUNNING") << t["taskArn"];
+  }
+  connection.Stop();
 }
 
 }  // namespace

@@ -711,5 +711,57 @@ TEST(HttpServerTest, AWebSocketPeerThatNeverReadsIsClosedAndItsSendQueueStaysBou
   EXPECT_EQ(r->status, 200);
 }
 
+
+// Upgrades past max_websockets are answered 503 and not upgraded, apart from the HTTP connections' limit: ECS
+// calls are still served meanwhile, and an upgrade succeeds again once one closes. Before, upgrades left the
+// connection count and 2,000 of them exhausted the process's file descriptors.
+TEST(HttpServerTest, UpgradesPastMaxWebsocketsAre503AndEcsCallsAreStillServed) {
+  WebSocketHandler h;
+  h.idle_timeout = 60s;
+  auto options = TestOptions();
+  options.max_connections = 4;
+  options.max_websockets = 2;
+  options.websockets["/ws"] = h;
+  auto server = StartServer(options, EchoHandler);
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<TestClient>> upgraded;
+  for (int i = 0; i < 2; ++i) {
+    upgraded.push_back(std::make_unique<TestClient>(server->port()));
+    ASSERT_TRUE(upgraded.back()->Send(UpgradeRequest("/ws")));
+    auto r = upgraded.back()->ReadResponse();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 101);
+  }
+  ASSERT_TRUE(WaitFor([&] { return server->stats().websockets_open == 2; }));
+  // More upgrades than the limit, and more than max_connections too: each is refused, none is upgraded.
+  for (int i = 0; i < 6; ++i) {
+    TestClient extra(server->port());
+    ASSERT_TRUE(extra.Send(UpgradeRequest("/ws")));
+    auto r = extra.ReadResponse();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    EXPECT_EQ(r->Get("x-amzn-errortype"), "ServerException");
+    EXPECT_NE(r->body.find("too many agent channel connections (limit 2)"), std::string::npos) << r->body;
+    EXPECT_EQ(r->Get("retry-after"), "1");
+    EXPECT_TRUE(extra.WaitClosed());
+  }
+  EXPECT_EQ(server->stats().rejected_websockets, 6u);
+  EXPECT_EQ(server->stats().websockets_open, 2u);
+  // An ECS call (ListClusters) on a new connection is answered.
+  TestClient ecs(server->port());
+  ASSERT_TRUE(ecs.Send(Post("/", "{}", "X-Amz-Target: AmazonEC2ContainerServiceV20141113.ListClusters\r\n")));
+  auto listed = ecs.ReadResponse();
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->status, 200);
+  // One upgraded connection closes: an upgrade is accepted again.
+  upgraded.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return server->stats().websockets_open == 1; }));
+  TestClient again(server->port());
+  ASSERT_TRUE(again.Send(UpgradeRequest("/ws")));
+  auto r = again.ReadResponse();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 101);
+}
+
 }  // namespace
 }  // namespace gpupack::api
