@@ -63,7 +63,7 @@ struct AgentChannelOptions {
   // Re-sends call it with the channel's lock held: it must not call the channel.
   std::function<bool(const std::string& instance_arn, const Json& message)> drop_push = nullptr;
   // The parts of one hello (protocol::HelloPart) a connection may send, in bytes all together: past it the
-  // server answers an error and closes the connection. 64 MiB is some 200 times the hello of 360 tasks of 10
+  // server answers an error and closes the connection. 64 MiB is some 50 times the hello of 360 tasks of 10
   // containers; each part is held to the channel's message limit (1 MiB) like any message.
   size_t max_hello_bytes = 64 << 20;
 };
