@@ -454,8 +454,8 @@ Result<AgentMessage> ParseAgentMessage(std::string_view text) {
   if (!env.ok()) return env.status();
   const auto& [j, type] = *env;
   Fields f(j, type);
-  if (type == "hello") {
-    Hello m;
+  // A hello and each part of one: the tasks the agent knows and whether it is impaired.
+  auto hello_fields = [&f](auto& m) {
     f.Array("tasks", false, [&m](const Json& e, const std::string& p) -> Status {
       auto r = TaskReportFromJson(e, p);
       if (!r.ok()) return r.status();
@@ -463,17 +463,15 @@ Result<AgentMessage> ParseAgentMessage(std::string_view text) {
       return Status::Ok();
     });
     f.Bool("impaired", m.impaired);
+  };
+  if (type == "hello") {
+    Hello m;
+    hello_fields(m);
     return Finish<AgentMessage>(f, std::move(m));
   }
   if (type == "helloPart") {
     HelloPart m;
-    f.Array("tasks", false, [&m](const Json& e, const std::string& p) -> Status {
-      auto r = TaskReportFromJson(e, p);
-      if (!r.ok()) return r.status();
-      m.tasks.push_back(std::move(*r));
-      return Status::Ok();
-    });
-    f.Bool("impaired", m.impaired);
+    hello_fields(m);
     f.Bool("last", m.last);
     return Finish<AgentMessage>(f, std::move(m));
   }

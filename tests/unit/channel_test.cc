@@ -129,6 +129,18 @@ class ChannelTest : public ::testing::Test {
     return ci;
   }
 
+  // RunSleeper runs a task whose container sleeps for a minute, waits until it is RUNNING and sets `pid` to its
+  // process (0 when it never wrote it).
+  std::string RunSleeper(int& pid) {
+    const fs::path pid_file = dir_ / "pid";
+    RegisterScript("sleeper", "echo $$ > " + pid_file.string() + "; exec sleep 60");
+    const std::string arn = Run("sleeper");
+    WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+    for (int i = 0; i < 250 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(20ms);
+    std::ifstream(pid_file) >> pid;
+    return arn;
+  }
+
   // Registers a shared task definition whose container runs `script` under /bin/sh.
   void RegisterScript(const std::string& family, const std::string& script, int mps_memory = 4096, int compute = 0,
                       Json env = Json::array()) {
@@ -247,13 +259,8 @@ TEST_F(ChannelTest, RunTaskRunsAProcessWithExactlyTheMpsEnvironmentAndReportsIts
 
 TEST_F(ChannelTest, StopTaskTerminatesTheProcess) {
   StartAgent();
-  fs::path pid_file = dir_ / "pid";
-  RegisterScript("sleeper", "echo $$ > " + pid_file.string() + "; exec sleep 60");
-  std::string arn = Run("sleeper");
-  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
-  for (int i = 0; i < 250 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(20ms);
   int pid = 0;
-  std::ifstream(pid_file) >> pid;
+  const std::string arn = RunSleeper(pid);
   ASSERT_GT(pid, 0);
   server_->Call("StopTask", {{"task", arn}, {"reason", "enough"}});
   Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
@@ -268,13 +275,8 @@ TEST_F(ChannelTest, StopTaskTerminatesTheProcess) {
 // under its ARN.
 TEST_F(ChannelTest, AForcedDeregistrationStopsTheWorkloadAndTheInstanceStaysGone) {
   StartAgent();
-  fs::path pid_file = dir_ / "pid";
-  RegisterScript("sleeper", "echo $$ > " + pid_file.string() + "; exec sleep 60");
-  std::string arn = Run("sleeper");
-  WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
-  for (int i = 0; i < 250 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(20ms);
   int pid = 0;
-  std::ifstream(pid_file) >> pid;
+  const std::string arn = RunSleeper(pid);
   ASSERT_GT(pid, 0);
   const Json instance = WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
   const std::string instance_arn = instance["containerInstanceArn"];
