@@ -54,6 +54,14 @@ void AddServerMetrics(MetricsRegistry& metrics, const HttpServer& http, const Gr
          [&http] { return http.stats().connections_open; });
   AddOne(metrics, "gpupack_http_requests_total", "HTTP requests read, every path.", MetricType::kCounter,
          [&http] { return http.stats().requests; });
+  AddOne(metrics, "gpupack_http_websocket_refusals_total",
+         "Agent channel upgrades answered 503 because the channel limit was reached.", MetricType::kCounter,
+         [&http] { return http.stats().rejected_websockets; });
+  AddOne(metrics, "gpupack_http_websocket_queued_bytes", "Bytes queued for sending on all agent channels now.",
+         MetricType::kGauge, [&http] { return http.stats().websocket_queued_bytes; });
+  AddOne(metrics, "gpupack_http_websocket_overflow_closes_total",
+         "Agent channels closed because their send queue passed its bound (a peer that does not read).",
+         MetricType::kCounter, [&http] { return http.stats().websocket_overflow_closes; });
   AddOne(metrics, "gpupack_agents_connected", "Agents holding a channel now.", MetricType::kGauge,
          [&channel] { return channel.connected(); });
   AddOne(metrics, "gpupack_store_commits_total", "Store transactions committed (each holds one or more batches).",

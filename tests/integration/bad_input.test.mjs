@@ -500,6 +500,10 @@ describe(`bad-input catalogue (${catalogue.cases.length} cases, abuse counts: ${
     const metrics = await (await fetch(server.endpoint + '/metrics')).text();
     const sample = /^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\\n])*"(,[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\\n])*")*\})? [-+0-9.eEIinfNa]+$/;
     for (const l of metrics.split('\n')) if (l && !l.startsWith('#')) assert.match(l, sample);
+    // The agent channel's bounds are visible: refused upgrades, queued bytes, closes for a full send queue.
+    for (const family of ['gpupack_http_websocket_refusals_total', 'gpupack_http_websocket_queued_bytes',
+      'gpupack_http_websocket_overflow_closes_total'])
+      assert.match(metrics, new RegExp(`^# TYPE ${family} (counter|gauge)\n${family} \\d+$`, 'm'), family);
     assert.deepEqual(await snapshot(server.endpoint, fx), before_);
   });
 
