@@ -2,7 +2,7 @@
 """bench/gpu/report.py RESULTS.json [OUT.md]: turns bench/gpu/run.py's results into docs/gpu-validation.md.
 
 Every figure in the report comes from the results file; the public figures beside them are the ECS test's on a
-g5.xlarge (one A10G, 80 SMs), as quoted in issue #5.
+g5.xlarge (one A10G, 80 SMs).
 """
 import json
 import sys
@@ -64,8 +64,7 @@ def main():
       f"{time.strftime('%Y-%m-%d', time.gmtime(results.get('started', time.time())))}. Every task below went "
       "through gpupack's own API: `RunTask` on `gpupack server`, started by `gpupack agent --gpus nvml --runtime "
       "process`, which runs its own MPS control daemon in a private pipe directory. The workload is "
-      "`bench/gpu/workload.py` (PyTorch). Public figures are the ECS test's on one A10G (80 SMs), quoted in "
-      "issue #5.")
+      "`bench/gpu/workload.py` (PyTorch). Public figures are the ECS test's on one A10G (80 SMs).")
     w("")
     w("## Setup")
     w("")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gpu/run.py: gpupack on a real NVIDIA GPU, end to end through its own API (issue #5).
+"""bench/gpu/run.py: gpupack on a real NVIDIA GPU, end to end through its own API.
 
 Starts `gpupack server` (loopback, a fresh SQLite file) and `gpupack agent --gpus nvml --runtime process` (the agent
 starts and supervises its own MPS control daemon in a private pipe directory), runs bench/gpu/workload.py as

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu/run.sh: the whole real-GPU validation (issue #5) on a machine with an NVIDIA GPU, PyTorch and
+# bench/gpu/run.sh: the whole real-GPU validation on a machine with an NVIDIA GPU, PyTorch and
 # nvidia-cuda-mps-control: starts gpupack's server and agent (process runtime, NVML, the agent's own MPS
 # daemon), runs bench/gpu/workload.py as gpupack tasks through RunTask (bench/gpu/run.py), and writes
 # docs/gpu-validation.md (bench/gpu/report.py, then the hand-written bench/gpu/analysis.md).
