@@ -75,6 +75,13 @@ struct Agent::Impl final : ServerConnection::Listener {
     tasks->StopOrder(order, push_id, protocol::StopCode::kUserInitiated);
   }
   void OnReportAcked(const std::string& arn, protocol::TaskStatus status) override { tasks->ReportAcked(arn, status); }
+  void OnDeregistered() override { StopEverything(); }
+
+  // StopEverything stops every task this agent runs, bounded: its instance was deregistered, so what runs there
+  // holds GPUs the server no longer counts.
+  void StopEverything() {
+    tasks->StopAll("container instance deregistered", options.stop_grace * 8 + std::chrono::seconds(10));
+  }
 };
 
 Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -155,12 +162,19 @@ Status Agent::Start() {
       std::move(connection), a,
       ServerConnection::Health{[h] { return h->impaired(); }, [h] { return h->held_gpus(); },
                                [h] { return h->mps_serving(); }});
-  if (Status s = a.connection->Register(); !s.ok()) return s;
-
   a.context = std::make_unique<TaskContext>(
       TaskContext{*a.store, *a.runtime, a.runtime_kind, *a.health, *a.connection, o.mps_pipe_dir, o.stop_grace});
   a.tasks = std::make_unique<TaskManager>(
       *a.context, TaskManagerOptions{o.monitor_interval, o.stop_grace, o.task_threads, o.executor});
+  if (Status s = a.connection->Register(); !s.ok()) {
+    if (a.connection->deregistered()) {
+      // Deregistered while this agent was down: what it left running must stop before it gives up.
+      spdlog::error("agent: {}", s.message());
+      a.tasks->Start();
+      a.StopEverything();  // Stop() (the destructor) ends the task manager
+    }
+    return s;
+  }
   TaskManager* tasks = a.tasks.get();
   ServerConnection* conn = a.connection.get();
   a.health->SetHooks({[tasks](const std::string& arn, StopRequest r) { tasks->RequestStop(arn, std::move(r)); },

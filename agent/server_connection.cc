@@ -79,6 +79,13 @@ Status ServerConnection::Register() {
     if (!created.ok()) return created.status();
     r = CallEcs(options_.server, "RegisterContainerInstance", body);
   }
+  if (!r.ok() && !arn.empty() && r.status().message().find(protocol::kDeregisteredRefusal) != std::string::npos) {
+    deregistered_.store(true);
+    return Status::Client("the server deregistered container instance " + arn +
+                          ": its tasks are stopped and this agent registers no more; to bring the host back as a "
+                          "new instance, remove " + (fs::path(options_.state_dir) / "instance.json").string() +
+                          " and restart the agent");
+  }
   if (!r.ok() && !arn.empty() && r.status().code() == ErrorCode::kInvalidParameter) {
     spdlog::warn("agent: the server no longer knows {}; registering as a new instance", arn);
     body.erase("containerInstanceArn");
@@ -177,6 +184,14 @@ void ServerConnection::Connect() {
     if (why.find("refused") != std::string::npos && why.find("ServerException") == std::string::npos) {
       // The server may have forgotten the instance (a new database): register again.
       if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
+      if (deregistered_.load()) {
+        spdlog::error("agent: the server deregistered this instance while the channel was away: stopping every "
+                      "task; this agent connects no more");
+        listener_.OnDeregistered();
+        std::lock_guard lock(mu_);
+        next_connect_ = Clock::now() + std::chrono::hours(24 * 365);  // (max() would overflow wait_until)
+        return;
+      }
     }
     std::lock_guard lock(mu_);
     next_connect_ = Clock::now() + backoff_;

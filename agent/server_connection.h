@@ -62,6 +62,9 @@ class ServerConnection final : public Reporter {
     virtual void OnAssign(protocol::Assignment assignment, int64_t push_id) = 0;
     virtual void OnStop(const protocol::StopOrder& order, int64_t push_id) = 0;
     virtual void OnReportAcked(const std::string& arn, protocol::TaskStatus status) = 0;
+    // OnDeregistered: the server deregistered this instance while the agent was away (its re-registration was
+    // refused): every task must stop. Called once, on the connection thread.
+    virtual void OnDeregistered() = 0;
   };
   // Health: what heartbeats and registrations say about the GPUs (GpuHealth); quick and thread-safe.
   struct Health {
@@ -73,8 +76,11 @@ class ServerConnection final : public Reporter {
   ServerConnection(ConnectionOptions options, Listener& listener, Health health);
   ~ServerConnection() override;  // Stop()
 
-  // Register registers the instance (the ARN of instance.json when there is one) and records its ARN.
+  // Register registers the instance (the ARN of instance.json when there is one) and records its ARN. When the
+  // server refuses because it deregistered that instance, deregistered() turns true and stays so: the agent
+  // connects no more (a deregistered host does not come back by itself; removing instance.json makes it new).
   Status Register();
+  bool deregistered() const { return deregistered_.load(); }
   // MpsServingChanged re-registers when `serving` differs from the capability last registered.
   void MpsServingChanged(bool serving);
   void Start();  // the connection thread
@@ -105,6 +111,7 @@ class ServerConnection final : public Reporter {
 
   std::mutex register_mu_;  // one registration at a time
   std::atomic<bool> registered_capability_{false};
+  std::atomic<bool> deregistered_{false};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

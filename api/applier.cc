@@ -69,6 +69,10 @@ Status Applier::Load() {
 void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
   std::unique_lock lock(mu_);
   Transaction txn(state_, options_.arn, Now(), rng_, counters_);
+  const uint64_t seq = ++next_seq_;
+  const uint64_t durable_through = durable_through_.load();
+  const std::shared_ptr<const ReadView> committed = View();  // at least as new as durable_through
+  txn.SetDurability(seq, durable_through, committed.get());
   if (txn.now() - last_purge_ >= 60'000) {
     last_purge_ = txn.now();
     PurgeExpired(txn, options_.stopped_task_retention_ms);
@@ -98,7 +102,7 @@ void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
   // behind the commits before it. Submitting under the lock keeps commits in the order writes were applied.
   // This callback is the commit step: the one place a fencing check would go.
   auto shared = std::make_shared<Transaction::Outcome>(std::move(outcome));
-  committer_.Submit(std::move(shared->batch), [this, shared, s, done = std::move(done)](Status commit) mutable {
+  committer_.Submit(std::move(shared->batch), [this, seq, shared, s, done = std::move(done)](Status commit) mutable {
     if (!commit.ok()) {
       degraded_.store(true);
       spdlog::error("commit failed, refusing writes until restart: {}", commit.message());
@@ -106,7 +110,7 @@ void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
       return;
     }
     std::lock_guard lock(committed_mu_);
-    committed_.push_back({std::move(shared->delta), std::move(shared->pushes), s, std::move(done)});
+    committed_.push_back({seq, std::move(shared->delta), std::move(shared->pushes), s, std::move(done)});
   });
 }
 
@@ -134,6 +138,9 @@ void Applier::FinishGroup() {
     std::lock_guard lock(view_mu_);
     view_ = std::move(next);
   }
+  uint64_t last = durable_through_.load();
+  for (const auto& c : group) last = std::max(last, c.seq);
+  durable_through_.store(last);  // after the view that shows them is published
   {
     std::lock_guard push_lock(push_mu_);
     if (push_sink_)

@@ -77,6 +77,7 @@ class Applier {
   // A durable write waiting for the end of its commit group: the group's deltas become one view, then the
   // pushes go out and the writes are answered, in commit order.
   struct Committed {
+    uint64_t seq;  // the write's sequence number
     ViewDelta delta;
     std::vector<std::pair<std::string, AgentPush>> pushes;
     Status status;
@@ -93,6 +94,10 @@ class Applier {
   std::mt19937_64 rng_;        // guarded by mu_
   PlacementCounters counters_; // guarded by mu_
   EpochMs last_purge_ = 0;     // guarded by mu_
+  uint64_t next_seq_ = 0;      // guarded by mu_: the last write's sequence number (Transaction::seq)
+  // durable_through_: every write up to this sequence number is committed and in the published view (set by
+  // FinishGroup after it publishes; never moves again once a commit failed).
+  std::atomic<uint64_t> durable_through_{0};
   mutable std::mutex push_mu_;
   PushSink push_sink_;         // guarded by push_mu_ (read on the committer thread)
   std::atomic<bool> degraded_{false};

@@ -82,6 +82,19 @@ class Transaction {
   void CountPlacement() { ++counters_.placements; }
   void CountFailure(const std::string& reason) { ++counters_.failures_by_reason[reason]; }
 
+  // ---- what is durable (set by the applier before the operation runs)
+  // seq: this write's sequence number (1, 2, ... in the order writes are applied). durable_through: every write
+  // up to that number is committed and shown by `committed()`, the last published view; no later one may be
+  // (after a failed commit none ever will be, until a restart).
+  void SetDurability(uint64_t seq, uint64_t durable_through, const ReadView* committed) {
+    seq_ = seq;
+    durable_through_ = durable_through;
+    committed_ = committed;
+  }
+  uint64_t seq() const { return seq_; }
+  uint64_t durable_through() const { return durable_through_; }
+  const ReadView* committed() const { return committed_; }
+
   // MarkWrite: the answer must wait for every commit before it even when this transaction changed nothing (a
   // repeated clientToken or StopTask answers from memory that an earlier commit still in flight may have made).
   void MarkWrite() { write_ = true; }
@@ -106,6 +119,9 @@ class Transaction {
   std::mt19937_64& rng_;
   PlacementCounters& counters_;
   bool write_ = false;
+  uint64_t seq_ = 0;
+  uint64_t durable_through_ = 0;
+  const ReadView* committed_ = nullptr;
 
   std::set<std::string> clusters_;
   std::set<std::pair<std::string, int>> task_definitions_;

@@ -46,6 +46,9 @@ inline constexpr const char* kChannelAttribute = "gpupack.agent-channel";
 inline constexpr const char* kChannelVersion = "v1";
 // The attribute an agent registers while its MPS control daemon answers: shared GPU tasks are placed only there.
 inline constexpr const char* kMpsCapability = "ecs.capability.gpu-sharing-mps";
+// kDeregisteredRefusal: the words of the server's refusal to re-register a deregistered instance; an agent that
+// reads them stops what it runs for that instance and registers no more (agent/server_connection.h).
+inline constexpr const char* kDeregisteredRefusal = "was deregistered and cannot register again";
 inline constexpr int kMaxJsonDepth = 64;
 // kMaxReasonBytes: a reported reason (a task's or a container's) is cut to this many bytes, at a character
 // boundary, when parsed: never refused, so a long error text cannot lose a report, and never stored longer.

@@ -54,7 +54,13 @@ struct ClientTokenRecord {
   std::string request_fingerprint;
   std::vector<std::string> task_arns;
   EpochMs created_at = 0;
-  bool operator==(const ClientTokenRecord&) const = default;
+  // write_seq: the server's sequence number of the write that made this record (0 = loaded from the store).
+  // Never stored and not compared: it tells a retry whether the first answer is durable yet (api/applier.h).
+  uint64_t write_seq = 0;
+  bool operator==(const ClientTokenRecord& o) const {
+    return cluster == o.cluster && token == o.token && request_fingerprint == o.request_fingerprint &&
+           task_arns == o.task_arns && created_at == o.created_at;
+  }
 };
 
 // GpuSlot: one GPU in a cluster's best-fit index, ordered by remaining memory, then by the instance's

@@ -39,8 +39,8 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
     if (!existing) return Status::InvalidParameter("containerInstanceArn names no instance of this cluster");
     // A deregistered instance does not come back by itself: its tasks were stopped and its GPUs given up.
     if (existing->status == InstanceStatus::kInactive)
-      return Status::InvalidParameter("container instance " + id +
-                                      " was deregistered and cannot register again; register it as a new instance "
+      return Status::InvalidParameter("container instance " + id + " " + protocol::kDeregisteredRefusal +
+                                      "; register it as a new instance "
                                       "(for gpupack agent: remove the instance record in its --state-dir)");
     inst = *existing;
   } else {

@@ -123,6 +123,21 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
     if (rec && txn.now() - rec->created_at <= kClientTokenRetentionMs) {
       if (rec->request_fingerprint != in.fingerprint)
         return Status::Conflict("clientToken '" + *in.client_token + "' was used with a different request");
+      // A first answer that is durable is given again from the committed view, without waiting on the commits
+      // in flight (which, after a failed commit, never come): a retry only ever sees committed tasks.
+      if (rec->write_seq <= txn.durable_through() && txn.committed()) {
+        for (const auto& arn : rec->task_arns) {
+          if (auto t = txn.committed()->TaskPtr(arn)) {
+            out.tasks.push_back(std::move(t));
+          } else {
+            out.failures.push_back({arn, "MISSING",
+                                    "the task this clientToken started has stopped and its record expired; "
+                                    "use a new clientToken to start another"});
+          }
+        }
+        return Status::Ok();
+      }
+      // The first request is still being committed: answer behind it (MarkWrite), from the working state.
       for (const auto& arn : rec->task_arns) {
         if (auto t = state.SharedTask(arn)) {
           out.tasks.push_back(std::move(t));
@@ -195,7 +210,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
   // Instance counters and remaining resources are derived: a restart recomputes them from the tasks, so only
   // the tasks are persisted.
   if (has_token && !placed_arns.empty())
-    txn.PutClientToken({cluster->name, *in.client_token, in.fingerprint, placed_arns, txn.now()});
+    txn.PutClientToken({cluster->name, *in.client_token, in.fingerprint, placed_arns, txn.now(), txn.seq()});
   txn.MarkWrite();
   return Status::Ok();
 }

@@ -151,6 +151,32 @@ TEST_F(ApplierTest, NothingDecidedAfterAFailedCommitBecomesDurable) {
   EXPECT_EQ(d["containerInstances"][0]["gpuDevices"][0]["remainingMemoryInMiB"], 0);
 }
 
+// A retry of an acknowledged clientToken gets its first answer again while the server refuses writes after a
+// failed commit, showing the committed task (not a stop whose commit failed); a token whose first request was
+// never acknowledged is not answered as if it had been.
+TEST_F(ApplierTest, AnAcknowledgedClientTokenIsAnsweredAgainWhileDegraded) {
+  SetUpCluster();
+  const Json first = Ok("RunTask", {{"taskDefinition", "mps"}, {"clientToken", "ci-1"}});
+  ASSERT_EQ(first["tasks"].size(), 1u);
+  const std::string arn = first["tasks"][0]["taskArn"];
+  store_.FailCommits(Status::Server("disk full"));
+  EXPECT_EQ(Start("StopTask", {{"task", arn}}).get().status.code(), ErrorCode::kServer);
+  const OperationResult lost = Start("RunTask", {{"taskDefinition", "mps"}, {"clientToken", "ci-2"}}).get();
+  EXPECT_EQ(lost.status.code(), ErrorCode::kServer);
+  ASSERT_FALSE(cp_.healthy());
+
+  const OperationResult again = Start("RunTask", {{"taskDefinition", "mps"}, {"clientToken", "ci-1"}}).get();
+  ASSERT_TRUE(again.status.ok()) << again.status.message();
+  ASSERT_EQ(again.body["tasks"].size(), 1u);
+  EXPECT_EQ(again.body["tasks"][0]["taskArn"], arn);
+  EXPECT_EQ(again.body["tasks"][0]["desiredStatus"], "RUNNING") << "the stop was never committed";
+  EXPECT_TRUE(again.body["failures"].empty());
+
+  const OperationResult ghost = Start("RunTask", {{"taskDefinition", "mps"}, {"clientToken", "ci-2"}}).get();
+  EXPECT_EQ(ghost.status.code(), ErrorCode::kServer) << ghost.body.dump();
+  store_.FailCommits(Status::Ok());
+}
+
 TEST_F(ApplierTest, ReadsAnswerWhileAWriteWaitsForItsCommit) {
   SetUpCluster();
   store_.Close();

@@ -299,6 +299,36 @@ TEST_F(ChannelTest, AForcedDeregistrationStopsTheWorkloadAndTheInstanceStaysGone
       << again.status().message();
 }
 
+// An agent that was down while its instance was deregistered stops what it left running when it comes back,
+// and neither re-activates the instance nor registers the host as a new one.
+TEST_F(ChannelTest, AnAgentDownDuringADeregistrationStopsItsTasksOnRestartAndStaysOut) {
+  stop_tasks_on_exit_ = false;  // the agent "dies": its tasks keep running
+  StartAgent();
+  int pid = 0;
+  const std::string arn = RunSleeper(pid);
+  ASSERT_GT(pid, 0);
+  const std::string instance_arn = WaitInstance([](const Json&) { return true; })["containerInstanceArn"];
+  agent_->Stop();
+  agent_.reset();
+  WaitInstance([](const Json& c) { return c["agentConnected"] == false; });
+  server_->Call("DeregisterContainerInstance", {{"containerInstance", instance_arn}, {"force", true}});
+  ASSERT_EQ(kill(pid, 0), 0) << "the workload should still run: its agent is down";
+
+  auto again = agent::Agent::Create(Options());
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  agent_ = std::move(*again);
+  const Status started = agent_->Start();
+  EXPECT_FALSE(started.ok());
+  EXPECT_NE(started.message().find("deregistered container instance"), std::string::npos) << started.message();
+  EXPECT_NE(started.message().find("instance.json"), std::string::npos) << started.message();
+  for (int i = 0; i < 250 && kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(kill(pid, 0), 0) << "the workload outlived its instance's deregistration";
+  agent_.reset();
+  // No instance came back: the one there is stays INACTIVE and none was added.
+  const Json list = server_->Call("ListContainerInstances", {{"status", "ACTIVE"}});
+  EXPECT_TRUE(list["containerInstanceArns"].empty()) << list.dump();
+}
+
 TEST_F(ChannelTest, AgentRestartAdoptsRunningTasksWithoutStartingThemTwice) {
   stop_tasks_on_exit_ = false;  // the first agent "dies": its tasks keep running
   StartAgent();
@@ -906,6 +936,7 @@ class ManyTasksListener : public agent::ServerConnection::Listener {
   }
   void OnStop(const protocol::StopOrder&, int64_t push_id) override { connection->Ack(push_id); }
   void OnReportAcked(const std::string&, protocol::TaskStatus) override {}
+  void OnDeregistered() override {}
 
   size_t tasks() {
     std::lock_guard lock(mu_);
