@@ -14,7 +14,7 @@ std::string_view ConsoleAssetBody(std::string_view name);
 
 namespace {
 
-constexpr size_t kDefaultInstancePage = 100;
+constexpr size_t kDefaultInstancePage = 50;
 constexpr size_t kMaxInstancePage = 1000;
 constexpr size_t kDefaultTaskLimit = 200;
 constexpr size_t kMaxTaskLimit = 2000;
@@ -131,7 +131,6 @@ Json GpuJson(const Gpu& g, const std::vector<Holder>& holders) {
   Json hs = Json::array();
   for (const Holder& h : holders) {
     hs.push_back({{"task", h.task->id},
-                  {"arn", h.task->arn},
                   {"definition", FamilyRevisionOf(h.task->task_definition_arn)},
                   {"status", Name(h.task->last_status)},
                   {"mib", h.reservation->dedicated ? g.total_memory_mib : h.reservation->memory_mib},
@@ -242,7 +241,7 @@ Json Overview(const ReadView& view, const PlacementRefusals& refusals, EpochMs n
   return {{"clusters", std::move(clusters)}};
 }
 
-Json Instances(const ReadView& view, const std::map<std::string, std::string>& q) {
+Json Instances(const ReadView& view, const ArnContext& arn, const std::map<std::string, std::string>& q) {
   const std::string cluster = Param(q, "cluster").empty() ? "default" : Param(q, "cluster");
   const std::string filter = Param(q, "q");
   const size_t offset = SizeParam(q, "offset", 0, 1u << 30);
@@ -275,6 +274,7 @@ Json Instances(const ReadView& view, const std::map<std::string, std::string>& q
   Json instances = Json::array();
   for (size_t i = begin; i < end; ++i) instances.push_back(InstanceJson(*matching[i], by_gpu));
   return {{"cluster", cluster},
+          {"taskArnPrefix", arn.TaskArn(cluster, "")},  // a holder's ARN is this and its "task"
           {"total", matching.size()},
           {"offset", begin},
           {"limit", limit},
@@ -500,7 +500,7 @@ HttpResponse ConsoleHandler::Read(const HttpRequest& req, const std::string& pat
   if (path == "/console/api/overview") {
     out = Overview(*view, refusals_, cp_.applier().Now());
   } else if (path == "/console/api/instances") {
-    out = Instances(*view, q);
+    out = Instances(*view, cp_.applier().arn(), q);
   } else if (path == "/console/api/tasks") {
     out = Tasks(*view, q);
   } else if (path == "/console/api/refusals") {

@@ -287,15 +287,16 @@ function clustersPage() {
 
 // ---- container instances -------------------------------------------------------------------------------------
 
-const PAGE_SIZE = 100;
+const PAGE_SIZE = 50;
 
-function gpuStrip(g) {
+function gpuStrip(g, taskArnPrefix) {
   const segments = g.holders
     .map((h) => {
+      const arn = taskArnPrefix + h.task;
       const width = g.total > 0 ? Math.max(0.5, (100 * h.mib) / g.total) : 0;
-      const label = `${shortId(h.task)} · ${mib(h.mib)} · ${h.compute}%`;
+      const label = width >= 4 ? `${shortId(h.task)} · ${mib(h.mib)} · ${h.compute}%` : '';
       return `<a class="seg${h.dedicated ? ' dedicated' : ''}" data-width="${width.toFixed(2)}" data-task="${esc(h.task)}"
-        href="#/task/${encodeURIComponent(h.arn)}" title="${esc(`task ${h.task} (${h.definition}, ${h.status}): ${mib(h.mib)}, compute ceiling ${h.compute}%`)}">${esc(label)}</a>`;
+        href="#/task/${encodeURIComponent(arn)}" title="${esc(`task ${h.task} (${h.definition}, ${h.status}): ${mib(h.mib)}, compute ceiling ${h.compute}%`)}">${esc(label)}</a>`;
     })
     .join('');
   return `<div class="gpu" data-gpu="${esc(g.id)}" data-mode="${esc(g.mode)}" data-total="${g.total}"
@@ -306,7 +307,7 @@ function gpuStrip(g) {
     <div class="strip">${segments}</div></div>`;
 }
 
-function instanceCard(i) {
+function instanceCard(i, taskArnPrefix) {
   return `<section class="card instance" data-instance="${esc(i.id)}" data-arn="${esc(i.arn)}">
     <h2><span class="mono">${esc(i.id)}</span> <span class="muted">${esc(i.ec2InstanceId)}</span></h2>
     <p class="facts">
@@ -317,7 +318,7 @@ function instanceCard(i) {
       <span class="muted">CPU ${num(i.cpu.remaining)} / ${num(i.cpu.registered)} free · memory ${mib(i.memory.remaining)} / ${mib(i.memory.registered)} free</span>
       ${i.statusReason ? `<span class="warn">${esc(i.statusReason)}</span>` : ''}
     </p>
-    ${i.gpus.map(gpuStrip).join('') || '<p class="muted">no GPUs</p>'}
+    ${i.gpus.map((g) => gpuStrip(g, taskArnPrefix)).join('') || '<p class="muted">no GPUs</p>'}
   </section>`;
 }
 
@@ -340,8 +341,11 @@ function instancesPage(params) {
   let formDrawn = false;
   return {
     async load(force) {
+      const args = () => ({ cluster, q: params.q, offset: (page - 1) * PAGE_SIZE, limit: PAGE_SIZE });
+      let data;
       if (!formDrawn) {
-        const names = await clusterNames();
+        // The cluster list and (when the cluster is named) its instances are fetched at once.
+        const [names, early] = await Promise.all([clusterNames(), cluster ? read('/console/api/instances', args(), true) : null]);
         cluster = cluster || names[0] || 'default';
         $('#inst-filter').innerHTML = `${clusterSelect('inst-cluster', names, cluster, false)}
           <input id="inst-q" placeholder="instance, EC2 or GPU id" value="${esc(params.q ?? '')}">
@@ -352,12 +356,10 @@ function instancesPage(params) {
         };
         $('#inst-cluster').onchange = () => setHash('instances', { cluster: $('#inst-cluster').value });
         formDrawn = true;
+        data = early ?? (await read('/console/api/instances', args(), true));
+      } else {
+        data = await read('/console/api/instances', args(), force);
       }
-      const data = await read(
-        '/console/api/instances',
-        { cluster, q: params.q, offset: (page - 1) * PAGE_SIZE, limit: PAGE_SIZE },
-        force,
-      );
       if (!data) return;
       const pages = Math.max(1, Math.ceil(data.total / PAGE_SIZE));
       const link = (p, text) => `<a href="#/instances${esc(qs({ cluster, q: params.q, page: p }))}">${text}</a>`;
@@ -366,7 +368,7 @@ function instancesPage(params) {
           ? `<p class="pager">${page > 1 ? link(page - 1, '← previous') : ''} page ${page} of ${pages}
              (${num(data.total)} instances) ${page < pages ? link(page + 1, 'next →') : ''}</p>`
           : `<p class="muted">${num(data.total)} instance(s)</p>`;
-      draw($('#instances'), pager + data.instances.map(instanceCard).join(''));
+      draw($('#instances'), pager + data.instances.map((i) => instanceCard(i, data.taskArnPrefix)).join(''));
     },
   };
 }
@@ -539,10 +541,18 @@ function taskPage(params) {
 
 // ---- why not placed ------------------------------------------------------------------------------------------
 
-function explanation(result) {
+const EXPLAIN_ROWS = 100;
+
+// explanation draws ExplainPlacement's answer: the chosen instance first, then the eligible ones, then the rest
+// (at most EXPLAIN_ROWS of them unless `all`: a cluster of 1,000 instances of 8 GPUs is 8,000 verdicts).
+function explanation(result, all = false) {
   const d = result.demand;
   const chosen = result.instances.find((i) => i.chosen);
-  const rows = result.instances
+  const rank = (i) => (i.chosen ? 0 : i.eligible ? 1 : 2);
+  const ordered = result.instances.map((i, n) => [i, n]).sort((a, b) => rank(a[0]) - rank(b[0]) || a[1] - b[1]).map(([i]) => i);
+  const shown = all ? ordered : ordered.slice(0, EXPLAIN_ROWS);
+  const more = ordered.length - shown.length;
+  const rows = shown
     .map((i) => {
       const gpus = i.gpus
         .map((g) => `<li class="${g.fits ? 'fits' : 'nofit'}" data-gpu="${esc(g.gpuId)}"><span class="mono">${esc(shortGpu(g.gpuId))}</span>
@@ -564,7 +574,8 @@ function explanation(result) {
       chosen ? `Would be placed on ${esc(lastSegment(chosen.containerInstanceArn))}.` : 'Fits nowhere: see each instance and GPU below.'
     }</p>
     ${result.instances.length ? `<table class="grid"><thead><tr><th>Instance</th><th>Verdict</th><th>Why</th><th>GPUs</th></tr></thead>
-      <tbody>${rows}</tbody></table>` : '<p class="muted">The cluster has no instances.</p>'}</section>`;
+      <tbody>${rows}</tbody></table>` : '<p class="muted">The cluster has no instances.</p>'}
+    ${more > 0 ? `<button id="explain-all" type="button">Show the other ${num(more)} instance(s)</button>` : ''}</section>`;
 }
 
 function explainPage(params) {
@@ -594,6 +605,8 @@ function explainPage(params) {
     if (overrides) body.overrides = overrides;
     const r = await ecs('ExplainPlacement', body);
     $('#explain-result').innerHTML = r.ok ? explanation(r.json) : `<p class="error">${esc(errorType(r.json))}: ${esc(r.json.message ?? r.status)}</p>`;
+    const showAll = $('#explain-all');
+    if (showAll) showAll.onclick = () => ($('#explain-result').innerHTML = explanation(r.json, true));
   };
   return {
     async load(force) {
