@@ -107,11 +107,10 @@ HttpResponse ErrorAnswer(int status, const Status& s) {
   return r;
 }
 
+// Redirect: a 302 whose body, like every other answer of the port, is JSON.
 HttpResponse Redirect(const std::string& location) {
-  HttpResponse r;
-  r.status = 302;
-  r.headers = {{"Location", location}, {"Content-Type", "text/plain"}};
-  r.body = "see " + location + "\n";
+  HttpResponse r = JsonAnswer(302, {{"location", location}});
+  r.headers.emplace_back("Location", location);
   return r;
 }
 
