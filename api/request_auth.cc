@@ -23,7 +23,7 @@ bool IsReadAction(std::string_view action) {
   if (action == kConsoleReadAction) return true;
   if (auto access = Router::AccessOf(std::string(action))) return *access == Access::kRead;
   if (action == kAgentChannelAction) return false;
-  const size_t dot = action.rfind('.');
+  const size_t dot = action.find_last_of(".:");
   const std::string_view name = dot == std::string_view::npos ? action : action.substr(dot + 1);
   if (Router::AccessOf(std::string(name))) return false;  // "Other.RunTask" is not a read because of its prefix
   for (std::string_view verb : {"Get", "Describe", "List", "Filter"}) {

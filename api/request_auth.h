@@ -32,7 +32,7 @@ inline constexpr std::string_view kConsoleReadAction = "ConsoleRead";
 
 // IsReadAction: whether `action` only reads: an ECS operation whose request is Access::kRead, the console's
 // reads, or another service's operation named Get*, Describe*, List* or Filter* (a "Service.Operation" target
-// is judged by its part after the last dot).
+// or a "service:Operation" action is judged by its part after the last dot or colon).
 bool IsReadAction(std::string_view action);
 
 // RoleAllows says whether `role` may perform `action` (an ECS operation name, kAgentChannelAction or

@@ -142,16 +142,17 @@ function showLogin(message = '') {
   app.me = { ...(app.me ?? {}), loggedIn: false };
   drawWho();
   $('#main').innerHTML = `
-    <form id="login" class="card narrow" autocomplete="off">
+    <form id="login" class="card narrow" method="post" action="/console/session" autocomplete="off">
       <h1>Log in</h1>
       <p class="muted">An access key of this server's credentials file. Admin keys may stop tasks; every other
       key reads.</p>
-      <label>Access key id <input id="login-key" name="accessKeyId" required autocomplete="username"></label>
-      <label>Secret access key <input id="login-secret" name="secretAccessKey" type="password" required
+      <label>Access key id <input id="login-key" required autocomplete="username"></label>
+      <label>Secret access key <input id="login-secret" type="password" required
         autocomplete="current-password"></label>
       <button type="submit">Log in</button>
       <p id="login-error" class="error">${esc(message)}</p>
     </form>`;
+  // The fields have no name and the form posts: even submitted without this script, no secret lands in a URL.
   $('#login').onsubmit = async (ev) => {
     ev.preventDefault();
     const res = await fetch('/console/session', {

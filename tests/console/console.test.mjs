@@ -306,6 +306,22 @@ describe('the console with --credentials', { skip: !haveChromium && 'chromium is
     assert.equal(forged.status, 403);
     assert.equal(forged.json.__type, 'MissingAuthenticationTokenException');
 
+    // A login needs the console's header too (a cross-site form cannot log a browser in), and the page and
+    // every answer forbid framing, sniffing, caching and foreign or inline scripts.
+    const formPost = await fetch(`${up.endpoint}/console/session`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ accessKeyId: ADMIN[0], secretAccessKey: ADMIN[1] }),
+    });
+    assert.equal(formPost.status, 403);
+    assert.equal(formPost.headers.get('set-cookie'), null);
+    const shell = await fetch(`${up.endpoint}/console/`);
+    assert.equal(shell.status, 200);
+    assert.match(shell.headers.get('content-security-policy'), /default-src 'self'/);
+    assert.equal(shell.headers.get('x-frame-options'), 'DENY');
+    assert.equal(shell.headers.get('cache-control'), 'no-store');
+    assert.doesNotMatch(await shell.text(), /AKID|trainer/);
+
     await page.goto(`${up.endpoint}/console/`, { waitUntil: 'load' });
     await page.waitForSelector('#login');
     assert.equal(await page.$('table.grid'), null);

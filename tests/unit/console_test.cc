@@ -105,13 +105,14 @@ TEST(ConsoleRoles, OnlyAdminKeysWriteInTheConsole) {
 TEST(ConsoleRoles, ReadersReadAndNothingElse) {
   for (const char* op : {"DescribeClusters", "ListClusters", "DescribeTasks", "ListTasks", "DescribeContainerInstances",
                          "ListContainerInstances", "DescribeTaskDefinition", "ListTaskDefinitions", "ListAttributes",
-                         "ExplainPlacement", "ConsoleRead", "Logs_20140328.GetLogEvents", "FilterLogEvents"}) {
+                         "ExplainPlacement", "ConsoleRead", "Logs_20140328.GetLogEvents", "FilterLogEvents",
+                         "logs:DescribeLogStreams"}) {
     EXPECT_TRUE(RoleAllows(KeyRole::kReader, op)) << op;
   }
   for (const char* op : {"RunTask", "StartTask", "StopTask", "CreateCluster", "DeleteCluster", "PutAttributes",
                          "RegisterContainerInstance", "SubmitTaskStateChange", "RegisterTaskDefinition",
                          "UpdateContainerInstancesState", "AgentChannel", "Other.RunTask", "Logs_20140328.PutLogEvents",
-                         "", "Get"}) {
+                         "logs:CreateLogGroup", "", "Get"}) {
     EXPECT_FALSE(RoleAllows(KeyRole::kReader, op)) << op;
   }
   EXPECT_FALSE(RoleAllows(KeyRole::kAgent, "ConsoleRead"));
