@@ -474,7 +474,7 @@ HttpResponse ConsoleHandler::SessionCall(const HttpRequest& req) const {
       !body.contains("secretAccessKey") || !body["secretAccessKey"].is_string())
     return ErrorAnswer(400, Status::Client("log in with {\"accessKeyId\": ..., \"secretAccessKey\": ...}"));
   auto token = auth_->Login(body["accessKeyId"].get<std::string>(), body["secretAccessKey"].get<std::string>());
-  if (!token.ok()) return ErrorAnswer(401, token.status());
+  if (!token.ok()) return ErrorAnswer(token.status().code() == ErrorCode::kServer ? 500 : 401, token.status());
   std::optional<ConsoleSession> who = auth_->Session(*token);
   HttpResponse r = JsonAnswer(200, {{"authRequired", true},
                                     {"loggedIn", true},

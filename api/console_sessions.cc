@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <stdexcept>
 
 #include <openssl/rand.h>
 
@@ -48,10 +47,10 @@ std::optional<std::string> SessionTokenOf(std::string_view cookie_header) {
 
 ConsoleSessions::ConsoleSessions(Options options, Clock clock) : options_(options), clock_(std::move(clock)) {}
 
-std::string ConsoleSessions::Create(ConsoleSession who) {
+Result<std::string> ConsoleSessions::Create(ConsoleSession who) {
   std::array<unsigned char, 32> bits{};
   if (RAND_bytes(bits.data(), static_cast<int>(bits.size())) != 1)
-    throw std::runtime_error("the random generator failed: no console session");
+    return Status(ErrorCode::kServer, "the random generator failed: no console session");
   std::string token = Hex(bits.data(), bits.size());
   const std::string key = protocol::HexSha256(token);
   const auto now = clock_();

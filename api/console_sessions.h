@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "protocol/sigv4.h"
+#include "scheduler/status.h"
 
 namespace gpupack::api {
 
@@ -52,8 +53,8 @@ class ConsoleSessions {
   explicit ConsoleSessions(Options options, Clock clock = &std::chrono::steady_clock::now);
 
   // Create starts a session for `who` and returns its token: 64 lower-case hex digits (256 random bits from
-  // the operating system's generator through OpenSSL).
-  std::string Create(ConsoleSession who);
+  // the operating system's generator through OpenSSL), or kServer when the generator fails.
+  Result<std::string> Create(ConsoleSession who);
   // Find: the session of `token` when it exists and has not idled out; a hit restarts its idle time.
   std::optional<ConsoleSession> Find(std::string_view token);
   // Erase ends the session of `token` (logout); unknown tokens are ignored.

@@ -39,7 +39,7 @@ TEST(ConsoleSessions, TokensAre256RandomBitsInHex) {
   ConsoleSessions sessions({});
   std::set<std::string> seen;
   for (int i = 0; i < 100; ++i) {
-    std::string t = sessions.Create({"A", "p", KeyRole::kAdmin});
+    std::string t = *sessions.Create({"A", "p", KeyRole::kAdmin});
     ASSERT_EQ(t.size(), 64u);
     EXPECT_EQ(t.find_first_not_of("0123456789abcdef"), std::string::npos);
     EXPECT_TRUE(seen.insert(t).second);
@@ -50,7 +50,7 @@ TEST(ConsoleSessions, TokensAre256RandomBitsInHex) {
 TEST(ConsoleSessions, IdleSessionsExpireAndUseKeepsThemAlive) {
   FakeClock clock;
   ConsoleSessions sessions({.idle = 60s, .max_sessions = 10}, clock.fn());
-  const std::string t = sessions.Create({"A", "p", KeyRole::kReader});
+  const std::string t = *sessions.Create({"A", "p", KeyRole::kReader});
   clock.now += 59s;
   ASSERT_TRUE(sessions.Find(t).has_value());  // restarts the idle time
   clock.now += 59s;
@@ -63,7 +63,7 @@ TEST(ConsoleSessions, IdleSessionsExpireAndUseKeepsThemAlive) {
 
 TEST(ConsoleSessions, LogoutAndUnknownTokens) {
   ConsoleSessions sessions({});
-  const std::string t = sessions.Create({"A", "p", KeyRole::kAdmin});
+  const std::string t = *sessions.Create({"A", "p", KeyRole::kAdmin});
   EXPECT_FALSE(sessions.Find(std::string(64, '0')).has_value());
   EXPECT_FALSE(sessions.Find("short").has_value());
   sessions.Erase(t);
@@ -74,13 +74,13 @@ TEST(ConsoleSessions, LogoutAndUnknownTokens) {
 TEST(ConsoleSessions, TheLeastRecentlyUsedGoesBeyondTheBound) {
   FakeClock clock;
   ConsoleSessions sessions({.idle = 3600s, .max_sessions = 2}, clock.fn());
-  const std::string a = sessions.Create({"A", "p", KeyRole::kAdmin});
+  const std::string a = *sessions.Create({"A", "p", KeyRole::kAdmin});
   clock.now += 1s;
-  const std::string b = sessions.Create({"B", "p", KeyRole::kAdmin});
+  const std::string b = *sessions.Create({"B", "p", KeyRole::kAdmin});
   clock.now += 1s;
   ASSERT_TRUE(sessions.Find(a));  // a is now the most recent
   clock.now += 1s;
-  const std::string c = sessions.Create({"C", "p", KeyRole::kAdmin});
+  const std::string c = *sessions.Create({"C", "p", KeyRole::kAdmin});
   EXPECT_TRUE(sessions.Find(a));
   EXPECT_FALSE(sessions.Find(b));
   EXPECT_TRUE(sessions.Find(c));
