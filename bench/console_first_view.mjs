@@ -13,8 +13,10 @@
 // min and max ms), and the load average before and after (the machine may be shared).
 //
 // Usage: node bench/console_first_view.mjs [--instances 1000] [--gpus 8] [--tasks 4000] [--rounds 5]
+//                                          [--screenshots DIR]   (the last round of each page, as DIR/<page>.png)
 // Needs: the gpupack binary ($GPUPACK_BIN, else build/gpupack), /usr/bin/chromium and tests/console's
 // node_modules (npm ci in tests/console).
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -33,6 +35,7 @@ const INSTANCES = Number(args.instances ?? 1000);
 const GPUS = Number(args.gpus ?? 8);
 const TASKS = Number(args.tasks ?? 4000);
 const ROUNDS = Number(args.rounds ?? 5);
+const SCREENSHOTS = args.screenshots;
 const GPU_MIB = 81559;
 
 async function pool(n, width, f) {
@@ -110,6 +113,10 @@ try {
       await page.goto(`${e}/console/${hash}`);
       await page.waitForSelector(selector, { timeout: 60000 });
       ms.push(performance.now() - start);
+      if (SCREENSHOTS && r === ROUNDS - 1) {
+        fs.mkdirSync(SCREENSHOTS, { recursive: true });
+        await page.screenshot({ path: path.join(SCREENSHOTS, `${name}.png`) });
+      }
       await context.close();
     }
     ms.sort((a, b) => a - b);

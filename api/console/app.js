@@ -304,7 +304,7 @@ function gpuStrip(g, taskArnPrefix) {
       data-remaining="${g.remaining}" data-held="${g.held}">
     <div class="gpu-head"><span class="mono" title="${esc(g.id)}">${esc(shortGpu(g.id))}</span>
       <span class="badge mode-${esc(g.mode)}">${esc(g.mode)}</span>${g.held ? '<span class="badge held">HELD after fault</span>' : ''}
-      <span class="muted">${mib(g.total - g.remaining)} / ${mib(g.total)} · compute ${g.compute}%</span></div>
+      <span class="muted">${mib(g.total - g.remaining)} / ${mib(g.total)} · compute declared ${g.compute}%</span></div>
     <div class="strip">${segments}</div></div>`;
 }
 
