@@ -24,7 +24,7 @@ std::string NameFromArn(const std::string& name_or_arn) {
   return slash == std::string::npos ? name_or_arn : name_or_arn.substr(slash + 1);
 }
 
-// FamilyOf: "family:3" of a task definition ARN (".../task-definition/family:3").
+// FamilyRevisionOf: "family:3" of a task definition ARN (".../task-definition/family:3"); FamilyOf: "family".
 std::string FamilyRevisionOf(const std::string& task_definition_arn) { return NameFromArn(task_definition_arn); }
 std::string FamilyOf(const std::string& task_definition_arn) {
   std::string fr = FamilyRevisionOf(task_definition_arn);
@@ -171,7 +171,8 @@ Json InstanceJson(const ContainerInstance& inst, const std::unordered_map<std::s
 Json TaskJson(const Task& t) {
   Json gpus = Json::array();
   for (const auto& r : t.gpu_reservations)
-    gpus.push_back({{"id", r.gpu_id}, {"mib", r.memory_mib}, {"compute", r.compute_percent}, {"dedicated", r.dedicated}});
+    gpus.push_back(
+        {{"id", r.gpu_id}, {"mib", r.memory_mib}, {"compute", r.compute_percent}, {"dedicated", r.dedicated}});
   return {{"arn", t.arn},
           {"id", t.id},
           {"cluster", t.cluster},
@@ -366,7 +367,8 @@ void RecordRefusal(PlacementRefusals& refusals, const std::string& operation, co
     asked = request["count"].get<int>();
   if (operation == "StartTask" && request.contains("containerInstances") && request["containerInstances"].is_array())
     asked = static_cast<int>(request["containerInstances"].size());
-  const int placed = answer.contains("tasks") && answer["tasks"].is_array() ? static_cast<int>(answer["tasks"].size()) : 0;
+  const int placed =
+      answer.contains("tasks") && answer["tasks"].is_array() ? static_cast<int>(answer["tasks"].size()) : 0;
   const bool failed = answer.contains("failures") && answer["failures"].is_array() && !answer["failures"].empty();
   int refused = asked - placed;
   if (refused <= 0 && failed) refused = 1;
@@ -465,7 +467,8 @@ HttpResponse ConsoleHandler::SessionCall(const HttpRequest& req) const {
       if (auto token = SessionTokenOf(value)) auth_->Logout(*token);
     }
     HttpResponse r = JsonAnswer(200, {{"loggedIn", false}});
-    r.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
+    r.headers.emplace_back("Set-Cookie",
+                           std::string(kSessionCookie) + "=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
     return r;
   }
   if (req.method != "POST") return ErrorAnswer(405, Status::Client("/console/session takes GET, POST or DELETE"));
@@ -489,7 +492,9 @@ HttpResponse ConsoleHandler::Read(const HttpRequest& req, const std::string& pat
   if (auth_ != nullptr) {
     SigV4Result who = auth_->Authenticate(req);
     Status s = RequestAuthenticator::Authorize(who, kConsoleReadAction);
-    if (!s.ok()) return ErrorAnswer(401, s.code() == ErrorCode::kAccessDenied ? s : Status(ErrorCode::kAccessDenied, s.message()));
+    // Whatever the refusal (no session, a bad signature, an agent key's signature): 401 AccessDenied.
+    if (!s.ok())
+      return ErrorAnswer(401, s.code() == ErrorCode::kAccessDenied ? s : Status(ErrorCode::kAccessDenied, s.message()));
   }
   const auto q = QueryOf(query);
   std::shared_ptr<const ReadView> view = cp_.applier().View();

@@ -57,8 +57,9 @@ Result<std::string> ConsoleSessions::Create(ConsoleSession who) {
   std::lock_guard lock(mu_);
   DropExpiredLocked(now);
   if (by_hash_.size() >= options_.max_sessions && !by_hash_.empty()) {
-    auto oldest = std::min_element(by_hash_.begin(), by_hash_.end(),
-                                   [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
+    auto oldest = std::min_element(by_hash_.begin(), by_hash_.end(), [](const auto& a, const auto& b) {
+      return a.second.last_used < b.second.last_used;
+    });
     by_hash_.erase(oldest);
   }
   by_hash_[key] = Entry{std::move(who), now};

@@ -48,7 +48,9 @@ bool RoleAllows(KeyRole role, std::string_view action) {
 }
 
 RequestAuthenticator::RequestAuthenticator(SigV4Verifier verifier, Clock clock, ConsoleSessions::Options sessions)
-    : verifier_(std::move(verifier)), clock_(std::move(clock)), sessions_(std::make_unique<ConsoleSessions>(sessions)) {}
+    : verifier_(std::move(verifier)),
+      clock_(std::move(clock)),
+      sessions_(std::make_unique<ConsoleSessions>(sessions)) {}
 RequestAuthenticator::~RequestAuthenticator() = default;
 
 bool RequestAuthenticator::IsConsoleCall(const HttpRequest& req) {
