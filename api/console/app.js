@@ -454,7 +454,7 @@ function logStreams(task, definition) {
 async function readLog(s) {
   const r = await ecs(
     'GetLogEvents',
-    { logGroupName: s.group, logStreamName: s.stream, startFromHead: true, limit: 1000 },
+    { logGroupName: s.group, logStreamName: s.stream, startFromHead: false, limit: 1000 }, // the latest lines
     'Logs_20140328.GetLogEvents',
   );
   if (r.ok) return { events: r.json.events ?? [] };
