@@ -88,7 +88,8 @@ EcsHandler::EcsHandler(ControlPlane& control_plane, MetricsRegistry& metrics)
       responses_(metrics.AddCounter("gpupack_requests_total", "ECS API responses by operation and HTTP status.")),
       auth_refusals_(metrics.AddCounter("gpupack_auth_refusals_total",
                                         "ECS API requests refused by authentication or authorization, by ECS error "
-                                        "type.")) {}
+                                        "type.")),
+      console_(control_plane, refusals_) {}
 EcsHandler::~EcsHandler() = default;
 
 Handler EcsHandler::AsHandler() {
@@ -101,13 +102,16 @@ void EcsHandler::Observe(const std::string& operation, int status, double second
 }
 
 void EcsHandler::RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
-                            const Responder& respond) {
+                            const Responder& respond, bool authenticated) {
   auth_refusals_.Inc({{"type", ToEcsError(status.code()).type}});
   // The first line only: an InvalidSignatureException carries the canonical request the client should have sent.
   const std::string& m = status.message();
   spdlog::warn("auth: refused {} {} from {}: {}: {}", req.method, req.target.substr(0, 100), req.remote_address,
                ToEcsError(status.code()).type, m.substr(0, std::min<size_t>(m.find('\n'), 200)));
-  respond(ErrorResponse(status, request_id));
+  HttpResponse r = ErrorResponse(status, request_id);
+  // A console call without a live session: 401, so the page asks for a login (a session's role refused stays 400).
+  if (!authenticated && RequestAuthenticator::IsConsoleCall(req)) r.status = 401;
+  respond(std::move(r));
 }
 
 void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
@@ -130,13 +134,18 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
     respond(std::move(r));
     return;
   }
+  // The console's page, its login and its reads check their own sessions (api/console_handler.h).
+  if (ConsoleHandler::Serves(req.method, path)) {
+    console_.Handle(req, request_id, respond);
+    return;
+  }
   // With --credentials everything below needs a valid signature: refuse before saying anything about the
   // request (not even 404 or 405), as AWS does.
   SigV4Result who;
   if (auth_ != nullptr) {
     who = auth_->Authenticate(req);
     if (!who.status.ok()) {
-      RefuseAuth(who.status, req, request_id, respond);
+      RefuseAuth(who.status, req, request_id, respond, /*authenticated=*/false);
       return;
     }
   }
@@ -170,7 +179,7 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   }
   if (auth_ != nullptr) {
     if (Status s = RequestAuthenticator::Authorize(who, operation); !s.ok()) {
-      RefuseAuth(s, req, request_id, respond);
+      RefuseAuth(s, req, request_id, respond, /*authenticated=*/true);
       return;
     }
   }
@@ -180,8 +189,12 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
     respond(ErrorResponse(body.status(), request_id));
     return;
   }
-  cp_.Execute(operation, *body, [this, respond = std::move(respond), request_id, operation, start](OperationResult r) {
+  const bool places = operation == "RunTask" || operation == "StartTask";
+  cp_.Execute(operation, *body, [this, respond = std::move(respond), request_id, operation, start,
+                                 request = places ? *body : Json()](OperationResult r) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r.status.ok() && !request.is_null())
+      RecordRefusal(refusals_, operation, request, r.body, cp_.applier().Now());
     HttpResponse resp = r.status.ok()
                             ? JsonResponse(200, r.body.dump(-1, ' ', false, Json::error_handler_t::replace), request_id)
                             : ErrorResponse(r.status, request_id);

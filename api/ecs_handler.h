@@ -1,11 +1,14 @@
 // EcsHandler: the HTTP face of the control plane. Hands `POST /` with X-Amz-Target to the router, and serves
-// GET /healthz and GET /metrics (the server's MetricsRegistry). Every response carries x-amzn-RequestId and
-// Date; errors use ECS's shape {"__type", "message"}.
+// GET /healthz and GET /metrics (the server's MetricsRegistry) and the web console (GET / redirects to
+// /console/; ConsoleHandler, api/console_handler.h). Every response carries x-amzn-RequestId and Date; errors
+// use ECS's shape {"__type", "message"}. A refused ECS call made by the console (X-Gpupack-Console, no
+// signature) answers 401, so the page knows to ask for a login.
 #pragma once
 
 #include <atomic>
 #include <memory>
 
+#include "api/console_handler.h"
 #include "api/control_plane.h"
 #include "api/http_server.h"
 #include "api/metrics.h"
@@ -30,12 +33,16 @@ class EcsHandler {
   void Handle(HttpRequest&& request, Responder respond);
 
   // Optional: require SigV4 (see above). Set before the server starts; `auth` must outlive the handler.
-  void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
+  void SetAuthenticator(const RequestAuthenticator* auth) {
+    auth_ = auth;
+    console_.SetAuthenticator(auth);
+  }
 
  private:
   void Observe(const std::string& operation, int status, double seconds);
+  // RefuseAuth answers an authentication (`authenticated` false) or authorization refusal and counts it.
   void RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
-                  const Responder& respond);
+                  const Responder& respond, bool authenticated);
 
   ControlPlane& cp_;
   MetricsRegistry& metrics_;
@@ -43,6 +50,8 @@ class EcsHandler {
   MetricsRegistry::Counter& responses_;
   MetricsRegistry::Counter& auth_refusals_;
   const RequestAuthenticator* auth_ = nullptr;
+  PlacementRefusals refusals_;  // RunTask/StartTask refusals, for the console's overview
+  ConsoleHandler console_;
 };
 
 }  // namespace gpupack::api

@@ -93,7 +93,17 @@ bool ValidSecret(std::string_view s) {
 
 }  // namespace
 
-const char* KeyRoleName(KeyRole role) { return role == KeyRole::kAgent ? "agent" : "admin"; }
+const char* KeyRoleName(KeyRole role) {
+  switch (role) {
+    case KeyRole::kAgent:
+      return "agent";
+    case KeyRole::kReader:
+      return "reader";
+    case KeyRole::kAdmin:
+      break;
+  }
+  return "admin";
+}
 
 // ---- Building blocks ------------------------------------------------------------------------------------------
 
@@ -388,8 +398,8 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
                                       "aws_secret_access_key must be 1 to 1024 printable characters "
                                       "without spaces");
     }
-    if (slot == &p.role && value != "admin" && value != "agent") {
-      return Status::InvalidParameter(at + "gpupack_role must be admin or agent, not '" + Echo(value) + "'");
+    if (slot == &p.role && value != "admin" && value != "agent" && value != "reader") {
+      return Status::InvalidParameter(at + "gpupack_role must be admin, agent or reader, not '" + Echo(value) + "'");
     }
     *slot = std::string(value);
   }
@@ -408,7 +418,9 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
                                         Echo(c.profile) + "] and [" + Echo(p.name) + "]");
       }
     }
-    const KeyRole role = p.role == "agent" ? KeyRole::kAgent : KeyRole::kAdmin;
+    const KeyRole role = p.role == "agent"    ? KeyRole::kAgent
+                         : p.role == "reader" ? KeyRole::kReader
+                                              : KeyRole::kAdmin;
     out.push_back({std::move(*p.id), std::move(*p.secret), std::move(p.name), role});
   }
   return out;

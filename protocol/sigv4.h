@@ -33,7 +33,10 @@ namespace gpupack::protocol {
 //   agent: only what a node agent needs (RegisterContainerInstance, DeregisterContainerInstance, CreateCluster,
 //          SubmitTaskStateChange, SubmitContainerStateChange and the agent channel); anything else is
 //          AccessDeniedException. A key copied from a GPU host then cannot run or stop tasks.
-enum class KeyRole { kAdmin, kAgent };
+//   reader: only operations that read (Describe*, List*, ExplainPlacement and other services' Get*/Filter*
+//           reads): for people who watch the web console or the API without changing anything.
+// In the web console (docs/console.md) only an admin key's session may write: agent and reader keys read.
+enum class KeyRole { kAdmin, kAgent, kReader };
 const char* KeyRoleName(KeyRole role);
 
 // Credential is one access key pair from the credentials file; `profile` is its [section] name (for logs).
@@ -56,7 +59,7 @@ struct SigningIdentity {
 //   [profile]                       ; or # comments on their own line
 //   aws_access_key_id = AKID...
 //   aws_secret_access_key = ...
-//   gpupack_role = agent            ; optional: admin (default) or agent, see KeyRole
+//   gpupack_role = agent            ; optional: admin (default), agent or reader, see KeyRole
 // Other keys (region, aws_session_token, ...) are ignored. Refused with a message naming the file (and line):
 // a missing or unreadable file, a file readable or writable by group or others (st_mode & 077: run
 // `chmod 600`), not a regular file, larger than 1 MiB, no profile at all, a profile without either key, a

@@ -193,6 +193,11 @@ SigV4Verifier::SigV4Verifier(std::vector<Credential> credentials, std::string re
   }
 }
 
+const Credential* SigV4Verifier::FindKey(std::string_view access_key_id) const {
+  const auto key = by_access_key_.find(access_key_id);
+  return key == by_access_key_.end() ? nullptr : &key->second;
+}
+
 SigV4Result SigV4Verifier::Authenticate(const SigV4Request& req, std::chrono::system_clock::time_point now) const {
   // 1. The Authorization header, parsed.
   const size_t authorizations = CountHeader(req, "authorization");

@@ -83,6 +83,9 @@ class SigV4Verifier {
     return Authenticate(req, now).status;
   }
 
+  // FindKey: the credential of `access_key_id`, or null (for the web console's login, api/request_auth.h).
+  const Credential* FindKey(std::string_view access_key_id) const;
+
   const std::string& region() const { return region_; }
   const std::string& service() const { return service_; }
   std::chrono::seconds skew() const { return skew_; }

@@ -2,12 +2,12 @@
 # scripts/install-deps.sh: installs what gpupack needs to build and test on Debian 12, and nothing when it is
 # all there already (so repeated runs take a second).
 #
-#   scripts/install-deps.sh            build deps, the test deps (Node.js + npm, Debian's AWS CLI, boto3, curl), and
-#                                      the SDK test's node_modules (npm ci)
+#   scripts/install-deps.sh            build deps, the test deps (Node.js + npm, Debian's AWS CLI, boto3, curl,
+#                                      chromium), and the SDK and console tests' node_modules (npm ci)
 #   scripts/install-deps.sh --no-node  build deps only (enough to build and run gpupack)
 #
-# Debian packages only (see README.md); the one npm package is @aws-sdk/client-ecs, pinned by
-# tests/sdk/package-lock.json. Runs apt-get as root, or through sudo.
+# Debian packages only (see README.md); the npm packages are @aws-sdk/client-ecs, pinned by
+# tests/sdk/package-lock.json, and puppeteer-core (no browser of its own), pinned by tests/console/package-lock.json. Runs apt-get as root, or through sudo.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,8 +35,8 @@ build_packages=(cmake ninja-build g++ libboost-dev nlohmann-json3-dev libsqlite3
 installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]; }
 
 # The tests run the AWS CLI (/usr/bin/aws) and boto3 (/usr/bin/python3) that Debian ships, as users get them,
-# and the README's curl commands.
-test_packages=(awscli python3-boto3 curl)
+# and the README's curl commands; the console test (tests/console) drives Debian's headless chromium.
+test_packages=(awscli python3-boto3 curl chromium)
 
 missing=()
 for p in "${build_packages[@]}"; do installed "$p" || missing+=("$p"); done
@@ -64,15 +64,21 @@ else
   echo "install-deps: Debian packages present"
 fi
 
-if ((with_node)); then
-  sdk="$root/tests/sdk"
-  stamp="$sdk/node_modules/.gpupack-lock.sha256"
-  want=$(sha256sum "$sdk/package-lock.json" | cut -d' ' -f1)
-  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -d "$sdk/node_modules/@aws-sdk/client-ecs" ]]; then
-    echo "install-deps: tests/sdk/node_modules up to date"
+# npm_ci DIR PACKAGE: `npm ci` in DIR unless its node_modules already matches its package-lock.json.
+npm_ci() {
+  local dir="$root/$1" stamp want
+  stamp="$dir/node_modules/.gpupack-lock.sha256"
+  want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -d "$dir/node_modules/$2" ]]; then
+    echo "install-deps: $1/node_modules up to date"
   else
-    echo "install-deps: npm ci in tests/sdk"
-    (cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "install-deps: npm ci in $1"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
     echo "$want" >"$stamp"
   fi
+}
+
+if ((with_node)); then
+  npm_ci tests/sdk @aws-sdk/client-ecs
+  npm_ci tests/console puppeteer-core
 fi

@@ -507,7 +507,7 @@ TEST(KeyRoles, TheCredentialsFileSaysWhichRoleAKeyHas) {
 
   auto bad = api::ParseCredentials("[x]\naws_access_key_id = A\naws_secret_access_key = s\ngpupack_role = root\n", "f");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "f line 4: gpupack_role must be admin or agent, not 'root'");
+  EXPECT_EQ(bad.status().message(), "f line 4: gpupack_role must be admin, agent or reader, not 'root'");
   auto twice = api::ParseCredentials(
       "[x]\naws_access_key_id = A\naws_secret_access_key = s\ngpupack_role = agent\ngpupack_role = agent\n", "f");
   ASSERT_FALSE(twice.ok());

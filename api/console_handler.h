@@ -1,0 +1,96 @@
+// ConsoleHandler: the web console at /console/ (docs/console.md). It serves the page (index.html, app.js and
+// app.css, compiled into the binary from api/console/ by the build), the login and logout of console sessions
+// (POST and DELETE /console/session; api/console_sessions.h) and the console's compact reads under
+// /console/api/, built from the control plane's last published read view:
+//   GET /console/api/overview                      clusters: GPUs, GPU memory, tasks by status, refusals
+//   GET /console/api/instances?cluster=&offset=&limit=&q=   instances with each GPU's holders
+//   GET /console/api/tasks?cluster=&status=&family=&startedBy=&arn=&limit=   tasks, newest first
+//   GET /console/api/refusals                      the latest RunTask/StartTask refusals and their reasons
+// Each read answers a `version` (the view's commit sequence and the refusals' count); a caller that passes
+// `since=<version>` and gets {"unchanged": true} back keeps what it drew, so polling once a second costs
+// almost nothing while nothing changes. Everything else the console shows comes from the ECS API itself
+// (DescribeTasks, ExplainPlacement, StopTask, ...) through EcsHandler, authenticated by the same session.
+//
+// With an authenticator (--credentials) the reads and the logout need a console session (or a SigV4 signature
+// of an admin or reader key) and the X-Gpupack-Console header; the page and its assets are served to anyone
+// (they hold no data). Without one the console is open, as the API is.
+//
+// PlacementRefusals: the small server-side count of refused placements that the overview shows.
+//
+// Thread-safety: ConsoleHandler is immutable once the server serves (SetAuthenticator before), and Handle may
+// run on any number of threads; PlacementRefusals is guarded by its own mutex.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/control_plane.h"
+#include "api/http_server.h"
+#include "api/request_auth.h"
+
+namespace gpupack::api {
+
+class PlacementRefusals {
+ public:
+  static constexpr size_t kRecent = 20;  // refusals kept with their reasons
+
+  struct Refusal {
+    EpochMs at = 0;
+    std::string cluster;
+    std::string task_definition;
+    std::string overrides;  // the request's overrides as compact JSON, "" when none
+    int tasks = 0;          // tasks not placed
+    Json failures;          // ECS's failures array, at most 10 entries
+  };
+
+  // Record: a RunTask/StartTask in `cluster` left `tasks` task(s) unplaced, for `failures`.
+  void Record(Refusal refusal);
+  // LastHour: tasks refused in `cluster` in the hour before `now` (per-minute buckets).
+  int LastHour(const std::string& cluster, EpochMs now) const;
+  std::vector<Refusal> Recent() const;  // newest first
+  uint64_t generation() const;          // bumps with every Record
+
+ private:
+  struct Bucket {
+    int64_t minute = -1;
+    int count = 0;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, std::array<Bucket, 60>> by_cluster_;  // guarded by mu_
+  std::deque<Refusal> recent_;                                // guarded by mu_
+  uint64_t generation_ = 0;                                   // guarded by mu_
+};
+
+// RecordRefusal: what EcsHandler calls after each RunTask or StartTask answer: records the tasks it left
+// unplaced (asked minus placed) in `refusals`, nothing when all were placed.
+void RecordRefusal(PlacementRefusals& refusals, const std::string& operation, const Json& request,
+                   const Json& answer, EpochMs now);
+
+class ConsoleHandler {
+ public:
+  ConsoleHandler(ControlPlane& control_plane, const PlacementRefusals& refusals);
+
+  // Serves: whether this handler answers `path`: "/" (a redirect to /console/), "/console" and below.
+  static bool Serves(const std::string& method, const std::string& path);
+
+  void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
+
+  // Handle answers one request whose path Serves. `respond` is called exactly once, on this thread.
+  void Handle(const HttpRequest& req, const std::string& request_id, const Responder& respond) const;
+
+ private:
+  HttpResponse Asset(const std::string& path) const;
+  HttpResponse SessionCall(const HttpRequest& req) const;
+  HttpResponse Read(const HttpRequest& req, const std::string& path, const std::string& query) const;
+
+  ControlPlane& cp_;
+  const PlacementRefusals& refusals_;
+  const RequestAuthenticator* auth_ = nullptr;
+};
+
+}  // namespace gpupack::api
