@@ -2,8 +2,8 @@
 # scripts/install-deps.sh: installs what gpupack needs to build and test on Debian 12, and nothing when it is
 # all there already (so repeated runs take a second).
 #
-#   scripts/install-deps.sh            build deps, the test deps (Node.js + npm, Debian's AWS CLI, boto3, curl), and
-#                                      the SDK test's node_modules (npm ci)
+#   scripts/install-deps.sh            build deps, the test deps (Node.js + npm, Debian's AWS CLI, boto3, curl,
+#                                      promtool), and the SDK test's node_modules (npm ci)
 #   scripts/install-deps.sh --no-node  build deps only (enough to build and run gpupack)
 #
 # Debian packages only (see README.md); the one npm package is @aws-sdk/client-ecs, pinned by
@@ -35,8 +35,9 @@ build_packages=(cmake ninja-build g++ libboost-dev nlohmann-json3-dev libsqlite3
 installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]; }
 
 # The tests run the AWS CLI (/usr/bin/aws) and boto3 (/usr/bin/python3) that Debian ships, as users get them,
-# and the README's curl commands.
-test_packages=(awscli python3-boto3 curl)
+# and the README's curl commands; prometheus gives promtool, which checks /metrics and deploy/prometheus/
+# (metrics_test, tests/integration/metrics_promtool.test.mjs).
+test_packages=(awscli python3-boto3 curl prometheus)
 
 missing=()
 for p in "${build_packages[@]}"; do installed "$p" || missing+=("$p"); done
