@@ -60,9 +60,9 @@ async function scrape(url) {
   return r.text();
 }
 
-// waitFor polls `f` (bounded: 200 x 50 ms) until it answers something truthy, and returns that.
-async function waitFor(what, f) {
-  for (let i = 0; i < 200; ++i) {
+// waitFor polls `f` (bounded: `tries` x 50 ms) until it answers something truthy, and returns that.
+async function waitFor(what, f, tries = 200) {
+  for (let i = 0; i < tries; ++i) {
     const v = await f();
     if (v) return v;
     await new Promise((r) => setTimeout(r, 50));
@@ -281,6 +281,29 @@ describe('/metrics through promtool', { skip: SKIP }, () => {
     const post = await fetch(agent.metricsUrl, { method: 'POST', body: 'x' });
     assert.equal(post.status, 405);
     await post.text();
+  });
+
+  // Last: it ends the task. The container "uses" more than it declared, two watchdog readings in a row.
+  test('a stop by the watchdog is counted, and the task\'s series go with the task', async () => {
+    const tmp = path.join(dir, 'fake-gpu-processes.json.tmp');
+    const pid = Number(fs.readFileSync(path.join(dir, 'task.pid'), 'utf8').trim());
+    fs.writeFileSync(tmp, JSON.stringify([{ pid, gpuUuid: taskGpu, usedMiB: DECLARED_MIB + 500 }]));
+    fs.renameSync(tmp, path.join(dir, 'fake-gpu-processes.json'));
+    const stops = (text, cause) =>
+      samples(text).find((s) => s.name === 'gpupack_agent_health_stops_total' && s.labels.cause === cause).value;
+    assert.equal(stops(agentText, 'watchdog'), 0);
+    const text = await waitFor('the watchdog to stop the task', async () => {
+      const t = await scrape(agent.metricsUrl);
+      return stops(t, 'watchdog') === 1 ? t : null;
+    }, 600);
+    assert.equal(stops(text, 'gpu_fault'), 0);
+    await waitFor('the task to be STOPPED', async () => {
+      const d = await ok(server.endpoint, 'DescribeTasks', { cluster: 'default', tasks: [taskArn] });
+      return d.tasks[0].lastStatus === 'STOPPED';
+    }, 600);
+    const after = await scrape(server.endpoint + '/metrics');
+    assert.ok(!after.includes(taskArn), 'no series names the stopped task');
+    assert.equal(samples(after).find((s) => s.name === 'gpupack_tasks' && s.labels.status === 'STOPPED').value, 1);
   });
 
   test('promtool accepts the alert rules and the example configuration', () => {
