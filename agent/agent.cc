@@ -128,6 +128,14 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
 Status Agent::Start() {
   Impl& a = *impl_;
   const AgentOptions& o = a.options;
+  // The metrics listener first, so a bad --metrics-listen fails before anything registers; its families are
+  // completed below (a scrape meanwhile shows those registered so far).
+  if (!o.metrics_listen.empty()) {
+    AgentMetrics* m = a.metrics.get();
+    auto listener = MetricsListener::Start(o.metrics_listen, [m] { return m->Render(); });
+    if (!listener.ok()) return listener.status();
+    a.metrics_listener = std::move(*listener);
+  }
   auto devices = a.gpus->Discover();
   if (!devices.ok()) return devices.status();
   if (Status s = a.mps->Start(); !s.ok())
@@ -178,11 +186,6 @@ Status Agent::Start() {
   a.tasks->Start();
   a.health->Start();
   a.connection->Start();
-  if (!o.metrics_listen.empty()) {
-    auto listener = MetricsListener::Start(o.metrics_listen, [metrics] { return metrics->Render(); });
-    if (!listener.ok()) return listener.status();
-    a.metrics_listener = std::move(*listener);
-  }
   return Status::Ok();
 }
 

@@ -7,7 +7,8 @@
 //   - gpupack_placement_failures_total counts the tasks not placed, not the instances that refused them;
 //   - `promtool check rules` and `promtool check config` accept deploy/prometheus/, and every gpupack family the
 //     alert rules and the Grafana dashboard (deploy/grafana/gpupack.json) read is one the scrapes have.
-// Skipped, saying so, when promtool is not on PATH (Debian: apt-get install prometheus).
+// Skipped, saying so, when promtool is not on PATH (Debian: apt-get install prometheus). Without promtool too: a
+// --metrics-listen the agent cannot listen on fails it before it registers.
 //
 // Black box: only the gpupack binary ($GPUPACK_BIN), promtool and HTTP on loopback.
 import { after, before, describe, test } from 'node:test';
@@ -331,6 +332,23 @@ describe('/metrics through promtool', { skip: SKIP }, () => {
         const family = name.replace(/_(bucket|sum|count)$/, '');
         assert.ok(known.has(family) || known.has(name), `${name} is read but no scrape declares it`);
       }
+    }
+  });
+});
+
+describe('gpupack agent --metrics-listen', () => {
+  test('an address it cannot listen on fails the agent before it registers, naming the flag', () => {
+    const dir = tempDir('gpupack-metrics-flag-');
+    try {
+      for (const bad of ['no-port', '127.0.0.1:99999', '256.1.1.1:0']) {
+        const r = spawnSync(gpupackBin(), ['agent', '--server', 'http://127.0.0.1:9', '--gpus', 'fake:1x1024',
+          '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'), '--metrics-listen', bad],
+        { encoding: 'utf8', timeout: 20000 });
+        assert.notEqual(r.status, 0, bad);
+        assert.match(r.stderr, new RegExp(`--metrics-listen ${bad.replace(/\./g, '\\.')}: `), r.stderr);
+      }
+    } finally {
+      removeTempDir(dir);
     }
   });
 });
