@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "agent/agent_metrics.h"
 #include "agent/channel_client.h"
 #include "agent/gpu_discovery.h"
 #include "agent/gpu_health.h"
@@ -47,6 +48,7 @@ std::string HostName() {
 struct Agent::Impl final : ServerConnection::Listener {
   AgentOptions options;
   ServerEndpoint server;
+  std::unique_ptr<AgentMetrics> metrics;  // before the runtime: the runtime it times observes into it
   std::unique_ptr<GpuDiscovery> gpus;
   std::unique_ptr<MpsSupervisor> mps;
   std::unique_ptr<Runtime> runtime;
@@ -57,6 +59,7 @@ struct Agent::Impl final : ServerConnection::Listener {
   std::unique_ptr<ServerConnection> connection;
   std::unique_ptr<TaskContext> context;
   std::unique_ptr<TaskManager> tasks;
+  std::unique_ptr<MetricsListener> metrics_listener;  // last: it reads every part above
   std::mutex mu;
   bool stopped = false;  // guarded by mu
 
@@ -95,6 +98,7 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   if (!server.ok()) return server.status();
   impl->server = *server;
   impl->server.signing = options.signing;
+  impl->metrics = std::make_unique<AgentMetrics>(options.name);
   auto gpus = MakeGpuDiscovery(options.gpus, options.name);
   if (!gpus.ok()) return gpus.status();
   impl->gpus = std::move(*gpus);
@@ -114,12 +118,12 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     process.monitor_program = BundledMonitorProgram();
     auto rt = MakeProcessRuntime(std::move(process));
     if (!rt.ok()) return rt.status();
-    impl->runtime = std::move(*rt);
+    impl->runtime = impl->metrics->TimeRuntime(std::move(*rt));
     impl->runtime_kind = RuntimeKind::kProcess;
   } else if (options.runtime == "docker") {
     auto rt = MakeDockerRuntime({options.docker_socket, options.name});
     if (!rt.ok()) return rt.status();
-    impl->runtime = std::move(*rt);
+    impl->runtime = impl->metrics->TimeRuntime(std::move(*rt));
     impl->runtime_kind = RuntimeKind::kDocker;
   } else {
     return Status::InvalidParameter("--runtime must be process or docker (got " + options.runtime + ")");
@@ -131,6 +135,14 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
 Status Agent::Start() {
   Impl& a = *impl_;
   const AgentOptions& o = a.options;
+  // The metrics listener first, so a bad --metrics-listen fails before anything registers; its families are
+  // completed below (a scrape meanwhile shows those registered so far).
+  if (!o.metrics_listen.empty()) {
+    AgentMetrics* m = a.metrics.get();
+    auto listener = MetricsListener::Start(o.metrics_listen, [m] { return m->Render(); });
+    if (!listener.ok()) return listener.status();
+    a.metrics_listener = std::move(*listener);
+  }
   auto devices = a.gpus->Discover();
   if (!devices.ok()) return devices.status();
   if (Status s = a.mps->Start(); !s.ok())
@@ -177,8 +189,14 @@ Status Agent::Start() {
   }
   TaskManager* tasks = a.tasks.get();
   ServerConnection* conn = a.connection.get();
-  a.health->SetHooks({[tasks](const std::string& arn, StopRequest r) { tasks->RequestStop(arn, std::move(r)); },
+  AgentMetrics* metrics = a.metrics.get();
+  a.health->SetHooks({[tasks, metrics](const std::string& arn, StopRequest r) {
+                        metrics->CountHealthStop(r);
+                        tasks->RequestStop(arn, std::move(r));
+                      },
                       [conn] { conn->HeartbeatNow(); }, [conn](bool serving) { conn->MpsServingChanged(serving); }});
+  a.metrics->Watch({*a.gpus, a.health->devices(), *a.mps, *a.health, *a.runtime, *a.store, o.cluster,
+                    [conn] { return conn->instance_arn(); }});
   a.tasks->Start();
   a.health->Start();
   a.connection->Start();
@@ -192,6 +210,7 @@ void Agent::Stop() {
     if (a.stopped) return;
     a.stopped = true;
   }
+  a.metrics_listener.reset();  // no scrape reads the parts while they stop
   if (a.health) a.health->Stop();
   if (a.tasks) {
     a.tasks->Stop();
@@ -208,5 +227,9 @@ void Agent::Stop() {
 }
 
 std::string Agent::instance_arn() const { return impl_->connection ? impl_->connection->instance_arn() : ""; }
+
+std::string Agent::metrics_endpoint() const {
+  return impl_->metrics_listener ? impl_->metrics_listener->endpoint() : "";
+}
 
 }  // namespace gpupack::agent

@@ -57,6 +57,8 @@ struct AgentOptions {
   bool stop_tasks_on_exit = false;      // gpupack up: Ctrl-C stops the tasks too
   // The key to SigV4-sign every call and the channel upgrade with (server run with --credentials); none = unsigned.
   std::optional<protocol::SigningIdentity> signing;
+  // HOST:PORT where the agent serves its own GET /metrics (agent/agent_metrics.h); empty = not served.
+  std::string metrics_listen;
 };
 
 class Agent {
@@ -73,6 +75,8 @@ class Agent {
   void Stop();
 
   std::string instance_arn() const;
+  // metrics_endpoint: "http://HOST:PORT" of the agent's /metrics once Start served it (metrics_listen), else "".
+  std::string metrics_endpoint() const;
 
   struct Impl;
 

@@ -129,7 +129,7 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   }
   if (req.method == "GET" && path == "/metrics") {
     HttpResponse r;
-    r.headers = {{"Content-Type", "text/plain; version=0.0.4"}, {"x-amzn-RequestId", request_id}};
+    r.headers = {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}, {"x-amzn-RequestId", request_id}};
     r.body = metrics_.Render();
     respond(std::move(r));
     return;

@@ -8,10 +8,11 @@ namespace gpupack::api {
 
 Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& store) {
   std::unique_ptr<Server> s(new Server());
-  s->committer_ = std::make_unique<GroupCommitter>(store);
+  s->metrics_ = std::make_unique<MetricsRegistry>();
+  s->timed_store_ = TimeStoreCommits(store, *s->metrics_);
+  s->committer_ = std::make_unique<GroupCommitter>(*s->timed_store_);
   s->control_plane_ = std::make_unique<ControlPlane>(std::move(options.control_plane), store, *s->committer_);
   if (Status st = s->control_plane_->Load(); !st.ok()) return Status(st.code(), "cannot load state: " + st.message());
-  s->metrics_ = std::make_unique<MetricsRegistry>();
   AddControlPlaneMetrics(*s->metrics_, *s->control_plane_);
   options.channel.authenticator = options.authenticator;
   s->channel_ = std::make_unique<AgentChannel>(*s->control_plane_, options.channel);

@@ -45,9 +45,10 @@ class Server {
 
  private:
   Server() = default;
+  std::unique_ptr<MetricsRegistry> metrics_;  // first: the timed store observes into it until the committer ends
+  std::unique_ptr<Store> timed_store_;        // the store with its commits timed (TimeStoreCommits)
   std::unique_ptr<GroupCommitter> committer_;
   std::unique_ptr<ControlPlane> control_plane_;
-  std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<AgentChannel> channel_;
   std::unique_ptr<class EcsHandler> handler_;
   std::unique_ptr<HttpServer> http_;

@@ -1,23 +1,40 @@
-// The server's /metrics families beyond the request ones (api/ecs_handler.h): placements and refusals, the
-// GPUs as the last published read view shows them, and the HTTP server's, store's and agent channel's own
-// counters. All are collected at scrape time; none takes the applier's lock for longer than a copy of two
-// counters.
+// The server's /metrics families beyond the request ones (api/ecs_handler.h): placements and refusals, tasks by
+// status, the instances and their GPUs and the tasks' GPU allocations as the last published read view shows them,
+// store commit latency, and the HTTP server's, store's and agent channel's own counters. All but the commit
+// latency are collected at scrape time; none takes the applier's lock for longer than a copy of its counters.
+//
+// Conventions (docs/operations.md "Metrics"): base units (`_bytes`, `_seconds`, `_ratio`); no label named
+// `instance` or `job` (Prometheus sets those on every series it scrapes); GPU series carry `UUID` (the GPU's
+// UUID), `gpu` (its index on its host) and `Hostname` (the name its agent registered with: the instance's
+// ec2InstanceId), the labels dcgm-exporter puts on its series, so the two join without relabelling.
 #pragma once
+
+#include <memory>
 
 #include "api/agent_channel.h"
 #include "api/control_plane.h"
 #include "api/http_server.h"
 #include "api/metrics.h"
 #include "storage/group_committer.h"
+#include "storage/store.h"
 
 namespace gpupack::api {
 
-// AddControlPlaneMetrics: gpupack_placements_total, gpupack_placement_failures_total and the per-GPU gauges.
+// kBytesPerMiB: MiB figures of the model become bytes in /metrics.
+inline constexpr double kBytesPerMiB = 1048576.0;
+
+// AddControlPlaneMetrics: placements and placement failures, tasks by status, instance and per-GPU gauges and
+// the per-task GPU allocations, all from the control plane's current read view or counters.
 void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& control_plane);
 
 // AddServerMetrics: HTTP connections and requests, store commits, agents connected and the channel's counters.
 // Every argument must outlive the registry's scrapes.
 void AddServerMetrics(MetricsRegistry& metrics, const HttpServer& http, const GroupCommitter& committer,
                       const AgentChannel& channel);
+
+// TimeStoreCommits wraps `store` so that every Commit's duration is observed in
+// gpupack_store_commit_duration_seconds (registered in `metrics` here). Loads pass through untimed. The wrapper
+// is as thread-safe as `store`; `store` and `metrics` must outlive it.
+std::unique_ptr<Store> TimeStoreCommits(Store& store, MetricsRegistry& metrics);
 
 }  // namespace gpupack::api

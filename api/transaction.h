@@ -30,10 +30,11 @@ namespace gpupack::api {
 // AgentPush: what the server sends an agent after a commit (the channel adds the id).
 using AgentPush = std::variant<protocol::Assign, protocol::Stop>;
 
-// PlacementCounters: placements and refusals, for /metrics (kept by the applier).
+// PlacementCounters: placements and refusals, for /metrics (kept by the applier). Keys are (cluster, reason).
 struct PlacementCounters {
   uint64_t placements = 0;
-  std::map<std::string, uint64_t> failures_by_reason;
+  std::map<std::pair<std::string, std::string>, uint64_t> tasks_not_placed;   // one per task left unplaced
+  std::map<std::pair<std::string, std::string>, uint64_t> instance_refusals;  // one per instance that refused one
 };
 
 class Transaction {
@@ -80,7 +81,14 @@ class Transaction {
   // ---- agents and metrics
   void Push(const std::string& instance_arn, AgentPush push);
   void CountPlacement() { ++counters_.placements; }
-  void CountFailure(const std::string& reason) { ++counters_.failures_by_reason[reason]; }
+  // CountInstanceRefusal: an instance refused a task of `cluster` for `reason`.
+  void CountInstanceRefusal(const std::string& cluster, const std::string& reason) {
+    ++counters_.instance_refusals[{cluster, reason}];
+  }
+  // CountTasksNotPlaced: `tasks` tasks of `cluster` were left unplaced, for `reason`.
+  void CountTasksNotPlaced(const std::string& cluster, const std::string& reason, uint64_t tasks) {
+    counters_.tasks_not_placed[{cluster, reason}] += tasks;
+  }
 
   // ---- what is durable (set by the applier before the operation runs)
   // seq: this write's sequence number (1, 2, ... in the order writes are applied). durable_through: every write

@@ -50,6 +50,9 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--region", f.region,
                  "the server's --region, which signatures are scoped to (default: $AWS_REGION, "
                  "$AWS_DEFAULT_REGION, else us-east-1)");
+  app.add_option("--metrics-listen", f.metrics_listen,
+                 "HOST:PORT to serve the agent's own GET /metrics on (MPS daemon, held GPUs, watchdog, runtime "
+                 "latency, per-task GPU memory; port 0 = any free port; default: not served)");
   app.add_flag("--check", f.check,
                "check this GPU host (NVML and GPUs, MPS, directories, the docker engine and its GPU runtime), print "
                "each item ok or FAIL with what to do, and exit (1 on any FAIL) without registering");
@@ -98,6 +101,7 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.stop_grace = std::chrono::milliseconds(f.stop_grace_ms);
   o.watchdog_interval = std::chrono::milliseconds(f.watchdog_ms);
   o.mps_probe_interval = std::chrono::milliseconds(f.mps_probe_ms);
+  o.metrics_listen = f.metrics_listen;
   for (const auto& a : f.attributes) {
     size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -151,6 +155,8 @@ int RunAgent(const AgentFlags& f) {
                                   options->signing->region)
                                      .c_str()
                                : "unsigned");
+  if (!(*agent)->metrics_endpoint().empty())
+    std::printf("gpupack agent: metrics %s/metrics\n", (*agent)->metrics_endpoint().c_str());
   std::fflush(stdout);
   WaitForSignal();
   (*agent)->Stop();

@@ -64,6 +64,8 @@ struct AgentFlags {
   std::string region;
   // --check: print the GPU host checklist (agent/host_check.h) instead of running; exit 1 on any FAIL.
   bool check = false;
+  // --metrics-listen HOST:PORT: serve the agent's own GET /metrics there (agent/agent_metrics.h); empty = off.
+  std::string metrics_listen;
 };
 
 void AddAgentFlags(CLI::App& app, AgentFlags& flags);

@@ -3,7 +3,7 @@
 # all there already (so repeated runs take a second).
 #
 #   scripts/install-deps.sh            build deps, the test deps (Node.js + npm, Debian's AWS CLI, boto3, curl,
-#                                      chromium), and the SDK and console tests' node_modules (npm ci)
+#                                      chromium, promtool), and the SDK and console tests' node_modules (npm ci)
 #   scripts/install-deps.sh --no-node  build deps only (enough to build and run gpupack)
 #
 # Debian packages only (see README.md); the npm packages are @aws-sdk/client-ecs, pinned by
@@ -35,8 +35,10 @@ build_packages=(cmake ninja-build g++ libboost-dev nlohmann-json3-dev libsqlite3
 installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]; }
 
 # The tests run the AWS CLI (/usr/bin/aws) and boto3 (/usr/bin/python3) that Debian ships, as users get them,
-# and the README's curl commands; the console test (tests/console) drives Debian's headless chromium.
-test_packages=(awscli python3-boto3 curl chromium)
+# and the README's curl commands; the console test (tests/console) drives Debian's headless chromium;
+# prometheus gives promtool, which checks /metrics and deploy/prometheus/ (metrics_test,
+# tests/integration/metrics_promtool.test.mjs).
+test_packages=(awscli python3-boto3 curl chromium prometheus)
 
 missing=()
 for p in "${build_packages[@]}"; do installed "$p" || missing+=("$p"); done

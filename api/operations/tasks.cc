@@ -1,5 +1,6 @@
 // Tasks: RunTask, StartTask, StopTask, DescribeTasks, ListTasks, ExplainPlacement, and the retention purge.
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "api/operations/operations.h"
@@ -62,9 +63,21 @@ std::optional<std::string> NeverFits(const ClusterState& state, const std::strin
   return std::nullopt;
 }
 
+// NotPlacedReason: the one reason a task was not placed, for gpupack_placement_failures_total: the reason most
+// instances refused it for (the first of those tied), or GPU memory (shared) / GPU (dedicated) when no instance
+// was there to refuse it.
+std::string NotPlacedReason(const TaskDemand& demand, const std::vector<PlacementFailure>& refused) {
+  std::map<std::string, int> votes;
+  std::string best;
+  for (const auto& f : refused)
+    if (++votes[f.reason] > (best.empty() ? 0 : votes[best])) best = f.reason;
+  if (!best.empty()) return best;
+  return demand.gpu_kind == GpuKind::kShared ? reason::kGpuMemory : reason::kGpu;
+}
+
 // NotPlacedSummary: RunTask's own failure entry (arn: the cluster) when tasks of the request were not placed
 // and the per-instance failures alone would not say it: how many of `count` were left out, and whether the
-// task can ever fit. Not counted in the failure metrics (the per-instance entries are).
+// task can ever fit. Not counted in the metrics (the tasks it stands for and the per-instance entries are).
 std::optional<Failure> NotPlacedSummary(const ClusterState& state, const Cluster& cluster, const ArnContext& arn,
                                         const TaskDemand& demand, int64_t count, int64_t placed,
                                         const std::vector<PlacementFailure>& refused) {
@@ -172,9 +185,13 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
     if (!p.placed()) {
       for (auto& f : p.failures) {
         if (f.arn.empty()) f.arn = txn.arn().ClusterArn(cluster->name);
-        txn.CountFailure(f.reason);
+        txn.CountInstanceRefusal(cluster->name, f.reason);
         out.failures.push_back({f.arn, f.reason, f.detail});
       }
+      // StartTask: this one task; RunTask: this task and every later one of the request (they are not tried).
+      const int64_t left = start_task ? 1 : count - static_cast<int64_t>(placed_arns.size());
+      txn.CountTasksNotPlaced(cluster->name, NotPlacedReason(placer->request().demand, p.failures),
+                              static_cast<uint64_t>(left));
       if (!start_task) {  // later tasks of the request would fail the same way
         auto summary = NotPlacedSummary(state, *cluster, txn.arn(), placer->request().demand, count,
                                         static_cast<int64_t>(placed_arns.size()), p.failures);

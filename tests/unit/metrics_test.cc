@@ -1,6 +1,9 @@
 // MetricsRegistry tests: the exact text of each family type, escaping, empty families, refused registrations,
 // and counters/histograms updated from several threads while another thread renders. When promtool (from the
 // Prometheus distribution) is on PATH, a rendered sample is also checked with `promtool check metrics`.
+// The server's families (api/server_metrics.h) over a control plane on a MemoryStore: GPU series labelled to
+// join dcgm-exporter (UUID, gpu, Hostname) with bytes = MiB x 1048576, placement failures counted per task, tasks
+// by status, the per-task allocations and the store's commit latency.
 #include "api/metrics.h"
 
 #include <unistd.h>
@@ -19,7 +22,15 @@
 #include <thread>
 #include <vector>
 
+#include <future>
+#include <regex>
+
 #include <gtest/gtest.h>
+
+#include "api/control_plane.h"
+#include "api/server_metrics.h"
+#include "storage/group_committer.h"
+#include "storage/memory_store.h"
 
 namespace gpupack::api {
 namespace {
@@ -56,17 +67,17 @@ TEST(MetricsRegistryTest, CollectedGaugeRendersSamplesInCallbackOrderAtEveryScra
   registry.AddCollected("gpupack_gpu_containers", "GPU containers per GPU.", MetricType::kGauge,
                         [&](std::vector<MetricSample>& out) {
                           ++scrapes;
-                          out.push_back({{{"instance", "i-2"}, {"gpu", "0"}}, 3});
-                          out.push_back({{{"instance", "i-1"}, {"gpu", "1"}}, 0.25});
-                          out.push_back({{{"instance", "i-1"}, {"gpu", "2"}}, double(scrapes)});
+                          out.push_back({{{"container_instance", "i-2"}, {"gpu", "0"}}, 3});
+                          out.push_back({{{"container_instance", "i-1"}, {"gpu", "1"}}, 0.25});
+                          out.push_back({{{"container_instance", "i-1"}, {"gpu", "2"}}, double(scrapes)});
                         });
   const std::string expected_head =
       "# HELP gpupack_gpu_containers GPU containers per GPU.\n"
       "# TYPE gpupack_gpu_containers gauge\n"
-      "gpupack_gpu_containers{instance=\"i-2\",gpu=\"0\"} 3\n"
-      "gpupack_gpu_containers{instance=\"i-1\",gpu=\"1\"} 0.25\n";
-  EXPECT_EQ(registry.Render(), expected_head + "gpupack_gpu_containers{instance=\"i-1\",gpu=\"2\"} 1\n");
-  EXPECT_EQ(registry.Render(), expected_head + "gpupack_gpu_containers{instance=\"i-1\",gpu=\"2\"} 2\n");
+      "gpupack_gpu_containers{container_instance=\"i-2\",gpu=\"0\"} 3\n"
+      "gpupack_gpu_containers{container_instance=\"i-1\",gpu=\"1\"} 0.25\n";
+  EXPECT_EQ(registry.Render(), expected_head + "gpupack_gpu_containers{container_instance=\"i-1\",gpu=\"2\"} 1\n");
+  EXPECT_EQ(registry.Render(), expected_head + "gpupack_gpu_containers{container_instance=\"i-1\",gpu=\"2\"} 2\n");
 }
 
 TEST(MetricsRegistryTest, HistogramRendersCumulativeBucketsInAscendingOrderWithInfSumAndCount) {
@@ -321,13 +332,14 @@ TEST(MetricsRegistryTest, RegisteringWhileRenderingIsSafe) {
 std::string SampleExposition() {
   MetricsRegistry registry;
   registry.AddCounter("gpupack_placements_total", "Tasks placed.").Inc({}, 12);
-  auto& failures = registry.AddCounter("gpupack_placement_failures_total",
-                                       "Placement failures (one per rejected instance) by reason.");
-  failures.Inc({{"reason", "not enough GPU memory"}}, 3);
-  failures.Inc({{"reason", "odd \"reason\" with \\ and\nnewline"}});
-  registry.AddCollected("gpupack_gpu_memory_total_mib", "GPU memory per GPU.", MetricType::kGauge,
+  auto& failures = registry.AddCounter("gpupack_placement_failures_total", "Tasks not placed by cluster and reason.");
+  failures.Inc({{"cluster", "default"}, {"reason", "not enough GPU memory"}}, 3);
+  failures.Inc({{"cluster", "default"}, {"reason", "odd \"reason\" with \\ and\nnewline"}});
+  registry.AddCollected("gpupack_gpu_memory_total_bytes", "GPU memory per GPU.", MetricType::kGauge,
                         [](std::vector<MetricSample>& out) {
-                          out.push_back({{{"cluster", "default"}, {"instance", "i-1"}, {"gpu", "GPU-0"}}, 81920});
+                          out.push_back({{{"cluster", "default"}, {"container_instance", "i-1"}, {"Hostname", "h1"},
+                                          {"UUID", "GPU-0"}, {"gpu", "0"}},
+                                         85899345920.0});
                         });
   auto& latency = registry.AddHistogram("gpupack_request_duration_seconds", "ECS API request latency by operation.",
                                         {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5});
@@ -355,6 +367,171 @@ TEST(MetricsRegistryTest, PromtoolAcceptsTheRendering) {
   const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::filesystem::remove_all(dir);
   // Exit 0 and no findings: the text parses and passes promtool's lint (HELP present, names, units, _total).
+  EXPECT_EQ(rc, 0) << output;
+  EXPECT_EQ(output, "");
+}
+
+
+// ---- The server's families over a control plane ----------------------------------------------------------------
+
+// MetricsServer: a control plane on a MemoryStore whose commits are timed, with the server's control-plane
+// families registered, played from the tests as the agent (placement on instances without a channel).
+class MetricsServer {
+ public:
+  MetricsServer() {
+    timed_ = TimeStoreCommits(store_, metrics_);
+    committer_ = std::make_unique<GroupCommitter>(*timed_);
+    ControlPlaneOptions o;
+    o.seed = 7;
+    o.placement.place_on_disconnected = true;
+    cp_ = std::make_unique<ControlPlane>(o, store_, *committer_);
+    Status s = cp_->Load();
+    EXPECT_TRUE(s.ok()) << s.message();
+    AddControlPlaneMetrics(metrics_, *cp_);
+    Ok("CreateCluster", {{"clusterName", "default"}});
+  }
+  ~MetricsServer() { committer_->Flush(); }
+
+  Json Ok(const std::string& op, const Json& body) {
+    std::promise<OperationResult> p;
+    cp_->Execute(op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
+    OperationResult r = p.get_future().get();
+    EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
+    return r.body;
+  }
+  // Scrape: the samples of a rendering, by `name{labels}`.
+  std::map<std::string, double> Scrape() { return ParseSamples(metrics_.Render()); }
+  std::string Render() { return metrics_.Render(); }
+
+ private:
+  MemoryStore store_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<Store> timed_;
+  std::unique_ptr<GroupCommitter> committer_;
+  std::unique_ptr<ControlPlane> cp_;
+};
+
+// RegisterHost registers an instance named `host` (its ec2InstanceId, as the agent sends its host name) with GPUs
+// `uuids` of `mib` MiB each, and returns its id (the ARN's last part).
+std::string RegisterHost(MetricsServer& s, const std::string& host, const std::vector<std::string>& uuids, int mib) {
+  Json devices = Json::array();
+  for (const auto& u : uuids) devices.push_back({{"id", u}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", mib}}}});
+  Json resources = Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 8192}},
+                                {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 32768}}});
+  Json body = s.Ok("RegisterContainerInstance",
+                   {{"totalResources", resources},
+                    {"platformDevices", devices},
+                    {"instanceIdentityDocument", Json({{"instanceId", host}}).dump()}});
+  const std::string arn = body["containerInstance"]["containerInstanceArn"];
+  return arn.substr(arn.rfind('/') + 1);
+}
+
+void RegisterShared(MetricsServer& s, const std::string& family, int memory, int compute) {
+  Json mps = {{"memory", memory}, {"maxComputePercent", compute}};
+  s.Ok("RegisterTaskDefinition",
+       {{"family", family},
+        {"containerDefinitions",
+         Json::array({{{"name", "main"}, {"image", "busybox"}, {"memory", 64},
+                       {"resourceRequirements", Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", mps}}}}})}}})}});
+}
+
+// GpuKey: the sample key of a per-GPU family, as the server labels it.
+std::string GpuKey(const std::string& family, const std::string& instance, const std::string& host,
+                   const std::string& uuid, int index) {
+  return family + "{cluster=\"default\",container_instance=\"" + instance + "\",Hostname=\"" + host + "\",UUID=\"" +
+         uuid + "\",gpu=\"" + std::to_string(index) + "\"}";
+}
+
+TEST(ServerMetricsTest, GpuSeriesCarryUuidIndexAndHostnameWithBytesOfTheMiBFigures) {
+  MetricsServer s;
+  const std::string id = RegisterHost(s, "gpu-host-1", {"GPU-aaaa", "GPU-bbbb"}, 22587);
+  RegisterShared(s, "mps", 4096, 50);
+  Json run = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_EQ(run["tasks"].size(), 1u);
+  const std::string task_arn = run["tasks"][0]["taskArn"];
+  const std::string uuid = run["tasks"][0]["containers"][0]["gpuIds"][0];
+  const int index = uuid == "GPU-aaaa" ? 0 : 1;
+
+  auto m = s.Scrape();
+  for (int i = 0; i < 2; ++i) {
+    const std::string u = i == 0 ? "GPU-aaaa" : "GPU-bbbb";
+    EXPECT_EQ(m[GpuKey("gpupack_gpu_memory_total_bytes", id, "gpu-host-1", u, i)], 22587.0 * 1048576) << u;
+    EXPECT_EQ(m[GpuKey("gpupack_gpu_memory_allocated_bytes", id, "gpu-host-1", u, i)],
+              i == index ? 4096.0 * 1048576 : 0.0) << u;
+    EXPECT_EQ(m[GpuKey("gpupack_gpu_compute_allocated_ratio", id, "gpu-host-1", u, i)], i == index ? 0.5 : 0.0);
+    EXPECT_EQ(m[GpuKey("gpupack_gpu_held", id, "gpu-host-1", u, i)], 0.0);
+  }
+  const std::string task_labels = "{cluster=\"default\",task_arn=\"" + task_arn + "\",container=\"main\",container_instance=\"" +
+                                  id + "\",Hostname=\"gpu-host-1\",UUID=\"" + uuid + "\",gpu=\"" + std::to_string(index) +
+                                  "\",mode=\"NVIDIA_MPS\"}";
+  EXPECT_EQ(m.at("gpupack_task_gpu_memory_allocated_bytes" + task_labels), 4096.0 * 1048576);
+  EXPECT_EQ(m.at("gpupack_task_gpu_compute_limit_ratio" + task_labels), 0.5);
+  const std::string instance_labels = "{cluster=\"default\",container_instance=\"" + id + "\",Hostname=\"gpu-host-1\"}";
+  EXPECT_EQ(m.at("gpupack_instance_impaired" + instance_labels), 0.0);
+  EXPECT_EQ(m.at("gpupack_instance_agent_connected" + instance_labels), 0.0);  // no channel behind it
+
+  // No series has a label Prometheus owns (instance, job) or a MiB figure.
+  const std::string text = s.Render();
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"([{,](instance|job)=")"))) << text;
+  EXPECT_EQ(text.find("_mib"), std::string::npos) << text;
+}
+
+TEST(ServerMetricsTest, PlacementFailuresCountTasksNotRejectedInstances) {
+  MetricsServer s;
+  RegisterHost(s, "h1", {"GPU-1"}, 10000);
+  RegisterHost(s, "h2", {"GPU-2"}, 10000);
+  RegisterHost(s, "h3", {"GPU-3"}, 10000);
+  RegisterShared(s, "big", 8000, 100);
+  // Three fit (one per GPU); the other four of the request are not placed: four tasks, three instances refused
+  // the fourth.
+  Json run = s.Ok("RunTask", {{"taskDefinition", "big"}, {"count", 7}});
+  EXPECT_EQ(run["tasks"].size(), 3u);
+  auto m = s.Scrape();
+  EXPECT_EQ(m.at("gpupack_placements_total"), 3);
+  EXPECT_EQ(m.at("gpupack_placement_failures_total{cluster=\"default\",reason=\"RESOURCE:GPU_MEMORY\"}"), 4);
+  EXPECT_EQ(m.at("gpupack_placement_instance_refusals_total{cluster=\"default\",reason=\"RESOURCE:GPU_MEMORY\"}"), 3);
+  // One more task that does not fit: one more task, three more refusals.
+  s.Ok("RunTask", {{"taskDefinition", "big"}});
+  m = s.Scrape();
+  EXPECT_EQ(m.at("gpupack_placement_failures_total{cluster=\"default\",reason=\"RESOURCE:GPU_MEMORY\"}"), 5);
+  EXPECT_EQ(m.at("gpupack_placement_instance_refusals_total{cluster=\"default\",reason=\"RESOURCE:GPU_MEMORY\"}"), 6);
+  // Tasks by status: the three placed are PENDING (no agent reported them); every status has its series.
+  EXPECT_EQ(m.at("gpupack_tasks{cluster=\"default\",status=\"PENDING\"}"), 3);
+  EXPECT_EQ(m.at("gpupack_tasks{cluster=\"default\",status=\"RUNNING\"}"), 0);
+  EXPECT_EQ(m.at("gpupack_tasks{cluster=\"default\",status=\"STOPPED\"}"), 0);
+}
+
+TEST(ServerMetricsTest, StopTaskReleasesItsAllocationSeriesAndCommitsAreTimed) {
+  MetricsServer s;
+  RegisterHost(s, "h1", {"GPU-1"}, 10000);
+  RegisterShared(s, "small", 1000, 25);
+  Json run = s.Ok("RunTask", {{"taskDefinition", "small"}});
+  const std::string arn = run["tasks"][0]["taskArn"];
+  EXPECT_NE(s.Render().find("gpupack_task_gpu_memory_allocated_bytes{cluster=\"default\",task_arn=\"" + arn), std::string::npos);
+  s.Ok("StopTask", {{"task", arn}});
+  const std::string text = s.Render();
+  EXPECT_EQ(text.find("task_arn=\"" + arn), std::string::npos) << text;
+  auto m = s.Scrape();
+  EXPECT_GE(m.at("gpupack_store_commit_duration_seconds_count{result=\"ok\"}"), 3);  // registration, definition, task
+}
+
+TEST(ServerMetricsTest, PromtoolAcceptsTheServerFamilies) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool is not on PATH (Debian: apt-get install prometheus)";
+  }
+  MetricsServer s;
+  RegisterHost(s, "h1", {"GPU-1", "GPU-2"}, 10000);
+  RegisterShared(s, "small", 1000, 25);
+  for (int i = 0; i < 3; ++i) s.Ok("RunTask", {{"taskDefinition", "small"}, {"count", 10}});  // 20 fit
+  const auto dir = std::filesystem::temp_directory_path() / ("server_metrics_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "metrics.txt") << s.Render();
+  const std::string command = "promtool check metrics < '" + (dir / "metrics.txt").string() + "' > '" +
+                              (dir / "promtool.txt").string() + "' 2>&1";
+  const int rc = std::system(command.c_str());
+  std::ifstream in(dir / "promtool.txt");
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(dir);
   EXPECT_EQ(rc, 0) << output;
   EXPECT_EQ(output, "");
 }
