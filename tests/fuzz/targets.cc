@@ -586,7 +586,7 @@ class Harness {
       std::string_view line(text.data() + pos, end - pos);
       pos = end + 1;
       for (const bool total : {true, false}) {
-        const std::string_view name = total ? "gpupack_gpu_memory_total_mib{" : "gpupack_gpu_memory_allocated_mib{";
+        const std::string_view name = total ? "gpupack_gpu_memory_total_bytes{" : "gpupack_gpu_memory_allocated_bytes{";
         if (line.substr(0, name.size()) != name) continue;
         const size_t space = line.rfind(' ');
         if (space == std::string_view::npos || space < name.size()) continue;
