@@ -28,9 +28,12 @@ AgentChannel::~AgentChannel() {
 WebSocketHandler AgentChannel::Handler() {
   WebSocketHandler h;
   h.accept = [this](const HttpRequest& req) -> Status {
+    AgentKey agent_key;
     if (options_.authenticator != nullptr) {
       // Signature first: an unsigned caller learns nothing about which instances exist.
-      if (Status s = options_.authenticator->Check(req, kAgentChannelAction); !s.ok()) {
+      const SigV4Result who = options_.authenticator->Authenticate(req);
+      if (who.role == KeyRole::kAgent) agent_key = who.access_key_id;
+      if (Status s = RequestAuthenticator::Authorize(who, kAgentChannelAction); !s.ok()) {
         ++auth_refusals_;
         const std::string& m = s.message();
         spdlog::warn("auth: refused the agent channel upgrade from {}: {}", req.remote_address,
@@ -40,7 +43,13 @@ WebSocketHandler AgentChannel::Handler() {
     }
     std::string arn = protocol::InstanceArnFromTarget(req.target);
     if (arn.empty()) return Status::InvalidParameter("the agent channel needs ?containerInstance=<ARN>");
-    return cp_.CheckAgentInstance(arn);
+    // An agent key holds the channel only of an instance it registered (its assignments carry secrets).
+    Status s = cp_.CheckAgentInstance(arn, agent_key);
+    if (s.code() == ErrorCode::kAccessDenied) {
+      ++auth_refusals_;
+      spdlog::warn("auth: refused the agent channel upgrade from {}: {}", req.remote_address, s.message());
+    }
+    return s;
   };
   h.on_open = [this](const std::shared_ptr<WebSocketConnection>& c, const HttpRequest& r) { OnOpen(c, r); };
   h.on_message = [this](const std::shared_ptr<WebSocketConnection>& c, std::string m) { OnMessage(c, std::move(m)); };

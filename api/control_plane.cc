@@ -43,13 +43,13 @@ bool ControlPlane::ResendPushIfWanted(const std::string& instance_arn, const Age
   return wanted;
 }
 
-Status ControlPlane::CheckAgentInstance(const std::string& instance_arn) const {
+Status ControlPlane::CheckAgentInstance(const std::string& instance_arn, const AgentKey& agent_key) const {
   const ContainerInstance* inst = nullptr;
   auto view = applier_.View();
   inst = view->FindInstance(instance_arn);
   if (!inst || inst->status == InstanceStatus::kInactive)
     return Status::InvalidParameter("containerInstance " + instance_arn.substr(0, 300) + " is not registered");
-  return Status::Ok();
+  return CheckAgentKey(*inst, agent_key, "gpupack:AgentChannel");
 }
 
 }  // namespace gpupack::api

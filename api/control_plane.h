@@ -29,8 +29,8 @@ class ControlPlane {
   Status Load() { return applier_.Load(); }
 
   // Execute runs one ECS operation through the router (see Router::Dispatch).
-  void Execute(const std::string& operation, const Json& body, Done done) const {
-    router_.Dispatch(operation, body, std::move(done));
+  void Execute(const std::string& operation, const Json& body, Done done, const AgentKey& agent_key = {}) const {
+    router_.Dispatch(operation, body, std::move(done), agent_key);
   }
   static bool Knows(const std::string& operation) { return Router::Knows(operation); }
 
@@ -52,8 +52,9 @@ class ControlPlane {
   // the copy is queued, so an agent never gets a copy of an assign for a task it already finished and forgot.
   bool ResendPushIfWanted(const std::string& instance_arn, const AgentPush& push,
                           const std::function<void()>& send) const;
-  // CheckAgentInstance: the instance exists and is registered (for the channel's upgrade check).
-  Status CheckAgentInstance(const std::string& instance_arn) const;
+  // CheckAgentInstance: the instance exists and is registered, and an agent key registered it (for the
+  // channel's upgrade check; AccessDeniedException otherwise).
+  Status CheckAgentInstance(const std::string& instance_arn, const AgentKey& agent_key = {}) const;
   // SetAgentNotifier: where pushes go once durable (the agent channel). Set before serving.
   void SetAgentNotifier(Applier::PushSink sink) { applier_.SetPushSink(std::move(sink)); }
 

@@ -190,6 +190,9 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
     return;
   }
   const bool places = operation == "RunTask" || operation == "StartTask";
+  // An agent-role key acts only for the instances it registered: the operations it may call check that.
+  AgentKey agent_key;
+  if (auth_ != nullptr && who.role == KeyRole::kAgent) agent_key = who.access_key_id;
   cp_.Execute(operation, *body, [this, respond = std::move(respond), request_id, operation, start,
                                  request = places ? *body : Json()](OperationResult r) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -204,7 +207,7 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
                 "op={} status={} latency_ms={:.3f} request_id={}{}", operation, resp.status, secs * 1000, request_id,
                 r.status.ok() ? "" : " error=" + std::string(ToEcsError(r.status.code()).type));
     respond(std::move(resp));
-  });
+  }, agent_key);
 }
 
 }  // namespace gpupack::api

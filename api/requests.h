@@ -23,6 +23,11 @@ using Json = nlohmann::json;
 
 enum class Access { kRead, kWrite };
 
+// AgentKey: the agent-role access key making an agent's call (RegisterContainerInstance, state changes,
+// DeregisterContainerInstance), when the server runs with --credentials; none for an admin key or without
+// credentials. Such a key acts only for the instances it registered (ContainerInstance::registered_by).
+using AgentKey = std::optional<std::string>;
+
 // Page: maxResults and nextToken of a List call (1..100, default 100; tokens this server issued).
 struct PageRequest {
   size_t limit = 100;
@@ -174,12 +179,14 @@ struct TaskStateReport {
 };
 struct SubmitTaskStateChangeRequest {
   static constexpr Access kAccess = Access::kWrite;
+  AgentKey agent_key;  // set by the router from the caller, never from the body
   std::string cluster;
   std::string task;
   TaskStateReport report;
 };
 struct SubmitContainerStateChangeRequest {
   static constexpr Access kAccess = Access::kWrite;
+  AgentKey agent_key;  // set by the router from the caller, never from the body
   std::string cluster;
   std::string task;
   std::string container_name;
@@ -192,6 +199,7 @@ struct SubmitContainerStateChangeRequest {
 
 struct RegisterContainerInstanceRequest {
   static constexpr Access kAccess = Access::kWrite;
+  AgentKey agent_key;  // set by the router from the caller, never from the body
   std::string cluster;
   std::optional<std::string> container_instance_arn;  // re-registration
   Resources total;
@@ -203,6 +211,7 @@ struct RegisterContainerInstanceRequest {
 };
 struct DeregisterContainerInstanceRequest {
   static constexpr Access kAccess = Access::kWrite;
+  AgentKey agent_key;  // set by the router from the caller, never from the body
   std::string cluster;
   std::string container_instance;
   bool force = false;

@@ -11,7 +11,7 @@ namespace {
 
 struct Route {
   Access access;
-  std::function<void(Applier&, const Json&, Router::Done)> run;
+  std::function<void(Applier&, const Json&, Router::Done, const AgentKey&)> run;
 };
 
 // Guarded runs a read; a bug that throws answers ServerException instead of ending the process (writes are
@@ -43,15 +43,22 @@ void WithPolicy(Req& req, const Applier& applier) {
   if constexpr (requires { req.policy = applier.placement(); }) req.policy = applier.placement();
 }
 
+// WithCaller: the calling agent key goes into the requests an agent makes (never from the body).
+template <typename Req>
+void WithCaller(Req& req, const AgentKey& agent_key) {
+  if constexpr (requires { req.agent_key = agent_key; }) req.agent_key = agent_key;
+}
+
 // WriteRoute: parse, then run the operation in the applier; render once the commit is durable.
 template <typename Req, typename Res>
 Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)) {
   static_assert(Req::kAccess == Access::kWrite, "a write operation takes a write request");
-  return {Access::kWrite, [parse, op](Applier& applier, const Json& body, Router::Done done) {
+  return {Access::kWrite, [parse, op](Applier& applier, const Json& body, Router::Done done, const AgentKey& key) {
             auto req = GuardedParse(parse, body);
             if (!req.ok()) return done({req.status(), {}});
             auto request = std::make_shared<Req>(std::move(req).value());
             WithPolicy(*request, applier);
+            WithCaller(*request, key);
             auto result = std::make_shared<Res>();
             applier.Write([request, result, op](Transaction& txn) { return op(*request, txn, *result); },
                           [&applier, result, done = std::move(done)](Status s) {
@@ -64,7 +71,7 @@ Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)
 template <typename Req, typename Res>
 Route ReadRoute(Parser<Req> parse, Status (*op)(const Req&, const ReadContext&, Res&)) {
   static_assert(Req::kAccess == Access::kRead, "a read operation takes a read request");
-  return {Access::kRead, [parse, op](Applier& applier, const Json& body, Router::Done done) {
+  return {Access::kRead, [parse, op](Applier& applier, const Json& body, Router::Done done, const AgentKey&) {
             auto req = GuardedParse(parse, body);
             if (!req.ok()) return done({req.status(), {}});
             std::shared_ptr<const ReadView> view = applier.View();
@@ -76,7 +83,7 @@ Route ReadRoute(Parser<Req> parse, Status (*op)(const Req&, const ReadContext&, 
 
 // ExplainRoute: the placement dry run reads the applier's working state (the placer needs a ClusterState).
 Route ExplainRoute() {
-  return {Access::kRead, [](Applier& applier, const Json& body, Router::Done done) {
+  return {Access::kRead, [](Applier& applier, const Json& body, Router::Done done, const AgentKey&) {
             auto req = GuardedParse<ExplainPlacementRequest>(&ParseExplainPlacement, body);
             if (!req.ok()) return done({req.status(), {}});
             WithPolicy(*req, applier);
@@ -173,7 +180,7 @@ std::optional<Access> Router::AccessOf(const std::string& operation) {
   return it->second.access;
 }
 
-void Router::Dispatch(const std::string& operation, const Json& body, Done done) const {
+void Router::Dispatch(const std::string& operation, const Json& body, Done done, const AgentKey& agent_key) const {
   auto it = Routes().find(operation);
   if (it == Routes().end()) {
     done({NotServed(operation), {}});
@@ -183,7 +190,7 @@ void Router::Dispatch(const std::string& operation, const Json& body, Done done)
     done({Status::Client("request body must be a JSON object"), {}});
     return;
   }
-  it->second.run(applier_, body, std::move(done));
+  it->second.run(applier_, body, std::move(done), agent_key);
 }
 
 }  // namespace gpupack::api

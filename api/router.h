@@ -26,9 +26,9 @@ class Router {
 
   explicit Router(Applier& applier) : applier_(applier) {}
 
-  // Dispatch runs one ECS operation (the part of X-Amz-Target after the dot). `done` is called exactly once,
-  // possibly on the committer's thread.
-  void Dispatch(const std::string& operation, const Json& body, Done done) const;
+  // Dispatch runs one ECS operation (the part of X-Amz-Target after the dot) for `agent_key` (the calling key
+  // when it has the agent role, see AgentKey). `done` is called exactly once, possibly on the committer's thread.
+  void Dispatch(const std::string& operation, const Json& body, Done done, const AgentKey& agent_key = {}) const;
 
   // Knows: is this an operation we serve? AccessOf: does it write (nullopt when unknown)?
   static bool Knows(const std::string& operation);

@@ -198,6 +198,9 @@ struct ContainerInstance {
   int running_tasks_count = 0;
   int pending_tasks_count = 0;
   EpochMs registered_at = 0;
+  // registered_by: the agent-role access key that registered the instance ("" when an admin key or an unsigned
+  // caller did). With --credentials an agent key acts only for the instances it registered (docs/security.md).
+  std::string registered_by;
   int64_t version = 1;
   bool operator==(const ContainerInstance&) const = default;
 

@@ -251,6 +251,7 @@ json Enc(const ContainerInstance& v) {
       .Put("running_tasks_count", v.running_tasks_count)
       .Put("pending_tasks_count", v.pending_tasks_count)
       .Put("registered_at", v.registered_at)
+      .Put("registered_by", v.registered_by)
       .Put("version", v.version)
       .Done();
 }
@@ -557,6 +558,7 @@ void Dec(const json& j, const Path& path, ContainerInstance& out) {
       .Get("running_tasks_count", out.running_tasks_count)
       .Get("pending_tasks_count", out.pending_tasks_count)
       .Get("registered_at", out.registered_at)
+      .Get("registered_by", out.registered_by)
       .Get("version", out.version);
 }
 

@@ -28,6 +28,14 @@ std::shared_ptr<const ContainerInstance> Copy(const ClusterState& state, const s
 
 // RegisterContainerInstance: a new instance, or (containerInstanceArn given) a re-registration that keeps the
 // instance's tasks, its agent connection and its fault holds.
+Status CheckAgentKey(const ContainerInstance& inst, const AgentKey& agent_key, std::string_view action) {
+  if (!agent_key || inst.registered_by == *agent_key) return Status::Ok();
+  return Status(ErrorCode::kAccessDenied,
+                "User: " + agent_key->substr(0, 128) + " (gpupack_role agent) is not authorized to perform: " +
+                    std::string(action) + " on resource: " + inst.arn +
+                    " (an agent key acts only for the container instances it registered)");
+}
+
 Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Transaction& txn, InstanceResult& out) {
   const ClusterState& state = txn.state();
   GP_ASSIGN(cluster, ActiveCluster(state, txn.arn(), in.cluster));
@@ -37,6 +45,7 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
     GP_ASSIGN(id, ResourceIdFrom(txn.arn(), "container-instance", *in.container_instance_arn, cluster->name));
     existing = state.FindInstance(txn.arn().InstanceArn(cluster->name, id));
     if (!existing) return Status::InvalidParameter("containerInstanceArn names no instance of this cluster");
+    GP_TRY(CheckAgentKey(*existing, in.agent_key, "ecs:RegisterContainerInstance"));
     // A deregistered instance does not come back by itself: its tasks were stopped and its GPUs given up.
     if (existing->status == InstanceStatus::kInactive)
       return Status::InvalidParameter("container instance " + id + " " + protocol::kDeregisteredRefusal +
@@ -48,6 +57,7 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
     inst.arn = txn.arn().InstanceArn(cluster->name, inst.id);
     inst.cluster = cluster->name;
     inst.registered_at = txn.now();
+    inst.registered_by = in.agent_key.value_or("");
   }
   std::vector<Attribute> attrs = in.attributes;
   if (in.agent_version) inst.agent_version = *in.agent_version;
@@ -107,6 +117,7 @@ Status DeregisterContainerInstance(const DeregisterContainerInstanceRequest& in,
                                    InstanceResult& out) {
   GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
   GP_ASSIGN(inst, ResolveInstance(txn.state(), txn.arn(), cluster->name, in.container_instance));
+  GP_TRY(CheckAgentKey(*inst, in.agent_key, "ecs:DeregisterContainerInstance"));
   const std::string arn = inst->arn;
   const std::vector<std::string> task_arns = txn.state().LoadOf(arn).task_arns;
   if (!task_arns.empty() && !in.force)

@@ -71,6 +71,9 @@ void FinishStop(const std::string& task_arn, Transaction& txn);
 protocol::Assignment AssignmentFor(const Task& task, const ClusterState& state, const ArnContext& arn);
 
 // ---- container instances
+// CheckAgentKey: an agent key acts only for the instances it registered; AccessDeniedException naming `action`
+// (as AWS words it) otherwise. No key (an admin key, or a server without --credentials) may act for any.
+Status CheckAgentKey(const ContainerInstance& inst, const AgentKey& agent_key, std::string_view action);
 Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Transaction& txn, InstanceResult& out);
 Status DeregisterContainerInstance(const DeregisterContainerInstanceRequest& in, Transaction& txn,
                                    InstanceResult& out);

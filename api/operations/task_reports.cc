@@ -85,9 +85,22 @@ Status ApplyTaskReport(const std::string& task_arn, const TaskStateReport& repor
   return Status::Ok();
 }
 
+namespace {
+
+// CheckReporter: an agent key reports only about tasks on the instances it registered.
+Status CheckReporter(const Task& task, const AgentKey& agent_key, const ClusterState& state, std::string_view action) {
+  if (!agent_key) return Status::Ok();
+  const ContainerInstance* inst = state.FindInstance(task.container_instance_arn);
+  if (!inst) return Status(ErrorCode::kAccessDenied, "an agent key reports only about tasks on its own instances");
+  return CheckAgentKey(*inst, agent_key, action);
+}
+
+}  // namespace
+
 Status SubmitTaskStateChange(const SubmitTaskStateChangeRequest& in, Transaction& txn, AckResult&) {
   GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
   GP_ASSIGN(task, ResolveTask(txn.state(), txn.arn(), cluster->name, in.task));
+  GP_TRY(CheckReporter(*task, in.agent_key, txn.state(), "ecs:SubmitTaskStateChange"));
   txn.MarkWrite();
   return ApplyTaskReport(task->arn, in.report, txn);
 }
@@ -95,6 +108,7 @@ Status SubmitTaskStateChange(const SubmitTaskStateChangeRequest& in, Transaction
 Status SubmitContainerStateChange(const SubmitContainerStateChangeRequest& in, Transaction& txn, AckResult&) {
   GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
   GP_ASSIGN(task, ResolveTask(txn.state(), txn.arn(), cluster->name, in.task));
+  GP_TRY(CheckReporter(*task, in.agent_key, txn.state(), "ecs:SubmitContainerStateChange"));
   bool found = false;
   for (const auto& c : task->containers) found = found || c.name == in.container_name;
   if (!found) return Status::InvalidParameter("task has no container named '" + in.container_name.substr(0, 255) + "'");

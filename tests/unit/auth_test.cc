@@ -43,6 +43,7 @@ using std::chrono::system_clock;
 
 const Credential kAdmin{"AKIDADMIN0000000001", "admin/Secret+0123456789abcdef", "default", KeyRole::kAdmin};
 const Credential kAgentKey{"AKIDAGENT0000000002", "agent-secret-0123456789", "agent", KeyRole::kAgent};
+const Credential kOtherAgentKey{"AKIDAGENT0000000003", "other-agent-secret-0123", "other-agent", KeyRole::kAgent};
 constexpr char kRegion[] = "us-east-1";
 constexpr char kTargetPrefix[] = "AmazonEC2ContainerServiceV20141113.";
 
@@ -147,7 +148,7 @@ HeaderList Signed(HeaderList headers, const Credential& cred, system_clock::time
 class AuthServer {
  public:
   explicit AuthServer(const std::string& db)
-      : auth_(std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier({kAdmin, kAgentKey}, kRegion),
+      : auth_(std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier({kAdmin, kAgentKey, kOtherAgentKey}, kRegion),
                                                           [this] {
                                                             const int64_t fixed = fixed_seconds.load();
                                                             return fixed == 0 ? system_clock::now()
@@ -202,16 +203,18 @@ class AuthTest : public ::testing::Test {
     server_->fixed_seconds = std::chrono::duration_cast<std::chrono::seconds>(T0().time_since_epoch()).count();
   }
 
-  // RegisterInstance registers a container instance (signed by the admin key) and returns its ARN.
-  std::string RegisterInstance() {
+  // RegisterInstance registers a container instance, signed by `key`, and returns its ARN.
+  std::string RegisterInstance(const Credential& key = kAdmin) {
     server_->Call("CreateCluster", {{"clusterName", "default"}});
-    Json r = server_->Call(
-        "RegisterContainerInstance",
-        {{"cluster", "default"},
-         {"instanceIdentityDocument", Json{{"instanceId", "node-raw"}}.dump()},
-         {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 4096}},
-                                         {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 8192}}})}});
-    return r["containerInstance"]["containerInstanceArn"].get<std::string>();
+    auto r = agent::CallEcs(server_->Endpoint(key), "RegisterContainerInstance", RegistrationBody());
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? (*r)["containerInstance"]["containerInstanceArn"].get<std::string>() : "";
+  }
+  static Json RegistrationBody() {
+    return {{"cluster", "default"},
+            {"instanceIdentityDocument", Json{{"instanceId", "node-raw"}}.dump()},
+            {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 4096}},
+                                            {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 8192}}})}};
   }
 
   fs::path dir_;
@@ -361,7 +364,7 @@ TEST_F(AuthTest, TheAgentClientSaysWhichKeyAndWhatToCheck) {
 // ---- The agent channel's upgrade ------------------------------------------------------------------------------
 
 TEST_F(AuthTest, ASignedChannelUpgradeIsAccepted) {
-  const std::string arn = RegisterInstance();
+  const std::string arn = RegisterInstance(kAgentKey);
   const std::string target = std::string(api::kAgentChannelPath) + "?containerInstance=" + agent::PercentEncode(arn);
   for (const Credential& key : {kAgentKey, kAdmin}) {
     SCOPED_TRACE(key.profile);
@@ -465,6 +468,67 @@ TEST_F(AuthTest, ASigningAgentRegistersConnectsAndRunsATask) {
   EXPECT_EQ(t["lastStatus"], "STOPPED") << t.dump();
   EXPECT_EQ(t["containers"][0]["exitCode"], 7) << t.dump();
   EXPECT_EQ(server_->channel().auth_refusals(), 0u);
+}
+
+// An agent key acts only for the instances it registered: another agent key can neither hold their channel (and
+// so receive their assignments), re-register or deregister them, nor report about their tasks; an admin can.
+TEST_F(AuthTest, AnAgentKeyActsOnlyForTheInstancesItRegistered) {
+  auto a = agent::Agent::Create(AgentOptions(*server_, dir_, kAgentKey));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  agent_ = std::move(*a);
+  ASSERT_TRUE(agent_->Start().ok());
+  const std::string victim = agent_->instance_arn();
+  Json c = {{"name", "main"}, {"image", "busybox"}, {"memory", 64}, {"entryPoint", {"/bin/sh", "-c"}},
+            {"command", {"exec sleep 30"}}};
+  server_->Call("RegisterTaskDefinition", {{"family", "sleeper"}, {"containerDefinitions", Json::array({c})}});
+  Json run;
+  for (int i = 0; i < 500; ++i) {  // placed once the agent's channel is up
+    run = server_->Call("RunTask", {{"taskDefinition", "sleeper"}});
+    if (run["tasks"].size() == 1u) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(run["tasks"].size(), 1u) << run.dump();
+  const std::string task = run["tasks"][0]["taskArn"];
+
+  const std::string own = RegisterInstance(kOtherAgentKey);  // the other key's own instance
+  const agent::ServerEndpoint intruder = server_->Endpoint(kOtherAgentKey);
+  auto expect_denied = [&](const Result<Json>& r, const std::string& what) {
+    ASSERT_FALSE(r.ok()) << what << " was allowed";
+    EXPECT_EQ(r.status().code(), ErrorCode::kAccessDenied) << what << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find("acts only for the container instances it registered"), std::string::npos)
+        << r.status().message();
+  };
+  const std::string target =
+      std::string(api::kAgentChannelPath) + "?containerInstance=" + agent::PercentEncode(victim);
+  auto channel = agent::ChannelClient::Connect(intruder, target, {});
+  ASSERT_FALSE(channel.ok()) << "another agent key held the victim's channel";
+  EXPECT_EQ(server_->channel().auth_refusals(), 1u);  // refused as AccessDenied (403), not as an unknown instance
+  EXPECT_EQ(server_->channel().connected(), 1u) << "the victim's own connection must stay";
+
+  Json again = RegistrationBody();
+  again["containerInstanceArn"] = victim;
+  expect_denied(agent::CallEcs(intruder, "RegisterContainerInstance", again), "re-registering another's instance");
+  expect_denied(agent::CallEcs(intruder, "DeregisterContainerInstance",
+                               {{"containerInstance", victim}, {"force", true}}),
+                "deregistering another's instance");
+  expect_denied(agent::CallEcs(intruder, "SubmitTaskStateChange",
+                               {{"task", task}, {"status", "STOPPED"}, {"reason", "forged"}}),
+                "reporting another's task stopped");
+  expect_denied(agent::CallEcs(intruder, "SubmitContainerStateChange",
+                               {{"task", task}, {"containerName", "main"}, {"status", "STOPPED"}}),
+                "reporting another's container stopped");
+  const Json t = server_->Call("DescribeTasks", {{"tasks", {task}}})["tasks"][0];
+  EXPECT_NE(t["lastStatus"], "STOPPED") << t.dump();
+  EXPECT_EQ(t["desiredStatus"], "RUNNING");
+  const Json ci = server_->Call("DescribeContainerInstances", {{"containerInstances", {victim}}});
+  EXPECT_EQ(ci["containerInstances"][0]["status"], "ACTIVE");
+
+  // Its own instance it may re-register and deregister; the admin key may act for any.
+  Json mine = RegistrationBody();
+  mine["containerInstanceArn"] = own;
+  EXPECT_TRUE(agent::CallEcs(intruder, "RegisterContainerInstance", mine).ok());
+  EXPECT_TRUE(agent::CallEcs(intruder, "DeregisterContainerInstance", {{"containerInstance", own}}).ok());
+  server_->Call("StopTask", {{"task", task}});
 }
 
 TEST_F(AuthTest, AnAgentWithAWrongSecretDoesNotStartAndSaysWhy) {

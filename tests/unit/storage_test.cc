@@ -121,6 +121,7 @@ ContainerInstance FullInstance(const std::string& arn) {
   i.running_tasks_count = 3;
   i.pending_tasks_count = 1;
   i.registered_at = 1'700'000'000'500;
+  i.registered_by = "AKIDAGENT0000000002";
   i.version = 17;
   return i;
 }
@@ -230,13 +231,13 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
   EXPECT_EQ(FieldCount<Gpu>(), 7u);
   EXPECT_EQ(FieldCount<Resources>(), 2u);
   EXPECT_EQ(FieldCount<Attribute>(), 2u);
-  EXPECT_EQ(FieldCount<ContainerInstance>(), 18u);
+  EXPECT_EQ(FieldCount<ContainerInstance>(), 19u);
   EXPECT_EQ(FieldCount<ContainerOverride>(), 7u);
   EXPECT_EQ(FieldCount<TaskOverride>(), 3u);
   EXPECT_EQ(FieldCount<Container>(), 9u);
   EXPECT_EQ(FieldCount<GpuReservation>(), 5u);
   EXPECT_EQ(FieldCount<Task>(), 24u);
-  EXPECT_EQ(FieldCount<ClientTokenRecord>(), 5u);
+  EXPECT_EQ(FieldCount<ClientTokenRecord>(), 6u);  // write_seq is not stored (the server's, per run)
 }
 
 // ---- Helpers --------------------------------------------------------------------------------------------
