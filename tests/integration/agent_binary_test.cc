@@ -15,6 +15,7 @@
 #include <functional>
 #include <thread>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "agent/channel_client.h"
@@ -24,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using agent::Json;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 // Child is one process of ours, killed (SIGKILL unless stopped gracefully) when the test ends.
@@ -329,11 +331,24 @@ TEST_F(AgentBinaryTest, DockerRuntimeRunsTheTaskInARealEngine) {
     GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (../shared/recipes/docker-engine.sh start DIR prints it) to run this";
   StartServer();
   StartAgent("docker");
-  RegisterScript("dockerenv", "echo $NVIDIA_VISIBLE_DEVICES $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; ls -d $CUDA_MPS_PIPE_DIRECTORY || exit 9; exit 5");
+  // A task without a GPU runs in the engine.
+  Call("RegisterTaskDefinition",
+       {{"family", "plain"},
+        {"containerDefinitions",
+         Json::array({{{"name", "main"}, {"image", "gpupack-test/busybox:latest"}, {"memory", 64},
+                       {"entryPoint", {"/bin/sh", "-c"}}, {"command", {"echo $NVIDIA_VISIBLE_DEVICES; exit 5"}}}})}});
+  std::string plain = Run("plain");
+  Json p = WaitTask(plain, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(p["containers"][0]["exitCode"], 5) << p.dump();
+  EXPECT_EQ(p["stopCode"], "EssentialContainerExited");
+  // A GPU task on an engine that can hand the container no GPU (no nvidia runtime, no CDI spec, no device nodes
+  // on a machine without GPUs) never starts, and says why. The fake GPUs stay registered so this can be seen.
+  RegisterScript("dockerenv", "exit 5");
   std::string arn = Run("dockerenv");
   Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
-  EXPECT_EQ(t["containers"][0]["exitCode"], 5) << t.dump();  // the pipe directory was mounted (ls succeeded)
-  EXPECT_EQ(t["stopCode"], "EssentialContainerExited");
+  EXPECT_EQ(t["stopCode"], "TaskFailedToStart") << t.dump();
+  EXPECT_THAT(t["stoppedReason"].get<std::string>(), HasSubstr("no GPU injection works on this host")) << t.dump();
+  EXPECT_THAT(t["stoppedReason"].get<std::string>(), HasSubstr("nvidia: the engine has no nvidia runtime"));
 }
 
 }  // namespace
