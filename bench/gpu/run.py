@@ -573,6 +573,8 @@ def main():
     p.add_argument("--driver-root", default="", help="the agent's --driver-root (devices mode)")
     p.add_argument("--busybox", default=os.environ.get("GPUPACK_BUSYBOX", "/bin/busybox"),
                    help="a static busybox for the docker image")
+    # A SIGTERM (a `timeout` around the run) ends it through main's finally: agent, server and MPS daemons quit.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     Run(p.parse_args()).main()
 
 
