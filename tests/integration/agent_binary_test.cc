@@ -13,12 +13,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "agent/channel_client.h"
+#include "agent/gpu_discovery.h"
 
 namespace gpupack {
 namespace {
@@ -349,6 +352,35 @@ TEST_F(AgentBinaryTest, DockerRuntimeRunsTheTaskInARealEngine) {
   EXPECT_EQ(t["stopCode"], "TaskFailedToStart") << t.dump();
   EXPECT_THAT(t["stoppedReason"].get<std::string>(), HasSubstr("no GPU injection works on this host")) << t.dump();
   EXPECT_THAT(t["stoppedReason"].get<std::string>(), HasSubstr("nvidia: the engine has no nvidia runtime"));
+}
+
+TEST_F(AgentBinaryTest, ADockerAgentThatCanInjectNoGpuRegistersNone) {
+#ifndef GPUPACK_FAKE_NVML
+  GTEST_SKIP() << "built without the fake NVML";
+#else
+  if (!std::getenv("GPUPACK_DOCKER_SOCKET"))
+    GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (../shared/recipes/docker-engine.sh start DIR prints it) to run this";
+  StartServer();
+  // NVML (the fake library) lists two GPUs; devices injection (their device nodes, a driver root that holds no
+  // driver libraries) cannot hand them to a container, so the agent offers none and says why.
+  setenv(agent::kNvmlLibraryEnv, GPUPACK_FAKE_NVML, 1);
+  fs::create_directories(dir_ / "empty-driver-root");
+  agent_ = std::make_unique<Child>(
+      std::vector<std::string>{GPUPACK_BIN, "agent", "--server", url_, "--gpus", "nvml", "--runtime", "docker",
+                               "--docker-socket", std::getenv("GPUPACK_DOCKER_SOCKET"), "--docker-gpu", "devices",
+                               "--driver-root", (dir_ / "empty-driver-root").string(), "--mps-control", "/bin/false",
+                               "--state-dir", (dir_ / "agent").string(), "--mps-pipe-dir", (dir_ / "mps").string(),
+                               "--name", "node-a", "--log-level", "info"},
+      dir_ / "agent.log");
+  unsetenv(agent::kNvmlLibraryEnv);
+  Json ci = WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  EXPECT_TRUE(!ci.contains("gpuDevices") || ci["gpuDevices"].empty()) << ci.dump();
+  std::ifstream in(dir_ / "agent.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(log, HasSubstr("registering no GPUs (2 found)"));
+  // Why: the device nodes of the fake GPUs (minors 3 and 7), or on a host that has them, the empty driver root.
+  EXPECT_THAT(log, HasSubstr("no GPU injection works on this host (--docker-gpu devices): devices: "));
+#endif
 }
 
 }  // namespace
