@@ -13,6 +13,7 @@
 #include "agent/channel_client.h"
 #include "agent/gpu_discovery.h"
 #include "agent/gpu_health.h"
+#include "agent/gpu_injection.h"
 #include "agent/mps_daemon.h"
 #include "agent/runtime.h"
 #include "agent/server_connection.h"
@@ -53,6 +54,9 @@ struct Agent::Impl final : ServerConnection::Listener {
   std::unique_ptr<MpsSupervisor> mps;
   std::unique_ptr<Runtime> runtime;
   RuntimeKind runtime_kind = RuntimeKind::kProcess;
+  // docker: how containers get their GPU; kNone registers no real GPUs (the summary says why).
+  GpuInjectionMode injection = GpuInjectionMode::kNone;
+  std::string injection_summary;
   bool fake_gpus = false;
   std::unique_ptr<TaskStore> store;
   std::unique_ptr<GpuHealth> health;
@@ -121,7 +125,22 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     impl->runtime = impl->metrics->TimeRuntime(std::move(*rt));
     impl->runtime_kind = RuntimeKind::kProcess;
   } else if (options.runtime == "docker") {
-    auto rt = MakeDockerRuntime({options.docker_socket, options.name});
+    GpuInjectionOptions gpu;
+    gpu.mode = options.docker_gpu;
+    gpu.driver_root = options.driver_root;
+    gpu.extra_binds = options.docker_gpu_binds;
+    auto devices = impl->gpus->Discover();
+    if (!devices.ok()) return devices.status();
+    auto plan = DetectGpuInjection(options.docker_socket, gpu, *devices);
+    if (!plan.ok()) return plan.status();
+    impl->injection = plan->mode;
+    impl->injection_summary = plan->summary;
+    if (plan->mode == GpuInjectionMode::kNone) {
+      spdlog::warn("agent: docker GPU injection: {}", plan->summary);
+    } else {
+      spdlog::info("agent: docker GPU injection {}", plan->summary);
+    }
+    auto rt = MakeDockerRuntime({options.docker_socket, options.name}, std::move(*plan));
     if (!rt.ok()) return rt.status();
     impl->runtime = impl->metrics->TimeRuntime(std::move(*rt));
     impl->runtime_kind = RuntimeKind::kDocker;
@@ -145,6 +164,12 @@ Status Agent::Start() {
   }
   auto devices = a.gpus->Discover();
   if (!devices.ok()) return devices.status();
+  if (a.runtime_kind == RuntimeKind::kDocker && a.injection == GpuInjectionMode::kNone && !a.fake_gpus &&
+      !devices->empty()) {
+    // No container could see a GPU: offer none rather than take tasks that would all fail to start.
+    spdlog::warn("agent: registering no GPUs ({} found): {}", devices->size(), a.injection_summary);
+    devices->clear();
+  }
   if (Status s = a.mps->Start(); !s.ok())
     spdlog::warn("agent: MPS control daemon did not start: {} (shared tasks will be refused until it does)", s.message());
 

@@ -33,6 +33,12 @@ struct AgentOptions {
   std::string gpus = "nvml";            // nvml | fake:SPEC
   std::string runtime = "process";      // process | docker
   std::string docker_socket = "/var/run/docker.sock";
+  // The docker runtime's GPU injection (agent/gpu_injection.h): auto | nvidia | cdi | devices; the driver root for
+  // devices (empty: found); binds every GPU container also gets. An agent whose host can inject no GPU registers
+  // none (fake GPUs excepted: their tasks are refused at start, with the reason).
+  std::string docker_gpu = "auto";
+  std::string driver_root;
+  std::vector<std::string> docker_gpu_binds;
   std::string mps_pipe_dir = "/run/gpupack-mps";
   std::string mps_control_program = "nvidia-cuda-mps-control";
   std::string state_dir = "/var/lib/gpupack-agent";

@@ -6,6 +6,11 @@
 // apart. The runtime id is the engine's container id. Images are not pulled: a missing image is an error that
 // carries the engine's message (it becomes TaskFailedToStart).
 //
+// GPUs: a container's GPUs are the UUIDs of NVIDIA_VISIBLE_DEVICES in its environment (the agent sets it for
+// every container, "void" for none). The runtime's GpuInjection plan (agent/gpu_injection.h) adds what the host
+// needs for them to the create call; a GPU container the plan cannot serve is refused before anything is created,
+// with the mode and what is missing (TaskFailedToStart), so no container runs without its GPU.
+//
 // Thread-safe: it holds no state besides its options (const after construction) and every engine request has a
 // connection of its own (DockerClient), so calls for different containers may run at once; calls for the same
 // container must not overlap (the agent runs each task's work one event at a time). A new instance after an agent
@@ -19,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/docker_client.h"
+#include "agent/gpu_injection.h"
 #include "agent/proc_tree.h"
 #include "agent/runtime.h"
 
@@ -95,10 +101,12 @@ ContainerStatus StatusOf(const Json& state) {
 
 class DockerRuntime final : public Runtime {
  public:
-  DockerRuntime(DockerRuntimeOptions options, std::string api_version)
+  DockerRuntime(DockerRuntimeOptions options, std::string api_version, GpuInjection injection)
       : options_(std::move(options)),
         client_(DockerClientOptions{options_.socket_path, options_.request_timeout, options_.max_response_bytes}),
-        prefix_("/v" + api_version) {}
+        prefix_("/v" + api_version),
+        injection_(std::move(injection)),
+        create_prefix_(CreatePrefix(api_version, injection_)) {}
 
   std::string Name() const override { return "docker"; }
 
@@ -109,8 +117,9 @@ class DockerRuntime final : public Runtime {
       return Status::InvalidParameter("container " + spec.container_name +
                                       ": environment variable with an empty name or a '=' in its name");
     }
+    if (Status gpus = InjectGpus(injection_, VisibleGpus(spec.environment), body); !gpus.ok()) return gpus;
     const std::string name = "gpupack-" + SanitizedName(TaskIdOf(spec.task_arn) + "-" + spec.container_name);
-    auto created = Call("POST", "/containers/create?name=" + UrlEncode(name), body.dump());
+    auto created = client_.Request("POST", create_prefix_ + "/containers/create?name=" + UrlEncode(name), body.dump());
     if (!created.ok()) return created.status();
     if (created->status != 201) {
       if (created->status == 404) {
@@ -272,14 +281,30 @@ class DockerRuntime final : public Runtime {
     return body;
   }
 
+  // CreatePrefix: the create call's API version: the negotiated one, or the plan's when that is newer (CDI device
+  // requests need 1.44).
+  static std::string CreatePrefix(const std::string& api_version, const GpuInjection& injection) {
+    auto negotiated = ParseVersion(api_version);
+    auto needed = ParseVersion(injection.api_version);
+    return "/v" + (needed && negotiated && *needed > *negotiated ? injection.api_version : api_version);
+  }
+
   DockerRuntimeOptions options_;
   DockerClient client_;
   std::string prefix_;  // "/v1.41"
+  const GpuInjection injection_;
+  std::string create_prefix_;  // prefix_, or newer when the GPU injection needs it
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Runtime>> MakeDockerRuntime(DockerRuntimeOptions options) {
+  GpuInjection none;
+  none.summary = "the docker runtime was made without GPU injection";
+  return MakeDockerRuntime(std::move(options), std::move(none));
+}
+
+Result<std::unique_ptr<Runtime>> MakeDockerRuntime(DockerRuntimeOptions options, GpuInjection injection) {
   if (options.agent_label.empty()) {
     return Status::InvalidParameter("docker runtime: agent_label is required (it keeps agents apart)");
   }
@@ -307,9 +332,15 @@ Result<std::unique_ptr<Runtime>> MakeDockerRuntime(DockerRuntimeOptions options)
                                JsonString(json, "ApiVersion") + ", gpupack needs " + options.api_version);
   }
   if (oldest && *oldest > *wanted) version = JsonString(json, "MinAPIVersion");
+  if (auto needed = ParseVersion(injection.api_version); needed && *newest < *needed) {
+    return Status::Unsupported("docker engine at " + options.socket_path + " serves API " +
+                               JsonString(json, "ApiVersion") + ", GPU injection " +
+                               GpuInjectionModeName(injection.mode) + " needs " + injection.api_version);
+  }
   spdlog::info("docker runtime: engine {} at {}, API v{}", JsonString(json, "Version"), options.socket_path,
                version);
-  return std::unique_ptr<Runtime>(std::make_unique<DockerRuntime>(std::move(options), std::move(version)));
+  return std::unique_ptr<Runtime>(
+      std::make_unique<DockerRuntime>(std::move(options), std::move(version), std::move(injection)));
 }
 
 }  // namespace gpupack::agent

@@ -104,6 +104,7 @@ using GetStringFn = Return (*)(Device, char*, unsigned int);
 using GetMemoryInfoFn = Return (*)(Device, Memory*);
 using GetMemoryInfoV2Fn = Return (*)(Device, MemoryV2*);
 using GetAttributesFn = Return (*)(Device, DeviceAttributes*);
+using GetMinorNumberFn = Return (*)(Device, unsigned int*);
 using GetProcessesFn = Return (*)(Device, unsigned int*, ProcessInfo*);
 using GetDriverVersionFn = Return (*)(char*, unsigned int);
 using EventSetCreateFn = Return (*)(EventSet*);
@@ -209,6 +210,10 @@ class NvmlLibrary {
       nvml::DeviceAttributes a{};
       if (get_attributes_(dev, &a) == nvml::kSuccess) g.sm_count = static_cast<int>(a.multiprocessorCount);
     }
+    if (get_minor_) {
+      unsigned int minor = 0;
+      if (get_minor_(dev, &minor) == nvml::kSuccess) g.minor = static_cast<int>(minor);
+    }
     return g;
   }
 
@@ -310,6 +315,7 @@ class NvmlLibrary {
     get_memory_v2_ = Symbol<nvml::GetMemoryInfoV2Fn>("nvmlDeviceGetMemoryInfo_v2");
     get_memory_v1_ = Symbol<nvml::GetMemoryInfoFn>("nvmlDeviceGetMemoryInfo");
     get_attributes_ = Symbol<nvml::GetAttributesFn>("nvmlDeviceGetAttributes_v2");
+    get_minor_ = Symbol<nvml::GetMinorNumberFn>("nvmlDeviceGetMinorNumber");
     driver_version_ = Symbol<nvml::GetDriverVersionFn>("nvmlSystemGetDriverVersion");
     event_set_create_ = Symbol<nvml::EventSetCreateFn>("nvmlEventSetCreate");
     event_set_free_ = Symbol<nvml::EventSetFreeFn>("nvmlEventSetFree");
@@ -391,6 +397,7 @@ class NvmlLibrary {
   nvml::GetMemoryInfoV2Fn get_memory_v2_ = nullptr;
   nvml::GetMemoryInfoFn get_memory_v1_ = nullptr;
   nvml::GetAttributesFn get_attributes_ = nullptr;
+  nvml::GetMinorNumberFn get_minor_ = nullptr;  // optional: minor stays -1 without it
   nvml::GetDriverVersionFn driver_version_ = nullptr;
   nvml::GetProcessesFn compute_processes_ = nullptr;
   const char* compute_processes_name_ = "";
@@ -548,6 +555,7 @@ Result<std::unique_ptr<FakeGpus>> FakeGpus::Create(const std::string& spec, cons
       d.total_mib = d.usable_mib = mib;
       d.reserved_mib = 0;
       d.sm_count = kFakeSmCount;
+      d.minor = d.index;
       devices.push_back(std::move(d));
     }
     if (devices.size() > static_cast<size_t>(kMaxFakeGpus)) {

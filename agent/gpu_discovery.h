@@ -20,6 +20,9 @@ struct GpuDevice {
   MiB reserved_mib = 0;   // reserved by the driver/firmware (nvmlDeviceGetMemoryInfo_v2 `reserved`)
   MiB usable_mib = 0;     // total - reserved: what the agent registers as gpuInfo.memoryInMiB
   int sm_count = 0;       // multiprocessors, 0 when unknown
+  // minor: the device node's minor number, /dev/nvidia<minor> (nvmlDeviceGetMinorNumber; fake GPUs: the index);
+  // -1 when NVML cannot tell. The docker runtime's `devices` injection passes that node to the container.
+  int minor = -1;
 };
 
 // Memory one process uses on one GPU (NVML's running compute processes; under MPS the MPS clients).
@@ -79,7 +82,8 @@ std::string NvmlLibraryPath();
 // lacks a function gpupack needs, fails nvmlInit, or reports 0 GPUs. MakeGpuDiscovery("nvml") calls it with
 // NvmlLibraryPath().
 //   Discover: usable_mib = floor((total - reserved) bytes / MiB) from nvmlDeviceGetMemoryInfo_v2 (v1, with
-//             reserved 0, when the driver lacks _v2); sm_count from nvmlDeviceGetAttributes_v2, else 0.
+//             reserved 0, when the driver lacks _v2); sm_count from nvmlDeviceGetAttributes_v2, else 0; minor
+//             from nvmlDeviceGetMinorNumber, else -1.
 //   Processes: per GPU, the union of nvmlDeviceGetComputeRunningProcesses_v3 and
 //             nvmlDeviceGetMPSComputeRunningProcesses_v3 (_v2 when _v3 is missing), one entry per (pid, GPU)
 //             with the larger memory; memory NVML cannot report counts as 0. Sorted by GPU index, then pid.

@@ -14,6 +14,7 @@
 
 #include "agent/docker_client.h"
 #include "agent/gpu_discovery.h"
+#include "agent/gpu_injection.h"
 #include "agent/mps_daemon.h"
 #include "agent/runtime.h"
 
@@ -81,7 +82,7 @@ HostCheckItem CheckDeviceNodes(const HostCheckOptions& o, const std::vector<GpuD
   const char* name = "device nodes";
   if (FakeGpus(o)) return Ok(name, "fake GPUs: no device nodes needed");
   std::vector<std::string> wanted = {"nvidiactl", "nvidia-uvm"};
-  for (const GpuDevice& d : devices) wanted.push_back("nvidia" + std::to_string(d.index));
+  for (const GpuDevice& d : devices) wanted.push_back("nvidia" + std::to_string(d.minor >= 0 ? d.minor : d.index));
   std::vector<std::string> missing;
   for (const std::string& node : wanted) {
     struct stat st {};
@@ -213,12 +214,19 @@ HostCheckItem CheckDockerEngine(const HostCheckOptions& o) {
   return Ok(name, engine + " answers on " + o.agent.docker_socket);
 }
 
-// CheckGpuInjection reads GET /info: DefaultRuntime, Runtimes and CDISpecDirs.
-HostCheckItem CheckGpuInjection(const HostCheckOptions& o) {
+// CheckGpuInjection: the mode the agent's docker runtime would use (agent/gpu_injection.h), from GET /info, the
+// GPUs NVML lists and the host's device nodes and driver libraries.
+HostCheckItem CheckGpuInjection(const HostCheckOptions& o, const std::vector<GpuDevice>& devices) {
   const char* name = "GPU injection";
   const std::string fix =
-      "install the NVIDIA Container Toolkit (nvidia-container-toolkit), make its runtime the default "
-      "(`nvidia-ctk runtime configure --runtime=docker --set-as-default`) and restart docker";
+      "give containers their GPU one of three ways: install the NVIDIA Container Toolkit (nvidia-container-toolkit; "
+      "its nvidia runtime need not be the default), or generate CDI specs (`nvidia-ctk cdi generate "
+      "--output=/etc/cdi/nvidia.yaml`, on Docker 25+ with CDI on), or make the device nodes exist and point "
+      "--driver-root at the driver's libraries";
+  GpuInjectionOptions gpu;
+  gpu.mode = o.agent.docker_gpu;
+  gpu.driver_root = o.agent.driver_root;
+  gpu.device_dir = o.device_dir;
   DockerClient client({o.agent.docker_socket, o.timeout, 4 << 20});
   auto info = client.Request("GET", "/info");
   if (!info.ok()) return Fail(name, "GET /info: " + info.status().message(), fix);
@@ -226,38 +234,27 @@ HostCheckItem CheckGpuInjection(const HostCheckOptions& o) {
     return Fail(name, "GET /info answered " + std::to_string(info->status) + ": " + EngineMessage(*info), fix);
   auto json = Json::parse(info->body, nullptr, false);
   if (!json.is_object()) return Fail(name, "GET /info answered no JSON object", fix);
-  const std::string default_runtime = json.contains("DefaultRuntime") && json["DefaultRuntime"].is_string()
-                                          ? json["DefaultRuntime"].get<std::string>()
-                                          : "";
-  std::string runtimes;
-  bool has_nvidia = false;
-  if (json.contains("Runtimes") && json["Runtimes"].is_object()) {
-    for (const auto& [runtime, _] : json["Runtimes"].items()) {
-      runtimes += (runtimes.empty() ? "" : ", ") + runtime;
-      has_nvidia = has_nvidia || runtime == "nvidia";
-    }
+  std::string api;
+  if (auto version = client.Request("GET", "/version"); version.ok() && version->status == 200) {
+    auto v = Json::parse(version->body, nullptr, false);
+    if (v.is_object() && v.contains("ApiVersion") && v["ApiVersion"].is_string()) api = v["ApiVersion"].get<std::string>();
   }
-  std::string cdi;
-  if (json.contains("CDISpecDirs") && json["CDISpecDirs"].is_array()) {
-    for (const auto& dir : json["CDISpecDirs"])
-      if (dir.is_string()) cdi += (cdi.empty() ? "" : ", ") + dir.get<std::string>();
+  const EngineGpuSupport engine = ParseEngineGpuSupport(json, api);
+  std::string runtimes, cdi;
+  for (const std::string& r : engine.runtimes) runtimes += (runtimes.empty() ? "" : ", ") + r;
+  for (const std::string& d : engine.cdi_spec_dirs) cdi += (cdi.empty() ? "" : ", ") + d;
+  const std::string seen = "runtimes: " + (runtimes.empty() ? std::string("(none)") : runtimes) +
+                           (cdi.empty() ? "" : "; CDI spec dirs: " + cdi);
+  auto plan = ChooseGpuInjection(gpu, engine, FakeGpus(o) ? std::vector<GpuDevice>() : devices);
+  if (!plan.ok()) return Fail(name, plan.status().message(), "give --docker-gpu auto, nvidia, cdi or devices");
+  if (FakeGpus(o)) {
+    return Ok(name, "fake GPUs: not needed (" + seen + "; a GPU task is refused unless a mode works: " +
+                        (plan->mode == GpuInjectionMode::kNone ? std::string("none does") : plan->summary) + ")");
   }
-  std::string seen = "default runtime " + (default_runtime.empty() ? std::string("(none)") : default_runtime) +
-                     "; runtimes: " + (runtimes.empty() ? std::string("(none)") : runtimes) +
-                     (cdi.empty() ? "" : "; CDI spec dirs: " + cdi);
-  if (FakeGpus(o)) return Ok(name, "fake GPUs: not needed (" + seen + ")");
-  if (default_runtime == "nvidia") {
-    return Ok(name, seen + ": containers get their GPU through NVIDIA_VISIBLE_DEVICES");
+  if (plan->mode == GpuInjectionMode::kNone) {
+    return Fail(name, plan->summary + " (" + seen + "); the agent registers no GPUs", fix);
   }
-  if (has_nvidia) {
-    return Fail(name,
-                seen +
-                    ": the nvidia runtime is installed but not the default, so NVIDIA_VISIBLE_DEVICES is "
-                    "ignored and containers see no GPU",
-                "make it the default: `nvidia-ctk runtime configure --runtime=docker --set-as-default`, then "
-                "`systemctl restart docker`");
-  }
-  return Fail(name, seen + ": no nvidia runtime, so containers see no GPU", fix);
+  return Ok(name, plan->summary + " (" + seen + ")");
 }
 
 }  // namespace
@@ -274,7 +271,7 @@ std::vector<HostCheckItem> RunHostCheck(const HostCheckOptions& options) {
   if (options.agent.runtime == "docker") {
     items.push_back(CheckDockerEngine(options));
     if (items.back().ok) {
-      items.push_back(CheckGpuInjection(options));
+      items.push_back(CheckGpuInjection(options, devices));
     } else {
       items.push_back(Fail("GPU injection", "not checked: the engine does not answer", "fix the docker engine first"));
     }

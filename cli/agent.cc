@@ -23,6 +23,16 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--gpus", f.gpus, "nvml, or fake:SPEC for simulated GPUs (e.g. fake:2x22587)")->capture_default_str();
   app.add_option("--runtime", f.runtime, "process or docker")->capture_default_str();
   app.add_option("--docker-socket", f.docker_socket, "Docker Engine socket (docker runtime)")->capture_default_str();
+  app.add_option("--docker-gpu", f.docker_gpu,
+                 "how the docker runtime hands containers their GPU: auto (the first that works of:) nvidia (the "
+                 "engine's nvidia runtime), cdi (CDI specs), devices (device nodes and the driver's libraries)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "nvidia", "cdi", "devices"}));
+  app.add_option("--driver-root", f.driver_root,
+                 "devices mode: the directory holding the driver's libcuda.so.1 and libnvidia-ml.so.1 (in lib64, lib "
+                 "or itself; default: found under /usr/local/nvidia, /run/nvidia/driver, ... or by ldconfig)");
+  app.add_option("--docker-gpu-bind", f.docker_gpu_binds,
+                 "HOST:CONTAINER[:ro|rw] bind every GPU container also gets, e.g. a host's CUDA toolkit (repeatable)");
   app.add_option("--mps-pipe-dir", f.mps_pipe_dir, "CUDA_MPS_PIPE_DIRECTORY of the MPS daemon this agent runs")
       ->capture_default_str();
   app.add_option("--mps-control", f.mps_control, "the MPS control program")->capture_default_str();
@@ -91,6 +101,9 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.gpus = f.gpus;
   o.runtime = f.runtime;
   o.docker_socket = f.docker_socket;
+  o.docker_gpu = f.docker_gpu;
+  o.driver_root = f.driver_root;
+  o.docker_gpu_binds = f.docker_gpu_binds;
   o.mps_pipe_dir = f.mps_pipe_dir;
   o.mps_control_program = f.mps_control;
   o.state_dir = f.state_dir;

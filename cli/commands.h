@@ -45,6 +45,9 @@ struct AgentFlags {
   std::string gpus = "nvml";
   std::string runtime = "process";
   std::string docker_socket = "/var/run/docker.sock";
+  std::string docker_gpu = "auto";            // --docker-gpu: auto | nvidia | cdi | devices
+  std::string driver_root;                    // --driver-root (devices mode)
+  std::vector<std::string> docker_gpu_binds;  // --docker-gpu-bind HOST:CONTAINER[:ro|rw]
   std::string mps_pipe_dir = "/run/gpupack-mps";
   std::string mps_control = "nvidia-cuda-mps-control";
   std::string state_dir = "/var/lib/gpupack-agent";

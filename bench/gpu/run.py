@@ -4,6 +4,11 @@
 Starts `gpupack server` (loopback, a fresh SQLite file) and `gpupack agent --gpus nvml --runtime process` (the agent
 starts and supervises its own MPS control daemon in a private pipe directory), runs bench/gpu/workload.py as
 gpupack tasks through RunTask, and records what each task measured, what the API said about it, and when.
+
+With --runtime docker every task is a container of a Docker engine (--docker-socket, or $GPUPACK_DOCKER_SOCKET;
+bench/gpu/engine.sh starts one): the image is busybox imported here, the host's Python, PyTorch and CUDA come in as
+read-only binds (the agent's --docker-gpu-bind), and the agent hands each container its GPU as --docker-gpu says
+(default auto). The workload's lines go to a host directory bound into every container.
 Results go to <out>/results.json (rewritten after every scenario, so a cut-short run keeps what it measured);
 bench/gpu/report.py turns them into docs/gpu-validation.md. bench/gpu/run.sh is the entry point.
 
@@ -15,8 +20,12 @@ import calendar
 import json
 import os
 import signal
+import http.client
+import io
+import socket
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +33,27 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "workload.py")
 TARGET = "AmazonEC2ContainerServiceV20141113."
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the Docker engine's unix socket."""
+
+    def __init__(self, path, timeout=120):
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def engine_request(sock, method, path, body=None, content_type="application/json"):
+    c = UnixHTTPConnection(sock)
+    headers = {"Content-Type": content_type} if body is not None else {}
+    c.request(method, path, body=body, headers=headers)
+    r = c.getresponse()
+    return r.status, r.read()
 
 
 def agent_hold_times(log_path, since):
@@ -63,6 +93,10 @@ class Run:
         self.server = None
         self.agent = None
         self.registered = set()
+        self.docker = args.runtime == "docker"
+        self.task_logs = os.path.join(self.work, "task-logs")  # docker: <tag>.log of each task, bound in
+        self.tags = {}  # docker: task ARN -> the tag its workload writes its lines under
+        self.image = "gpupack-bench/workload:1"
 
     # ---- plumbing
 
@@ -101,9 +135,15 @@ class Run:
 
     def start_agent(self, watchdog_ms):
         cmd = [self.args.gpupack, "agent", "--server", self.url.rstrip("/"), "--cluster", "gpu", "--gpus", "nvml",
-               "--runtime", "process", "--mps-pipe-dir", self.pipe, "--state-dir", self.state,
+               "--runtime", self.args.runtime, "--mps-pipe-dir", self.pipe, "--state-dir", self.state,
                "--name", "gpu-node", "--stop-grace-ms", "2000", "--watchdog-ms", str(watchdog_ms),
                "--mps-probe-ms", "1000", "--log-level", "info"]
+        if self.docker:
+            cmd += ["--docker-socket", self.args.docker_socket, "--docker-gpu", self.args.docker_gpu]
+            if self.args.driver_root:
+                cmd += ["--driver-root", self.args.driver_root]
+            for bind in self.docker_binds():
+                cmd += ["--docker-gpu-bind", bind]
         self.agent = subprocess.Popen(cmd, stdout=open(os.path.join(self.work, "agent.log"), "a"),
                                       stderr=subprocess.STDOUT)
         for _ in range(200):
@@ -144,13 +184,23 @@ class Run:
             gpu["sharingStrategy"] = {"nvidiaMps": mps}
         c = {"name": "main", "image": "gpupack/workload", "cpu": 512, "memory": 4096, "essential": True,
              "entryPoint": [sys.executable, WORKLOAD], "command": ["mem"], "resourceRequirements": [gpu]}
+        if self.docker:
+            # The container's memory limit is real here: room for PyTorch and the CUDA libraries it maps.
+            c.update(image=self.image, memory=16384,
+                     environment=[{"name": "GPUPACK_BENCH_LOG_DIR", "value": self.task_logs}])
         self.ecs("RegisterTaskDefinition", {"family": family, "containerDefinitions": [c]})
         self.registered.add(family)
 
     def run_task(self, family, command, check=True):
-        body = {"cluster": "gpu", "taskDefinition": family,
-                "overrides": {"containerOverrides": [{"name": "main", "command": command}]}}
+        override = {"name": "main", "command": command}
+        tag = None
+        if self.docker:
+            tag = f"task-{len(self.tags) + 1}-{int(time.time() * 1000)}"
+            override["environment"] = [{"name": "GPUPACK_BENCH_TAG", "value": tag}]
+        body = {"cluster": "gpu", "taskDefinition": family, "overrides": {"containerOverrides": [override]}}
         r = self.ecs("RunTask", body)
+        if tag and r.get("tasks"):
+            self.tags[r["tasks"][0]["taskArn"]] = tag
         if r.get("failures") or not r.get("tasks"):
             if check:
                 raise RuntimeError(f"RunTask {family}: {r.get('failures')}")
@@ -169,8 +219,11 @@ class Run:
             time.sleep(0.2)
 
     def output(self, arn):
-        """The JSON lines the task's workload printed (the process runtime's log of container `main`)."""
+        """The JSON lines the task's workload printed (the process runtime's log of container `main`; docker: the
+        file the workload wrote in the bound log directory)."""
         path = os.path.join(self.state, "logs", arn.rsplit("/", 1)[1], "main.log")
+        if self.docker:
+            path = os.path.join(self.task_logs, self.tags.get(arn, "none") + ".log")
         lines = []
         try:
             with open(path) as f:
@@ -379,6 +432,51 @@ class Run:
             "after": after}
         self.save()
 
+    # ---- docker
+
+    def docker_binds(self):
+        """What every GPU container gets from the host, read-only: the system's directories (Python, PyTorch, CUDA,
+        the dynamic loader), this Python's prefix and the workload; and the task log directory, writable."""
+        binds = []
+        for d in ["/usr", "/lib", "/lib64", "/opt", "/etc", sys.prefix, HERE]:
+            d = os.path.abspath(d)  # /lib stays /lib where it links to /usr/lib: the loader is looked up there
+            if os.path.isdir(d) and not any(d == b or d.startswith(b + "/") for b in binds):
+                binds.append(d)
+        return [f"{d}:{d}:ro" for d in binds] + [f"{self.task_logs}:{self.task_logs}:rw"]
+
+    def import_image(self):
+        """A busybox image with mount points for the binds, imported into the engine (no registry needed)."""
+        busybox = self.args.busybox
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            for d in ["bin", "tmp", "usr", "lib", "lib64", "opt", "etc", "proc", "sys", "dev", "run", "root"]:
+                info = tarfile.TarInfo(d)
+                info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
+                t.addfile(info)
+            t.add(busybox, arcname="bin/busybox")
+            for applet in ["sh", "ls", "cat", "env", "sleep"]:
+                info = tarfile.TarInfo("bin/" + applet)
+                info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+                t.addfile(info)
+        repo, tag = self.image.rsplit(":", 1)
+        status, body = engine_request(self.args.docker_socket, "POST", f"/images/create?fromSrc=-&repo={repo}&tag={tag}",
+                                      buf.getvalue(), "application/x-tar")
+        if status != 200:
+            raise RuntimeError(f"image import: HTTP {status}: {body[:300]}")
+        status, body = engine_request(self.args.docker_socket, "GET", "/version")
+        self.results["setup"]["dockerEngine"] = json.loads(body).get("Version") if status == 200 else None
+        self.results["setup"]["dockerBinds"] = self.docker_binds()
+
+    def injection_line(self):
+        """What the agent logged about how containers get their GPU."""
+        try:
+            for line in open(os.path.join(self.work, "agent.log"), errors="replace"):
+                if "docker GPU injection" in line:
+                    return line.strip()
+        except OSError:
+            pass
+        return None
+
     # ---- the whole run
 
     @staticmethod
@@ -406,7 +504,8 @@ class Run:
         q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_mode,mig.mode.current,memory.total,"
                             "clocks.max.sm", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
         self.results["setup"] = {"nvidiaSmi": q, "gpupack": self.args.gpupack, "python": sys.version.split()[0],
-                                 "host": os.uname().nodename, "kernel": os.uname().release}
+                                 "host": os.uname().nodename, "kernel": os.uname().release,
+                                 "runtime": self.args.runtime}
         try:
             import torch
             self.results["setup"]["torch"] = torch.__version__
@@ -418,6 +517,10 @@ class Run:
         self.setup_facts()
         self.save()
         self.start_server()
+        if self.docker:
+            os.makedirs(self.task_logs, exist_ok=True)
+            os.chmod(self.task_logs, 0o777)
+            self.import_image()
         self.results["setup"]["computeModeBefore"] = self.results["setup"]["nvidiaSmi"]
         only = set(self.args.only.split(",")) if self.args.only else None
         want = lambda name: only is None or name in only
@@ -428,6 +531,8 @@ class Run:
                 self.stop_agent()
             ci = self.start_agent(watchdog_ms=1000)
             self.results["setup"]["instance"] = ci
+            self.results["setup"]["gpuInjection"] = self.injection_line()
+            self.save()
             for name, fn in (("memory", self.memory), ("compute", self.compute), ("neighbours", self.neighbours),
                              ("bypass", self.bypass_with_watchdog), ("fault", self.fault),
                              ("mps", self.mps_killed)):
@@ -462,6 +567,14 @@ def main():
     p.add_argument("--seconds", type=float, default=6.0, help="measuring window of each compute task")
     p.add_argument("--barrier", type=float, default=20.0, help="seconds from RunTask to a group's common start")
     p.add_argument("--only", default="", help="comma list: bypass0,memory,compute,neighbours,bypass,fault,mps")
+    p.add_argument("--runtime", choices=["process", "docker"], default="process")
+    p.add_argument("--docker-socket", default=os.environ.get("GPUPACK_DOCKER_SOCKET", "/var/run/docker.sock"))
+    p.add_argument("--docker-gpu", default="auto", help="the agent's --docker-gpu: auto, nvidia, cdi or devices")
+    p.add_argument("--driver-root", default="", help="the agent's --driver-root (devices mode)")
+    p.add_argument("--busybox", default=os.environ.get("GPUPACK_BUSYBOX", "/bin/busybox"),
+                   help="a static busybox for the docker image")
+    # A SIGTERM (a `timeout` around the run) ends it through main's finally: agent, server and MPS daemons quit.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     Run(p.parse_args()).main()
 
 

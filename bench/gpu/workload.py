@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpupack's GPU measurement workload, run as a gpupack task (process runtime) or by hand.
+"""gpupack's GPU measurement workload, run as a gpupack task (process or docker runtime) or by hand.
 
 Prints exactly one JSON line of results on stdout (flushed), plus, for the modes that hold the GPU, earlier
 "progress" lines that also are JSON (each with "event"). Every line carries "mode" and "t" (Unix time).
@@ -32,8 +32,15 @@ MIB = 1 << 20
 
 def emit(mode, **fields):
     fields = {"mode": mode, "t": round(time.time(), 3), "pid": os.getpid(), **fields}
-    sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
+    line = json.dumps(fields, sort_keys=True) + "\n"
+    sys.stdout.write(line)
     sys.stdout.flush()
+    # In a container (bench/gpu/run.py --runtime docker) the engine's logs go with the container, so the lines
+    # are also appended to <GPUPACK_BENCH_LOG_DIR>/<GPUPACK_BENCH_TAG>.log, a directory bound in from the host.
+    log_dir, tag = os.environ.get("GPUPACK_BENCH_LOG_DIR"), os.environ.get("GPUPACK_BENCH_TAG")
+    if log_dir and tag:
+        with open(os.path.join(log_dir, tag + ".log"), "a") as f:
+            f.write(line)
 
 
 def mps_env():

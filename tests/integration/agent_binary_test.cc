@@ -13,17 +13,22 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <string>
 #include <thread>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "agent/channel_client.h"
+#include "agent/gpu_discovery.h"
 
 namespace gpupack {
 namespace {
 
 namespace fs = std::filesystem;
 using agent::Json;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 // Child is one process of ours, killed (SIGKILL unless stopped gracefully) when the test ends.
@@ -329,11 +334,53 @@ TEST_F(AgentBinaryTest, DockerRuntimeRunsTheTaskInARealEngine) {
     GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (../shared/recipes/docker-engine.sh start DIR prints it) to run this";
   StartServer();
   StartAgent("docker");
-  RegisterScript("dockerenv", "echo $NVIDIA_VISIBLE_DEVICES $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; ls -d $CUDA_MPS_PIPE_DIRECTORY || exit 9; exit 5");
+  // A task without a GPU runs in the engine.
+  Call("RegisterTaskDefinition",
+       {{"family", "plain"},
+        {"containerDefinitions",
+         Json::array({{{"name", "main"}, {"image", "gpupack-test/busybox:latest"}, {"memory", 64},
+                       {"entryPoint", {"/bin/sh", "-c"}}, {"command", {"echo $NVIDIA_VISIBLE_DEVICES; exit 5"}}}})}});
+  std::string plain = Run("plain");
+  Json p = WaitTask(plain, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+  EXPECT_EQ(p["containers"][0]["exitCode"], 5) << p.dump();
+  EXPECT_EQ(p["stopCode"], "EssentialContainerExited");
+  // A GPU task on an engine that can hand the container no GPU (no nvidia runtime, no CDI spec, no device nodes
+  // on a machine without GPUs) never starts, and says why. The fake GPUs stay registered so this can be seen.
+  RegisterScript("dockerenv", "exit 5");
   std::string arn = Run("dockerenv");
   Json t = WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
-  EXPECT_EQ(t["containers"][0]["exitCode"], 5) << t.dump();  // the pipe directory was mounted (ls succeeded)
-  EXPECT_EQ(t["stopCode"], "EssentialContainerExited");
+  EXPECT_EQ(t["stopCode"], "TaskFailedToStart") << t.dump();
+  EXPECT_THAT(t["stoppedReason"].get<std::string>(), HasSubstr("no GPU injection works on this host")) << t.dump();
+  EXPECT_THAT(t["stoppedReason"].get<std::string>(), HasSubstr("nvidia: the engine has no nvidia runtime"));
+}
+
+TEST_F(AgentBinaryTest, ADockerAgentThatCanInjectNoGpuRegistersNone) {
+#ifndef GPUPACK_FAKE_NVML
+  GTEST_SKIP() << "built without the fake NVML";
+#else
+  if (!std::getenv("GPUPACK_DOCKER_SOCKET"))
+    GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (../shared/recipes/docker-engine.sh start DIR prints it) to run this";
+  StartServer();
+  // NVML (the fake library) lists two GPUs; devices injection (their device nodes, a driver root that holds no
+  // driver libraries) cannot hand them to a container, so the agent offers none and says why.
+  setenv(agent::kNvmlLibraryEnv, GPUPACK_FAKE_NVML, 1);
+  fs::create_directories(dir_ / "empty-driver-root");
+  agent_ = std::make_unique<Child>(
+      std::vector<std::string>{GPUPACK_BIN, "agent", "--server", url_, "--gpus", "nvml", "--runtime", "docker",
+                               "--docker-socket", std::getenv("GPUPACK_DOCKER_SOCKET"), "--docker-gpu", "devices",
+                               "--driver-root", (dir_ / "empty-driver-root").string(), "--mps-control", "/bin/false",
+                               "--state-dir", (dir_ / "agent").string(), "--mps-pipe-dir", (dir_ / "mps").string(),
+                               "--name", "node-a", "--log-level", "info"},
+      dir_ / "agent.log");
+  unsetenv(agent::kNvmlLibraryEnv);
+  Json ci = WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  EXPECT_TRUE(!ci.contains("gpuDevices") || ci["gpuDevices"].empty()) << ci.dump();
+  std::ifstream in(dir_ / "agent.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(log, HasSubstr("registering no GPUs (2 found)"));
+  // Why: the device nodes of the fake GPUs (minors 3 and 7), or on a host that has them, the empty driver root.
+  EXPECT_THAT(log, HasSubstr("no GPU injection works on this host (--docker-gpu devices): devices: "));
+#endif
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/docker_client.h"
+#include "agent/gpu_injection.h"
 #include "agent/runtime.h"
 
 namespace gpupack::agent {
@@ -38,6 +39,7 @@ using ::testing::UnorderedElementsAre;
 
 constexpr char kImage[] = "gpupack-test/busybox:latest";
 constexpr auto kDeadline = std::chrono::seconds(60);
+constexpr char kGpu[] = "GPU-00000000-0000-0000-0000-000000000000";
 
 fs::path MakeTempDir(const std::string& prefix) {
   std::string pattern = "/tmp/" + prefix + "-XXXXXX";
@@ -81,6 +83,30 @@ class DockerRuntimeTest : public ::testing::Test {
     options.socket_path = socket_;
     options.agent_label = label;
     auto runtime = MakeDockerRuntime(options);
+    EXPECT_TRUE(runtime.ok()) << runtime.status().message();
+    return runtime.ok() ? std::move(*runtime) : nullptr;
+  }
+
+  // DevicesRuntime: a runtime whose GPU injection is `devices` over stand-ins made under dir_: device nodes that are
+  // symlinks to /dev/null (the engine resolves them) and a driver root with empty libcuda.so.1 and libnvidia-ml.so.1.
+  // Its one GPU is kGpu with minor 0.
+  std::unique_ptr<Runtime> DevicesRuntime() {
+    fs::create_directories(dir_ / "dev");
+    for (const char* node : {"nvidiactl", "nvidia-uvm", "nvidia0"}) fs::create_symlink("/dev/null", dir_ / "dev" / node);
+    fs::create_directories(dir_ / "driver" / "lib64");
+    for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) std::ofstream(dir_ / "driver" / "lib64" / lib) << "";
+    GpuInjectionOptions gpu;
+    gpu.mode = "devices";
+    gpu.device_dir = (dir_ / "dev").string();
+    gpu.driver_root = (dir_ / "driver").string();
+    GpuDevice device;
+    device.uuid = kGpu;
+    device.minor = 0;
+    auto plan = DetectGpuInjection(socket_, gpu, {device});
+    EXPECT_TRUE(plan.ok()) << plan.status().message();
+    if (!plan.ok()) return nullptr;
+    EXPECT_EQ(plan->mode, GpuInjectionMode::kDevices) << plan->summary;
+    auto runtime = MakeDockerRuntime({socket_, label_}, std::move(*plan));
     EXPECT_TRUE(runtime.ok()) << runtime.status().message();
     return runtime.ok() ? std::move(*runtime) : nullptr;
   }
@@ -147,6 +173,9 @@ class DockerRuntimeTest : public ::testing::Test {
 };
 
 TEST_F(DockerRuntimeTest, CreatesWithEnvLabelsPipeBindAndIpcHost) {
+  // A GPU container needs a way to reach its GPU: stand-in device nodes and driver libraries (devices mode).
+  runtime_ = DevicesRuntime();
+  ASSERT_NE(runtime_, nullptr);
   ContainerSpec spec =
       Spec("t-create", "app", {"echo probe > \"$CUDA_MPS_PIPE_DIRECTORY/probe\"; exec sleep 600"});
   spec.entry_point = {"sh", "-c"};
@@ -179,7 +208,8 @@ TEST_F(DockerRuntimeTest, CreatesWithEnvLabelsPipeBindAndIpcHost) {
   const Json& host = c["HostConfig"];
   EXPECT_EQ(host["IpcMode"], "host");
   EXPECT_EQ(host["NetworkMode"], "none");
-  EXPECT_EQ(host["Binds"], Json::array({dir_.string() + ":" + dir_.string()}));
+  const std::string lib = (dir_ / "driver" / "lib64").string();
+  EXPECT_EQ(host["Binds"], Json::array({dir_.string() + ":" + dir_.string(), lib + ":" + lib + ":ro"}));
   EXPECT_EQ(host["CpuShares"], 512);
   // The engine drops limits its kernel cannot enforce (and says so in /info).
   Json info = EngineJson("/info");
@@ -188,6 +218,57 @@ TEST_F(DockerRuntimeTest, CreatesWithEnvLabelsPipeBindAndIpcHost) {
     EXPECT_EQ(host["MemoryReservation"], 32 * 1024 * 1024);
   }
   ASSERT_TRUE(runtime_->Stop(id, milliseconds(0)).ok());
+}
+
+TEST_F(DockerRuntimeTest, DevicesModeGivesTheContainerItsNodesAndDriverLibraries) {
+  runtime_ = DevicesRuntime();
+  ASSERT_NE(runtime_, nullptr);
+  // Dedicated (no MPS): the container writes what it sees into a directory of the host's, passed as a GPU bind.
+  ContainerSpec spec = Spec("t-devices", "app",
+                            {"sh", "-c",
+                             "test -c /dev/nvidia0 && test -c /dev/nvidiactl && test -c /dev/nvidia-uvm && "
+                             "test -f \"$LD_LIBRARY_PATH/libcuda.so.1\" && echo \"$LD_LIBRARY_PATH\"; exit 4"});
+  spec.environment = {{"NVIDIA_VISIBLE_DEVICES", kGpu}};
+  std::string id = StartOk(*runtime_, spec);
+  ContainerStatus status = WaitExited(*runtime_, id);
+  EXPECT_EQ(status.exit_code, 4);
+  Json c = EngineJson("/containers/" + id + "/json");
+  const auto env = c["Config"]["Env"].get<std::vector<std::string>>();
+  EXPECT_THAT(env, Contains("LD_LIBRARY_PATH=" + (dir_ / "driver" / "lib64").string()));
+  ASSERT_EQ(c["HostConfig"]["Devices"].size(), 3u);
+  EXPECT_EQ(c["HostConfig"]["Devices"][0]["PathInContainer"], "/dev/nvidia0");
+  // The checks passed inside only if all of them held: the logs carry the echo.
+  DockerClient client({socket_});
+  auto logs = client.Request("GET", "/v1.41/containers/" + id + "/logs?stdout=1&stderr=1");
+  ASSERT_TRUE(logs.ok()) << logs.status().message();
+  EXPECT_THAT(logs->body, HasSubstr((dir_ / "driver" / "lib64").string()));
+}
+
+TEST_F(DockerRuntimeTest, AGpuContainerOnAnEngineThatCannotInjectIsRefusedWithTheReason) {
+  GpuInjectionOptions gpu;  // this machine: no device nodes in an empty dir, no driver libraries
+  gpu.device_dir = (dir_ / "no-dev").string();
+  gpu.driver_root_candidates = {};
+  gpu.run_ldconfig = false;
+  GpuDevice device;
+  device.uuid = kGpu;
+  auto plan = DetectGpuInjection(socket_, gpu, {device});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  if (plan->mode == GpuInjectionMode::kNvidia) GTEST_SKIP() << "this engine has the nvidia runtime";
+  ASSERT_EQ(plan->mode, GpuInjectionMode::kNone) << plan->summary;
+  auto runtime = MakeDockerRuntime({socket_, label_}, std::move(*plan));
+  ASSERT_TRUE(runtime.ok()) << runtime.status().message();
+  ContainerSpec spec = Spec("t-refused", "app", {"true"});
+  spec.environment = {{"NVIDIA_VISIBLE_DEVICES", kGpu}};
+  auto id = (*runtime)->Start(spec);
+  ASSERT_FALSE(id.ok());
+  EXPECT_THAT(id.status().message(), HasSubstr("the container needs GPU " + std::string(kGpu)));
+  EXPECT_THAT(id.status().message(), HasSubstr("no GPU injection works on this host"));
+  EXPECT_THAT(id.status().message(), HasSubstr("devices: no device node"));
+  EXPECT_THAT(*(*runtime)->List(), IsEmpty());
+  // The runtime made without a plan refuses it too; a container without a GPU runs on either.
+  EXPECT_THAT(runtime_->Start(spec).status().message(), HasSubstr("made without GPU injection"));
+  spec.environment = {{"NVIDIA_VISIBLE_DEVICES", "void"}};
+  EXPECT_EQ(WaitExited(**runtime, StartOk(**runtime, spec)).exit_code, 0);
 }
 
 TEST_F(DockerRuntimeTest, ExitCodeAndNoBindWithoutPipeDirectory) {

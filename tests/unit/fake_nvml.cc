@@ -4,10 +4,10 @@
 // listing, only the _v2 compute listing). FakeNvml* functions let the test steer it.
 //
 // Default scenario: 2 GPUs.
-//   0: "NVIDIA H200", total 143771 MiB, reserved 551 MiB (both whole MiB), 132 SMs
+//   0: "NVIDIA H200", total 143771 MiB, reserved 551 MiB (both whole MiB), 132 SMs, minor 3 (not the legacy build)
 //      compute processes: 1000 (MPS server, 600 MiB), 2001 (4096 MiB)
 //      MPS clients:       2001 (4100 MiB: the larger one wins), 2002 (1024.5 MiB)
-//   1: "NVIDIA A10G", total 23028 MiB, reserved 440.5 MiB, 80 SMs
+//   1: "NVIDIA A10G", total 23028 MiB, reserved 440.5 MiB, 80 SMs, minor 7
 //      compute processes: 3001 (memory not available)
 //
 // Events (not in the legacy build): nvmlEventSetCreate/Free, nvmlDeviceRegisterEvents and nvmlEventSetWait_v2
@@ -71,6 +71,7 @@ struct FakeDevice {
   unsigned long long total, reserved;
   unsigned int sms;
   std::vector<ProcessInfo> compute, mps;
+  unsigned int minor;
 };
 
 struct State {
@@ -104,9 +105,9 @@ void Reset() {
   constexpr unsigned long long kNA = ~0ULL;
   s.devices[0] = {"GPU-11111111-2222-3333-4444-555555555555", "NVIDIA H200", 143771 * kMiB, 551 * kMiB, 132,
                   {{1000, 600 * kMiB, 0, 0}, {2001, 4096 * kMiB, 0, 0}},
-                  {{2001, 4100 * kMiB, 0, 0}, {2002, 1024 * kMiB + kMiB / 2, 0, 0}}};
+                  {{2001, 4100 * kMiB, 0, 0}, {2002, 1024 * kMiB + kMiB / 2, 0, 0}}, 3};
   s.devices[1] = {"GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", "NVIDIA A10G", 23028 * kMiB, 440 * kMiB + kMiB / 2, 80,
-                  {{3001, kNA, 0, 0}}, {}};
+                  {{3001, kNA, 0, 0}}, {}, 7};
 }
 
 struct Init {
@@ -247,6 +248,13 @@ NVML_EXPORT Return nvmlDeviceGetMemoryInfo_v2(void* device, MemoryV2* memory) {
   memory->reserved = d->reserved;
   memory->used = d->reserved + 7 * kMiB;
   memory->free = d->total - memory->used;
+  return kSuccess;
+}
+
+NVML_EXPORT Return nvmlDeviceGetMinorNumber(void* device, unsigned int* minor) {
+  FakeDevice* d = Dev(device);
+  if (d == nullptr || minor == nullptr) return kErrorInvalidArgument;
+  *minor = d->minor;
   return kSuccess;
 }
 

@@ -44,6 +44,7 @@ TEST(FakeGpusTest, ParsesOneGroup) {
     EXPECT_EQ(g.reserved_mib, 0);
     EXPECT_EQ(g.usable_mib, 22587);
     EXPECT_EQ(g.sm_count, 80);
+    EXPECT_EQ(g.minor, i);  // fake device nodes are numbered like the GPUs
   }
 }
 
@@ -294,6 +295,7 @@ TEST_F(NvmlTest, DiscoversTwoGpusWithUsableMemory) {
   EXPECT_EQ(h200.reserved_mib, 551);
   EXPECT_EQ(h200.usable_mib, 143220);  // 143771 - 551
   EXPECT_EQ(h200.sm_count, 132);       // nvmlDeviceGetAttributes_v2's multiprocessorCount
+  EXPECT_EQ(h200.minor, 3);            // nvmlDeviceGetMinorNumber: /dev/nvidia3, not the index
   const GpuDevice& a10g = (*gpus)[1];
   EXPECT_EQ(a10g.index, 1);
   EXPECT_EQ(a10g.uuid, kA10G);
@@ -302,6 +304,7 @@ TEST_F(NvmlTest, DiscoversTwoGpusWithUsableMemory) {
   EXPECT_EQ(a10g.reserved_mib, 440);   // 440.5 MiB, floor
   EXPECT_EQ(a10g.usable_mib, 22587);   // floor(23028 - 440.5) = floor(22587.5)
   EXPECT_EQ(a10g.sm_count, 80);
+  EXPECT_EQ(a10g.minor, 7);
 }
 
 TEST_F(NvmlTest, ShutsDownWhenDestroyed) {
@@ -518,6 +521,7 @@ TEST(NvmlLegacyTest, FallsBackToTheOlderFunctions) {
   EXPECT_EQ((*gpus)[0].reserved_mib, 0);
   EXPECT_EQ((*gpus)[0].usable_mib, 143771);
   EXPECT_EQ((*gpus)[0].sm_count, 0);
+  EXPECT_EQ((*gpus)[0].minor, -1);  // no nvmlDeviceGetMinorNumber: unknown
   auto p = (*d)->Processes();
   ASSERT_TRUE(p.ok()) << p.status().message();
   ASSERT_EQ(p->size(), 3u);  // compute processes only: 1000, 2001 (4096 MiB) and 3001

@@ -133,7 +133,7 @@ TEST(HostCheckTest, NvmlGpusAndTheirDeviceNodes) {
   EXPECT_FALSE(nodes.ok);
   EXPECT_THAT(nodes.detail, HasSubstr(o.device_dir + "/nvidiactl"));
   EXPECT_THAT(nodes.detail, HasSubstr(o.device_dir + "/nvidia-uvm"));
-  EXPECT_THAT(nodes.detail, HasSubstr(o.device_dir + "/nvidia1"));
+  EXPECT_THAT(nodes.detail, HasSubstr(o.device_dir + "/nvidia7"));  // the A10G's minor number, not its index
   EXPECT_THAT(nodes.fix, HasSubstr("nvidia-modprobe"));
 }
 
@@ -265,27 +265,35 @@ TEST(HostCheckTest, DockerEngineAndGpuInjection) {
     EXPECT_THAT(Item(items, "docker engine").detail, HasSubstr("Docker Engine 28.2.2"));
     EXPECT_THAT(Item(items, "GPU injection").detail, HasSubstr("fake GPUs: not needed"));
     EXPECT_THAT(Item(items, "GPU injection").detail, HasSubstr("runtimes: runc"));
+    EXPECT_THAT(Item(items, "GPU injection").detail, HasSubstr("a GPU task is refused unless a mode works"));
 
-    // Real GPUs behind an engine without the NVIDIA runtime: containers would see no GPU.
+    // Real GPUs behind an engine without the NVIDIA runtime or CDI, and no device nodes: containers would see no GPU.
     o.agent.gpus = "nvml";
     const HostCheckItem injection = Item(RunHostCheck(o), "GPU injection");
     EXPECT_FALSE(injection.ok);
     EXPECT_THAT(injection.detail, HasSubstr("no nvidia runtime"));
+    EXPECT_THAT(injection.detail, HasSubstr("devices: no device node " + o.device_dir + "/nvidiactl"));
+    EXPECT_THAT(injection.detail, HasSubstr("the agent registers no GPUs"));
     EXPECT_THAT(injection.fix, HasSubstr("nvidia-container-toolkit"));
+    EXPECT_THAT(injection.fix, HasSubstr("--driver-root"));
   }
-  {  // Installed but not the default: NVIDIA_VISIBLE_DEVICES would be ignored.
+  {  // The nvidia runtime need not be the default: the runtime names it in every GPU container's create call.
     fs::remove(dir.path() + "/docker.sock");
     FakeEngine engine(dir,
                       R"({"DefaultRuntime":"runc","Runtimes":{"runc":{},"nvidia":{}},"CDISpecDirs":["/etc/cdi"]})");
     const HostCheckItem injection = Item(RunHostCheck(o), "GPU injection");
-    EXPECT_FALSE(injection.ok);
-    EXPECT_THAT(injection.detail, HasSubstr("not the default"));
+    EXPECT_TRUE(injection.ok) << injection.detail;
+    EXPECT_THAT(injection.detail, HasSubstr("nvidia: the engine's nvidia runtime"));
     EXPECT_THAT(injection.detail, HasSubstr("CDI spec dirs: /etc/cdi"));
-    EXPECT_THAT(injection.fix, HasSubstr("--set-as-default"));
   }
-  {
+  {  // --docker-gpu devices on that engine: no device nodes here, so it fails and says so.
     fs::remove(dir.path() + "/docker.sock");
     FakeEngine engine(dir, R"({"DefaultRuntime":"nvidia","Runtimes":{"runc":{},"nvidia":{}}})");
+    o.agent.docker_gpu = "devices";
+    const HostCheckItem forced = Item(RunHostCheck(o), "GPU injection");
+    EXPECT_FALSE(forced.ok);
+    EXPECT_THAT(forced.detail, HasSubstr("--docker-gpu devices"));
+    o.agent.docker_gpu = "auto";
     const HostCheckItem injection = Item(RunHostCheck(o), "GPU injection");
     EXPECT_TRUE(injection.ok) << injection.detail;
     EXPECT_THAT(injection.detail, HasSubstr("NVIDIA_VISIBLE_DEVICES"));
