@@ -12,6 +12,7 @@
 #include "agent/channel_client.h"
 #include "agent/gpu_discovery.h"
 #include "agent/gpu_health.h"
+#include "agent/log_service.h"
 #include "agent/mps_daemon.h"
 #include "agent/runtime.h"
 #include "agent/server_connection.h"
@@ -57,6 +58,7 @@ struct Agent::Impl final : ServerConnection::Listener {
   std::unique_ptr<ServerConnection> connection;
   std::unique_ptr<TaskContext> context;
   std::unique_ptr<TaskManager> tasks;
+  std::unique_ptr<LogService> logs;
   std::mutex mu;
   bool stopped = false;  // guarded by mu
 
@@ -75,6 +77,10 @@ struct Agent::Impl final : ServerConnection::Listener {
     tasks->StopOrder(order, push_id, protocol::StopCode::kUserInitiated);
   }
   void OnReportAcked(const std::string& arn, protocol::TaskStatus status) override { tasks->ReportAcked(arn, status); }
+  void OnLogs(protocol::LogsRequest request) override {
+    ServerConnection* conn = connection.get();
+    logs->Post(std::move(request), [conn](const protocol::LogsAnswer& answer) { conn->SendLogs(answer); });
+  }
 };
 
 Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -104,13 +110,19 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     ProcessRuntimeOptions process;
     process.state_dir = options.state_dir + "/runtime";
     process.log_dir = options.state_dir + "/logs";
+    process.log_limits = LogLimits{options.log_file_bytes, options.log_files};
     process.monitor_program = BundledMonitorProgram();
     auto rt = MakeProcessRuntime(std::move(process));
     if (!rt.ok()) return rt.status();
     impl->runtime = std::move(*rt);
     impl->runtime_kind = RuntimeKind::kProcess;
   } else if (options.runtime == "docker") {
-    auto rt = MakeDockerRuntime({options.docker_socket, options.name});
+    DockerRuntimeOptions docker;
+    docker.socket_path = options.docker_socket;
+    docker.agent_label = options.name;
+    docker.log_dir = options.state_dir + "/logs";
+    docker.log_limits = LogLimits{options.log_file_bytes, options.log_files};
+    auto rt = MakeDockerRuntime(std::move(docker));
     if (!rt.ok()) return rt.status();
     impl->runtime = std::move(*rt);
     impl->runtime_kind = RuntimeKind::kDocker;
@@ -165,6 +177,23 @@ Status Agent::Start() {
   ServerConnection* conn = a.connection.get();
   a.health->SetHooks({[tasks](const std::string& arn, StopRequest r) { tasks->RequestStop(arn, std::move(r)); },
                       [conn] { conn->HeartbeatNow(); }, [conn](bool serving) { conn->MpsServingChanged(serving); }});
+  TaskStore* store = a.store.get();
+  Runtime* runtime = a.runtime.get();
+  a.logs = std::make_unique<LogService>(
+      LogServiceOptions{o.state_dir + "/logs", o.log_retention},
+      LogService::Hooks{[runtime](const std::string& arn, const std::string& container) {
+                          if (Status s = runtime->CollectLogs(arn, container); !s.ok())
+                            spdlog::warn("agent: logs of {} {}: {}", arn, container, s.message());
+                        },
+                        [store](const std::string& task_id) {
+                          bool known = false;
+                          store->Visit([&](const TaskRecord& r) {
+                            const auto slash = r.report.task_arn.rfind('/');
+                            if (r.report.task_arn.substr(slash == std::string::npos ? 0 : slash + 1) == task_id)
+                              known = true;
+                          });
+                          return known;
+                        }});
   a.tasks->Start();
   a.health->Start();
   a.connection->Start();
@@ -189,6 +218,7 @@ void Agent::Stop() {
     }
   }
   if (a.connection) a.connection->Stop();
+  a.logs.reset();
   if (a.tasks) a.tasks->Shutdown();
   if (Status s = a.mps->Stop(); !s.ok()) spdlog::warn("agent: MPS quit: {}", s.message());
 }

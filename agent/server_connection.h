@@ -62,6 +62,8 @@ class ServerConnection final : public Reporter {
     virtual void OnAssign(protocol::Assignment assignment, int64_t push_id) = 0;
     virtual void OnStop(const protocol::StopOrder& order, int64_t push_id) = 0;
     virtual void OnReportAcked(const std::string& arn, protocol::TaskStatus status) = 0;
+    // OnLogs: the server asks for a page of a container's output; answer with SendLogs (from any thread).
+    virtual void OnLogs(protocol::LogsRequest request) { (void)request; }
   };
   // Health: what heartbeats and registrations say about the GPUs (GpuHealth); quick and thread-safe.
   struct Health {
@@ -85,6 +87,9 @@ class ServerConnection final : public Reporter {
   // Reporter
   void SendState(const protocol::TaskReport& report) override;
   void Ack(int64_t push_id) override;
+
+  // SendLogs answers a log request (dropped when the channel is gone: the server times the request out).
+  void SendLogs(const protocol::LogsAnswer& answer);
 
   // HeartbeatNow sends a heartbeat at once (health changed; the welcome came).
   void HeartbeatNow();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 
 #include "api/control_plane.h"
@@ -31,11 +32,20 @@ class EcsHandler {
 
   // Optional: require SigV4 (see above). Set before the server starts; `auth` must outlive the handler.
   void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
+  // Optional: serve the CloudWatch Logs targets (Logs_20140328.*, api/logs_handler.h) too, their signatures
+  // checked by `auth` (SigV4 service "logs") when SetAuthenticator set one. Set before the server starts; both
+  // must outlive the handler.
+  void SetLogs(const class LogsHandler* logs, const RequestAuthenticator* auth = nullptr) {
+    logs_ = logs;
+    logs_auth_ = auth;
+  }
 
  private:
   void Observe(const std::string& operation, int status, double seconds);
   void RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
                   const Responder& respond);
+  void HandleLogs(const std::string& name, const SigV4Result& who, const HttpRequest& req,
+                  const std::string& request_id, std::chrono::steady_clock::time_point start, Responder respond);
 
   ControlPlane& cp_;
   MetricsRegistry& metrics_;
@@ -43,6 +53,8 @@ class EcsHandler {
   MetricsRegistry::Counter& responses_;
   MetricsRegistry::Counter& auth_refusals_;
   const RequestAuthenticator* auth_ = nullptr;
+  const class LogsHandler* logs_ = nullptr;
+  const RequestAuthenticator* logs_auth_ = nullptr;
 };
 
 }  // namespace gpupack::api

@@ -1,0 +1,287 @@
+// The log store (agent/log_store.h): the writer's lines and rotation, the reader's pages forward and backward
+// with their positions, filters, resuming a stream, the purge; and the agent's answer to a log request.
+#include "agent/log_store.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/log_service.h"
+
+namespace gpupack::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::SizeIs;
+
+class LogStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("gpupack-log-store-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    dir_ = (root_ / "t" / "c").string();
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Messages of a page.
+  static std::vector<std::string> Messages(const LogPage& page) {
+    std::vector<std::string> out;
+    for (const LogEvent& e : page.events) out.push_back(e.message);
+    return out;
+  }
+  LogPage Read(LogQuery q) {
+    auto page = ReadLogPage(dir_, q);
+    EXPECT_TRUE(page.ok()) << page.status().message();
+    return page.ok() ? *page : LogPage{};
+  }
+  void Write(LogWriter& w, int from, int to, int64_t ts = 1000) {
+    for (int i = from; i < to; ++i) {
+      const std::string m = "line " + std::to_string(i);
+      ASSERT_TRUE(w.Append(ts + i, m.data(), m.size()));
+    }
+  }
+
+  fs::path root_;
+  std::string dir_;
+};
+
+TEST_F(LogStoreTest, LogDirectoryKeepsNamesToSafeCharacters) {
+  EXPECT_EQ(LogDirectory("/r", "arn:aws:ecs:us-east-1:1:task/c/abc123", "web app"), "/r/abc123/web_app");
+  EXPECT_EQ(LogDirectory("/r", "arn:aws:ecs:us-east-1:1:task/c/abc", ".."), "/r/abc/_.");
+  EXPECT_EQ(TaskLogDirectory("/r", "arn:aws:ecs:us-east-1:1:task/c/abc"), "/r/abc");
+}
+
+TEST_F(LogStoreTest, AMissingStreamIsNotFoundAndAnEmptyOneIsEmpty) {
+  EXPECT_FALSE(Read({}).found);
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, {}).ok());
+  LogPage page = Read({});
+  EXPECT_TRUE(page.found);
+  EXPECT_THAT(page.events, SizeIs(0));
+  EXPECT_TRUE(page.at_end);
+}
+
+TEST_F(LogStoreTest, EventsKeepTheirTimestampsAndPageForwardByPosition) {
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, {}).ok());
+  Write(w, 0, 5);
+  LogQuery q;
+  q.limit = 2;
+  LogPage first = Read(q);
+  EXPECT_THAT(Messages(first), ElementsAre("line 0", "line 1"));
+  EXPECT_EQ(first.events[1].timestamp_ms, 1001);
+  EXPECT_FALSE(first.at_end);
+  EXPECT_EQ(first.next_backward, 0u);
+  q.position = first.next_forward;
+  LogPage second = Read(q);
+  EXPECT_THAT(Messages(second), ElementsAre("line 2", "line 3"));
+  EXPECT_EQ(second.next_backward, first.next_forward);
+  q.position = second.next_forward;
+  LogPage third = Read(q);
+  EXPECT_THAT(Messages(third), ElementsAre("line 4"));
+  EXPECT_TRUE(third.at_end);
+  // At the end, the same position again: nothing, and the position stays until more is written.
+  q.position = third.next_forward;
+  LogPage none = Read(q);
+  EXPECT_THAT(none.events, SizeIs(0));
+  EXPECT_EQ(none.next_forward, third.next_forward);
+  Write(w, 5, 6);
+  EXPECT_THAT(Messages(Read(q)), ElementsAre("line 5"));
+}
+
+TEST_F(LogStoreTest, BackwardPagesReturnTheNewestEventsOldestFirst) {
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, {}).ok());
+  Write(w, 0, 5);
+  LogQuery q;
+  q.forward = false;
+  q.limit = 2;
+  LogPage last = Read(q);
+  EXPECT_THAT(Messages(last), ElementsAre("line 3", "line 4"));
+  EXPECT_EQ(last.next_forward, w.End());
+  q.position = last.next_backward;
+  EXPECT_THAT(Messages(Read(q)), ElementsAre("line 1", "line 2"));
+  // Forward from the backward page's forward position: only what comes after it.
+  LogQuery after;
+  after.position = last.next_forward;
+  EXPECT_THAT(Read(after).events, SizeIs(0));
+}
+
+TEST_F(LogStoreTest, RotationKeepsTheNewestFilesAndPositionsStayValid) {
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, LogLimits{4096, 3}).ok());
+  Write(w, 0, 2000);  // about 30 KB: many more files than kept
+  const auto files = ListLogFiles(dir_);
+  ASSERT_THAT(files, SizeIs(3));
+  for (const LogFile& f : files) EXPECT_LE(f.size, 4096u);
+  EXPECT_EQ(files[1].start, files[0].start + files[0].size);
+  // From the head (and from a position older than what is kept): the oldest line kept, then on in order.
+  LogQuery q;
+  q.position = 0;
+  q.limit = 100000;
+  LogPage all = Read(q);
+  ASSERT_FALSE(all.events.empty());
+  EXPECT_EQ(all.events.back().message, "line 1999");
+  const int first = std::stoi(all.events.front().message.substr(5));
+  EXPECT_GT(first, 1000);
+  for (size_t i = 0; i < all.events.size(); ++i) EXPECT_EQ(all.events[i].message, "line " + std::to_string(first + i));
+  EXPECT_EQ(all.next_forward, w.End());
+  // Paging across a file boundary returns each line once.
+  LogQuery page;
+  page.limit = 7;
+  std::vector<std::string> seen;
+  for (int n = 0; n < 1000; ++n) {
+    LogPage p = Read(page);
+    for (auto& m : Messages(p)) seen.push_back(m);
+    if (p.at_end && p.events.empty()) break;
+    page.position = p.next_forward;
+  }
+  EXPECT_EQ(seen, Messages(all));
+  // Backward across a boundary too.
+  LogQuery back;
+  back.forward = false;
+  back.limit = 300;
+  LogPage newest = Read(back);
+  EXPECT_THAT(newest.events, SizeIs(300));
+  EXPECT_EQ(newest.events.front().message, "line 1700");
+}
+
+TEST_F(LogStoreTest, FeedSplitsLinesAndWaitsForTheRest) {
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, {}).ok());
+  const std::string chunk1 = "one\ntw";
+  const std::string chunk2 = "o\r\nthree\n\nfour";
+  w.Feed(chunk1.data(), chunk1.size(), 5);
+  w.Feed(chunk2.data(), chunk2.size(), 6);
+  EXPECT_THAT(Messages(Read({})), ElementsAre("one", "two", "three", ""));
+  w.Flush(7);
+  LogPage page = Read({});
+  EXPECT_THAT(Messages(page), ElementsAre("one", "two", "three", "", "four"));
+  EXPECT_EQ(page.events[0].timestamp_ms, 5);
+  EXPECT_EQ(page.events[1].timestamp_ms, 6);  // stamped when its end arrived
+  EXPECT_EQ(page.events[4].timestamp_ms, 7);
+}
+
+TEST_F(LogStoreTest, ALongLineBecomesEventsOfTheLargestSize) {
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, {}).ok());
+  const std::string line = std::string(kMaxLineBytes * 2 + 10, 'x') + "\n";
+  w.Feed(line.data(), line.size(), 1);
+  LogQuery q;
+  q.max_bytes = 1 << 20;
+  LogPage page = Read(q);
+  ASSERT_THAT(page.events, SizeIs(3));
+  EXPECT_EQ(page.events[0].message.size(), kMaxLineBytes);
+  EXPECT_EQ(page.events[2].message.size(), 10u);
+}
+
+TEST_F(LogStoreTest, FiltersTakeEveryTermAndTheTimeRange) {
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, {}).ok());
+  for (const char* m : {"GET /a 200", "GET /b 500", "POST /a 500", "get /a 500"}) w.Append(100, m, strlen(m));
+  w.Append(200, "GET /c 500", 10);
+  LogQuery q;
+  q.terms = {"GET", "500"};
+  EXPECT_THAT(Messages(Read(q)), ElementsAre("GET /b 500", "GET /c 500"));
+  q.end_ms = 200;
+  EXPECT_THAT(Messages(Read(q)), ElementsAre("GET /b 500"));
+  q.end_ms.reset();
+  q.start_ms = 150;
+  EXPECT_THAT(Messages(Read(q)), ElementsAre("GET /c 500"));
+  // A forward scan stops after max_scan_bytes even without a match, and says where to go on.
+  LogQuery none;
+  none.terms = {"nothing"};
+  none.max_scan_bytes = 1;
+  LogPage p = Read(none);
+  EXPECT_THAT(p.events, SizeIs(0));
+  EXPECT_FALSE(p.at_end);
+  EXPECT_GT(p.next_forward, 0u);
+}
+
+TEST_F(LogStoreTest, ReopeningResumesTheStreamAndEndsACutRecord) {
+  {
+    LogWriter w;
+    ASSERT_TRUE(w.Open(dir_, {}).ok());
+    Write(w, 0, 3);
+  }
+  {
+    std::ofstream cut(ListLogFiles(dir_).back().path, std::ios::app);
+    cut << "123 half";  // a writer that died in the middle of a record
+  }
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, {}).ok());
+  Write(w, 3, 4);
+  EXPECT_THAT(Messages(Read({})), ElementsAre("line 0", "line 1", "line 2", "half", "line 3"));
+  EXPECT_EQ(w.End(), ListLogFiles(dir_).back().size);
+}
+
+TEST_F(LogStoreTest, APositionInsideARecordReadsFromTheNextOne) {
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, {}).ok());
+  Write(w, 0, 3);
+  LogQuery q;
+  q.position = 3;
+  EXPECT_THAT(Messages(Read(q)), ElementsAre("line 1", "line 2"));
+}
+
+TEST_F(LogStoreTest, PurgeDeletesOnlyOldLogsOfTasksTheAgentNoLongerHas) {
+  for (const char* task : {"old", "kept", "recent"}) {
+    LogWriter w;
+    ASSERT_TRUE(w.Open((root_ / task / "c").string(), {}).ok());
+    Write(w, 0, 1);
+  }
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(48);
+  for (const char* task : {"old", "kept"})
+    for (const auto& f : fs::recursive_directory_iterator(root_ / task)) fs::last_write_time(f.path(), old);
+  fs::remove_all(root_ / "t");
+  const size_t purged = PurgeLogs(root_.string(), std::chrono::hours(24),
+                                  [](const std::string& id) { return id == "kept"; });
+  EXPECT_EQ(purged, 1u);
+  EXPECT_FALSE(fs::exists(root_ / "old"));
+  EXPECT_TRUE(fs::exists(root_ / "kept"));
+  EXPECT_TRUE(fs::exists(root_ / "recent"));
+}
+
+TEST_F(LogStoreTest, TheAgentAnswersALogRequestFromTheStore) {
+  const std::string arn = "arn:aws:ecs:us-east-1:1:task/c/t1";
+  LogWriter w;
+  ASSERT_TRUE(w.Open(LogDirectory(root_.string(), arn, "web"), {}).ok());
+  Write(w, 0, 3);
+  protocol::LogsRequest req;
+  req.id = 7;
+  req.task_arn = arn;
+  req.container_name = "web";
+  req.forward = false;
+  req.limit = 2;
+  protocol::LogsAnswer a = LogService::Answer(root_.string(), req);
+  EXPECT_EQ(a.id, 7);
+  EXPECT_TRUE(a.found);
+  ASSERT_THAT(a.events, SizeIs(2));
+  EXPECT_EQ(a.events[0].message, "line 1");
+  EXPECT_EQ(a.events[0].timestamp, 1001);
+  req.container_name = "other";
+  EXPECT_FALSE(LogService::Answer(root_.string(), req).found);
+  // Through the service's thread.
+  LogService service(LogServiceOptions{root_.string()}, {});
+  std::promise<protocol::LogsAnswer> answered;
+  req.container_name = "web";
+  service.Post(req, [&answered](const protocol::LogsAnswer& x) { answered.set_value(x); });
+  auto fut = answered.get_future();
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_THAT(fut.get().events, SizeIs(2));
+}
+
+}  // namespace
+}  // namespace gpupack::agent
