@@ -2,13 +2,18 @@
 // with their positions, filters, resuming a stream, the purge; and the agent's answer to a log request.
 #include "agent/log_store.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -16,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/log_service.h"
+#include "agent/runtime.h"
 
 namespace gpupack::agent {
 namespace {
@@ -281,6 +287,116 @@ TEST_F(LogStoreTest, TheAgentAnswersALogRequestFromTheStore) {
   auto fut = answered.get_future();
   ASSERT_EQ(fut.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   EXPECT_THAT(fut.get().events, SizeIs(2));
+}
+
+// ---- the docker runtime's copy of the engine's log ------------------------------------------------------------
+
+// LogEngine answers Docker Engine API requests on a unix socket, one connection each: GET /version, and the logs
+// of a container as the multiplexed stream with timestamps, filtered by `since` as the engine does (inclusive).
+class LogEngine {
+ public:
+  struct Line {
+    std::string time;  // RFC 3339 with nanoseconds
+    double seconds;    // the same, for `since`
+    int stream;        // 1 stdout, 2 stderr
+    std::string text;
+  };
+  explicit LogEngine(const fs::path& dir) : path_((dir / "engine.sock").string()) {
+    fs::create_directories(dir);
+    listener_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    path_.copy(address.sun_path, sizeof address.sun_path - 1);
+    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(listen(listener_, 8), 0);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~LogEngine() {
+    shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    close(listener_);
+  }
+  const std::string& path() const { return path_; }
+  void Add(Line line) {
+    std::lock_guard lock(mu_);
+    lines_.push_back(std::move(line));
+  }
+  std::vector<std::string> targets() {
+    std::lock_guard lock(mu_);
+    return targets_;
+  }
+
+ private:
+  void Serve() {
+    for (int served = 0; served < 50; ++served) {
+      const int fd = accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      std::string head;
+      char chunk[512];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n <= 0) break;
+        head.append(chunk, static_cast<size_t>(n));
+      }
+      const std::string target = head.substr(head.find(' ') + 1, head.find(" HTTP/") - head.find(' ') - 1);
+      std::string body;
+      if (target == "/version") {
+        body = R"({"Version":"fake","ApiVersion":"1.43","MinAPIVersion":"1.12"})";
+      } else {
+        std::lock_guard lock(mu_);
+        targets_.push_back(target);
+        double since = 0;
+        if (const size_t at = target.find("since="); at != std::string::npos) since = std::stod(target.substr(at + 6));
+        for (const Line& l : lines_) {
+          if (l.seconds < since) continue;
+          const std::string payload = l.time + " " + l.text + "\n";
+          const uint32_t n = static_cast<uint32_t>(payload.size());
+          body += std::string{static_cast<char>(l.stream), 0, 0, 0, static_cast<char>(n >> 24),
+                              static_cast<char>((n >> 16) & 255), static_cast<char>((n >> 8) & 255),
+                              static_cast<char>(n & 255)};
+          body += payload;
+        }
+      }
+      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                                 "\r\nConnection: close\r\n\r\n" + body;
+      (void)send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+      close(fd);
+    }
+  }
+
+  std::string path_;
+  int listener_ = -1;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<Line> lines_;
+  std::vector<std::string> targets_;
+};
+
+TEST_F(LogStoreTest, DockerCopiesTheEnginesLinesOnceWithTheirTimestamps) {
+  LogEngine engine(root_ / "engine");
+  engine.Add({"2024-05-01T10:00:00.100000000Z", 1714557600.1, 1, "first"});
+  engine.Add({"2024-05-01T10:00:00.200000000Z", 1714557600.2, 2, "to stderr"});
+  DockerRuntimeOptions options;
+  options.socket_path = engine.path();
+  options.agent_label = "log-test";
+  options.log_dir = (root_ / "logs").string();
+  auto runtime = MakeDockerRuntime(options);
+  ASSERT_TRUE(runtime.ok()) << runtime.status().message();
+  const std::string arn = "arn:aws:ecs:us-east-1:1:task/c/t9";
+  ASSERT_TRUE((*runtime)->CollectLogs(arn, "web").ok());
+  dir_ = LogDirectory(options.log_dir, arn, "web");
+  LogPage page = Read({});
+  EXPECT_THAT(Messages(page), ElementsAre("first", "to stderr"));
+  ASSERT_THAT(page.events, SizeIs(2));
+  EXPECT_EQ(page.events[0].timestamp_ms, 1714557600100);
+  // The next copy asks from the last line copied (the engine's `since` includes it) and adds only what is new.
+  engine.Add({"2024-05-01T10:00:01.000000001Z", 1714557601.000000001, 1, "later"});
+  ASSERT_TRUE((*runtime)->CollectLogs(arn, "web").ok());
+  EXPECT_THAT(Messages(Read({})), ElementsAre("first", "to stderr", "later"));
+  const auto targets = engine.targets();
+  ASSERT_THAT(targets, SizeIs(2));
+  EXPECT_EQ(targets[0], "/v1.41/containers/gpupack-t9-web/logs?stdout=1&stderr=1&timestamps=1");
+  EXPECT_EQ(targets[1], "/v1.41/containers/gpupack-t9-web/logs?stdout=1&stderr=1&timestamps=1&since=1714557600.200000000");
 }
 
 }  // namespace
