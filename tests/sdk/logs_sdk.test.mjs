@@ -3,12 +3,14 @@
 // from the server's port (docs/api.md "Logs"): GetLogEvents and FilterLogEvents while the task runs, after it
 // stopped and after the agent restarted; paging with CloudWatch's tokens over more lines than one page; the
 // awslogs names; DescribeLogStreams; ResourceNotFoundException and ServiceUnavailableException; with --credentials,
-// signatures for the service `logs` from an admin key (an agent key is refused).
+// signatures for the service `logs` from an admin key (an agent key is refused). With GPUPACK_DOCKER_SOCKET set
+// (an engine with gpupack-test/busybox:latest, scripts/docker-engine.sh) the docker runtime's copy of the
+// engine's log is read too, while the container runs and after it was removed.
 //
 // Run: GPUPACK_BIN=build/gpupack node --test tests/sdk/logs_sdk.test.mjs   (ctest runs it as sdk_logs)
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -49,10 +51,11 @@ async function waitFor(what, probe, timeoutMs = 30000) {
 }
 
 // startAgent runs `gpupack agent` with its state under dir/agent and waits until its channel is up.
-async function startAgent() {
+async function startAgent(extraArgs = [], name = 'logs-node') {
   const child = spawn(gpupackBin(), ['agent', '--server', server.endpoint, '--cluster', CLUSTER, '--gpus', 'fake:1x1024',
-    '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'), '--name', 'logs-node',
-    '--cpu', '4096', '--memory', '8192', '--stop-grace-ms', '500', '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'), '--name', name,
+    '--cpu', '4096', '--memory', '8192', '--stop-grace-ms', '500', '--log-level', 'warn', ...extraArgs],
+  { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (d) => (stderr += d));
@@ -289,5 +292,78 @@ describe('CloudWatch Logs against gpupack server --credentials', { timeout: 6000
       body: '{"logGroupName":"/none"}',
     });
     assert.equal(unsigned.status, 403);
+  });
+});
+
+describe('CloudWatch Logs over a docker container', { timeout: 120000, skip: !process.env.GPUPACK_DOCKER_SOCKET && 'GPUPACK_DOCKER_SOCKET is not set' }, () => {
+  const DOCKER_LINES = 300;
+  const want = Array.from({ length: DOCKER_LINES }, (_, i) => `out ${i}`).concat(['to stderr']);
+  let arn;
+  let stream;
+
+  before(async () => {
+    dir = tempDir('gpupack-logs-docker-');
+    server = await startServer({ db: path.join(dir, 'state.db') });
+    logs = new CloudWatchLogsClient({ endpoint: server.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'secret' }, maxAttempts: 1 });
+    agent = await startAgent(['--runtime', 'docker', '--docker-socket', process.env.GPUPACK_DOCKER_SOCKET], `logs-docker-${process.pid}`);
+    await ok(server.endpoint, 'RegisterTaskDefinition', {
+      family: 'docker-printer',
+      containerDefinitions: [{
+        name: 'box', image: 'gpupack-test/busybox:latest', cpu: 64, memory: 64, essential: true,
+        entryPoint: ['/bin/sh', '-c'],
+        command: [`i=0; while [ $i -lt ${DOCKER_LINES} ]; do echo "out $i"; i=$((i+1)); done; echo to stderr >&2; exec sleep 600`],
+      }],
+    });
+    const run = await ok(server.endpoint, 'RunTask', { cluster: CLUSTER, taskDefinition: 'docker-printer' });
+    assert.equal(run.failures.length, 0, JSON.stringify(run.failures));
+    arn = run.tasks[0].taskArn;
+    stream = `box/${arn.split('/').pop()}`;
+  });
+  after(async () => {
+    await agent?.stop();
+    await server?.stop();
+    if (dir) removeTempDir(dir);
+  });
+
+  async function readAll() {
+    const out = [];
+    let token;
+    for (let pages = 0; pages < 50; pages++) {
+      const r = await logs.send(new GetLogEventsCommand({ logGroupName: `/gpupack/${CLUSTER}`, logStreamName: stream, startFromHead: true, limit: 100, nextToken: token }));
+      out.push(...r.events);
+      if (r.nextForwardToken === token) break;
+      token = r.nextForwardToken;
+    }
+    return out;
+  }
+
+  test('the engine\'s lines while the container runs and after it was stopped and removed', async () => {
+    const events = await waitFor('every docker line', async () => {
+      const e = await readAll();
+      return e.length === want.length ? e : false;
+    });
+    // The engine copies stdout and stderr on their own: each stream's lines in order, the two interleaved as
+    // the engine stamped them.
+    const inOrder = (list) => list.filter((m) => m !== 'to stderr');
+    assert.deepEqual(inOrder(events.map((e) => e.message)), inOrder(want));
+    assert.equal(events.filter((e) => e.message === 'to stderr').length, 1);
+    for (const e of events) assert.ok(e.timestamp > Date.now() - 600000 && e.timestamp <= Date.now());
+    await waitFor('RUNNING', async () => {
+      const d = await ok(server.endpoint, 'DescribeTasks', { cluster: CLUSTER, tasks: [arn] });
+      return d.tasks[0].lastStatus === 'RUNNING';
+    });
+    await ok(server.endpoint, 'StopTask', { cluster: CLUSTER, task: arn });
+    await waitFor('STOPPED', async () => {
+      const d = await ok(server.endpoint, 'DescribeTasks', { cluster: CLUSTER, tasks: [arn] });
+      return d.tasks[0].lastStatus === 'STOPPED';
+    });
+    // The agent removes the container once it stopped: what is read now is the agent's copy.
+    await waitFor('the container removed', () => {
+      const ps = spawnSync('docker', ['-H', `unix://${process.env.GPUPACK_DOCKER_SOCKET}`, 'ps', '-aq', '--filter', `name=${arn.split('/').pop()}`], { encoding: 'utf8' });
+      return ps.status === 0 && ps.stdout.trim() === '';
+    });
+    assert.deepEqual((await readAll()).map((e) => e.message), events.map((e) => e.message));
+    const filtered = await logs.send(new FilterLogEventsCommand({ logGroupName: `/gpupack/${CLUSTER}`, filterPattern: 'stderr' }));
+    assert.deepEqual(filtered.events.map((e) => e.message), ['to stderr']);
   });
 });
