@@ -289,6 +289,52 @@ TEST_F(LogStoreTest, TheAgentAnswersALogRequestFromTheStore) {
   EXPECT_THAT(fut.get().events, SizeIs(2));
 }
 
+// ---- the process runtime's monitor writes the stream -------------------------------------------------------------
+
+// The monitor (forked, or this program executed afresh) owns the workload's output: rotated files, every line
+// in order, a last line without its newline kept when the program ends.
+TEST_F(LogStoreTest, TheProcessMonitorRotatesTheOutputAndKeepsTheLastPartialLine) {
+  for (const bool exec_monitor : {true, false}) {
+    SCOPED_TRACE(exec_monitor ? "monitor executed" : "monitor forked");
+    ProcessRuntimeOptions options;
+    options.state_dir = (root_ / (exec_monitor ? "state-exec" : "state-fork")).string();
+    options.log_dir = (root_ / (exec_monitor ? "logs-exec" : "logs-fork")).string();
+    options.log_limits = LogLimits{4096, 3};
+    options.exec_monitor = exec_monitor;
+    auto runtime = MakeProcessRuntime(options);
+    ASSERT_TRUE(runtime.ok()) << runtime.status().message();
+    ContainerSpec spec;
+    spec.task_arn = "arn:aws:ecs:us-east-1:1:task/c/rotate";
+    spec.container_name = "out";
+    spec.entry_point = {"/bin/sh", "-c"};
+    spec.command = {R"(i=0; while [ $i -lt 2000 ]; do echo "line $i"; i=$((i+1)); done; echo err >&2; printf tail)"};
+    auto id = (*runtime)->Start(spec);
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto st = (*runtime)->Inspect(*id);
+      ASSERT_TRUE(st.ok());
+      if (st->state != ContainerState::kRunning) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    dir_ = LogDirectory(options.log_dir, spec.task_arn, spec.container_name);
+    const auto files = ListLogFiles(dir_);
+    ASSERT_THAT(files, SizeIs(3));
+    for (const LogFile& f : files) EXPECT_LE(f.size, 4096u);
+    LogQuery q;
+    q.limit = 100000;
+    const std::vector<std::string> got = Messages(Read(q));
+    ASSERT_GE(got.size(), 3u);
+    EXPECT_EQ(got[got.size() - 3], "line 1999");
+    EXPECT_EQ(got[got.size() - 2], "err");
+    EXPECT_EQ(got.back(), "tail");
+    const int first = std::stoi(got.front().substr(5));
+    for (size_t i = 0; i + 2 < got.size(); ++i) EXPECT_EQ(got[i], "line " + std::to_string(first + i));
+    EXPECT_TRUE((*runtime)->Remove(*id).ok());
+    EXPECT_FALSE(ListLogFiles(dir_).empty());  // the logs outlive the container
+  }
+}
+
 // ---- the docker runtime's copy of the engine's log ------------------------------------------------------------
 
 // LogEngine answers Docker Engine API requests on a unix socket, one connection each: GET /version, and the logs
