@@ -335,7 +335,13 @@ class DockerRuntime final : public Runtime {
                     static_cast<long long>(since % 1000000000));
       target += "&since=" + std::string(buf);
     }
-    auto answer = Call("GET", target);
+    // The engine may hold all its json-file log (files x file_bytes) for one copy, more than max_response_bytes
+    // allows: each line comes with a frame header and its timestamp, so twice that, and a MiB to spare.
+    const uint64_t kept = options_.log_limits.file_bytes * static_cast<uint64_t>(options_.log_limits.files);
+    const DockerClient logs_client(DockerClientOptions{
+        options_.socket_path, options_.request_timeout,
+        std::max<size_t>(options_.max_response_bytes, static_cast<size_t>(2 * kept + (1u << 20)))});
+    auto answer = logs_client.Request("GET", prefix_ + target);
     if (!answer.ok()) return answer.status();
     if (answer->status == 404) return Status::Ok();  // gone: what was copied is what there is
     if (answer->status != 200) return EngineError("cannot read the logs of " + ref, *answer);
