@@ -14,6 +14,7 @@
 #include "agent/gpu_discovery.h"
 #include "agent/gpu_health.h"
 #include "agent/gpu_injection.h"
+#include "agent/log_service.h"
 #include "agent/mps_daemon.h"
 #include "agent/runtime.h"
 #include "agent/server_connection.h"
@@ -63,6 +64,7 @@ struct Agent::Impl final : ServerConnection::Listener {
   std::unique_ptr<ServerConnection> connection;
   std::unique_ptr<TaskContext> context;
   std::unique_ptr<TaskManager> tasks;
+  std::unique_ptr<LogService> logs;
   std::unique_ptr<MetricsListener> metrics_listener;  // last: it reads every part above
   std::mutex mu;
   bool stopped = false;  // guarded by mu
@@ -88,6 +90,10 @@ struct Agent::Impl final : ServerConnection::Listener {
   // holds GPUs the server no longer counts.
   void StopEverything() {
     tasks->StopAll("container instance deregistered", options.stop_grace * 8 + std::chrono::seconds(10));
+  }
+  void OnLogs(protocol::LogsRequest request) override {
+    ServerConnection* conn = connection.get();
+    logs->Post(std::move(request), [conn](const protocol::LogsAnswer& answer) { conn->SendLogs(answer); });
   }
 };
 
@@ -119,6 +125,7 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     ProcessRuntimeOptions process;
     process.state_dir = options.state_dir + "/runtime";
     process.log_dir = options.state_dir + "/logs";
+    process.log_limits = LogLimits{options.log_file_bytes, options.log_files};
     process.monitor_program = BundledMonitorProgram();
     auto rt = MakeProcessRuntime(std::move(process));
     if (!rt.ok()) return rt.status();
@@ -140,7 +147,12 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     } else {
       spdlog::info("agent: docker GPU injection {}", plan->summary);
     }
-    auto rt = MakeDockerRuntime({options.docker_socket, options.name}, std::move(*plan));
+    DockerRuntimeOptions docker;
+    docker.socket_path = options.docker_socket;
+    docker.agent_label = options.name;
+    docker.log_dir = options.state_dir + "/logs";
+    docker.log_limits = LogLimits{options.log_file_bytes, options.log_files};
+    auto rt = MakeDockerRuntime(std::move(docker), std::move(*plan));
     if (!rt.ok()) return rt.status();
     impl->runtime = impl->metrics->TimeRuntime(std::move(*rt));
     impl->runtime_kind = RuntimeKind::kDocker;
@@ -222,6 +234,23 @@ Status Agent::Start() {
                       [conn] { conn->HeartbeatNow(); }, [conn](bool serving) { conn->MpsServingChanged(serving); }});
   a.metrics->Watch({*a.gpus, a.health->devices(), *a.mps, *a.health, *a.runtime, *a.store, o.cluster,
                     [conn] { return conn->instance_arn(); }});
+  TaskStore* store = a.store.get();
+  Runtime* runtime = a.runtime.get();
+  a.logs = std::make_unique<LogService>(
+      LogServiceOptions{o.state_dir + "/logs", o.log_retention},
+      LogService::Hooks{[runtime](const std::string& arn, const std::string& container) {
+                          if (Status s = runtime->CollectLogs(arn, container); !s.ok())
+                            spdlog::warn("agent: logs of {} {}: {}", arn, container, s.message());
+                        },
+                        [store](const std::string& task_id) {
+                          bool known = false;
+                          store->Visit([&](const TaskRecord& r) {
+                            const auto slash = r.report.task_arn.rfind('/');
+                            if (r.report.task_arn.substr(slash == std::string::npos ? 0 : slash + 1) == task_id)
+                              known = true;
+                          });
+                          return known;
+                        }});
   a.tasks->Start();
   a.health->Start();
   a.connection->Start();
@@ -247,6 +276,7 @@ void Agent::Stop() {
     }
   }
   if (a.connection) a.connection->Stop();
+  a.logs.reset();
   if (a.tasks) a.tasks->Shutdown();
   if (Status s = a.mps->Stop(); !s.ok()) spdlog::warn("agent: MPS quit: {}", s.message());
 }

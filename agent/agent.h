@@ -61,6 +61,11 @@ struct AgentOptions {
   // thread of the process makes each container start dearer (a fork copies every thread's stack mapping).
   std::shared_ptr<TaskExecutor> executor;
   bool stop_tasks_on_exit = false;      // gpupack up: Ctrl-C stops the tasks too
+  // Each container's output is kept in state_dir/logs (agent/log_store.h): log_files files of log_file_bytes,
+  // and for log_retention after the last write once the agent no longer has the task.
+  uint64_t log_file_bytes = 10ull << 20;
+  int log_files = 3;
+  std::chrono::seconds log_retention{24 * 3600};
   // The key to SigV4-sign every call and the channel upgrade with (server run with --credentials); none = unsigned.
   std::optional<protocol::SigningIdentity> signing;
   // HOST:PORT where the agent serves its own GET /metrics (agent/agent_metrics.h); empty = not served.

@@ -11,13 +11,25 @@
 // needs for them to the create call; a GPU container the plan cannot serve is refused before anything is created,
 // with the mode and what is missing (TaskFailedToStart), so no container runs without its GPU.
 //
+// Logs: each container's output is copied into the agent's log store (agent/log_store.h) from the engine's
+// `GET /containers/{id}/logs?stdout=1&stderr=1&timestamps=1&since=...` (the multiplexed stream demultiplexed,
+// each line with the engine's timestamp): before the server reads it (CollectLogs) and before the container is
+// removed, so the output outlives the container. Each stream keeps the engine timestamp it copied up to in
+// `.docker-since` beside its files, so a restarted agent goes on where the last copy ended. The engine's own
+// json-file log is bounded like the store (LogConfig max-size and max-file).
+//
 // Thread-safe: it holds no state besides its options (const after construction) and every engine request has a
 // connection of its own (DockerClient), so calls for different containers may run at once; calls for the same
 // container must not overlap (the agent runs each task's work one event at a time). A new instance after an agent
 // restart sees everything an earlier one created.
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +86,69 @@ std::string JsonString(const Json& object, const char* key) {
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// ParseEngineTime reads the engine's RFC 3339 timestamp with nanoseconds ("2024-05-01T10:00:00.123456789Z") as
+// nanoseconds since the epoch; nullopt when it is not one.
+std::optional<int64_t> ParseEngineTime(std::string_view text) {
+  if (text.size() < 20 || text.back() != 'Z') return std::nullopt;
+  struct tm tm {};
+  int fields = std::sscanf(std::string(text.substr(0, 19)).c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &tm.tm_year, &tm.tm_mon,
+                           &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec);
+  if (fields != 6) return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  int64_t nanos = 0;
+  size_t i = 19;
+  if (i < text.size() && text[i] == '.') {
+    int64_t scale = 100000000;
+    for (++i; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+      nanos += (text[i] - '0') * scale;
+      scale /= 10;
+    }
+  }
+  if (i != text.size() - 1) return std::nullopt;
+  return static_cast<int64_t>(timegm(&tm)) * 1000000000 + nanos;
+}
+
+// EngineLine: one line of the engine's log answer with its timestamp (ns).
+struct EngineLine {
+  int64_t nanos = 0;
+  std::string message;
+};
+
+// DemuxLogs splits the engine's log answer into lines: the multiplexed stream of a container without a TTY (8-byte
+// frame headers: stream, 0, 0, 0, payload size big-endian) or the raw stream of one with a TTY; each line begins
+// with its timestamp and a space (timestamps=1). Lines without a readable timestamp are skipped.
+std::vector<EngineLine> DemuxLogs(const std::string& body) {
+  std::string text;
+  const bool framed = body.size() >= 8 && static_cast<unsigned char>(body[0]) <= 2 && body[1] == 0 && body[2] == 0 &&
+                      body[3] == 0;
+  if (framed) {
+    size_t at = 0;
+    while (at + 8 <= body.size()) {
+      const auto* h = reinterpret_cast<const unsigned char*>(body.data() + at);
+      const size_t size = (size_t{h[4]} << 24) | (size_t{h[5]} << 16) | (size_t{h[6]} << 8) | size_t{h[7]};
+      at += 8;
+      text.append(body, at, std::min(size, body.size() - at));
+      at += size;
+    }
+  } else {
+    text = body;
+  }
+  std::vector<EngineLine> out;
+  size_t from = 0;
+  while (from < text.size()) {
+    size_t nl = text.find('\n', from);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string_view line(text.data() + from, nl - from);
+    from = nl + 1;
+    const size_t space = line.find(' ');
+    auto nanos = space == std::string_view::npos ? std::nullopt : ParseEngineTime(line.substr(0, space));
+    if (!nanos) continue;
+    out.push_back(EngineLine{*nanos, std::string(line.substr(space + 1))});
+  }
+  return out;
+}
+
 // StatusOf maps an inspect answer's State object onto ContainerStatus.
 ContainerStatus StatusOf(const Json& state) {
   ContainerStatus status;
@@ -118,7 +193,7 @@ class DockerRuntime final : public Runtime {
                                       ": environment variable with an empty name or a '=' in its name");
     }
     if (Status gpus = InjectGpus(injection_, VisibleGpus(spec.environment), body); !gpus.ok()) return gpus;
-    const std::string name = "gpupack-" + SanitizedName(TaskIdOf(spec.task_arn) + "-" + spec.container_name);
+    const std::string name = ContainerName(spec.task_arn, spec.container_name);
     auto created = client_.Request("POST", create_prefix_ + "/containers/create?name=" + UrlEncode(name), body.dump());
     if (!created.ok()) return created.status();
     if (created->status != 201) {
@@ -177,10 +252,28 @@ class DockerRuntime final : public Runtime {
 
   Status Remove(const std::string& id) override {
     if (!ValidId(id)) return Status::InvalidParameter("docker: invalid container id '" + id + "'");
+    if (!options_.log_dir.empty()) {  // the output outlives the container: copy what the store lacks first
+      auto inspected = Call("GET", "/containers/" + id + "/json");
+      if (inspected.ok() && inspected->status == 200) {
+        const Json json = Json::parse(inspected->body, nullptr, false);
+        const Json config = json.is_object() && json.contains("Config") ? json["Config"] : Json();
+        const Json labels = config.is_object() && config.contains("Labels") ? config["Labels"] : Json();
+        const std::string task = JsonString(labels, kLabelTask), container = JsonString(labels, kLabelContainer);
+        if (!task.empty() && !container.empty()) {
+          if (Status s = Collect(id, task, container); !s.ok())
+            spdlog::warn("docker: the logs of {} before its removal: {}", id, s.message());
+        }
+      }
+    }
     auto removed = Call("DELETE", "/containers/" + id + "?force=true");
     if (!removed.ok()) return removed.status();
     if (removed->status == 204 || removed->status == 404) return Status::Ok();
     return EngineError("cannot remove container " + id, *removed);
+  }
+
+  Status CollectLogs(const std::string& task_arn, const std::string& container_name) override {
+    if (options_.log_dir.empty()) return Status::Ok();
+    return Collect(ContainerName(task_arn, container_name), task_arn, container_name);
   }
 
   std::map<uint32_t, std::string> Owners(const std::vector<uint32_t>& pids) override {
@@ -231,6 +324,56 @@ class DockerRuntime final : public Runtime {
   }
 
  private:
+  static std::string ContainerName(const std::string& task_arn, const std::string& container_name) {
+    return "gpupack-" + SanitizedName(TaskIdOf(task_arn) + "-" + container_name);
+  }
+
+  // Collect copies the lines of engine container `ref` (id or name) newer than the stream's cursor into the log
+  // store. One copy at a time (the log service and a removal may ask at once).
+  Status Collect(const std::string& ref, const std::string& task_arn, const std::string& container_name) {
+    if (!ValidId(ref)) return Status::InvalidParameter("docker: invalid container reference '" + ref + "'");
+    std::lock_guard lock(collect_mu_);
+    const std::string dir = LogDirectory(options_.log_dir, task_arn, container_name);
+    const std::string cursor_path = dir + "/.docker-since";
+    int64_t since = 0;  // ns of the last line copied
+    if (std::ifstream in(cursor_path); in) in >> since;
+    std::string target = "/containers/" + ref + "/logs?stdout=1&stderr=1&timestamps=1";
+    if (since > 0) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%lld.%09lld", static_cast<long long>(since / 1000000000),
+                    static_cast<long long>(since % 1000000000));
+      target += "&since=" + std::string(buf);
+    }
+    // The engine may hold all its json-file log (files x file_bytes) for one copy, more than max_response_bytes
+    // allows: each line comes with a frame header and its timestamp, so twice that, and a MiB to spare.
+    const uint64_t kept = options_.log_limits.file_bytes * static_cast<uint64_t>(options_.log_limits.files);
+    const DockerClient logs_client(DockerClientOptions{
+        options_.socket_path, options_.request_timeout,
+        std::max<size_t>(options_.max_response_bytes, static_cast<size_t>(2 * kept + (1u << 20)))});
+    auto answer = logs_client.Request("GET", prefix_ + target);
+    if (!answer.ok()) return answer.status();
+    if (answer->status == 404) return Status::Ok();  // gone: what was copied is what there is
+    if (answer->status != 200) return EngineError("cannot read the logs of " + ref, *answer);
+    std::vector<EngineLine> lines = DemuxLogs(answer->body);
+    LogWriter writer;
+    if (Status s = writer.Open(dir, options_.log_limits); !s.ok()) return s;
+    int64_t last = since;
+    for (const EngineLine& line : lines) {
+      if (line.nanos <= since) continue;  // `since` is inclusive: already copied
+      writer.Append(line.nanos / 1000000, line.message.data(), line.message.size());
+      last = std::max(last, line.nanos);
+    }
+    writer.Close();
+    if (last != since) {
+      const std::string temp = cursor_path + ".tmp";
+      { std::ofstream(temp, std::ios::trunc) << last << "\n"; }
+      std::error_code ec;
+      std::filesystem::rename(temp, cursor_path, ec);
+      if (ec) return Status::Server("docker: cannot write " + cursor_path + ": " + ec.message());
+    }
+    return Status::Ok();
+  }
+
   Result<DockerResponse> Call(std::string_view method, const std::string& path, std::string_view body = {},
                               std::optional<std::chrono::milliseconds> timeout = std::nullopt) const {
     return client_.Request(method, prefix_ + path, body, timeout);
@@ -267,6 +410,12 @@ class DockerRuntime final : public Runtime {
       host["MemoryReservation"] = *spec.memory_reservation * kMiB;
     }
     if (spec.cpu > 0) host["CpuShares"] = std::max<int64_t>(spec.cpu, 2);  // the kernel's minimum weight is 2
+    if (!options_.log_dir.empty()) {  // the engine's own copy, bounded like the store (it is copied from there)
+      host["LogConfig"] = {{"Type", "json-file"},
+                           {"Config",
+                            {{"max-size", std::to_string(options_.log_limits.file_bytes)},
+                             {"max-file", std::to_string(options_.log_limits.files)}}}};
+    }
 
     Json body = {{"Image", spec.image},
                  {"Env", env},
@@ -291,6 +440,7 @@ class DockerRuntime final : public Runtime {
 
   DockerRuntimeOptions options_;
   DockerClient client_;
+  std::mutex collect_mu_;  // one log copy at a time
   std::string prefix_;  // "/v1.41"
   const GpuInjection injection_;
   std::string create_prefix_;  // prefix_, or newer when the GPU injection needs it

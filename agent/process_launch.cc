@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -193,13 +194,55 @@ void ResetSignals() {
   sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
+// Exited: whether the workload has exited (not reaped: WNOWAIT).
+bool Exited(pid_t pid) {
+  siginfo_t info{};
+  info.si_pid = 0;
+  return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | WNOHANG) == 0 && info.si_pid == pid;
+}
+
+// CopyOutput writes what arrives on `fd` (the workload's stdout and stderr) to the log stream, stamping each line
+// when it is read, until the workload exits (true) or the pipe's every writer closed it (false). With a pidfd the
+// exit wakes the poll at once; without (kernels before 5.3) it is checked every 50 ms.
+bool CopyOutput(Launch& l, int fd, pid_t pid) {
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  bool exited = false;
+  while (!exited) {
+    pollfd fds[2] = {{fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    const int ready = poll(fds, pidfd >= 0 ? 2 : 1, pidfd >= 0 ? -1 : 50);
+    if (ready < 0 && errno != EINTR) break;
+    exited = pidfd >= 0 ? ready > 0 && (fds[1].revents & POLLIN) != 0 : Exited(pid);
+    if (exited || ready <= 0 || (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+    const ssize_t n = read(fd, l.output_buffer.data(), l.output_buffer.size());
+    if (n > 0) l.writer.Feed(l.output_buffer.data(), static_cast<size_t>(n), NowMs());
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;  // every writer closed it
+  }
+  if (pidfd >= 0) close(pidfd);
+  return exited;
+}
+
+// DrainOutput copies what is left in the pipe once the workload's group is gone, without waiting for a writer
+// that escaped the group (bounded: 16 MiB).
+void DrainOutput(Launch& l, int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  size_t copied = 0;
+  while (copied < (16u << 20)) {
+    const ssize_t n = read(fd, l.output_buffer.data(), l.output_buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    l.writer.Feed(l.output_buffer.data(), static_cast<size_t>(n), NowMs());
+    copied += static_cast<size_t>(n);
+  }
+  close(fd);
+}
+
 [[noreturn]] void RunWorkload(Launch& l, int error_fd) {
   setpgid(0, 0);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGPIPE, &dfl, nullptr);  // the monitor ignores it; the program starts with defaults
-  if (dup2(l.log_fd, STDOUT_FILENO) < 0 || dup2(l.log_fd, STDERR_FILENO) < 0) {
+  if (dup2(l.output_write_fd, STDOUT_FILENO) < 0 || dup2(l.output_write_fd, STDERR_FILENO) < 0) {
     int err = errno;
     WriteAll(error_fd, &err, sizeof err);
     _exit(127);
@@ -352,6 +395,7 @@ struct Reader {
   // not inherit them.
   for (int fd : {log_fd, report_fd}) fcntl(fd, F_SETFD, FD_CLOEXEC);
   l.log_fd = log_fd;
+  l.writer.SetFd(log_fd);
   l.report_fd = report_fd;
   l.null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   l.workload_stack.reset(new char[kLaunchStackBytes]);
@@ -377,6 +421,10 @@ std::string EncodeLaunch(const Launch& l) {
   PutString(out, l.state_path);
   PutString(out, l.temp_path);
   PutString(out, l.json_prefix);
+  std::vector<std::string> log = {l.writer.dir(), std::to_string(l.writer.limits().file_bytes),
+                                  std::to_string(l.writer.limits().files), std::to_string(l.writer.size())};
+  for (uint64_t start : l.writer.starts()) log.push_back(std::to_string(start));
+  PutList(out, log);
   return out;
 }
 
@@ -388,7 +436,18 @@ bool DecodeLaunch(const std::string& blob, Launch& l) {
   l.state_path = r.String();
   l.temp_path = r.String();
   l.json_prefix = r.String();
-  if (!r.good || r.pos != blob.size() || l.argv_storage.empty()) return false;
+  const std::vector<std::string> log = r.List();
+  if (!r.good || r.pos != blob.size() || l.argv_storage.empty() || log.size() < 5) return false;
+  LogLimits limits;
+  std::vector<uint64_t> starts;
+  try {
+    limits.file_bytes = std::stoull(log[1]);
+    limits.files = std::stoi(log[2]);
+    for (size_t i = 4; i < log.size(); ++i) starts.push_back(std::stoull(log[i]));
+    l.writer.Resume(log[0], limits, -1, starts, std::stoull(log[3]));
+  } catch (const std::exception&) {
+    return false;
+  }
   l.argv.clear();
   for (std::string& arg : l.argv_storage) l.argv.push_back(arg.data());
   l.argv.push_back(nullptr);
@@ -396,6 +455,7 @@ bool DecodeLaunch(const std::string& blob, Launch& l) {
   for (std::string& entry : l.env_storage) l.envp.push_back(entry.data());
   l.envp.push_back(nullptr);
   l.buffer.resize(l.json_prefix.size() + 512);
+  l.output_buffer.resize(64 * 1024);
   return true;
 }
 
@@ -435,10 +495,12 @@ pid_t StartMiddle(Launch& l) {
   const int report = l.report_fd;
 
   int exec_pipe[2];
-  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
+  int output_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0 || pipe2(output_pipe, O_CLOEXEC) != 0) {
     Send(report, kFailedPipe, errno);
     _exit(1);
   }
+  l.output_write_fd = output_pipe[1];
   // The workload shares the monitor's memory until its exec (CLONE_VFORK: the monitor waits until then), so the
   // monitor's copy of the agent's address space is not copied once more.
   WorkloadArgs args{&l, exec_pipe[1], report, exec_pipe[0]};
@@ -448,7 +510,7 @@ pid_t StartMiddle(Launch& l) {
     _exit(1);
   }
   close(exec_pipe[1]);
-  close(l.log_fd);
+  close(output_pipe[1]);
   Send(report, kWorkloadPid, pid);
 
   int exec_errno = 0;
@@ -480,13 +542,21 @@ pid_t StartMiddle(Launch& l) {
   Send(report, kExecResult, 0);
   close(report);
 
-  // Wait for the exit without reaping: the zombie keeps the process group id taken, so whatever the program
-  // left running in its group is killed with certainty (a container engine ends a container this way too).
+  // Copy the output into the log stream until the program exits (or closes its output and everything it started
+  // did too); then wait for the exit without reaping: the zombie keeps the process group id taken, so whatever the
+  // program left running in its group is killed with certainty (a container engine ends a container this way
+  // too), and what it wrote before is copied.
+  const bool ended = CopyOutput(l, output_pipe[0], pid);
   siginfo_t info{};
-  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0) {
-    if (errno != EINTR) break;
+  if (!ended) {
+    while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0) {
+      if (errno != EINTR) break;
+    }
   }
   kill(-pid, SIGKILL);
+  DrainOutput(l, output_pipe[0]);
+  l.writer.Flush(NowMs());
+  l.writer.Close();
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) _exit(1);
   }

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/log_store.h"
+
 namespace gpupack::agent::process_launch {
 
 // ProcStat is what /proc/<pid>/stat says about a process: its state letter and its start time (field 22).
@@ -65,7 +67,12 @@ struct Launch {
   std::unique_ptr<char[]> middle_stack;
   std::unique_ptr<char[]> workload_stack;
   int report_read_fd = -1;  // Start's end of the report pipe (the middle closes its copy)
+  // The container's log stream (agent/log_store.h): opened by Start; the monitor reads the workload's output
+  // from a pipe and writes it here, a line per event, rotating the files. log_fd is the writer's descriptor.
+  LogWriter writer;
   int log_fd = -1;
+  int output_write_fd = -1;    // the workload's stdout and stderr (the monitor's pipe), set by the monitor
+  std::vector<char> output_buffer;  // the monitor's read buffer (allocated before fork)
   int null_fd = -1;
   int report_fd = -1;
   // The monitor program (exec mode): its argv and environment, and the socket its launch is sent on.
@@ -85,7 +92,7 @@ inline constexpr const char* kMonitorArgv0 = "gpupack-process-monitor";
 inline constexpr const char* kMonitorEnv = "GPUPACK_PROCESS_MONITOR=1";
 
 // EncodeLaunch writes what the monitor program needs of a launch (argv, environment, candidates, paths, the
-// record's prefix); DecodeLaunch reads it back into a Launch (and sets up argv/envp/buffer), false when malformed.
+// record's prefix, the log stream's directory, limits and files); DecodeLaunch reads it back into a Launch (and sets up argv/envp/buffer), false when malformed.
 std::string EncodeLaunch(const Launch& l);
 bool DecodeLaunch(const std::string& blob, Launch& l);
 

@@ -17,7 +17,9 @@
 // the monitor forked, as ProcessRuntimeOptions::exec_monitor = false always does.
 //
 // The workload gets argv = entry_point + command, exactly spec.environment as its environment (nothing of the
-// agent's), /dev/null as stdin and <log_dir>/<task id>/<container>.log (appended) as stdout and stderr. It sits
+// agent's), /dev/null as stdin and a pipe as stdout and stderr, which the monitor copies, a line per event with
+// its time, into the container's log stream <log_dir>/<task id>/<container>/ (agent/log_store.h: rotated files,
+// so the monitor owns every write; a program writing a file itself could not be rotated safely). It sits
 // in its own process group so that Stop signals it and everything it spawned, but not the monitor, which
 // survives to record the exit status; when the program exits, the monitor kills what is left of its group.
 // The program is looked up like execvp does, on the PATH of spec.environment, or the agent's PATH when the
@@ -29,7 +31,7 @@
 //
 // State on disk, <state_dir>/<id>.json, written only by the monitor, atomically (a temporary file, then
 // rename()); not fsync'ed, because the processes it describes do not outlive the host either:
-//   {"version":1,"id":...,"task_arn":...,"container_name":...,"argv0":...,"log_path":...,
+//   {"version":1,"id":...,"task_arn":...,"container_name":...,"argv0":...,"log_path":<the log directory>,
 //    "state":"running"|"exited","monitor_pid":M,"monitor_start_time":MT,"pid":P,"start_time":T
 //    [,"exit_code":C,"signal":S]}
 // start_time is field 22 of /proc/<pid>/stat (clock ticks since boot): a pid is the recorded process only if its
@@ -225,11 +227,8 @@ class ProcessRuntime final : public Runtime {
       if (l.candidates.empty()) l.candidates.push_back(argv0);
     }
 
-    const fs::path log_dir = fs::path(options_.log_dir) / task_id;
-    const std::string log_path = (log_dir / (container + ".log")).string();
-    std::error_code ec;
-    fs::create_directories(log_dir, ec);
-    if (ec) return Status::Server("process runtime: cannot create " + log_dir.string() + ": " + ec.message());
+    const std::string log_path = LogDirectory(options_.log_dir, spec.task_arn, spec.container_name);
+    if (Status s = l.writer.Open(log_path, options_.log_limits); !s.ok()) return s;
 
     l.state_path = StatePath(id);
     l.temp_path = (fs::path(options_.state_dir) / ("." + id + ".tmp")).string();
@@ -243,17 +242,20 @@ class ProcessRuntime final : public Runtime {
     l.json_prefix.back() = ',';  // the monitor appends the rest of the object
     l.buffer.resize(l.json_prefix.size() + 512);
 
-    l.log_fd = AboveStdio(open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    l.log_fd = AboveStdio(l.writer.fd());
+    l.writer.SetFd(l.log_fd);
     if (l.log_fd < 0) {
-      return Status::Server("process runtime: cannot open " + log_path + ": " + ErrnoText(errno));
+      return Status::Server("process runtime: cannot open the log of " + id + ": " + ErrnoText(errno));
     }
+    l.output_buffer.resize(64 * 1024);
     l.null_fd = AboveStdio(open("/dev/null", O_RDWR | O_CLOEXEC));
     int report[2] = {-1, -1}, data[2] = {-1, -1};
     if (l.null_fd < 0 || pipe2(report, O_CLOEXEC) != 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) != 0) {
       int err = errno;
-      for (int fd : {l.log_fd, l.null_fd, report[0], report[1]})
+      for (int fd : {l.null_fd, report[0], report[1]})
         if (fd >= 0) close(fd);
+      l.writer.Close();
       return Status::Server("process runtime: cannot prepare " + id + ": " + ErrnoText(err));
     }
     report[0] = AboveStdio(report[0]);
@@ -275,7 +277,7 @@ class ProcessRuntime final : public Runtime {
       }
     }
     close(report[1]);
-    close(l.log_fd);
+    l.writer.Close();  // the monitor holds its own copy
     close(l.null_fd);
     close(l.data_fd);
     if (middle > 0 && l.exec_mode) SendLaunch(l.data_send_fd, EncodeLaunch(l));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/log_store.h"
 #include "scheduler/model.h"
 #include "scheduler/status.h"
 
@@ -71,11 +72,20 @@ class Runtime {
   //            names docker for untrusted workloads).
   //   docker:  a pid belongs to a container when the container's id appears in /proc/<pid>/cgroup.
   virtual std::map<uint32_t, std::string> Owners(const std::vector<uint32_t>& pids) = 0;
+  // CollectLogs brings the log stream of a task's container (log_store.h, LogDirectory) up to date before it is
+  // read: docker copies the lines the engine has that the stream lacks; the process runtime's monitor writes the
+  // stream itself (nothing to do).
+  virtual Status CollectLogs(const std::string& task_arn, const std::string& container_name) {
+    (void)task_arn;
+    (void)container_name;
+    return Status::Ok();
+  }
 };
 
 struct ProcessRuntimeOptions {
   std::string state_dir;  // per-container state (pid, exit code) survives an agent restart here
-  std::string log_dir;    // <log_dir>/<task id>/<container>.log (stdout and stderr)
+  std::string log_dir;    // <log_dir>/<task id>/<container>/: the log stream of stdout and stderr (log_store.h)
+  LogLimits log_limits = {};  // how much of each container's output is kept
   // How long Start waits to learn whether the program was executed (the exec itself; not the program's run).
   std::chrono::milliseconds start_timeout{10000};
   // The monitor of each container is a program executed afresh, which copies nothing of the agent's memory;
@@ -100,6 +110,10 @@ struct DockerRuntimeOptions {
   std::string network_mode = "none";                  // HostConfig.NetworkMode of every container
   std::chrono::milliseconds request_timeout{30000};  // per engine request (Stop adds its grace period)
   size_t max_response_bytes = 16 << 20;               // larger engine responses are an error
+  // Where each container's output is copied (log_store.h), with its rotation; empty: logs are not copied. The
+  // engine keeps its own json-file log bounded the same way (HostConfig.LogConfig max-size and max-file).
+  std::string log_dir = "";
+  LogLimits log_limits = {};
 };
 Result<std::unique_ptr<Runtime>> MakeDockerRuntime(DockerRuntimeOptions options);
 

@@ -256,6 +256,12 @@ void ServerConnection::Ack(int64_t push_id) {
   if (channel_) channel_->Send(protocol::Serialize(protocol::AgentMessage(protocol::Ack{push_id})));
 }
 
+void ServerConnection::SendLogs(const protocol::LogsAnswer& answer) {
+  std::string text = protocol::Serialize(protocol::AgentMessage(answer));
+  std::lock_guard lock(mu_);
+  if (ready_ && channel_) channel_->Send(std::move(text));
+}
+
 void ServerConnection::WaitForAcks(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [this] { return pending_acks_.empty() || !ready_ || closed_; });
@@ -297,6 +303,8 @@ void ServerConnection::OnMessage(uint64_t generation, const std::string& text) {
     listener_.OnAssign(std::move(assign->task), assign->id);  // acked once the task is persisted
   } else if (auto* stop = std::get_if<protocol::Stop>(&m)) {
     listener_.OnStop(stop->order, stop->id);
+  } else if (auto* logs = std::get_if<protocol::LogsRequest>(&m)) {
+    listener_.OnLogs(std::move(*logs));  // queued: read on the log service's thread
   } else {
     const auto* error = std::get_if<protocol::Error>(&m);
     const std::optional<int64_t> id = error ? error->id : std::optional<int64_t>(std::get<protocol::Ack>(m).id);

@@ -65,6 +65,8 @@ class ServerConnection final : public Reporter {
     // OnDeregistered: the server deregistered this instance while the agent was away (its re-registration was
     // refused): every task must stop. Called once, on the connection thread.
     virtual void OnDeregistered() = 0;
+    // OnLogs: the server asks for a page of a container's output; answer with SendLogs (from any thread).
+    virtual void OnLogs(protocol::LogsRequest request) { (void)request; }
   };
   // Health: what heartbeats and registrations say about the GPUs (GpuHealth); quick and thread-safe.
   struct Health {
@@ -91,6 +93,9 @@ class ServerConnection final : public Reporter {
   // Reporter
   void SendState(const protocol::TaskReport& report) override;
   void Ack(int64_t push_id) override;
+
+  // SendLogs answers a log request (dropped when the channel is gone: the server times the request out).
+  void SendLogs(const protocol::LogsAnswer& answer);
 
   // HeartbeatNow sends a heartbeat at once (health changed; the welcome came).
   void HeartbeatNow();

@@ -19,6 +19,7 @@ AgentChannel::~AgentChannel() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
+    requests_.clear();  // the HTTP server has stopped: nobody waits for their answers
   }
   cv_.notify_all();
   watchdog_.join();
@@ -133,6 +134,8 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
     cp_.AgentReport(arn, state->report, answer(state->id));
   } else if (auto* heartbeat = std::get_if<protocol::Heartbeat>(&*parsed)) {
     cp_.AgentHeartbeat(arn, *heartbeat, answer(heartbeat->id));
+  } else if (auto* logs = std::get_if<protocol::LogsAnswer>(&*parsed)) {
+    OnLogsAnswer(conn, std::move(*logs));  // never answered
   } else if (auto* ack = std::get_if<protocol::Ack>(&*parsed)) {
     // The agent recorded a push: stop re-sending it. An unknown id (already acked, or from a replaced
     // connection) is ignored; an ack is never answered.
@@ -210,6 +213,19 @@ void AgentChannel::OnHelloPart(const std::shared_ptr<WebSocketConnection>& conn,
 
 void AgentChannel::OnClose(const std::shared_ptr<WebSocketConnection>& conn) {
   std::string arn;
+  std::vector<RequestDone> orphaned;  // requests sent on this connection: no answer will come
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = requests_.begin(); it != requests_.end();) {
+      if (it->second.conn != conn.get()) {
+        ++it;
+        continue;
+      }
+      orphaned.push_back(std::move(it->second.done));
+      it = requests_.erase(it);
+    }
+  }
+  FailRequests(std::move(orphaned), "the agent's connection closed before it answered");
   {
     std::lock_guard lock(mu_);
     auto it = peers_.find(conn.get());
@@ -236,6 +252,53 @@ protocol::ServerMessage AsMessage(const AgentPush& push) {
 const char* PushType(const AgentPush& push) { return std::holds_alternative<protocol::Assign>(push) ? "assign" : "stop"; }
 
 }  // namespace
+
+void AgentChannel::RequestLogs(const std::string& instance_arn, protocol::LogsRequest request,
+                               std::chrono::milliseconds timeout,
+                               std::function<void(Result<protocol::LogsAnswer>)> done) {
+  request.id = next_request_id_++;
+  std::shared_ptr<WebSocketConnection> conn;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_instance_.find(instance_arn);
+    if (!stopping_ && it != by_instance_.end()) {
+      Peer& peer = peers_[it->second];
+      if (!peer.closing) {
+        conn = peer.conn;
+        // Kept before it is sent, so the answer cannot arrive before the request is pending.
+        requests_[request.id] =
+            PendingRequest{conn.get(), instance_arn, std::chrono::steady_clock::now() + timeout, std::move(done)};
+      }
+    }
+  }
+  if (!conn) {
+    done(Status::Server("the agent of " + instance_arn + " is not connected"));
+    return;
+  }
+  conn->Send(protocol::Serialize(protocol::ServerMessage(std::move(request))));
+}
+
+size_t AgentChannel::pending_requests() const {
+  std::lock_guard lock(mu_);
+  return requests_.size();
+}
+
+void AgentChannel::OnLogsAnswer(const std::shared_ptr<WebSocketConnection>& conn, protocol::LogsAnswer answer) {
+  RequestDone done;
+  {
+    std::lock_guard lock(mu_);
+    auto it = requests_.find(answer.id);
+    // An unknown id (timed out already) or one sent on another connection is ignored.
+    if (it == requests_.end() || it->second.conn != conn.get()) return;
+    done = std::move(it->second.done);
+    requests_.erase(it);
+  }
+  done(std::move(answer));
+}
+
+void AgentChannel::FailRequests(std::vector<RequestDone> done, const std::string& why) {
+  for (auto& d : done) d(Status::Server(why));
+}
 
 void AgentChannel::Push(const std::string& instance_arn, AgentPush push) {
   const int64_t id = next_push_id_++;
@@ -281,6 +344,20 @@ void AgentChannel::Watchdog() {
     cv_.wait_for(lock, tick);
     if (stopping_) break;
     auto now = std::chrono::steady_clock::now();
+    std::vector<RequestDone> expired;
+    for (auto it = requests_.begin(); it != requests_.end();) {
+      if (it->second.deadline > now) {
+        ++it;
+        continue;
+      }
+      expired.push_back(std::move(it->second.done));
+      it = requests_.erase(it);
+    }
+    if (!expired.empty()) {
+      lock.unlock();
+      FailRequests(std::move(expired), "the agent did not answer in time");
+      lock.lock();
+    }
     std::vector<std::shared_ptr<WebSocketConnection>> silent;
     std::vector<Due> due;
     for (auto& [_, peer] : peers_) {

@@ -13,6 +13,8 @@
 //                                                     {"type":"stop","id":n,"taskArn","reason"}
 //   {"type":"ack","id":n}  (a push is recorded)
 //   {"type":"error",...} answers a message the server could not apply.
+//                                                     {"type":"logs","id":n,...}  (RequestLogs: a page of a
+//   {"type":"logEvents","id":n,...} (its answer)                                 container's output)
 //
 // Pushes are kept per connection until the agent acks their id. One unacked for push_ack_timeout is sent again
 // (same id) while it still matters, i.e. no report about its task has been applied since (an agent that acted
@@ -24,7 +26,12 @@
 //
 // A connection that sends no heartbeat for `missed_heartbeats` intervals is closed and its instance marked
 // agentConnected=false; RunTask then answers AGENT for it. A second connection for the same instance replaces
-// the first. Thread-safe.
+// the first.
+//
+// Requests (RequestLogs) are not pushes: never acked, never re-sent. Each has a correlation id of its own and a
+// deadline; it ends once, with the agent's answer, or with an error when the agent is not connected, its
+// connection closes, or the deadline passes (the watchdog's tick, at most a quarter of the heartbeat interval
+// late). Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -91,6 +98,14 @@ class AgentChannel {
   uint64_t push_retries() const { return push_retries_.load(); }
   uint64_t push_unacked_closes() const { return push_unacked_closes_.load(); }
 
+  // RequestLogs asks the instance's agent for a page of a container's output (the request's id is set here) and
+  // calls `done` once, on the thread that answers: with the agent's answer, or a kServer error that says the
+  // agent is not connected, went away, or did not answer within `timeout`. `done` must not call the channel.
+  void RequestLogs(const std::string& instance_arn, protocol::LogsRequest request,
+                   std::chrono::milliseconds timeout, std::function<void(Result<protocol::LogsAnswer>)> done);
+  // Requests waiting for their answer.
+  size_t pending_requests() const;
+
   // Upgrade requests refused by the authenticator since construction.
   uint64_t auth_refusals() const { return auth_refusals_.load(); }
 
@@ -120,6 +135,10 @@ class AgentChannel {
   void SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
                 const AgentPush& message);
   void Reply(const std::shared_ptr<WebSocketConnection>& conn, const protocol::ServerMessage& message);
+  void OnLogsAnswer(const std::shared_ptr<WebSocketConnection>& conn, protocol::LogsAnswer answer);
+  // FailRequests ends (outside the lock) the requests taken out of requests_ with `why`.
+  using RequestDone = std::function<void(Result<protocol::LogsAnswer>)>;
+  static void FailRequests(std::vector<RequestDone> done, const std::string& why);
 
   ControlPlane& cp_;
   const AgentChannelOptions options_;
@@ -127,6 +146,14 @@ class AgentChannel {
   std::map<WebSocketConnection*, Peer> peers_;              // guarded by mu_
   std::map<std::string, WebSocketConnection*> by_instance_; // guarded by mu_
   bool stopping_ = false;                                    // guarded by mu_
+  struct PendingRequest {
+    WebSocketConnection* conn;  // the connection it was sent on
+    std::string instance_arn;
+    std::chrono::steady_clock::time_point deadline;
+    RequestDone done;
+  };
+  std::map<int64_t, PendingRequest> requests_;  // by correlation id; guarded by mu_
+  std::atomic<int64_t> next_request_id_{1};
   std::condition_variable cv_;
   std::thread watchdog_;
   std::atomic<uint64_t> auth_refusals_{0};

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/errors.h"
+#include "api/logs_handler.h"
 
 namespace gpupack::api {
 
@@ -143,7 +144,12 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   // request (not even 404 or 405), as AWS does.
   SigV4Result who;
   if (auth_ != nullptr) {
-    who = auth_->Authenticate(req);
+    // A CloudWatch Logs call is signed for the service "logs": its own verifier over the same keys. The
+    // console's calls (its session, no signature) are judged by the ECS authenticator, which holds the sessions.
+    const std::string* logs_target = req.Header("x-amz-target");
+    const bool logs_call = logs_ != nullptr && logs_auth_ != nullptr && logs_target != nullptr &&
+                           logs_target->rfind(kLogsTargetPrefix, 0) == 0 && !RequestAuthenticator::IsConsoleCall(req);
+    who = (logs_call ? logs_auth_ : auth_)->Authenticate(req);
     if (!who.status.ok()) {
       RefuseAuth(who.status, req, request_id, respond, /*authenticated=*/false);
       return;
@@ -164,6 +170,11 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
   }
   const std::string* target = req.Header("x-amz-target");
   std::string operation;
+  if (logs_ != nullptr && target && target->rfind(kLogsTargetPrefix, 0) == 0) {
+    HandleLogs(target->substr(std::char_traits<char>::length(kLogsTargetPrefix)), who, req, request_id, start,
+               std::move(respond));
+    return;
+  }
   if (!target || target->rfind(kTargetPrefix, 0) != 0) {
     Status s(ErrorCode::kUnknownOperation,
              target ? "unknown operation target '" + target->substr(0, 200) + "'" : "missing X-Amz-Target header");
@@ -208,6 +219,37 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
                 r.status.ok() ? "" : " error=" + std::string(ToEcsError(r.status.code()).type));
     respond(std::move(resp));
   }, agent_key);
+}
+
+// HandleLogs: a CloudWatch Logs call (api/logs_handler.h), authorized like an ECS read, answered in the same
+// JSON 1.1 shape and counted in the same metrics (operation "Logs.<name>").
+void EcsHandler::HandleLogs(const std::string& name, const SigV4Result& who, const HttpRequest& req,
+                            const std::string& request_id, std::chrono::steady_clock::time_point start,
+                            Responder respond) {
+  const std::string operation = "Logs." + name;
+  auto reply = [this, operation, request_id, start, respond](LogsReply r) {
+    HttpResponse resp = JsonResponse(r.http_status, std::move(r.body), request_id);
+    if (!r.error_type.empty()) resp.headers.emplace_back("x-amzn-ErrorType", r.error_type);
+    Observe(LogsHandler::Knows(operation.substr(5)) ? operation : "unknown", resp.status,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    respond(std::move(resp));
+  };
+  if (!LogsHandler::Knows(name)) {
+    logs_->Handle(name, Json::object(), reply);  // answers UnknownOperationException
+    return;
+  }
+  if (auth_ != nullptr) {
+    if (Status s = RequestAuthenticator::Authorize(who, name); !s.ok()) {
+      RefuseAuth(s, req, request_id, respond, /*authenticated=*/true);
+      return;
+    }
+  }
+  auto body = ParseBody(req.body);
+  if (!body.ok()) {
+    reply(LogsReply{400, ErrorBody(Status::InvalidParameter(body.status().message())), "InvalidParameterException"});
+    return;
+  }
+  logs_->Handle(name, *body, reply);
 }
 
 }  // namespace gpupack::api

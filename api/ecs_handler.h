@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 
 #include "api/console_handler.h"
@@ -37,12 +38,21 @@ class EcsHandler {
     auth_ = auth;
     console_.SetAuthenticator(auth);
   }
+  // Optional: serve the CloudWatch Logs targets (Logs_20140328.*, api/logs_handler.h) too, their signatures
+  // checked by `auth` (SigV4 service "logs") when SetAuthenticator set one. Set before the server starts; both
+  // must outlive the handler.
+  void SetLogs(const class LogsHandler* logs, const RequestAuthenticator* auth = nullptr) {
+    logs_ = logs;
+    logs_auth_ = auth;
+  }
 
  private:
   void Observe(const std::string& operation, int status, double seconds);
   // RefuseAuth answers an authentication (`authenticated` false) or authorization refusal and counts it.
   void RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
                   const Responder& respond, bool authenticated);
+  void HandleLogs(const std::string& name, const SigV4Result& who, const HttpRequest& req,
+                  const std::string& request_id, std::chrono::steady_clock::time_point start, Responder respond);
 
   ControlPlane& cp_;
   MetricsRegistry& metrics_;
@@ -52,6 +62,8 @@ class EcsHandler {
   const RequestAuthenticator* auth_ = nullptr;
   PlacementRefusals refusals_;  // RunTask/StartTask refusals, for the console's overview
   ConsoleHandler console_;
+  const class LogsHandler* logs_ = nullptr;
+  const RequestAuthenticator* logs_auth_ = nullptr;
 };
 
 }  // namespace gpupack::api

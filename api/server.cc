@@ -1,6 +1,7 @@
 #include "api/server.h"
 
 #include "api/ecs_handler.h"
+#include "api/logs_handler.h"
 #include "api/server_metrics.h"
 #include "storage/group_committer.h"
 
@@ -18,6 +19,8 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   s->channel_ = std::make_unique<AgentChannel>(*s->control_plane_, options.channel);
   s->handler_ = std::make_unique<EcsHandler>(*s->control_plane_, *s->metrics_);
   s->handler_->SetAuthenticator(options.authenticator);
+  s->logs_ = std::make_unique<LogsHandler>(*s->control_plane_, *s->channel_);
+  s->handler_->SetLogs(s->logs_.get(), options.logs_authenticator);
   HttpServerOptions http;
   http.host = options.host;
   http.port = options.port;

@@ -26,6 +26,8 @@ struct ServerOptions {
   AgentChannelOptions channel;
   // With --credentials: every call and channel upgrade must be signed. Must outlive the server; null = none.
   const RequestAuthenticator* authenticator = nullptr;
+  // The same keys for the CloudWatch Logs calls, whose signatures name the service "logs"; null = none.
+  const RequestAuthenticator* logs_authenticator = nullptr;
 };
 
 class Server {
@@ -50,6 +52,7 @@ class Server {
   std::unique_ptr<GroupCommitter> committer_;
   std::unique_ptr<ControlPlane> control_plane_;
   std::unique_ptr<AgentChannel> channel_;
+  std::unique_ptr<class LogsHandler> logs_;
   std::unique_ptr<class EcsHandler> handler_;
   std::unique_ptr<HttpServer> http_;
 };

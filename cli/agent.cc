@@ -50,6 +50,17 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--mps-probe-ms", f.mps_probe_ms, "how often the MPS control daemon is probed")
       ->capture_default_str()
       ->check(CLI::Range(100, 3600 * 1000));
+  app.add_option("--log-file-mib", f.log_file_mib,
+                 "each container's output is kept in files of this many MiB (rotated; see docs/api.md, Logs)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--log-files", f.log_files, "how many such files are kept per container (the oldest goes)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--log-retention-hours", f.log_retention_hours,
+                 "a task's output is deleted this long after its last line once the agent no longer has the task")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 24 * 365));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   app.add_option("--credentials", f.credentials,
                  "AWS shared-credentials file (mode 0600) to SigV4-sign every call and the channel with "
@@ -115,6 +126,9 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.watchdog_interval = std::chrono::milliseconds(f.watchdog_ms);
   o.mps_probe_interval = std::chrono::milliseconds(f.mps_probe_ms);
   o.metrics_listen = f.metrics_listen;
+  o.log_file_bytes = static_cast<uint64_t>(f.log_file_mib) << 20;
+  o.log_files = f.log_files;
+  o.log_retention = std::chrono::hours(f.log_retention_hours);
   for (const auto& a : f.attributes) {
     size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0)

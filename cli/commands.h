@@ -59,6 +59,10 @@ struct AgentFlags {
   int stop_grace_ms = 10000;
   int watchdog_ms = 1000;
   int mps_probe_ms = 5000;
+  // Each container's output (agent/log_store.h): files x MiB kept, and hours after the task is gone.
+  int log_file_mib = 10;
+  int log_files = 3;
+  int log_retention_hours = 24;
   std::string log_level = "info";
   // SigV4 signing (server run with --credentials). Empty: $AWS_SHARED_CREDENTIALS_FILE, $AWS_PROFILE, and
   // $AWS_REGION / $AWS_DEFAULT_REGION, then us-east-1; no file at all means unsigned calls.

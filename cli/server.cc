@@ -137,6 +137,7 @@ void WaitForSignal() {
 
 struct ServerRuntime::Impl {
   std::unique_ptr<api::RequestAuthenticator> authenticator;  // null without --credentials; outlives the rest
+  std::unique_ptr<api::RequestAuthenticator> logs_authenticator;  // the same keys, SigV4 service "logs"
   size_t key_count = 0;
   std::unique_ptr<SqliteStore> store;
   std::unique_ptr<api::Server> server;  // destroyed before the store
@@ -207,6 +208,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     auto keys = api::LoadCredentialsFile(f.credentials);
     if (!keys.ok()) return usage(keys.status().message());
     impl->key_count = keys->size();
+    impl->logs_authenticator = std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier(*keys, f.region, "logs"));
     impl->authenticator =
         std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier(std::move(*keys), f.region, "ecs"));
   } else if (!IsLoopback(host) && !f.insecure_no_auth) {
@@ -249,6 +251,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     options.control_plane.fragmentation_workload = std::move(*w);
   }
   options.authenticator = impl->authenticator.get();
+  options.logs_authenticator = impl->logs_authenticator.get();
   std::signal(SIGPIPE, SIG_IGN);
   auto server = api::Server::Start(std::move(options), *impl->store);
   if (!server.ok()) {

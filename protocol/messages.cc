@@ -493,6 +493,25 @@ Result<AgentMessage> ParseAgentMessage(std::string_view text) {
     ReadId(f, m.id, true);
     return Finish<AgentMessage>(f, m);
   }
+  if (type == "logEvents") {
+    LogsAnswer m;
+    ReadId(f, m.id, true);
+    f.Bool("found", m.found);
+    f.Array("events", false, [&m](const Json& e, const std::string& p) -> Status {
+      LogLine line;
+      Fields ef(e, p);
+      ef.Int64("timestamp", line.timestamp, true);
+      ef.String("message", line.message, true);
+      if (!ef.ok()) return ef.status();
+      m.events.push_back(std::move(line));
+      return Status::Ok();
+    });
+    f.Int64("nextForward", m.next_forward);
+    f.Int64("nextBackward", m.next_backward);
+    f.Bool("atEnd", m.at_end);
+    f.String("error", m.error);
+    return Finish<AgentMessage>(f, std::move(m));
+  }
   return UnknownType(type);
 }
 
@@ -518,6 +537,16 @@ struct AgentWriter {
     return {{"type", "heartbeat"}, {"id", m.id}, {"impaired", m.impaired}, {"heldGpus", m.held_gpus}};
   }
   Json operator()(const Ack& m) const { return {{"type", "ack"}, {"id", m.id}}; }
+  Json operator()(const LogsAnswer& m) const {
+    Json events = Json::array();
+    for (const auto& e : m.events) events.push_back({{"timestamp", e.timestamp}, {"message", e.message}});
+    Json j = {{"type", "logEvents"},          {"id", m.id},
+              {"found", m.found},             {"events", std::move(events)},
+              {"nextForward", m.next_forward}, {"nextBackward", m.next_backward},
+              {"atEnd", m.at_end}};
+    if (!m.error.empty()) j["error"] = m.error;
+    return j;
+  }
 };
 
 struct ServerWriter {
@@ -536,6 +565,15 @@ struct ServerWriter {
   Json operator()(const Error& m) const {
     Json j = {{"type", "error"}, {"message", m.message}};
     if (m.id) j["id"] = *m.id;
+    return j;
+  }
+  Json operator()(const LogsRequest& m) const {
+    Json j = {{"type", "logs"},       {"id", m.id},        {"taskArn", m.task_arn},
+              {"containerName", m.container_name}, {"forward", m.forward}, {"terms", m.terms},
+              {"limit", m.limit},     {"maxBytes", m.max_bytes}};
+    if (m.position) j["position"] = *m.position;
+    if (m.start_ms) j["startTime"] = *m.start_ms;
+    if (m.end_ms) j["endTime"] = *m.end_ms;
     return j;
   }
 };
@@ -623,6 +661,22 @@ Result<ServerMessage> ParseServerMessage(std::string_view text) {
       m.id = id;
     }
     f.String("message", m.message, true);
+    return Finish<ServerMessage>(f, std::move(m));
+  }
+  if (type == "logs") {
+    LogsRequest m;
+    ReadId(f, m.id, true);
+    f.String("taskArn", m.task_arn, true);
+    f.String("containerName", m.container_name, true);
+    f.Bool("forward", m.forward);
+    f.Int64("position", m.position);
+    f.Int64("startTime", m.start_ms);
+    f.Int64("endTime", m.end_ms);
+    f.Strings("terms", m.terms);
+    f.Int64("limit", m.limit);
+    f.Int64("maxBytes", m.max_bytes);
+    if (f.ok() && (m.limit < 1 || m.max_bytes < 1 || m.max_bytes > kLogsAnswerBytes))
+      f.Fail("logs.limit", "and logs.maxBytes must be positive, maxBytes at most " + std::to_string(kLogsAnswerBytes));
     return Finish<ServerMessage>(f, std::move(m));
   }
   return UnknownType(type);

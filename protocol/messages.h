@@ -12,6 +12,8 @@
 //                                                     {"type":"stop","id":n,"taskArn","reason"}
 //                                                     {"type":"error","message","id"?}
 //   {"type":"helloPart","tasks":[...],"impaired":b,"last":b}   (a hello too large for one message, in parts)
+//   {"type":"logEvents","id":n,"found":b,"events":[...],...}   {"type":"logs","id":n,"taskArn","containerName",...}
+//   (the answer to a log request)                              (a request for one page of a container's output)
 //
 // Parsing: the text must be a JSON object with a string "type"; nesting deeper than kMaxJsonDepth is refused
 // while parsing, before a deep document is built (copying or printing one recurses once per level). Every
@@ -213,8 +215,47 @@ struct Error {
   bool operator==(const Error&) const = default;
 };
 
-using AgentMessage = std::variant<Hello, StateReport, Heartbeat, Ack, HelloPart>;
-using ServerMessage = std::variant<Welcome, Assign, Stop, Ack, Error>;
+// ---- log requests (server -> agent, answered agent -> server) --------------------------------------------------
+
+// LogsRequest asks for one page of a container's output stream (agent/log_store.h):
+// {"type":"logs","id":n,"taskArn","containerName","forward":b,"position"?,"startTime"?,"endTime"?,"terms":[...],
+//  "limit":n,"maxBytes":n}. Forward: the events at or after `position` (none: the head); backward: the newest
+// ones ending at or before it (none: the end). Only events with startTime <= timestamp < endTime whose message
+// holds every term. Required: id, taskArn, containerName. The id is the server's correlation id: the agent
+// answers a LogsAnswer with it, and a request is never acked or re-sent.
+struct LogsRequest {
+  int64_t id = 0;
+  std::string task_arn, container_name;
+  bool forward = true;
+  std::optional<int64_t> position;
+  std::optional<int64_t> start_ms, end_ms;
+  std::vector<std::string> terms;
+  int64_t limit = 10000;
+  int64_t max_bytes = 512 * 1024;
+  bool operator==(const LogsRequest&) const = default;
+};
+// LogLine, wire {"timestamp","message"}: one event.
+struct LogLine {
+  int64_t timestamp = 0;
+  std::string message;
+  bool operator==(const LogLine&) const = default;
+};
+// LogsAnswer: {"type":"logEvents","id":n,"found":b,"events":[...],"nextForward":n,"nextBackward":n,"atEnd":b,
+// "error"?}. found: the agent has the stream; error: it could not read it (found is then false). Required: id.
+struct LogsAnswer {
+  int64_t id = 0;
+  bool found = false;
+  std::vector<LogLine> events;
+  int64_t next_forward = 0, next_backward = 0;
+  bool at_end = false;
+  std::string error;
+  bool operator==(const LogsAnswer&) const = default;
+};
+// kLogsAnswerBytes: what a LogsRequest's maxBytes may ask at most, so the answer fits a channel message (1 MiB).
+inline constexpr int64_t kLogsAnswerBytes = 768 * 1024;
+
+using AgentMessage = std::variant<Hello, StateReport, Heartbeat, Ack, HelloPart, LogsAnswer>;
+using ServerMessage = std::variant<Welcome, Assign, Stop, Ack, Error, LogsRequest>;
 
 Result<AgentMessage> ParseAgentMessage(std::string_view text);
 Result<ServerMessage> ParseServerMessage(std::string_view text);

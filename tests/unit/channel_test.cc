@@ -10,6 +10,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -899,6 +900,62 @@ TEST_F(ChannelTest, AnAgentThatActsOnPushesWithoutAckingIsNeitherSentCopiesAfter
   EXPECT_EQ(server_->channel().push_unacked_closes(), 0u);
   EXPECT_EQ(server_->channel().connections_opened(), 1u);
   WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+}
+
+// ---- log requests (docs/agent-channel.md, "Rules": a `logs` request is answered by its id, never acked)
+
+TEST_F(ChannelTest, ALogRequestEndsOnceWithItsAnswerATimeoutOrAnAbsentAgent) {
+  const std::string instance = RegisterRawInstance(*server_);
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_->url(), instance));
+  for (int i = 0; i < 100 && server_->channel().connected() == 0; ++i) std::this_thread::sleep_for(10ms);
+  using Answer = Result<protocol::LogsAnswer>;
+  auto answered = std::make_shared<std::promise<Answer>>();
+  protocol::LogsRequest req;
+  req.task_arn = "arn:t/1";
+  req.container_name = "web";
+  req.forward = false;
+  req.terms = {"GET"};
+  server_->channel().RequestLogs(instance, req, 10s, [answered](Answer a) { answered->set_value(std::move(a)); });
+  const Json asked = peer.Next();
+  ASSERT_EQ(asked.value("type", ""), "logs");
+  EXPECT_EQ(asked["taskArn"], "arn:t/1");
+  EXPECT_EQ(asked["containerName"], "web");
+  EXPECT_EQ(asked["forward"], false);
+  EXPECT_EQ(asked["terms"], Json::array({"GET"}));
+  EXPECT_EQ(server_->channel().pending_requests(), 1u);
+  // An answer with another id is ignored; the one with the request's id ends it.
+  peer.Send({{"type", "logEvents"}, {"id", asked["id"].get<int64_t>() + 1000}, {"found", true}});
+  peer.Send({{"type", "logEvents"},
+             {"id", asked["id"]},
+             {"found", true},
+             {"events", Json::array({{{"timestamp", 5}, {"message", "GET /"}}})},
+             {"nextForward", 20},
+             {"nextBackward", 0}});
+  auto future = answered->get_future();
+  ASSERT_EQ(future.wait_for(10s), std::future_status::ready);
+  Answer a = future.get();
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->events, (std::vector<protocol::LogLine>{{5, "GET /"}}));
+  EXPECT_EQ(a->next_forward, 20);
+  EXPECT_EQ(server_->channel().pending_requests(), 0u);
+
+  // No answer: the deadline ends it.
+  auto timed_out = std::make_shared<std::promise<Answer>>();
+  server_->channel().RequestLogs(instance, req, 100ms, [timed_out](Answer x) { timed_out->set_value(std::move(x)); });
+  auto late = timed_out->get_future();
+  ASSERT_EQ(late.wait_for(10s), std::future_status::ready);
+  Answer t = late.get();
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("did not answer in time"), std::string::npos) << t.status().message();
+  EXPECT_EQ(server_->channel().pending_requests(), 0u);
+
+  // No agent: at once.
+  std::optional<Answer> absent;
+  server_->channel().RequestLogs("arn:aws:ecs:us-east-1:0:container-instance/default/none", req, 10s,
+                                 [&absent](Answer x) { absent = std::move(x); });
+  ASSERT_TRUE(absent.has_value());
+  EXPECT_NE(absent->status().message().find("not connected"), std::string::npos);
 }
 
 TEST_F(ChannelTest, ChannelRefusesUnknownInstances) {

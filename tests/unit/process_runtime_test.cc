@@ -36,7 +36,15 @@ using ::testing::UnorderedElementsAreArray;
 
 constexpr auto kDeadline = std::chrono::seconds(30);
 
+// ReadText: a file's text; for a container's log directory (agent/log_store.h) its events' messages, a line each.
 std::string ReadText(const fs::path& path) {
+  if (fs::is_directory(path)) {
+    std::string text;
+    auto page = ReadLogPage(path.string(), LogQuery{});
+    if (page.ok())
+      for (const LogEvent& e : page->events) text += e.message + "\n";
+    return text;
+  }
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -141,8 +149,9 @@ class ProcessRuntimeTest : public ::testing::Test {
     return false;
   }
 
+  // LogOf: the container's log stream (its output a line per event; read with ReadText).
   fs::path LogOf(const std::string& task_id, const std::string& name) const {
-    return root_ / "logs" / task_id / (name + ".log");
+    return root_ / "logs" / task_id / name;
   }
 
   fs::path root_;

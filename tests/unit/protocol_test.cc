@@ -106,6 +106,31 @@ TEST(ProtocolTest, EveryServerMessageRoundTrips) {
   EXPECT_EQ(ParsedServer<Error>(Serialize(ServerMessage(no_id))), no_id);
 }
 
+TEST(ProtocolTest, LogRequestsAndAnswersRoundTripAndParseAsDocumented) {
+  LogsRequest req{8, "arn:t/1", "web", false, 1234, 10, 20, {"GET", "a b"}, 50, 4096};
+  EXPECT_EQ(ParsedServer<LogsRequest>(Serialize(ServerMessage(req))), req);
+  LogsRequest plain{9, "arn:t/1", "web", true, std::nullopt, std::nullopt, std::nullopt, {}, 10000, 512 * 1024};
+  EXPECT_EQ(ParsedServer<LogsRequest>(Serialize(ServerMessage(plain))), plain);
+  LogsRequest defaults;  // what a request that gives only the required fields means
+  defaults.id = 3;
+  defaults.task_arn = "arn:t/1";
+  defaults.container_name = "c";
+  EXPECT_EQ(ParsedServer<LogsRequest>(R"({"type":"logs","id":3,"taskArn":"arn:t/1","containerName":"c"})"),
+            defaults);
+  LogsAnswer answer{8, true, {{100, "one"}, {101, ""}}, 400, 200, true, ""};
+  EXPECT_EQ(ParsedAgent<LogsAnswer>(Serialize(AgentMessage(answer))), answer);
+  LogsAnswer failed{9, false, {}, 0, 0, false, "cannot read"};
+  EXPECT_EQ(ParsedAgent<LogsAnswer>(Serialize(AgentMessage(failed))), failed);
+  // Required fields and bounds are named.
+  auto no_container = ParseServerMessage(R"({"type":"logs","id":3,"taskArn":"arn:t/1"})");
+  ASSERT_FALSE(no_container.ok());
+  EXPECT_EQ(no_container.status().message(), "logs.containerName is required");
+  EXPECT_FALSE(ParseServerMessage(R"({"type":"logs","id":3,"taskArn":"a","containerName":"c","maxBytes":2000000})").ok());
+  auto bad_event = ParseAgentMessage(R"({"type":"logEvents","id":3,"events":[{"timestamp":"x","message":"m"}]})");
+  ASSERT_FALSE(bad_event.ok());
+  EXPECT_EQ(bad_event.status().message(), "logEvents.events[0].timestamp must be an integer");
+}
+
 TEST(ProtocolTest, ConvertersRoundTripAndNameThePath) {
   EXPECT_EQ(*TaskReportFromJson(ToJson(SampleReport()), "record.report"), SampleReport());
   EXPECT_EQ(*AssignmentFromJson(ToJson(SampleAssignment()), "record.assignment"), SampleAssignment());

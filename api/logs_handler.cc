@@ -1,0 +1,501 @@
+#include "api/logs_handler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "api/read_view.h"
+
+namespace gpupack::api {
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr int64_t kMaxEvents = 10000;             // GetLogEvents' and FilterLogEvents' largest limit
+constexpr size_t kResponseBytes = 900 * 1024;     // of messages in one answer (CloudWatch: 1 MB)
+constexpr int64_t kDescribeLimit = 50;            // DescribeLogStreams' largest limit
+
+LogsReply Fail(int status, const char* type, const std::string& message) {
+  return LogsReply{status, Json{{"__type", type}, {"message", message}}.dump(-1, ' ', false,
+                                                                              Json::error_handler_t::replace),
+                   type};
+}
+LogsReply InvalidParameter(const std::string& m) { return Fail(400, "InvalidParameterException", m); }
+LogsReply NotFound(const std::string& m) { return Fail(400, "ResourceNotFoundException", m); }
+LogsReply Unavailable(const std::string& m) { return Fail(503, "ServiceUnavailableException", m); }
+LogsReply Answer(const Json& body) {
+  return LogsReply{200, body.dump(-1, ' ', false, Json::error_handler_t::replace), ""};
+}
+
+// StreamRef: one container's stream, and where its events are.
+struct StreamRef {
+  std::string group, name;
+  std::string task_arn, container, instance_arn;
+  EpochMs created_at = 0;
+  std::string arn;
+};
+
+// ArnPart: the n-th ':' field of an ARN ("" when it has fewer).
+std::string ArnPart(const std::string& arn, int n) {
+  size_t from = 0;
+  for (int i = 0; i < n; ++i) {
+    from = arn.find(':', from);
+    if (from == std::string::npos) return "";
+    ++from;
+  }
+  return arn.substr(from, arn.find(':', from) - from);
+}
+
+// DefinitionOf: the task definition a task was started from (its ARN ends in family:revision), or null.
+const TaskDefinition* DefinitionOf(const ReadView& view, const Task& task) {
+  const std::string& arn = task.task_definition_arn;
+  const size_t slash = arn.rfind('/'), colon = arn.rfind(':');
+  if (slash == std::string::npos || colon == std::string::npos || colon < slash) return nullptr;
+  try {
+    return view.FindTaskDefinition(arn.substr(slash + 1, colon - slash - 1), std::stoi(arn.substr(colon + 1)));
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// AwslogsOf: the awslogs group and stream prefix of a container definition (nullopt: another driver or none).
+std::optional<std::pair<std::string, std::string>> AwslogsOf(const ContainerDefinition* def) {
+  if (def == nullptr || def->extra_json.empty()) return std::nullopt;
+  const Json extra = Json::parse(def->extra_json, nullptr, false);
+  if (!extra.is_object() || !extra.contains("logConfiguration")) return std::nullopt;
+  const Json& config = extra["logConfiguration"];
+  if (!config.is_object() || config.value("logDriver", Json()) != "awslogs") return std::nullopt;
+  const Json options = config.value("options", Json::object());
+  if (!options.is_object() || !options.contains("awslogs-group") || !options["awslogs-group"].is_string())
+    return std::nullopt;
+  std::string prefix;
+  if (options.contains("awslogs-stream-prefix") && options["awslogs-stream-prefix"].is_string())
+    prefix = options["awslogs-stream-prefix"].get<std::string>();
+  return std::make_pair(options["awslogs-group"].get<std::string>(), prefix);
+}
+
+std::vector<StreamRef> StreamsOf(const ReadView& view, const Task& task) {
+  std::vector<StreamRef> out;
+  const TaskDefinition* td = DefinitionOf(view, task);
+  const std::string region = ArnPart(task.arn, 3), account = ArnPart(task.arn, 4);
+  for (const Container& c : task.containers) {
+    const ContainerDefinition* def = nullptr;
+    if (td != nullptr)
+      for (const ContainerDefinition& d : td->containers)
+        if (d.name == c.name) def = &d;
+    StreamRef s;
+    s.name = c.name + "/" + task.id;
+    if (auto awslogs = AwslogsOf(def)) {
+      s.group = awslogs->first;
+      if (!awslogs->second.empty()) s.name = awslogs->second + "/" + s.name;
+    } else {
+      s.group = "/gpupack/" + task.cluster;
+    }
+    s.task_arn = task.arn;
+    s.container = c.name;
+    s.instance_arn = task.container_instance_arn;
+    s.created_at = task.created_at;
+    s.arn = "arn:aws:logs:" + region + ":" + account + ":log-group:" + s.group + ":log-stream:" + s.name;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// GroupStreams: every stream of `group`, sorted by name; `exists` says whether the group does.
+std::vector<StreamRef> GroupStreams(const ReadView& view, const std::string& group, bool& exists) {
+  std::vector<StreamRef> out;
+  view.ForEachTask([&](const Task& t) {
+    for (StreamRef& s : StreamsOf(view, t))
+      if (s.group == group) out.push_back(std::move(s));
+  });
+  std::sort(out.begin(), out.end(), [](const StreamRef& a, const StreamRef& b) { return a.name < b.name; });
+  exists = !out.empty() || (group.rfind("/gpupack/", 0) == 0 && view.FindCluster(group.substr(9)) != nullptr);
+  return out;
+}
+
+// ---- request fields ---------------------------------------------------------------------------------------------
+
+// Fields reads a request's members, keeping the first problem as an InvalidParameterException.
+struct Fields {
+  const Json& body;
+  std::optional<LogsReply> error;
+
+  const Json* Get(const char* key, bool required) {
+    if (error) return nullptr;
+    if (!body.is_object()) {
+      error = InvalidParameter("the request body must be a JSON object");
+      return nullptr;
+    }
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) {
+      if (required) error = InvalidParameter(std::string("1 validation error detected: ") + key + " is required");
+      return nullptr;
+    }
+    return &*it;
+  }
+  std::optional<std::string> String(const char* key, bool required = false) {
+    const Json* v = Get(key, required);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) {
+      error = InvalidParameter(std::string(key) + " must be a string");
+      return std::nullopt;
+    }
+    return v->get<std::string>();
+  }
+  std::optional<int64_t> Int(const char* key, int64_t min, int64_t max) {
+    const Json* v = Get(key, false);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number_integer() || v->get<int64_t>() < min || v->get<int64_t>() > max) {
+      error = InvalidParameter(std::string(key) + " must be an integer from " + std::to_string(min) + " to " +
+                               std::to_string(max));
+      return std::nullopt;
+    }
+    return v->get<int64_t>();
+  }
+  bool Bool(const char* key, bool fallback) {
+    const Json* v = Get(key, false);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) {
+      error = InvalidParameter(std::string(key) + " must be true or false");
+      return fallback;
+    }
+    return v->get<bool>();
+  }
+  std::vector<std::string> Strings(const char* key) {
+    std::vector<std::string> out;
+    const Json* v = Get(key, false);
+    if (v == nullptr) return out;
+    if (!v->is_array()) {
+      error = InvalidParameter(std::string(key) + " must be a list of strings");
+      return out;
+    }
+    for (const Json& e : *v) {
+      if (!e.is_string()) {
+        error = InvalidParameter(std::string(key) + " must be a list of strings");
+        return {};
+      }
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  }
+  // Group: logGroupName, or logGroupIdentifier (a name or an ARN "...:log-group:NAME[:*]").
+  std::string Group() {
+    auto name = String("logGroupName");
+    auto id = String("logGroupIdentifier");
+    if (error) return "";
+    if (name && id) {
+      error = InvalidParameter("give logGroupName or logGroupIdentifier, not both");
+      return "";
+    }
+    if (name) return *name;
+    if (!id) {
+      error = InvalidParameter("1 validation error detected: logGroupName is required");
+      return "";
+    }
+    std::string group = *id;
+    if (const size_t at = group.find(":log-group:"); group.rfind("arn:", 0) == 0 && at != std::string::npos) {
+      group = group.substr(at + 11);
+      if (group.ends_with(":*")) group.resize(group.size() - 2);
+    }
+    return group;
+  }
+};
+
+// ---- tokens -----------------------------------------------------------------------------------------------------
+
+std::string PositionToken(char direction, int64_t position) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%c/%020lld", direction, static_cast<long long>(position));
+  return buf;
+}
+
+// ParsePositionToken: "f/<n>" or "b/<n>".
+std::optional<std::pair<bool, int64_t>> ParsePositionToken(const std::string& token) {
+  if (token.size() < 3 || (token[0] != 'f' && token[0] != 'b') || token[1] != '/') return std::nullopt;
+  int64_t v = 0;
+  for (size_t i = 2; i < token.size(); ++i) {
+    if (token[i] < '0' || token[i] > '9' || v > (INT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + (token[i] - '0');
+  }
+  return std::make_pair(token[0] == 'f', v);
+}
+
+// FilterToken: "<position>:<stream name>" (where FilterLogEvents goes on), and its reading.
+std::string FilterToken(const std::string& stream, int64_t position) { return std::to_string(position) + ":" + stream; }
+std::optional<std::pair<std::string, int64_t>> ParseFilterToken(const std::string& token) {
+  const size_t colon = token.find(':');
+  if (colon == 0 || colon == std::string::npos || colon > 19) return std::nullopt;
+  int64_t v = 0;
+  for (size_t i = 0; i < colon; ++i) {
+    if (token[i] < '0' || token[i] > '9') return std::nullopt;
+    v = v * 10 + (token[i] - '0');
+  }
+  return std::make_pair(token.substr(colon + 1), v);
+}
+
+// ParseFilterPattern: plain terms, each matched as a case-sensitive substring (every one must occur); a quoted
+// term may hold spaces. CloudWatch's other pattern forms (JSON {...}, space-delimited [...], ?alternatives and
+// -exclusions) are refused rather than misread.
+std::optional<std::vector<std::string>> ParseFilterPattern(const std::string& pattern, std::string& why) {
+  std::vector<std::string> terms;
+  size_t i = 0;
+  while (i < pattern.size()) {
+    while (i < pattern.size() && std::isspace(static_cast<unsigned char>(pattern[i]))) ++i;
+    if (i >= pattern.size()) break;
+    const char c = pattern[i];
+    if (terms.empty() && (c == '{' || c == '[')) {
+      why = "filterPattern: only plain terms are supported (no JSON or space-delimited patterns)";
+      return std::nullopt;
+    }
+    if (c == '?' || c == '-') {
+      why = "filterPattern: only plain terms are supported (no ?alternatives or -exclusions)";
+      return std::nullopt;
+    }
+    if (c == '"') {
+      const size_t end = pattern.find('"', i + 1);
+      if (end == std::string::npos) {
+        why = "filterPattern: a quoted term is not closed";
+        return std::nullopt;
+      }
+      if (end > i + 1) terms.push_back(pattern.substr(i + 1, end - i - 1));
+      i = end + 1;
+      continue;
+    }
+    size_t end = i;
+    while (end < pattern.size() && !std::isspace(static_cast<unsigned char>(pattern[end]))) ++end;
+    terms.push_back(pattern.substr(i, end - i));
+    i = end;
+  }
+  return terms;
+}
+
+std::string AgentAway(const StreamRef& s, const Status& why) {
+  return "the agent that holds log stream " + s.name + " (" + s.instance_arn + ") is not available: " + why.message();
+}
+
+// ---- FilterLogEvents: streams one after another, a page of each from its agent ----------------------------------
+
+struct FilterRun {
+  AgentChannel* channel;
+  std::chrono::milliseconds timeout;
+  std::vector<StreamRef> streams;
+  size_t index = 0;
+  std::optional<int64_t> position;  // in streams[index]
+  std::vector<std::string> terms;
+  std::optional<int64_t> start_ms, end_ms;
+  size_t limit = kMaxEvents;
+  size_t bytes = 0;
+  Json events = Json::array();
+  LogsHandler::Done done;
+};
+
+void Finish(const std::shared_ptr<FilterRun>& run) {
+  Json body = {{"events", std::move(run->events)}, {"searchedLogStreams", Json::array()}};
+  if (run->index < run->streams.size())
+    body["nextToken"] = FilterToken(run->streams[run->index].name, run->position.value_or(0));
+  run->done(Answer(body));
+}
+
+void Step(const std::shared_ptr<FilterRun>& run) {
+  while (run->index < run->streams.size() && run->streams[run->index].instance_arn.empty()) {
+    ++run->index;  // never placed: no output
+    run->position.reset();
+  }
+  if (run->index >= run->streams.size() || run->events.size() >= run->limit || run->bytes + 1024 > kResponseBytes)
+    return Finish(run);
+  const StreamRef& s = run->streams[run->index];
+  protocol::LogsRequest req;
+  req.task_arn = s.task_arn;
+  req.container_name = s.container;
+  req.forward = true;
+  req.position = run->position;
+  req.start_ms = run->start_ms;
+  req.end_ms = run->end_ms;
+  req.terms = run->terms;
+  req.limit = static_cast<int64_t>(run->limit - run->events.size());
+  req.max_bytes = std::min<int64_t>(protocol::kLogsAnswerBytes, static_cast<int64_t>(kResponseBytes - run->bytes));
+  run->channel->RequestLogs(s.instance_arn, std::move(req), run->timeout, [run](Result<protocol::LogsAnswer> r) {
+    const StreamRef& s = run->streams[run->index];
+    if (!r.ok()) return run->done(Unavailable(AgentAway(s, r.status())));
+    if (!r->error.empty()) return run->done(Unavailable(AgentAway(s, Status::Server(r->error))));
+    for (size_t i = 0; i < r->events.size(); ++i) {
+      const protocol::LogLine& e = r->events[i];
+      run->bytes += e.message.size() + 26;
+      run->events.push_back({{"logStreamName", s.name},
+                             {"timestamp", e.timestamp},
+                             {"message", e.message},
+                             {"ingestionTime", e.timestamp},
+                             {"eventId", s.name + "/" + std::to_string(r->next_backward) + "/" + std::to_string(i)}});
+    }
+    if (r->found && !r->at_end) {  // the page ended inside this stream: the token goes on from there
+      run->position = r->next_forward;
+      return Finish(run);
+    }
+    ++run->index;
+    run->position.reset();
+    Step(run);
+  });
+}
+
+}  // namespace
+
+LogsHandler::LogsHandler(ControlPlane& control_plane, AgentChannel& channel, std::chrono::milliseconds agent_timeout)
+    : cp_(control_plane), channel_(channel), agent_timeout_(agent_timeout) {}
+
+bool LogsHandler::Knows(const std::string& operation) {
+  return operation == "GetLogEvents" || operation == "FilterLogEvents" || operation == "DescribeLogStreams";
+}
+
+void LogsHandler::Handle(const std::string& operation, const Json& body, Done done) const {
+  if (operation == "GetLogEvents") return GetLogEvents(body, std::move(done));
+  if (operation == "FilterLogEvents") return FilterLogEvents(body, std::move(done));
+  if (operation == "DescribeLogStreams") return DescribeLogStreams(body, std::move(done));
+  done(Fail(400, "UnknownOperationException",
+            "gpupack serves GetLogEvents, FilterLogEvents and DescribeLogStreams of CloudWatch Logs, not " +
+                operation.substr(0, 100)));
+}
+
+void LogsHandler::GetLogEvents(const Json& body, Done done) const {
+  Fields f{body, std::nullopt};
+  const std::string group = f.Group();
+  const auto stream_name = f.String("logStreamName", true);
+  const auto start = f.Int("startTime", 0, INT64_MAX);
+  const auto end = f.Int("endTime", 0, INT64_MAX);
+  const auto token = f.String("nextToken");
+  const auto limit = f.Int("limit", 1, kMaxEvents);
+  const bool from_head = f.Bool("startFromHead", false);
+  f.Bool("unmask", false);
+  if (f.error) return done(*f.error);
+  std::optional<std::pair<bool, int64_t>> position;
+  if (token) {
+    position = ParsePositionToken(*token);
+    if (!position) return done(InvalidParameter("The specified nextToken is invalid."));
+  }
+  const auto view = cp_.applier().View();
+  bool exists = false;
+  const std::vector<StreamRef> streams = GroupStreams(*view, group, exists);
+  if (!exists) return done(NotFound("The specified log group does not exist."));
+  auto it = std::find_if(streams.begin(), streams.end(), [&](const StreamRef& s) { return s.name == *stream_name; });
+  if (it == streams.end()) return done(NotFound("The specified log stream does not exist."));
+  const StreamRef s = *it;
+  if (s.instance_arn.empty()) {  // not placed yet: no output
+    return done(Answer({{"events", Json::array()},
+                        {"nextForwardToken", PositionToken('f', 0)},
+                        {"nextBackwardToken", PositionToken('b', 0)}}));
+  }
+  protocol::LogsRequest req;
+  req.task_arn = s.task_arn;
+  req.container_name = s.container;
+  req.forward = position ? position->first : from_head;
+  if (position) req.position = position->second;
+  req.start_ms = start;
+  req.end_ms = end;
+  req.limit = limit.value_or(kMaxEvents);
+  req.max_bytes = protocol::kLogsAnswerBytes;
+  channel_.RequestLogs(s.instance_arn, std::move(req), agent_timeout_, [s, done](Result<protocol::LogsAnswer> r) {
+    if (!r.ok()) return done(Unavailable(AgentAway(s, r.status())));
+    if (!r->error.empty()) return done(Unavailable(AgentAway(s, Status::Server(r->error))));
+    Json events = Json::array();
+    for (const protocol::LogLine& e : r->events)
+      events.push_back({{"timestamp", e.timestamp}, {"message", e.message}, {"ingestionTime", e.timestamp}});
+    done(Answer({{"events", std::move(events)},
+                 {"nextForwardToken", PositionToken('f', r->next_forward)},
+                 {"nextBackwardToken", PositionToken('b', r->next_backward)}}));
+  });
+}
+
+void LogsHandler::FilterLogEvents(const Json& body, Done done) const {
+  Fields f{body, std::nullopt};
+  const std::string group = f.Group();
+  const std::vector<std::string> names = f.Strings("logStreamNames");
+  const auto prefix = f.String("logStreamNamePrefix");
+  const auto start = f.Int("startTime", 0, INT64_MAX);
+  const auto end = f.Int("endTime", 0, INT64_MAX);
+  const auto pattern = f.String("filterPattern");
+  const auto token = f.String("nextToken");
+  const auto limit = f.Int("limit", 1, kMaxEvents);
+  f.Bool("interleaved", true);
+  f.Bool("unmask", false);
+  if (f.error) return done(*f.error);
+  if (!names.empty() && prefix) return done(InvalidParameter("give logStreamNames or logStreamNamePrefix, not both"));
+  std::string why;
+  auto terms = ParseFilterPattern(pattern.value_or(""), why);
+  if (!terms) return done(InvalidParameter(why));
+  std::optional<std::pair<std::string, int64_t>> resume;
+  if (token) {
+    resume = ParseFilterToken(*token);
+    if (!resume) return done(InvalidParameter("The specified nextToken is invalid."));
+  }
+  const auto view = cp_.applier().View();
+  bool exists = false;
+  std::vector<StreamRef> streams = GroupStreams(*view, group, exists);
+  if (!exists) return done(NotFound("The specified log group does not exist."));
+  std::erase_if(streams, [&](const StreamRef& s) {
+    if (!names.empty()) return std::find(names.begin(), names.end(), s.name) == names.end();
+    return prefix && s.name.rfind(*prefix, 0) != 0;
+  });
+  auto run = std::make_shared<FilterRun>();
+  run->channel = &channel_;
+  run->timeout = agent_timeout_;
+  run->streams = std::move(streams);
+  run->terms = std::move(*terms);
+  run->start_ms = start;
+  run->end_ms = end;
+  run->limit = static_cast<size_t>(limit.value_or(kMaxEvents));
+  run->done = std::move(done);
+  if (resume) {
+    while (run->index < run->streams.size() && run->streams[run->index].name < resume->first) ++run->index;
+    if (run->index < run->streams.size() && run->streams[run->index].name == resume->first)
+      run->position = resume->second;
+  }
+  Step(run);
+}
+
+void LogsHandler::DescribeLogStreams(const Json& body, Done done) const {
+  Fields f{body, std::nullopt};
+  const std::string group = f.Group();
+  const auto prefix = f.String("logStreamNamePrefix");
+  const auto order = f.String("orderBy");
+  const bool descending = f.Bool("descending", false);
+  const auto token = f.String("nextToken");
+  const auto limit = f.Int("limit", 1, kDescribeLimit);
+  if (f.error) return done(*f.error);
+  if (order && *order != "LogStreamName" && *order != "LastEventTime")
+    return done(InvalidParameter("orderBy must be LogStreamName or LastEventTime"));
+  const bool by_time = order && *order == "LastEventTime";
+  if (by_time && prefix) return done(InvalidParameter("Cannot order by LastEventTime with a logStreamNamePrefix."));
+  const auto view = cp_.applier().View();
+  bool exists = false;
+  std::vector<StreamRef> streams = GroupStreams(*view, group, exists);
+  if (!exists) return done(NotFound("The specified log group does not exist."));
+  if (prefix) std::erase_if(streams, [&](const StreamRef& s) { return s.name.rfind(*prefix, 0) != 0; });
+  // LastEventTime orders by the streams' tasks' creation (the server does not ask every agent for its last event).
+  if (by_time) {
+    std::stable_sort(streams.begin(), streams.end(),
+                     [](const StreamRef& a, const StreamRef& b) { return a.created_at < b.created_at; });
+  }
+  if (descending) std::reverse(streams.begin(), streams.end());
+  // The token is how many streams of this order came before (a stream that appears meanwhile may shift a page).
+  size_t from = 0;
+  if (token) {
+    try {
+      from = std::stoul(*token);
+    } catch (const std::exception&) {
+      return done(InvalidParameter("The specified nextToken is invalid."));
+    }
+  }
+  const size_t count = static_cast<size_t>(limit.value_or(kDescribeLimit));
+  Json out = Json::array();
+  for (size_t i = from; i < streams.size() && i < from + count; ++i) {
+    const StreamRef& s = streams[i];
+    out.push_back({{"logStreamName", s.name}, {"creationTime", s.created_at}, {"arn", s.arn}, {"storedBytes", 0}});
+  }
+  Json answer = {{"logStreams", std::move(out)}};
+  if (from + count < streams.size()) answer["nextToken"] = std::to_string(from + count);
+  done(Answer(answer));
+}
+
+}  // namespace gpupack::api

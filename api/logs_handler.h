@@ -1,0 +1,62 @@
+// LogsHandler: the CloudWatch Logs JSON 1.1 API over the containers' output, served on the ECS port
+// (`POST /`, `X-Amz-Target: Logs_20140328.<operation>`; docs/api.md "Logs"). It answers GetLogEvents,
+// FilterLogEvents and DescribeLogStreams; the events stay on the agent that ran the task (agent/log_store.h) and
+// are fetched over the agent channel (AgentChannel::RequestLogs), a page per request.
+//
+// Names (the awslogs driver's): a container whose definition has logConfiguration {logDriver: "awslogs",
+// options: {"awslogs-group": G, "awslogs-stream-prefix": P}} is group G, stream "P/<container>/<task id>"
+// ("<container>/<task id>" without a prefix); any other container is group "/gpupack/<cluster>", stream
+// "<container>/<task id>". A stream exists while the server keeps its task (STOPPED tasks: the applier's
+// retention); a group exists while one of its streams does, and "/gpupack/<cluster>" while the cluster does.
+//
+// Errors: ResourceNotFoundException (unknown group or stream), InvalidParameterException (a bad field or
+// token, or a filter pattern beyond plain terms), ServiceUnavailableException (HTTP 503: the agent that holds
+// the stream is not connected or did not answer within `agent_timeout`).
+//
+// Thread-safe: it reads the control plane's read view and calls the channel; nothing of its own changes.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "api/agent_channel.h"
+#include "api/control_plane.h"
+
+namespace gpupack::api {
+
+inline constexpr const char* kLogsTargetPrefix = "Logs_20140328.";
+
+// LogsReply: one answer: the HTTP status, the JSON body, and for an error its __type (else empty).
+struct LogsReply {
+  int http_status = 200;
+  std::string body;
+  std::string error_type;
+};
+
+class LogsHandler {
+ public:
+  using Done = std::function<void(LogsReply)>;
+
+  LogsHandler(ControlPlane& control_plane, AgentChannel& channel,
+              std::chrono::milliseconds agent_timeout = std::chrono::seconds(5));
+
+  // Knows: GetLogEvents, FilterLogEvents, DescribeLogStreams.
+  static bool Knows(const std::string& operation);
+  // Handle runs one operation (the target without kLogsTargetPrefix) and calls `done` once, maybe on another
+  // thread (the one that got the agent's answer).
+  void Handle(const std::string& operation, const nlohmann::json& body, Done done) const;
+
+ private:
+  void GetLogEvents(const nlohmann::json& body, Done done) const;
+  void FilterLogEvents(const nlohmann::json& body, Done done) const;
+  void DescribeLogStreams(const nlohmann::json& body, Done done) const;
+
+  ControlPlane& cp_;
+  AgentChannel& channel_;
+  const std::chrono::milliseconds agent_timeout_;
+};
+
+}  // namespace gpupack::api
