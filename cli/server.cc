@@ -17,6 +17,7 @@
 #include "protocol/sigv4_verifier.h"
 #include "scheduler/fragmentation.h"
 #include "scheduler/validation.h"
+#include "storage/postgres_store.h"
 #include "storage/sqlite_store.h"
 
 namespace gpupack::cli {
@@ -24,7 +25,10 @@ namespace gpupack::cli {
 void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_option("--listen", f.listen, "HOST:PORT to serve the ECS API on (port 0 = any free port)")
       ->capture_default_str();
-  app.add_option("--db", f.db, "SQLite database file (created if missing)")->capture_default_str();
+  app.add_option("--db", f.db,
+                 "SQLite database file (created if missing), or a PostgreSQL database as a libpq URI "
+                 "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?...] (several servers may share one; docs/ha.md)")
+      ->capture_default_str();
   app.add_option("--region", f.region, "AWS region named in ARNs")->capture_default_str();
   app.add_option("--account-id", f.account_id, "12-digit account id named in ARNs")->capture_default_str();
   app.add_option("--credentials", f.credentials,
@@ -138,7 +142,7 @@ void WaitForSignal() {
 struct ServerRuntime::Impl {
   std::unique_ptr<api::RequestAuthenticator> authenticator;  // null without --credentials; outlives the rest
   size_t key_count = 0;
-  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<Store> store;         // SqliteStore, or PostgresStore for a postgres:// --db
   std::unique_ptr<api::Server> server;  // destroyed before the store
   std::string endpoint;
 };
@@ -217,22 +221,30 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   }
 
   // A database this start creates is removed again if the server cannot start (a busy port, say): a failed
-  // start leaves nothing behind.
+  // start leaves nothing behind. A PostgreSQL database is the operator's: it is never removed.
+  const bool postgres = PostgresStore::IsUri(f.db);
   std::error_code exists_ec;
-  const bool db_existed = std::filesystem::exists(f.db, exists_ec);
+  const bool db_existed = postgres || std::filesystem::exists(f.db, exists_ec);
   auto remove_new_db = [&] {
     if (db_existed) return;
     std::error_code ignored;
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(f.db + suffix, ignored);
     std::filesystem::remove(SqliteStore::LockPath(f.db), ignored);
   };
-  auto store = SqliteStore::Open(f.db);
-  if (!store.ok()) {
-    // A database another server holds is that server's, even if it was created after db_existed was read.
-    if (store.status().code() != ErrorCode::kConflict) remove_new_db();
-    return fail("cannot open database " + f.db + ": " + store.status().message());
+  const std::string db_name = postgres ? PostgresStore::Redacted(f.db) : f.db;
+  if (postgres) {
+    auto store = PostgresStore::Open(f.db);
+    if (!store.ok()) return fail(store.status().message());
+    impl->store = std::move(*store);
+  } else {
+    auto store = SqliteStore::Open(f.db);
+    if (!store.ok()) {
+      // A database another server holds is that server's, even if it was created after db_existed was read.
+      if (store.status().code() != ErrorCode::kConflict) remove_new_db();
+      return fail("cannot open database " + f.db + ": " + store.status().message());
+    }
+    impl->store = std::move(*store);
   }
-  impl->store = std::move(*store);
   api::ServerOptions options;
   options.host = host;
   options.port = static_cast<uint16_t>(port);
@@ -255,7 +267,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     const std::string m = server.status().message();
     impl->store.reset();  // closed before its files go
     remove_new_db();
-    if (m.rfind("cannot load state: ", 0) == 0) return fail("cannot load state from " + f.db + ": " + m.substr(19));
+    if (m.rfind("cannot load state: ", 0) == 0) return fail("cannot load state from " + db_name + ": " + m.substr(19));
     if (m.rfind("cannot listen on ", 0) == 0) return fail(m);  // the HTTP server's message names the address
     return fail("cannot listen on " + f.listen + ": " + m);
   }
@@ -287,7 +299,7 @@ int RunServer(const ServerFlags& f) {
   std::printf("gpupack %s server\n", kVersion);
   std::printf("  ECS API   %s  (region %s, account %s)\n", server->endpoint().c_str(), f.region.c_str(),
               f.account_id.c_str());
-  std::printf("  database  %s\n", f.db.c_str());
+  std::printf("  database  %s\n", PostgresStore::IsUri(f.db) ? PostgresStore::Redacted(f.db).c_str() : f.db.c_str());
   std::printf("  auth      %s\n", server->auth_summary().c_str());
   std::printf("  health    %s/healthz   metrics %s/metrics\n", server->endpoint().c_str(), server->endpoint().c_str());
   std::fflush(stdout);
