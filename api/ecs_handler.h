@@ -1,9 +1,10 @@
 // EcsHandler: the HTTP face of the control plane. Hands `POST /` with X-Amz-Target to the router, and serves
-// GET /healthz and GET /metrics (the server's MetricsRegistry). Every response carries x-amzn-RequestId and
-// Date; errors use ECS's shape {"__type", "message"}.
+// GET /healthz, GET /readyz and GET /metrics (the server's MetricsRegistry). Every response carries
+// x-amzn-RequestId and Date; errors use ECS's shape {"__type", "message"}.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 
 #include "api/control_plane.h"
@@ -32,6 +33,12 @@ class EcsHandler {
   // Optional: require SigV4 (see above). Set before the server starts; `auth` must outlive the handler.
   void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
 
+  // ReadinessProbe: what GET /readyz answers (unauthenticated, like /healthz): 200 once this server can serve
+  // the API, 503 otherwise. Unset (one server alone): 200 {"role":"leader","leader":null,"epoch":0} while
+  // healthy. Several servers on one database set it (api/leadership.h). Set before the server starts.
+  using ReadinessProbe = std::function<HttpResponse()>;
+  void SetReadiness(ReadinessProbe probe) { readiness_ = std::move(probe); }
+
  private:
   void Observe(const std::string& operation, int status, double seconds);
   void RefuseAuth(const Status& status, const HttpRequest& req, const std::string& request_id,
@@ -43,6 +50,7 @@ class EcsHandler {
   MetricsRegistry::Counter& responses_;
   MetricsRegistry::Counter& auth_refusals_;
   const RequestAuthenticator* auth_ = nullptr;
+  ReadinessProbe readiness_;
 };
 
 }  // namespace gpupack::api

@@ -17,6 +17,7 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   s->channel_ = std::make_unique<AgentChannel>(*s->control_plane_, options.channel);
   s->handler_ = std::make_unique<EcsHandler>(*s->control_plane_, *s->metrics_);
   s->handler_->SetAuthenticator(options.authenticator);
+  if (options.readiness) s->handler_->SetReadiness(std::move(options.readiness));
   HttpServerOptions http;
   http.host = options.host;
   http.port = options.port;

@@ -6,6 +6,7 @@
 // commits everything already submitted. Thread-safe accessors.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,8 @@ struct ServerOptions {
   AgentChannelOptions channel;
   // With --credentials: every call and channel upgrade must be signed. Must outlive the server; null = none.
   const RequestAuthenticator* authenticator = nullptr;
+  // What GET /readyz answers (EcsHandler::ReadinessProbe); unset: a server alone. Must outlive the server.
+  std::function<HttpResponse()> readiness;
 };
 
 class Server {

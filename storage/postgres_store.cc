@@ -99,6 +99,18 @@ std::string Quote(const std::string& key) { return "'" + key + "'"; }
 
 void IgnoreNotice(void*, const char*) {}
 
+// OneLine: libpq's multi-line messages as one line (newlines and tabs become spaces, runs of them one).
+std::string OneLine(std::string msg) {
+  std::string out;
+  for (char c : msg) {
+    const bool space = c == '\n' || c == '\t' || c == '\r' || c == ' ';
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out += space ? ' ' : c;
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
 }  // namespace
 
 // Conn: one libpq connection whose every wait has a deadline. Connect() (re)connects; Run() sends one statement
@@ -171,8 +183,7 @@ class PostgresStore::Conn {
         if (sink_error.ok() && first_error.ok()) sink_error = on_result(r.get());
       } else if (first_error.ok()) {
         const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
-        std::string msg = PQresultErrorMessage(r.get());
-        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+        std::string msg = OneLine(PQresultErrorMessage(r.get()));
         if (state != nullptr) msg += std::string(" (SQLSTATE ") + state + ")";
         first_error = Status::Server(msg);
       }
@@ -183,6 +194,14 @@ class PostgresStore::Conn {
     }
     if (!first_error.ok()) return first_error;
     return sink_error;
+  }
+
+  // Begin starts a transaction. A connection that broke while idle (the database restarted since the last
+  // call) is only noticed here; nothing of the transaction ran yet, so it is re-made once and BEGIN sent again.
+  Status Begin(const std::string& sql) {
+    Status s = Exec(sql);
+    if (!s.ok() && pg_ == nullptr) s = Exec(sql);
+    return s;
   }
 
   // Exec runs a statement whose rows (if any) are not needed.
@@ -218,8 +237,7 @@ class PostgresStore::Conn {
   }
 
   Status Fail(const std::string& what) {
-    std::string msg = pg_ != nullptr ? PQerrorMessage(pg_) : "";
-    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    const std::string msg = OneLine(pg_ != nullptr ? PQerrorMessage(pg_) : "");
     Drop();
     return Status::Server(what + (msg.empty() ? "unknown error" : msg));
   }
@@ -388,7 +406,7 @@ Result<Snapshot> PostgresStore::LoadStreaming(const TaskSink& on_task) { return 
 Result<Snapshot> PostgresStore::LoadImpl(const TaskSink* on_task) {
   std::lock_guard lock(mu_);
   Conn& c = *conn_;
-  if (Status s = c.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !s.ok())
+  if (Status s = c.Begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !s.ok())
     return Status::Server("storage load failed: cannot begin a read transaction: " + s.message());
   Snapshot snap;
   auto one_text = [](PGresult* r, int i) { return Quote(Text(r, i, 0)); };
@@ -440,7 +458,7 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
   if (batch.empty()) return Status::Ok();
   std::lock_guard lock(mu_);
   Conn& c = *conn_;
-  if (Status s = c.Exec("BEGIN"); !s.ok())
+  if (Status s = c.Begin("BEGIN"); !s.ok())
     return Status::Server("storage commit failed: cannot begin a write transaction: " + s.message());
   // fail rolls the transaction back and names the step that failed.
   auto fail = [&](const std::string& what, const Status& s) {

@@ -1,0 +1,131 @@
+// Three gpupack servers on one private PostgreSQL (tests/integration/ha_harness.mjs): any replica answers (a
+// standby forwards to the leader), and the leader is killed with SIGKILL under RunTask load, five times, while
+// clients that get no answer (or a 5xx) retry the same RunTask, clientToken included, on another replica.
+// After each round: every acknowledged task exists exactly once (one task per clientToken, the ARN every
+// acknowledgement gave), and every GPU's used memory equals what the RUNNING and PENDING tasks on it declare.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { ok, PLAY_AGENT, registerInstance, sharedTaskDefinition } from './harness.mjs';
+import { callAny, freePort, NO_POSTGRES, postgresBinDir, readyz, startPostgres, startReplica, waitLeader } from './ha_harness.mjs';
+
+const skip = postgresBinDir() ? false : NO_POSTGRES;
+const TTL_MS = 2000;
+const CLUSTER = 'ha';
+let pg;
+let db;
+const replicas = [];
+
+before(async () => {
+  if (skip) return;
+  pg = await startPostgres();
+  db = pg.createDatabase('failover');
+  for (let i = 0; i < 3; ++i) replicas.push(await startReplica({ db, port: await freePort(), ttlMs: TTL_MS, extraArgs: PLAY_AGENT }));
+});
+
+after(async () => {
+  for (const r of replicas) await r.stop();
+  pg?.close();
+});
+
+async function listAll(endpoint, op, body, key) {
+  const out = [];
+  let nextToken;
+  for (let page = 0; page < 1000; ++page) {
+    const r = await ok(endpoint, op, { ...body, nextToken, maxResults: 100 });
+    out.push(...r[key]);
+    nextToken = r.nextToken;
+    if (!nextToken) break;
+  }
+  return out;
+}
+
+// check reads the whole cluster through the leader and asserts the safety properties: the acknowledgements
+// made before the read; with `accounting` (no load running) also the GPU accounting.
+async function check(where, endpoint, ackedNow, { accounting = false } = {}) {
+  const acked = new Map(ackedNow);
+  const arns = new Set([
+    ...(await listAll(endpoint, 'ListTasks', { cluster: CLUSTER, desiredStatus: 'RUNNING' }, 'taskArns')),
+    ...(await listAll(endpoint, 'ListTasks', { cluster: CLUSTER, desiredStatus: 'STOPPED' }, 'taskArns')),
+  ]);
+  const tasks = [];
+  const list = [...arns];
+  for (let i = 0; i < list.length; i += 100) {
+    const r = await ok(endpoint, 'DescribeTasks', { cluster: CLUSTER, tasks: list.slice(i, i + 100) });
+    tasks.push(...r.tasks);
+  }
+  const byToken = new Map();
+  for (const t of tasks) byToken.set(t.startedBy, [...(byToken.get(t.startedBy) ?? []), t.taskArn]);
+  for (const [token, arn] of acked) {
+    assert.deepEqual(byToken.get(token), [arn], `${where}: token ${token} was acknowledged with ${arn}, the cluster holds ${byToken.get(token)}`);
+  }
+  for (const [token, held] of byToken) assert.equal(held.length, 1, `${where}: token ${token} made ${held.length} tasks`);
+  if (!accounting) return tasks.length;
+  // GPU accounting: total - remaining per GPU equals the declared memory of its RUNNING and PENDING tasks.
+  const declared = new Map();
+  for (const t of tasks) {
+    if (t.lastStatus !== 'RUNNING' && t.lastStatus !== 'PENDING') continue;
+    for (const c of t.containers)
+      for (const id of c.gpuIds ?? []) declared.set(id, (declared.get(id) ?? 0) + (c.gpuSharingStrategy?.nvidiaMps?.memory ?? 0));
+  }
+  const ciArns = await listAll(endpoint, 'ListContainerInstances', { cluster: CLUSTER }, 'containerInstanceArns');
+  const r = await ok(endpoint, 'DescribeContainerInstances', { cluster: CLUSTER, containerInstances: ciArns });
+  let gpus = 0;
+  for (const ci of r.containerInstances)
+    for (const g of ci.gpuDevices ?? []) {
+      ++gpus;
+      assert.equal(g.totalMemoryInMiB - g.remainingMemoryInMiB, declared.get(g.gpuId) ?? 0, `${where}: GPU ${g.gpuId} accounting`);
+    }
+  assert.equal(gpus, 32);
+  return tasks.length;
+}
+
+test('three replicas: SIGKILL of the leader under RunTask load loses and duplicates nothing', { skip, timeout: 150000 }, async () => {
+  const { leader } = await waitLeader(replicas, { all: true });
+  // Set up through a standby: it forwards to the leader.
+  const standby = replicas.find((r) => r !== leader);
+  await ok(standby.endpoint, 'CreateCluster', { clusterName: CLUSTER });
+  await ok(standby.endpoint, 'RegisterTaskDefinition', sharedTaskDefinition('infer', 1024));
+  for (let i = 0; i < 4; ++i) await registerInstance(standby.endpoint, CLUSTER, Array.from({ length: 8 }, (_, g) => [`GPU-${i}-${g}`, 81920]));
+  const ready = await readyz(standby.endpoint);
+  assert.equal(ready.status, 200);
+  assert.equal(ready.json.role, 'standby');
+  assert.equal(ready.json.leader, leader.endpoint);
+
+  const acked = new Map(); // clientToken -> task ARN
+  let running = true;
+  let calls = 0;
+  async function worker(w) {
+    for (let n = 0; running && n < 100000; ++n) {
+      const token = `w${w}-${n}`;
+      const r = await callAny(replicas, 'RunTask', { cluster: CLUSTER, taskDefinition: 'infer', count: 1, clientToken: token, startedBy: token },
+        { start: (w + n) % replicas.length, timeoutMs: 30000 });
+      ++calls;
+      assert.equal(r.status, 200, `RunTask ${token} never succeeded: ${r.text}`);
+      assert.equal(r.json.tasks.length, 1, `RunTask ${token}: ${r.text}`);
+      acked.set(token, r.json.tasks[0].taskArn);
+    }
+  }
+  const workers = Array.from({ length: 6 }, (_, w) => worker(w));
+  const takeovers = [];
+  for (let round = 0; round < 5; ++round) {
+    await new Promise((r) => setTimeout(r, 700));
+    const { leader: old, epoch } = await waitLeader(replicas);
+    const killedAt = Date.now();
+    await old.kill9();
+    const { leader: next, epoch: nextEpoch } = await waitLeader(replicas, { not: old, timeoutMs: 4 * TTL_MS + 10000 });
+    takeovers.push(Date.now() - killedAt);
+    assert.ok(nextEpoch > epoch, `the new leader's epoch ${nextEpoch} is above the old ${epoch}`);
+    assert.notEqual(next, old);
+    const i = replicas.indexOf(old);
+    replicas[i] = await startReplica({ db, port: old.port, ttlMs: TTL_MS, extraArgs: PLAY_AGENT });
+    await check(`round ${round}`, next.endpoint, acked);
+  }
+  running = false;
+  await Promise.all(workers);
+  const { leader: last } = await waitLeader(replicas, { all: true });
+  const tasks = await check('final', last.endpoint, acked, { accounting: true });
+  assert.ok(acked.size > 20, `only ${acked.size} RunTasks were acknowledged`);
+  assert.equal(tasks, acked.size);
+  console.log(`# ${acked.size} tasks acknowledged over ${calls} calls; takeovers (ms): ${takeovers.join(', ')}`);
+});
