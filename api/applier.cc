@@ -68,6 +68,13 @@ Status Applier::Load() {
 
 void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
   std::unique_lock lock(mu_);
+  if (degraded_.load()) {
+    // The working state may hold changes that never became durable: an operation decided on it could answer
+    // from them (a repeated CreateCluster, a repeated clientToken) without committing anything. Refuse first.
+    lock.unlock();
+    done(Status::Server("the server could not persist an earlier change and refuses writes until restarted"));
+    return;
+  }
   Transaction txn(state_, options_.arn, Now(), rng_, counters_);
   if (txn.now() - last_purge_ >= 60'000) {
     last_purge_ = txn.now();

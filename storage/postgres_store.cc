@@ -199,8 +199,9 @@ class PostgresStore::Conn {
   // Begin starts a transaction. A connection that broke while idle (the database restarted since the last
   // call) is only noticed here; nothing of the transaction ran yet, so it is re-made once and BEGIN sent again.
   Status Begin(const std::string& sql) {
+    timed_out_ = false;
     Status s = Exec(sql);
-    if (!s.ok() && pg_ == nullptr) s = Exec(sql);
+    if (!s.ok() && pg_ == nullptr && !timed_out_) s = Exec(sql);  // a silent database is not asked twice
     return s;
   }
 
@@ -243,6 +244,7 @@ class PostgresStore::Conn {
   }
 
   Status Timeout(const std::string& what) {
+    timed_out_ = true;
     Drop();
     return Status::Server("the database did not answer within " + std::to_string(timeout_.count()) + " ms (" +
                           what + "); it is down or unreachable");
@@ -251,6 +253,7 @@ class PostgresStore::Conn {
   const std::string uri_;
   const std::chrono::milliseconds timeout_;
   PGconn* pg_ = nullptr;
+  bool timed_out_ = false;  // the last failure was a deadline passing
 };
 
 bool PostgresStore::IsUri(const std::string& db) {

@@ -154,6 +154,9 @@ export async function startReplica({ db, port, ttlMs = 2000, extraArgs = [], log
     get stderr() {
       return stderr;
     },
+    get stdout() {
+      return stdout;
+    },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return exited;
       child.kill('SIGTERM');
