@@ -1,12 +1,17 @@
 // Three gpupack servers on one private PostgreSQL (tests/integration/ha_harness.mjs): any replica answers (a
 // standby forwards to the leader), and the leader is killed with SIGKILL under RunTask load, five times, while
 // clients that get no answer (or a 5xx) retry the same RunTask, clientToken included, on another replica.
+// A real agent given every replica (--server URL,URL,URL, a standby first) connects to the leader, and to the
+// next leader after the leader is killed; its task keeps running and a new one starts.
 // After each round: every acknowledged task exists exactly once (one task per clientToken, the ARN every
 // acknowledgement gave), and every GPU's used memory equals what the RUNNING and PENDING tasks on it declare.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { ok, PLAY_AGENT, registerInstance, sharedTaskDefinition } from './harness.mjs';
+import { gpupackBin, ok, PLAY_AGENT, registerInstance, removeTempDir, sharedTaskDefinition, tempDir } from './harness.mjs';
 import { callAny, freePort, NO_POSTGRES, postgresBinDir, readyz, startPostgres, startReplica, waitLeader } from './ha_harness.mjs';
 
 const skip = postgresBinDir() ? false : NO_POSTGRES;
@@ -128,4 +133,65 @@ test('three replicas: SIGKILL of the leader under RunTask load loses and duplica
   assert.ok(acked.size > 20, `only ${acked.size} RunTasks were acknowledged`);
   assert.equal(tasks, acked.size);
   console.log(`# ${acked.size} tasks acknowledged over ${calls} calls; takeovers (ms): ${takeovers.join(', ')}`);
+});
+
+test('an agent given every replica follows the leader', { skip, timeout: 120000 }, async () => {
+  const dir = tempDir('gpupack-ha-agent-');
+  const { leader } = await waitLeader(replicas, { all: true });
+  const ordered = [...replicas.filter((r) => r !== leader), leader]; // a standby first
+  const cluster = 'agents';
+  await ok(leader.endpoint, 'CreateCluster', { clusterName: cluster });
+  const def = sharedTaskDefinition('sleepy', 1024);
+  def.containerDefinitions[0].entryPoint = ['/bin/sh', '-c'];
+  def.containerDefinitions[0].command = ['exec sleep 600'];
+  await ok(leader.endpoint, 'RegisterTaskDefinition', def);
+  const log = fs.openSync(path.join(dir, 'agent.log'), 'a');
+  const agent = spawn(gpupackBin(), ['agent', '--server', ordered.map((r) => r.endpoint).join(','), '--cluster', cluster,
+    '--gpus', 'fake:2x22587', '--runtime', 'process', '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'),
+    '--name', 'ha-node', '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info'], { stdio: ['ignore', log, log] });
+  fs.closeSync(log);
+  const exited = new Promise((resolve) => agent.on('exit', resolve));
+  const agentLog = () => fs.readFileSync(path.join(dir, 'agent.log'), 'utf8');
+  async function waitFor(what, f, ms = 30000) {
+    for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 100))) {
+      try {
+        const v = await f();
+        if (v) return v;
+      } catch {
+        // a replica changing role: ask again
+      }
+    }
+    assert.fail(`${what} within ${ms} ms; agent log:\n${agentLog()}`);
+  }
+  const connected = async () => {
+    const { leader: now } = await waitLeader(replicas, { timeoutMs: 5000 });
+    const arns = (await ok(now.endpoint, 'ListContainerInstances', { cluster })).containerInstanceArns;
+    if (arns.length !== 1) return false;
+    const ci = (await ok(now.endpoint, 'DescribeContainerInstances', { cluster, containerInstances: arns })).containerInstances[0];
+    return ci.agentConnected;
+  };
+  const running = (arn) => async () => {
+    const { leader: now } = await waitLeader(replicas, { timeoutMs: 5000 });
+    const t = (await ok(now.endpoint, 'DescribeTasks', { cluster, tasks: [arn] })).tasks[0];
+    return t.lastStatus === 'RUNNING';
+  };
+  try {
+    await waitFor('the agent connected to the leader', connected);
+    const first = (await ok(ordered[0].endpoint, 'RunTask', { cluster, taskDefinition: 'sleepy' })).tasks[0].taskArn;
+    await waitFor('the first task RUNNING', running(first));
+
+    await leader.kill9();
+    await waitLeader(replicas, { not: leader, timeoutMs: 4 * TTL_MS + 10000 });
+    replicas[replicas.indexOf(leader)] = await startReplica({ db, port: leader.port, ttlMs: TTL_MS, extraArgs: PLAY_AGENT });
+    await waitFor('the agent connected to the new leader', connected);
+    await waitFor('the first task still RUNNING', running(first));
+    const second = (await ok(ordered[0].endpoint, 'RunTask', { cluster, taskDefinition: 'sleepy' })).tasks[0].taskArn;
+    await waitFor('a task run after the takeover RUNNING', running(second));
+  } finally {
+    agent.kill('SIGTERM');
+    const timer = setTimeout(() => agent.kill('SIGKILL'), 10000);
+    await exited;
+    clearTimeout(timer);
+    removeTempDir(dir);
+  }
 });
