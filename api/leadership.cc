@@ -293,6 +293,22 @@ class Replica::StandbyFront {
       respond(std::move(r));
       return;
     }
+    if (req.method == "GET" && path == "/metrics") {
+      // The standby's own state, not the leader's figures (each replica is scraped on its own).
+      HttpResponse r = ready_();
+      const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+      const int64_t epoch = j.is_object() && j.contains("epoch") ? j["epoch"].get<int64_t>() : 0;
+      r.body = "# HELP gpupack_replica_leader Whether this server is the leader of its replicas (1) or a standby (0).\n"
+               "# TYPE gpupack_replica_leader gauge\ngpupack_replica_leader 0\n"
+               "# HELP gpupack_replica_ready Whether GET /readyz answers 200.\n"
+               "# TYPE gpupack_replica_ready gauge\ngpupack_replica_ready " + std::string(r.status == 200 ? "1" : "0") +
+               "\n# HELP gpupack_replica_epoch The leader lease's epoch this server knows.\n"
+               "# TYPE gpupack_replica_epoch gauge\ngpupack_replica_epoch " + std::to_string(epoch) + "\n";
+      r.status = 200;
+      r.headers = {{"Content-Type", "text/plain; version=0.0.4"}, {"x-amzn-RequestId", NewRequestId()}};
+      respond(std::move(r));
+      return;
+    }
     if (req.Header(kForwardedHeader) != nullptr) {
       respond(Unavailable("this gpupack server is a standby too (it was forwarded the request by " +
                           *req.Header(kForwardedHeader) + "); the replicas are changing leader: retry"));

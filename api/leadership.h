@@ -8,10 +8,10 @@
 // - Leader: the full api::Server over the store, loaded when the lease was taken (as a restart loads it), with
 //   the store's commits fenced by the lease's epoch (PostgresStore::SetFence): a commit of a deposed leader
 //   is refused by the database, so it never writes and never acknowledges.
-// - Standby: a small HTTP server that answers /healthz and /readyz itself and forwards every other request,
-//   unchanged (method, target, headers, body: a SigV4 signature still verifies), to the leader's advertise URL,
-//   and returns the leader's answer unchanged. The agent channel is refused there with a message that names the
-//   leader (agents ask /readyz and connect to the leader).
+// - Standby: a small HTTP server that answers /healthz, /readyz and /metrics (its role, readiness and epoch)
+//   itself and forwards every other request, unchanged (method, target, headers, body: a SigV4 signature still
+//   verifies), to the leader's advertise URL, and returns the leader's answer unchanged. The agent channel is
+//   refused there with a message that names the leader, which agents follow (agent/server_connection.h).
 // The lease thread renews the lease about every `renew_every` while leading, else tries to take it (when it
 // has expired, or, at its start, when it names this replica's own advertise URL: a restart of the same server
 // need not wait for its old lease). The role thread turns what the lease thread learned into the role served: a new epoch

@@ -92,6 +92,8 @@ test('three replicas: SIGKILL of the leader under RunTask load loses and duplica
   await ok(standby.endpoint, 'CreateCluster', { clusterName: CLUSTER });
   await ok(standby.endpoint, 'RegisterTaskDefinition', sharedTaskDefinition('infer', 1024));
   for (let i = 0; i < 4; ++i) await registerInstance(standby.endpoint, CLUSTER, Array.from({ length: 8 }, (_, g) => [`GPU-${i}-${g}`, 81920]));
+  const metrics = await (await fetch(standby.endpoint + '/metrics')).text();
+  assert.match(metrics, /^gpupack_replica_leader 0$/m, 'a standby answers /metrics itself');
   const ready = await readyz(standby.endpoint);
   assert.equal(ready.status, 200);
   assert.equal(ready.json.role, 'standby');

@@ -11,7 +11,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { call, ok } from './harness.mjs';
+import { spawnSync } from 'node:child_process';
+
+import { call, gpupackBin, ok } from './harness.mjs';
 import { callAny, freePort, NO_POSTGRES, postgresBinDir, readyz, startPostgres, startReplica, TcpProxy, waitLeader } from './ha_harness.mjs';
 
 const skip = postgresBinDir() ? false : NO_POSTGRES;
@@ -123,4 +125,18 @@ test('a database restart: writes fail while it is down, reads answer, and the re
   // Durable, not only in a server's memory: the database itself holds what was acknowledged.
   const held = pg.psql('SELECT name FROM clusters ORDER BY name', 'restart').trim().split('\n');
   assert.deepEqual(held, ['after-restart', 'kept']);
+});
+
+test('gpupack server --db postgres://: usage errors, and an unreachable database named without its password', () => {
+  const run = (args) => spawnSync(gpupackBin(), ['server', ...args], { encoding: 'utf8', timeout: 30000 });
+  const noAdvertise = run(['--listen', '127.0.0.1:0', '--db', 'postgresql://u:secret@127.0.0.1:1/db']);
+  assert.equal(noAdvertise.status, 2, noAdvertise.stderr);
+  assert.match(noAdvertise.stderr, /pass --advertise http:\/\/HOST:PORT/);
+  const badTtl = run(['--listen', '127.0.0.1:8080', '--db', 'postgresql://u@127.0.0.1:1/db', '--lease-ttl-ms', '10']);
+  assert.equal(badTtl.status, 2, badTtl.stderr);
+  assert.match(badTtl.stderr, /--lease-ttl-ms must be 1000\.\.600000/);
+  const unreachable = run(['--listen', '127.0.0.1:0', '--advertise', 'http://127.0.0.1:9', '--db', 'postgresql://u:secret@127.0.0.1:1/db']);
+  assert.equal(unreachable.status, 1, unreachable.stderr);
+  assert.match(unreachable.stderr, /cannot open database 'postgresql:\/\/u:\*\*\*@127\.0\.0\.1:1\/db'/);
+  assert.doesNotMatch(unreachable.stderr + unreachable.stdout, /secret/);
 });
