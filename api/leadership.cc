@@ -213,6 +213,13 @@ Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump) {
   return Read();
 }
 
+Status LeaseKeeper::Release(int64_t epoch) {
+  auto rows = db_.Query(
+      "UPDATE gpupack_leader_lease SET expires_at = '-infinity' WHERE id = 1 AND holder = $1 AND epoch = $2",
+      {holder_, std::to_string(epoch)});
+  return rows.ok() ? Status::Ok() : rows.status();
+}
+
 // ---- Replica::StandbyFront ----------------------------------------------------------------------------------
 
 // StandbyFront: the standby's HTTP server. /healthz and /readyz are answered here; every other request goes to
@@ -406,7 +413,19 @@ Replica::~Replica() {
   if (lease_thread_.joinable()) lease_thread_.join();
   if (role_thread_.joinable()) role_thread_.join();
   std::lock_guard role(role_mu_);
-  leader_.reset();
+  const bool led = leader_ != nullptr;
+  leader_.reset();  // stops serving and commits what was submitted: nothing is committed after this
+  int64_t epoch = 0;
+  {
+    std::lock_guard lock(mu_);
+    epoch = lease_.held ? lease_.epoch : 0;
+  }
+  if (led && epoch > 0) {
+    if (Status s = keeper_.Release(epoch); !s.ok())
+      spdlog::warn("leadership: could not release the lease (a standby takes over when it expires): {}", s.message());
+    else
+      spdlog::info("leadership: released the lease (epoch {})", epoch);
+  }
   standby_.reset();
 }
 

@@ -19,7 +19,9 @@
 // holder turns it into a standby. While the database is unreachable nothing changes: a leader keeps serving
 // reads from memory and its writes fail with ServerException (their commits fail), and /readyz says 503; when
 // the database is back the replica takes the lease again (or learns who has it) and serves again by itself.
-// A leader whose applier refuses writes after a failed commit raises its own epoch and reloads.
+// A leader whose applier refuses writes after a failed commit raises its own epoch and reloads. A leader that
+// stops cleanly (the destructor) releases its lease after its last commit, so a standby takes over within a
+// renewal instead of the TTL.
 //
 // Thread-safe: readiness() and port() from any thread. The stores must outlive the Replica.
 #pragma once
@@ -57,6 +59,10 @@ class LeaseKeeper {
   // Step renews the lease held under `held_epoch` (with `bump`, raising its epoch by one), or, when it is not
   // held (any more), tries to take it. A database error is returned as a Status.
   Result<View> Step(int64_t held_epoch, bool bump);
+
+  // Release ends the lease held under `epoch` now (a clean shutdown, after the last commit), so that a standby
+  // takes over at its next step instead of after the TTL. Nothing happens when the lease is no longer held.
+  Status Release(int64_t epoch);
 
  private:
   Result<View> Read();

@@ -127,6 +127,23 @@ test('a database restart: writes fail while it is down, reads answer, and the re
   assert.deepEqual(held, ['after-restart', 'kept']);
 });
 
+test('a leader stopped cleanly releases its lease: a standby takes over without waiting out the TTL', { skip, timeout: 60000 }, async () => {
+  const db = pg.createDatabase('release');
+  // A TTL far longer than the wait below: only a released lease can change hands in time.
+  const a = await startReplica({ db, port: await freePort(), ttlMs: 120000 });
+  started.push(a);
+  await waitLeader([a]);
+  const b = await startReplica({ db, port: await freePort(), ttlMs: 120000 });
+  started.push(b);
+  await waitLeader([a, b], { all: true });
+  await ok(a.endpoint, 'CreateCluster', { clusterName: 'before-stop' });
+  assert.equal((await a.stop()).code, 0);
+  const { leader, epoch } = await waitLeader([b], { timeoutMs: 20000 });
+  assert.equal(leader, b);
+  assert.equal(epoch, 2);
+  assert.ok((await clusterNames(b.endpoint)).includes('before-stop'));
+});
+
 test('gpupack server --db postgres://: usage errors, and an unreachable database named without its password', () => {
   const run = (args) => spawnSync(gpupackBin(), ['server', ...args], { encoding: 'utf8', timeout: 30000 });
   const noAdvertise = run(['--listen', '127.0.0.1:0', '--db', 'postgresql://u:secret@127.0.0.1:1/db']);

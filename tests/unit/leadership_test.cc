@@ -101,6 +101,21 @@ TEST_F(LeaseKeeperTest, ARestartedServerOnTheSameUrlTakesItsLeaseBackAtOnce) {
   EXPECT_FALSE(old->held);  // the old process (if it still ran) is deposed: its epoch is gone
 }
 
+TEST_F(LeaseKeeperTest, AReleasedLeaseIsTakenAtTheNextStepWithoutWaitingForItsTtl) {
+  LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(600000));
+  LeaseKeeper b(*b_db_, "b", "http://b:1", milliseconds(600000));
+  ASSERT_TRUE(a.Step(0, false)->held);
+  EXPECT_FALSE(b.Step(0, false)->held);
+  // Releasing an epoch that is not the holder's changes nothing.
+  ASSERT_TRUE(a.Release(7).ok());
+  EXPECT_FALSE(b.Step(0, false)->held);
+  ASSERT_TRUE(a.Release(1).ok());
+  auto vb = b.Step(0, false);
+  ASSERT_TRUE(vb.ok());
+  EXPECT_TRUE(vb->held);
+  EXPECT_EQ(vb->epoch, 2);
+}
+
 TEST_F(LeaseKeeperTest, ACommitFencedByALostLeaseWritesNothing) {
   LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(60000));
   LeaseKeeper b(*b_db_, "b", "http://b:1", milliseconds(60000));
