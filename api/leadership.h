@@ -129,7 +129,6 @@ class Replica {
   std::chrono::steady_clock::time_point held_until_;  // guarded by mu_: the lease surely lasts until then
   bool bump_ = false;                   // guarded by mu_: the role thread asks for a new epoch (reload)
   int64_t serving_epoch_ = 0;           // guarded by mu_: the epoch the leader server serves; 0 = standby
-  bool serving_ = false;                // guarded by mu_: some role is being served on the port
   std::string forward_to_;              // guarded by mu_: the leader a standby forwards to
 
   std::mutex role_mu_;                  // serializes role changes (role thread, Start, destructor)
