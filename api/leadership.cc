@@ -520,9 +520,11 @@ void Replica::Reconcile() {
 }
 
 Status Replica::ServeAsLeader(int64_t epoch) {
-  data_.SetFence(PostgresStore::Fence{holder_, epoch});
   standby_.reset();
+  // The old server first, under its own epoch's fence: what it still commits on its way out was decided on its
+  // state, and another leader may have served in between, so it must not pass the new epoch's check.
   leader_.reset();
+  data_.SetFence(PostgresStore::Fence{holder_, epoch});
   {
     std::lock_guard lock(mu_);
     serving_epoch_ = 0;

@@ -90,8 +90,11 @@ test('three replicas: SIGKILL of the leader under RunTask load loses and duplica
   // Set up through a standby: it forwards to the leader.
   const standby = replicas.find((r) => r !== leader);
   await ok(standby.endpoint, 'CreateCluster', { clusterName: CLUSTER });
-  await ok(standby.endpoint, 'RegisterTaskDefinition', sharedTaskDefinition('infer', 1024));
-  for (let i = 0; i < 4; ++i) await registerInstance(standby.endpoint, CLUSTER, Array.from({ length: 8 }, (_, g) => [`GPU-${i}-${g}`, 81920]));
+  // Room for 10,240 tasks (320 per GPU; CPU and memory for more), far more than the load makes.
+  await ok(standby.endpoint, 'RegisterTaskDefinition', sharedTaskDefinition('infer', 256));
+  for (let i = 0; i < 4; ++i)
+    await registerInstance(standby.endpoint, CLUSTER, Array.from({ length: 8 }, (_, g) => [`GPU-${i}-${g}`, 81920]),
+      { cpu: 1 << 20, memory: 1 << 24 });
   const metrics = await (await fetch(standby.endpoint + '/metrics')).text();
   assert.match(metrics, /^gpupack_replica_leader 0$/m, 'a standby answers /metrics itself');
   const ready = await readyz(standby.endpoint);
