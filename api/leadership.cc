@@ -91,7 +91,8 @@ Result<HttpResponse> Forward(const HttpRequest& req, const std::string& base, co
   Fd sock{::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
   const int rc = sock.fd < 0 ? -1 : ::connect(sock.fd, found->ai_addr, found->ai_addrlen);
   ::freeaddrinfo(found);
-  if (sock.fd < 0 || (rc != 0 && errno != EINPROGRESS)) return Status::Server("cannot connect to the leader at " + base);
+  if (sock.fd < 0 || (rc != 0 && errno != EINPROGRESS))
+    return Status::Server("cannot connect to the leader at " + base);
   if (rc != 0) {
     int err = 0;
     socklen_t len = sizeof err;
@@ -109,7 +110,8 @@ Result<HttpResponse> Forward(const HttpRequest& req, const std::string& base, co
     if (n > 0) {
       sent += static_cast<size_t>(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!WaitFd(sock.fd, POLLOUT, deadline)) return Status::Server("the leader at " + base + " did not take the request in time");
+      if (!WaitFd(sock.fd, POLLOUT, deadline))
+        return Status::Server("the leader at " + base + " did not take the request in time");
     } else {
       return Status::Server("the connection to the leader at " + base + " broke");
     }
@@ -132,7 +134,8 @@ Result<HttpResponse> Forward(const HttpRequest& req, const std::string& base, co
       break;
     } else if (errno == EAGAIN || errno == EINTR) {
       if (!WaitFd(sock.fd, POLLIN, deadline))
-        return Status::Server("the leader at " + base + " did not answer within " + std::to_string(timeout.count()) + " ms");
+        return Status::Server("the leader at " + base + " did not answer within " + std::to_string(timeout.count()) +
+                              " ms");
     } else {
       return Status::Server("the connection to the leader at " + base + " broke");
     }
@@ -537,6 +540,7 @@ Status Replica::ServeAsLeader(int64_t epoch) {
     auto server = Server::Start(std::move(opts), data_);
     if (server.ok()) {
       leader_ = std::move(*server);
+      AddReplicaMetrics(leader_->metrics());
       std::lock_guard lock(mu_);
       serving_epoch_ = epoch;
       spdlog::info("leadership: serving as the leader (epoch {}) on port {}", epoch, port_);
@@ -575,6 +579,22 @@ Status Replica::ServeAsStandby() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return last;
+}
+
+// AddReplicaMetrics: the leader's /metrics also says its role, readiness and epoch (a standby's says the same
+// of itself: StandbyFront).
+void Replica::AddReplicaMetrics(MetricsRegistry& metrics) {
+  auto gauge = [&](const char* name, const char* help, std::function<double(const Readiness&)> value) {
+    metrics.AddCollected(name, help, MetricType::kGauge, [this, value](std::vector<MetricSample>& out) {
+      out.emplace_back(MetricLabels{}, value(readiness()));
+    });
+  };
+  gauge("gpupack_replica_leader", "Whether this server is the leader of its replicas (1) or a standby (0).",
+        [](const Readiness& r) { return r.role == "leader" ? 1.0 : 0.0; });
+  gauge("gpupack_replica_ready", "Whether GET /readyz answers 200.",
+        [](const Readiness& r) { return r.ready ? 1.0 : 0.0; });
+  gauge("gpupack_replica_epoch", "The leader lease's epoch this server knows.",
+        [](const Readiness& r) { return static_cast<double>(r.epoch); });
 }
 
 Replica::Readiness Replica::readiness() const {

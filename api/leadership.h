@@ -14,11 +14,12 @@
 //   refused there with a message that names the leader, which agents follow (agent/server_connection.h).
 // The lease thread renews the lease about every `renew_every` while leading, else tries to take it (when it
 // has expired, or, at its start, when it names this replica's own advertise URL: a restart of the same server
-// need not wait for its old lease). The role thread turns what the lease thread learned into the role served: a new epoch
-// of its own builds a new leader server (the old one, if any, is stopped first; the port is the same), another
-// holder turns it into a standby. While the database is unreachable nothing changes: a leader keeps serving
-// reads from memory and its writes fail with ServerException (their commits fail), and /readyz says 503; when
-// the database is back the replica takes the lease again (or learns who has it) and serves again by itself.
+// need not wait for its old lease). The role thread turns what the lease thread learned into the role served:
+// a new epoch of its own builds a new leader server (the old one, if any, is stopped first; the port is the
+// same), another holder turns it into a standby. While the database is unreachable nothing changes: a leader
+// keeps serving reads from memory and its writes fail with ServerException (their commits fail), and /readyz
+// says 503; when the database is back the replica takes the lease again (or learns who has it) and serves
+// again by itself.
 // A leader whose applier refuses writes after a failed commit raises its own epoch and reloads. A leader that
 // stops cleanly (the destructor) releases its lease after its last commit, so a standby takes over within a
 // renewal instead of the TTL.
@@ -113,6 +114,7 @@ class Replica {
   Status ServeAsLeader(int64_t epoch);
   Status ServeAsStandby();
   HttpResponse ReadyResponse() const;
+  void AddReplicaMetrics(MetricsRegistry& metrics);
 
   ReplicaOptions options_;
   PostgresStore& data_;

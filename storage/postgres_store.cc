@@ -444,7 +444,8 @@ Result<Snapshot> PostgresStore::LoadImpl(const TaskSink* on_task) {
   }
   if (s.ok())
     s = ReadAll(c, "SELECT cluster, token, doc FROM client_tokens ORDER BY cluster, token", "client_tokens", 2,
-                two_texts, [](const ClientTokenRecord& x) { return "(" + Quote(x.cluster) + ", " + Quote(x.token) + ")"; },
+                two_texts,
+                [](const ClientTokenRecord& x) { return "(" + Quote(x.cluster) + ", " + Quote(x.token) + ")"; },
                 &snap.client_tokens);
   if (!s.ok()) {
     c.Rollback();
@@ -554,7 +555,8 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
                         "DELETE FROM client_tokens c USING unnest($1::text[], $2::text[]) AS u(cl, tok) "
                         "WHERE c.cluster = u.cl AND c.token = u.tok",
                         {ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.first; }),
-                         ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.second; })});
+                         ArrayLiteral(batch.deleted_client_tokens(),
+                                      [](const ClientTokenKey& k) { return k.second; })});
         !s.ok())
       return s;
   }

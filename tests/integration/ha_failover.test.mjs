@@ -97,6 +97,9 @@ test('three replicas: SIGKILL of the leader under RunTask load loses and duplica
       { cpu: 1 << 20, memory: 1 << 24 });
   const metrics = await (await fetch(standby.endpoint + '/metrics')).text();
   assert.match(metrics, /^gpupack_replica_leader 0$/m, 'a standby answers /metrics itself');
+  const leaderMetrics = await (await fetch(leader.endpoint + '/metrics')).text();
+  assert.match(leaderMetrics, /^gpupack_replica_leader 1$/m);
+  assert.match(leaderMetrics, /^gpupack_requests_total|^gpupack_/m);
   const ready = await readyz(standby.endpoint);
   assert.equal(ready.status, 200);
   assert.equal(ready.json.role, 'standby');
