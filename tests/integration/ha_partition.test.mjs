@@ -12,8 +12,10 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
 
-import { call, gpupackBin, ok } from './harness.mjs';
+import { awsClientEnv, call, DEBIAN_AWS, gpupackBin, ok, removeTempDir, tempDir } from './harness.mjs';
 import { callAny, freePort, NO_POSTGRES, postgresBinDir, readyz, startPostgres, startReplica, TcpProxy, waitLeader } from './ha_harness.mjs';
 
 const skip = postgresBinDir() ? false : NO_POSTGRES;
@@ -142,6 +144,34 @@ test('a leader stopped cleanly releases its lease: a standby takes over without 
   assert.equal(leader, b);
   assert.equal(epoch, 2);
   assert.ok((await clusterNames(b.endpoint)).includes('before-stop'));
+});
+
+test('with --credentials, a SigV4-signed call sent to a standby verifies at the leader', { skip: skip || (!fs.existsSync(DEBIAN_AWS) && 'Debian\'s AWS CLI (/usr/bin/aws) is not installed'), timeout: 60000 }, async () => {
+  const dir = tempDir('gpupack-ha-sigv4-');
+  try {
+    const creds = path.join(dir, 'credentials');
+    fs.writeFileSync(creds, '[default]\naws_access_key_id = AKIDHA0001\naws_secret_access_key = ha-secret\n');
+    fs.chmodSync(creds, 0o600);
+    const db = pg.createDatabase('sigv4');
+    const args = ['--credentials', creds];
+    const a = await startReplica({ db, port: await freePort(), ttlMs: TTL_MS, extraArgs: args });
+    started.push(a);
+    await waitLeader([a]);
+    const b = await startReplica({ db, port: await freePort(), ttlMs: TTL_MS, extraArgs: args });
+    started.push(b);
+    await waitLeader([a, b], { all: true });
+    const env = { ...awsClientEnv(dir), AWS_ACCESS_KEY_ID: 'AKIDHA0001', AWS_SECRET_ACCESS_KEY: 'ha-secret', AWS_DEFAULT_REGION: 'us-east-1' };
+    const aws = (...argv) => spawnSync('aws', [...argv, '--endpoint-url', b.endpoint, '--output', 'json'], { env, encoding: 'utf8', timeout: 30000 });
+    const created = aws('ecs', 'create-cluster', '--cluster-name', 'signed');
+    assert.equal(created.status, 0, created.stderr);
+    assert.equal(JSON.parse(created.stdout).cluster.clusterName, 'signed');
+    // A wrong secret is refused by the leader, and the standby returns that refusal unchanged.
+    const wrong = spawnSync('aws', ['ecs', 'list-clusters', '--endpoint-url', b.endpoint], { env: { ...env, AWS_SECRET_ACCESS_KEY: 'nope' }, encoding: 'utf8', timeout: 30000 });
+    assert.notEqual(wrong.status, 0);
+    assert.match(wrong.stderr, /SignatureDoesNotMatch|InvalidSignature/);
+  } finally {
+    removeTempDir(dir);
+  }
 });
 
 test('gpupack server --db postgres://: usage errors, and an unreachable database named without its password', () => {
