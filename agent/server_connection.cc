@@ -75,6 +75,18 @@ Status ServerConnection::Register() {
   std::string arn = instance_arn();
   if (!arn.empty()) body["containerInstanceArn"] = arn;
   auto r = CallEcs(Current(), "RegisterContainerInstance", body);
+  // Several servers (--server URL,URL,...): one that cannot be reached or cannot serve now (ServerException)
+  // makes the registration try the next, each once.
+  size_t servers = 0;
+  {
+    std::lock_guard lock(mu_);
+    servers = servers_.size();
+  }
+  for (size_t tried = 1; !r.ok() && r.status().code() == ErrorCode::kServer && tried < servers; ++tried) {
+    spdlog::warn("agent: registration at {} failed: {}; trying the next server", Current().Url(), r.status().message());
+    NextServer(r.status().message());
+    r = CallEcs(Current(), "RegisterContainerInstance", body);
+  }
   if (!r.ok() && r.status().code() == ErrorCode::kClusterNotFound) {
     // Like the ECS agent with the default cluster: create the cluster it was told to join.
     auto created = CallEcs(Current(), "CreateCluster", Json{{"clusterName", reg.cluster}});

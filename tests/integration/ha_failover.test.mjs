@@ -1,7 +1,8 @@
 // Three gpupack servers on one private PostgreSQL (tests/integration/ha_harness.mjs): any replica answers (a
 // standby forwards to the leader), and the leader is killed with SIGKILL under RunTask load, five times, while
 // clients that get no answer (or a 5xx) retry the same RunTask, clientToken included, on another replica.
-// A real agent given every replica (--server URL,URL,URL, a standby first) connects to the leader, and to the
+// A real agent given every replica (--server URL,URL,URL,URL: a dead address, then a standby) registers, connects
+// to the leader, and to the
 // next leader after the leader is killed; its task keeps running and a new one starts.
 // After each round: every acknowledged task exists exactly once (one task per clientToken, the ARN every
 // acknowledgement gave), and every GPU's used memory equals what the RUNNING and PENDING tasks on it declare.
@@ -147,6 +148,7 @@ test('an agent given every replica follows the leader', { skip, timeout: 120000 
   const dir = tempDir('gpupack-ha-agent-');
   const { leader } = await waitLeader(replicas, { all: true });
   const ordered = [...replicas.filter((r) => r !== leader), leader]; // a standby first
+  const nobody = `http://127.0.0.1:${await freePort()}`; // and before them an address where nothing listens
   const cluster = 'agents';
   await ok(leader.endpoint, 'CreateCluster', { clusterName: cluster });
   const def = sharedTaskDefinition('sleepy', 1024);
@@ -154,7 +156,7 @@ test('an agent given every replica follows the leader', { skip, timeout: 120000 
   def.containerDefinitions[0].command = ['exec sleep 600'];
   await ok(leader.endpoint, 'RegisterTaskDefinition', def);
   const log = fs.openSync(path.join(dir, 'agent.log'), 'a');
-  const agent = spawn(gpupackBin(), ['agent', '--server', ordered.map((r) => r.endpoint).join(','), '--cluster', cluster,
+  const agent = spawn(gpupackBin(), ['agent', '--server', [nobody, ...ordered.map((r) => r.endpoint)].join(','), '--cluster', cluster,
     '--gpus', 'fake:2x22587', '--runtime', 'process', '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'),
     '--name', 'ha-node', '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info'], { stdio: ['ignore', log, log] });
   fs.closeSync(log);
