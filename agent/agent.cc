@@ -49,7 +49,8 @@ std::string HostName() {
 // destroyed in reverse order, users before what they use.
 struct Agent::Impl final : ServerConnection::Listener {
   AgentOptions options;
-  ServerEndpoint server;
+  ServerEndpoint server;                 // the first of --server's URLs
+  std::vector<ServerEndpoint> servers;   // every URL of --server (the replicas of one control plane)
   std::unique_ptr<AgentMetrics> metrics;  // before the runtime: the runtime it times observes into it
   std::unique_ptr<GpuDiscovery> gpus;
   std::unique_ptr<MpsSupervisor> mps;
@@ -104,10 +105,16 @@ Agent::~Agent() { Stop(); }
 Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   auto impl = std::make_unique<Impl>();
   if (options.name.empty()) options.name = HostName();
-  auto server = ServerEndpoint::Parse(options.server);
-  if (!server.ok()) return server.status();
-  impl->server = *server;
-  impl->server.signing = options.signing;
+  // --server URL[,URL...]: the replicas of one control plane; the first is asked first.
+  for (size_t from = 0; from <= options.server.size();) {
+    const size_t comma = std::min(options.server.find(',', from), options.server.size());
+    auto one = ServerEndpoint::Parse(options.server.substr(from, comma - from));
+    if (!one.ok()) return one.status();
+    one->signing = options.signing;
+    impl->servers.push_back(*one);
+    from = comma + 1;
+  }
+  impl->server = impl->servers.front();
   impl->metrics = std::make_unique<AgentMetrics>(options.name);
   auto gpus = MakeGpuDiscovery(options.gpus, options.name);
   if (!gpus.ok()) return gpus.status();
@@ -197,6 +204,7 @@ Status Agent::Start() {
 
   ConnectionOptions connection;
   connection.server = a.server;
+  if (a.servers.size() > 1) connection.servers = a.servers;
   connection.state_dir = o.state_dir;
   Registration& reg = connection.registration;
   reg.cluster = o.cluster;

@@ -34,6 +34,8 @@ bool WriteFileAtomically(const fs::path& path, const std::string& content) {
 
 ServerConnection::ServerConnection(ConnectionOptions options, Listener& listener, Health health)
     : options_(std::move(options)), listener_(listener), health_(std::move(health)) {
+  servers_ = options_.servers.empty() ? std::vector<ServerEndpoint>{options_.server} : options_.servers;
+  for (auto& s : servers_) s.signing = options_.server.signing;
   std::ifstream in(fs::path(options_.state_dir) / "instance.json");
   if (!in) return;
   Json j = Json::parse(in, nullptr, false);
@@ -72,12 +74,24 @@ Status ServerConnection::Register() {
                {"versionInfo", {{"agentVersion", kAgentVersion}}}};
   std::string arn = instance_arn();
   if (!arn.empty()) body["containerInstanceArn"] = arn;
-  auto r = CallEcs(options_.server, "RegisterContainerInstance", body);
+  auto r = CallEcs(Current(), "RegisterContainerInstance", body);
+  // Several servers (--server URL,URL,...): one that cannot be reached or cannot serve now (ServerException)
+  // makes the registration try the next, each once.
+  size_t servers = 0;
+  {
+    std::lock_guard lock(mu_);
+    servers = servers_.size();
+  }
+  for (size_t tried = 1; !r.ok() && r.status().code() == ErrorCode::kServer && tried < servers; ++tried) {
+    spdlog::warn("agent: registration at {} failed: {}; trying the next server", Current().Url(), r.status().message());
+    NextServer(r.status().message());
+    r = CallEcs(Current(), "RegisterContainerInstance", body);
+  }
   if (!r.ok() && r.status().code() == ErrorCode::kClusterNotFound) {
     // Like the ECS agent with the default cluster: create the cluster it was told to join.
-    auto created = CallEcs(options_.server, "CreateCluster", Json{{"clusterName", reg.cluster}});
+    auto created = CallEcs(Current(), "CreateCluster", Json{{"clusterName", reg.cluster}});
     if (!created.ok()) return created.status();
-    r = CallEcs(options_.server, "RegisterContainerInstance", body);
+    r = CallEcs(Current(), "RegisterContainerInstance", body);
   }
   if (!r.ok() && !arn.empty() && r.status().message().find(protocol::kDeregisteredRefusal) != std::string::npos) {
     deregistered_.store(true);
@@ -89,7 +103,7 @@ Status ServerConnection::Register() {
   if (!r.ok() && !arn.empty() && r.status().code() == ErrorCode::kInvalidParameter) {
     spdlog::warn("agent: the server no longer knows {}; registering as a new instance", arn);
     body.erase("containerInstanceArn");
-    r = CallEcs(options_.server, "RegisterContainerInstance", body);
+    r = CallEcs(Current(), "RegisterContainerInstance", body);
   }
   if (!r.ok()) return r.status();
   const Json& ci = (*r)["containerInstance"];
@@ -163,13 +177,39 @@ void ServerConnection::Loop() {
   old.reset();
 }
 
+ServerEndpoint ServerConnection::Current() const {
+  std::lock_guard lock(mu_);
+  return servers_[current_];
+}
+
+void ServerConnection::NextServer(const std::string& refusal) {
+  std::lock_guard lock(mu_);
+  const std::string marker = "served by the leader at ";
+  if (const size_t at = refusal.find(marker); at != std::string::npos) {
+    std::string url = refusal.substr(at + marker.size());
+    url = url.substr(0, url.find_first_of(" ;\"'"));
+    if (auto leader = ServerEndpoint::Parse(url); leader.ok()) {
+      leader->signing = options_.server.signing;
+      for (size_t i = 0; i < servers_.size(); ++i)
+        if (servers_[i].host == leader->host && servers_[i].port == leader->port) {
+          current_ = i;
+          return;
+        }
+      servers_.push_back(*leader);
+      current_ = servers_.size() - 1;
+      return;
+    }
+  }
+  current_ = (current_ + 1) % servers_.size();
+}
+
 void ServerConnection::Connect() {
   uint64_t generation = 0;
   {
     std::lock_guard lock(mu_);
     generation = ++generation_;
   }
-  auto c = ChannelClient::Connect(options_.server, protocol::ChannelTarget(instance_arn()),
+  auto c = ChannelClient::Connect(Current(), protocol::ChannelTarget(instance_arn()),
                                   {[this, generation](std::string m) { OnMessage(generation, m); },
                                    [this, generation] { OnClosed(generation); }});
   if (!c.ok()) {
@@ -179,6 +219,7 @@ void ServerConnection::Connect() {
       retry = backoff_;
     }
     spdlog::warn("agent: channel: {}; retrying in {} ms", c.status().message(), retry.count());
+    NextServer(c.status().message());
     // A server at its limit of channel connections (503 ServerException) knows the instance: it is only busy.
     const std::string& why = c.status().message();
     if (why.find("refused") != std::string::npos && why.find("ServerException") == std::string::npos) {

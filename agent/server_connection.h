@@ -47,6 +47,10 @@ struct Registration {
 
 struct ConnectionOptions {
   ServerEndpoint server;
+  // Every server of a replicated control plane (gpupack server on PostgreSQL, --server URL,URL...), `server`
+  // among them; empty: `server` alone. The channel goes to the leader: a standby refuses it naming the leader,
+  // and the connection follows that name; a server that cannot be reached makes it try the next one.
+  std::vector<ServerEndpoint> servers;
   std::string state_dir;  // instance.json: the instance ARN, so a restarted agent re-registers the same instance
   Registration registration;
 };
@@ -109,6 +113,10 @@ class ServerConnection final : public Reporter {
   void SendHeartbeat();
   void OnMessage(uint64_t generation, const std::string& text);
   void OnClosed(uint64_t generation);
+  ServerEndpoint Current() const;  // the server the connection talks to now
+  // NextServer moves to the server a refusal named (a standby's "served by the leader at URL"), else to the
+  // next one of the list.
+  void NextServer(const std::string& refusal);
 
   const ConnectionOptions options_;
   Listener& listener_;
@@ -121,6 +129,8 @@ class ServerConnection final : public Reporter {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string instance_arn_;                    // guarded by mu_
+  std::vector<ServerEndpoint> servers_;         // guarded by mu_: the candidates (options' list, plus leaders named)
+  size_t current_ = 0;                          // guarded by mu_: index into servers_
   std::unique_ptr<ChannelClient> channel_;      // guarded by mu_
   uint64_t generation_ = 0;                     // the current channel's; older channels' callbacks are ignored
   bool ready_ = false;                          // the hello went out on channel_

@@ -73,7 +73,7 @@ void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
   const uint64_t durable_through = durable_through_.load();
   const std::shared_ptr<const ReadView> committed = View();  // at least as new as durable_through
   txn.SetDurability(seq, durable_through, committed.get());
-  if (txn.now() - last_purge_ >= 60'000) {
+  if (txn.now() - last_purge_ >= 60'000 && !degraded_.load()) {
     last_purge_ = txn.now();
     PurgeExpired(txn, options_.stopped_task_retention_ms);
   }
@@ -85,16 +85,20 @@ void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
   }
   Transaction::Outcome outcome = txn.Finish();
   state_.DropSuperseded();  // no pointer taken during the operation outlives it
+  const bool from_committed = s.ok() && outcome.from_committed && outcome.batch.empty() && !outcome.write;
+  if (degraded_.load() && !from_committed) {
+    // The disk is behind memory: the working state may hold changes that never became durable, so an operation
+    // decided on it could answer from them (a repeated CreateCluster) without committing anything. Nothing is
+    // answered until the durable state is reloaded, but an answer taken from the committed view (a repeated
+    // clientToken whose first answer was durable).
+    lock.unlock();
+    done(Status::Server("the server could not persist an earlier change and refuses writes until restarted"));
+    return;
+  }
   const bool wait_durable = !outcome.batch.empty() || (outcome.write && s.ok());
   if (!wait_durable) {
     lock.unlock();
     done(s);
-    return;
-  }
-  if (degraded_.load()) {
-    // The disk is behind memory; nothing more may be acknowledged until a restart reloads the durable state.
-    lock.unlock();
-    done(Status::Server("the server could not persist an earlier change and refuses writes until restarted"));
     return;
   }
   // Writes are answered once durable; agents hear of new assignments and stops only then, so they never act on

@@ -128,6 +128,19 @@ void EcsHandler::Handle(HttpRequest&& req, Responder respond) {
     respond(std::move(r));
     return;
   }
+  if (req.method == "GET" && path == "/readyz") {
+    HttpResponse r;
+    if (readiness_) {
+      r = readiness_();
+    } else {
+      r.status = cp_.healthy() ? 200 : 503;
+      r.body = R"({"role":"leader","leader":null,"epoch":0})";
+    }
+    r.headers.emplace_back("Content-Type", "application/json");
+    r.headers.emplace_back("x-amzn-RequestId", request_id);
+    respond(std::move(r));
+    return;
+  }
   if (req.method == "GET" && path == "/metrics") {
     HttpResponse r;
     r.headers = {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}, {"x-amzn-RequestId", request_id}};

@@ -1,12 +1,13 @@
 // EcsHandler: the HTTP face of the control plane. Hands `POST /` with X-Amz-Target to the router, and serves
-// GET /healthz and GET /metrics (the server's MetricsRegistry) and the web console (GET / redirects to
-// /console/; ConsoleHandler, api/console_handler.h). Every response carries x-amzn-RequestId and Date; errors
+// GET /healthz, GET /readyz and GET /metrics (the server's MetricsRegistry) and the web console (GET / redirects
+// to /console/; ConsoleHandler, api/console_handler.h). Every response carries x-amzn-RequestId and Date; errors
 // use ECS's shape {"__type", "message"}. A refused ECS call made by the console (X-Gpupack-Console, no
 // signature) answers 401, so the page knows to ask for a login.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "api/console_handler.h"
@@ -46,6 +47,12 @@ class EcsHandler {
     logs_auth_ = auth;
   }
 
+  // ReadinessProbe: what GET /readyz answers (unauthenticated, like /healthz): 200 once this server can serve
+  // the API, 503 otherwise. Unset (one server alone): 200 {"role":"leader","leader":null,"epoch":0} while
+  // healthy. Several servers on one database set it (api/leadership.h). Set before the server starts.
+  using ReadinessProbe = std::function<HttpResponse()>;
+  void SetReadiness(ReadinessProbe probe) { readiness_ = std::move(probe); }
+
  private:
   void Observe(const std::string& operation, int status, double seconds);
   // RefuseAuth answers an authentication (`authenticated` false) or authorization refusal and counts it.
@@ -64,6 +71,7 @@ class EcsHandler {
   ConsoleHandler console_;
   const class LogsHandler* logs_ = nullptr;
   const RequestAuthenticator* logs_auth_ = nullptr;
+  ReadinessProbe readiness_;
 };
 
 }  // namespace gpupack::api

@@ -21,6 +21,7 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   s->handler_->SetAuthenticator(options.authenticator);
   s->logs_ = std::make_unique<LogsHandler>(*s->control_plane_, *s->channel_);
   s->handler_->SetLogs(s->logs_.get(), options.logs_authenticator);
+  if (options.readiness) s->handler_->SetReadiness(std::move(options.readiness));
   HttpServerOptions http;
   http.host = options.host;
   http.port = options.port;

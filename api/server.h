@@ -6,6 +6,7 @@
 // commits everything already submitted. Thread-safe accessors.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,8 @@ struct ServerOptions {
   const RequestAuthenticator* authenticator = nullptr;
   // The same keys for the CloudWatch Logs calls, whose signatures name the service "logs"; null = none.
   const RequestAuthenticator* logs_authenticator = nullptr;
+  // What GET /readyz answers (EcsHandler::ReadinessProbe); unset: a server alone. Must outlive the server.
+  std::function<HttpResponse()> readiness;
 };
 
 class Server {

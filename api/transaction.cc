@@ -116,6 +116,7 @@ void Transaction::Push(const std::string& instance_arn, AgentPush push) {
 Transaction::Outcome Transaction::Finish() {
   Outcome out;
   out.write = write_;
+  out.from_committed = from_committed_;
   for (const auto& name : clusters_)
     if (const Cluster* c = state_.FindCluster(name)) {
       out.batch.PutCluster(*c);

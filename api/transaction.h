@@ -100,6 +100,9 @@ class Transaction {
     committed_ = committed;
   }
   uint64_t seq() const { return seq_; }
+  // AnsweredFromCommitted: the answer comes from `committed()` alone (durable already): it may be given while
+  // the server refuses writes after a failed commit.
+  void AnsweredFromCommitted() { from_committed_ = true; }
   uint64_t durable_through() const { return durable_through_; }
   const ReadView* committed() const { return committed_; }
 
@@ -112,6 +115,7 @@ class Transaction {
     ViewDelta delta;
     std::vector<std::pair<std::string, AgentPush>> pushes;  // (instance ARN, push)
     bool write = false;  // the answer waits for the commits before it
+    bool from_committed = false;  // AnsweredFromCommitted
   };
   // Finish collects what the transaction changed. Call once, at the end.
   Outcome Finish();
@@ -130,6 +134,7 @@ class Transaction {
   uint64_t seq_ = 0;
   uint64_t durable_through_ = 0;
   const ReadView* committed_ = nullptr;
+  bool from_committed_ = false;
 
   std::set<std::string> clusters_;
   std::set<std::pair<std::string, int>> task_definitions_;

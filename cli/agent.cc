@@ -18,7 +18,10 @@
 namespace gpupack::cli {
 
 void AddAgentFlags(CLI::App& app, AgentFlags& f) {
-  app.add_option("--server", f.server, "the gpupack server's URL")->capture_default_str();
+  app.add_option("--server", f.server,
+                 "the gpupack server's URL, or URL,URL,... for several servers on one PostgreSQL database (the agent "
+                 "connects to whichever answers and is sent on to the leader)")
+      ->capture_default_str();
   app.add_option("--cluster", f.cluster, "cluster to register in")->capture_default_str();
   app.add_option("--gpus", f.gpus, "nvml, or fake:SPEC for simulated GPUs (e.g. fake:2x22587)")->capture_default_str();
   app.add_option("--runtime", f.runtime, "process or docker")->capture_default_str();

@@ -24,6 +24,10 @@ struct ServerFlags {
   std::string default_strategy = "binpack:gpuMemory";  // for shared-GPU tasks that name none: TYPE[:FIELD]
   int threads = 2;
   std::string fragmentation_workload;  // JSON file: binpack(fragmentation)'s target workload; empty = learned
+  // Several servers on one PostgreSQL --db (docs/ha.md): the URL the others forward to (default
+  // http://LISTEN) and the leader lease's length.
+  std::string advertise;
+  int lease_ttl_ms = 5000;
 };
 
 void AddServerFlags(CLI::App& app, ServerFlags& flags);

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/leadership.h"
 #include "api/request_auth.h"
 #include "api/server.h"
 #include "cli/commands.h"
@@ -17,6 +20,7 @@
 #include "protocol/sigv4_verifier.h"
 #include "scheduler/fragmentation.h"
 #include "scheduler/validation.h"
+#include "storage/postgres_store.h"
 #include "storage/sqlite_store.h"
 
 namespace gpupack::cli {
@@ -24,7 +28,10 @@ namespace gpupack::cli {
 void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_option("--listen", f.listen, "HOST:PORT to serve the ECS API on (port 0 = any free port)")
       ->capture_default_str();
-  app.add_option("--db", f.db, "SQLite database file (created if missing)")->capture_default_str();
+  app.add_option("--db", f.db,
+                 "SQLite database file (created if missing), or a PostgreSQL database as a libpq URI "
+                 "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?...] (several servers may share one; docs/ha.md)")
+      ->capture_default_str();
   app.add_option("--region", f.region, "AWS region named in ARNs")->capture_default_str();
   app.add_option("--account-id", f.account_id, "12-digit account id named in ARNs")->capture_default_str();
   app.add_option("--credentials", f.credentials,
@@ -42,6 +49,14 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_flag("--place-on-disconnected", f.place_on_disconnected,
                "place tasks on container instances whose agent is not connected (benchmarks and simulations "
                "whose client plays the agent with SubmitTaskStateChange; such tasks never start otherwise)");
+  app.add_option("--advertise", f.advertise,
+                 "with a PostgreSQL --db: the URL (http://HOST:PORT) at which the other servers reach this one to "
+                 "forward calls to it while it leads (default: http://LISTEN; required when LISTEN is a wildcard "
+                 "address or port 0)");
+  app.add_option("--lease-ttl-ms", f.lease_ttl_ms,
+                 "with a PostgreSQL --db: how long the leader's lease lasts without a renewal (renewed about every "
+                 "second); a standby takes over this long after the leader is gone")
+      ->capture_default_str();
   app.add_option("--fragmentation-workload", f.fragmentation_workload,
                  "JSON file {\"shapes\": [{\"weight\", \"cpu\", \"memory\", \"gpuMemory\" or \"gpus\", \"memberOf\"}]}: "
                  "the target workload of placementStrategy binpack(fragmentation) in every cluster (default: "
@@ -139,14 +154,19 @@ struct ServerRuntime::Impl {
   std::unique_ptr<api::RequestAuthenticator> authenticator;  // null without --credentials; outlives the rest
   std::unique_ptr<api::RequestAuthenticator> logs_authenticator;  // the same keys, SigV4 service "logs"
   size_t key_count = 0;
-  std::unique_ptr<SqliteStore> store;
-  std::unique_ptr<api::Server> server;  // destroyed before the store
+  std::unique_ptr<Store> store;         // SqliteStore, or PostgresStore for a postgres:// --db
+  std::unique_ptr<PostgresStore> lease_store;  // with PostgreSQL: the lease's own connection
+  std::unique_ptr<api::Server> server;  // destroyed before the store (SQLite: the one server)
+  std::unique_ptr<api::Replica> replica;  // with PostgreSQL: leader or standby; destroyed before the stores
   std::string endpoint;
 };
 
 ServerRuntime::ServerRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-ServerRuntime::~ServerRuntime() { impl_->server.reset(); }
+ServerRuntime::~ServerRuntime() {
+  impl_->server.reset();
+  impl_->replica.reset();
+}
 
 std::string ServerRuntime::endpoint() const { return impl_->endpoint; }
 
@@ -159,6 +179,7 @@ std::string ServerRuntime::auth_summary() const {
 bool ServerRuntime::AgentsConnected(const std::vector<std::string>& instance_arns,
                                     std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!impl_->server) return false;  // several servers on PostgreSQL: `gpupack up` never runs them
   for (;;) {
     auto view = impl_->server->control_plane().applier().View();
     bool all = true;
@@ -219,22 +240,43 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   }
 
   // A database this start creates is removed again if the server cannot start (a busy port, say): a failed
-  // start leaves nothing behind.
+  // start leaves nothing behind. A PostgreSQL database is the operator's: it is never removed.
+  const bool postgres = PostgresStore::IsUri(f.db);
   std::error_code exists_ec;
-  const bool db_existed = std::filesystem::exists(f.db, exists_ec);
+  const bool db_existed = postgres || std::filesystem::exists(f.db, exists_ec);
   auto remove_new_db = [&] {
     if (db_existed) return;
     std::error_code ignored;
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(f.db + suffix, ignored);
     std::filesystem::remove(SqliteStore::LockPath(f.db), ignored);
   };
-  auto store = SqliteStore::Open(f.db);
-  if (!store.ok()) {
-    // A database another server holds is that server's, even if it was created after db_existed was read.
-    if (store.status().code() != ErrorCode::kConflict) remove_new_db();
-    return fail("cannot open database " + f.db + ": " + store.status().message());
+  const std::string db_name = postgres ? PostgresStore::Redacted(f.db) : f.db;
+  std::string advertise = f.advertise;
+  if (postgres) {
+    if (advertise.empty()) {
+      if (port == 0 || host == "0.0.0.0" || host == "::")
+        return usage("with a PostgreSQL --db and --listen " + f.listen +
+                     ", pass --advertise http://HOST:PORT: the URL the other servers reach this one at");
+      advertise = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                  std::to_string(port);
+    }
+    if (advertise.rfind("http://", 0) != 0) return usage("--advertise must be http://HOST:PORT");
+    if (f.lease_ttl_ms < 1000 || f.lease_ttl_ms > 600'000) return usage("--lease-ttl-ms must be 1000..600000");
+    auto store = PostgresStore::Open(f.db);
+    if (!store.ok()) return fail(store.status().message());
+    auto lease_store = PostgresStore::Open(f.db);
+    if (!lease_store.ok()) return fail(lease_store.status().message());
+    impl->store = std::move(*store);
+    impl->lease_store = std::move(*lease_store);
+  } else {
+    auto store = SqliteStore::Open(f.db);
+    if (!store.ok()) {
+      // A database another server holds is that server's, even if it was created after db_existed was read.
+      if (store.status().code() != ErrorCode::kConflict) remove_new_db();
+      return fail("cannot open database " + f.db + ": " + store.status().message());
+    }
+    impl->store = std::move(*store);
   }
-  impl->store = std::move(*store);
   api::ServerOptions options;
   options.host = host;
   options.port = static_cast<uint16_t>(port);
@@ -253,12 +295,26 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.authenticator = impl->authenticator.get();
   options.logs_authenticator = impl->logs_authenticator.get();
   std::signal(SIGPIPE, SIG_IGN);
+  if (postgres) {
+    api::ReplicaOptions replica;
+    replica.server = std::move(options);
+    replica.advertise = advertise;
+    replica.lease_ttl = std::chrono::milliseconds(f.lease_ttl_ms);
+    replica.renew_every = std::min(std::chrono::milliseconds(1000), replica.lease_ttl / 3);
+    auto started = api::Replica::Start(std::move(replica), static_cast<PostgresStore&>(*impl->store),
+                                       *impl->lease_store);
+    if (!started.ok()) return fail("cannot listen on " + f.listen + ": " + started.status().message());
+    impl->replica = std::move(*started);
+    impl->endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                     std::to_string(impl->replica->port());
+    return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));
+  }
   auto server = api::Server::Start(std::move(options), *impl->store);
   if (!server.ok()) {
     const std::string m = server.status().message();
     impl->store.reset();  // closed before its files go
     remove_new_db();
-    if (m.rfind("cannot load state: ", 0) == 0) return fail("cannot load state from " + f.db + ": " + m.substr(19));
+    if (m.rfind("cannot load state: ", 0) == 0) return fail("cannot load state from " + db_name + ": " + m.substr(19));
     if (m.rfind("cannot listen on ", 0) == 0) return fail(m);  // the HTTP server's message names the address
     return fail("cannot listen on " + f.listen + ": " + m);
   }
@@ -290,7 +346,10 @@ int RunServer(const ServerFlags& f) {
   std::printf("gpupack %s server\n", kVersion);
   std::printf("  ECS API   %s  (region %s, account %s)\n", server->endpoint().c_str(), f.region.c_str(),
               f.account_id.c_str());
-  std::printf("  database  %s\n", f.db.c_str());
+  std::printf("  database  %s\n", PostgresStore::IsUri(f.db) ? PostgresStore::Redacted(f.db).c_str() : f.db.c_str());
+  if (PostgresStore::IsUri(f.db))
+    std::printf("  replica   %s  (leader or standby: %s/readyz)\n",
+                f.advertise.empty() ? server->endpoint().c_str() : f.advertise.c_str(), server->endpoint().c_str());
   std::printf("  auth      %s\n", server->auth_summary().c_str());
   std::printf("  health    %s/healthz   metrics %s/metrics\n", server->endpoint().c_str(), server->endpoint().c_str());
   std::fflush(stdout);

@@ -148,6 +148,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
                                     "use a new clientToken to start another"});
           }
         }
+        txn.AnsweredFromCommitted();
         return Status::Ok();
       }
       // The first request is still being committed: answer behind it (MarkWrite), from the working state.

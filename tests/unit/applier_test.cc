@@ -114,6 +114,17 @@ TEST_F(ApplierTest, ATaskWhoseCommitFailedIsNeverVisibleAndWritesAreRefused) {
   EXPECT_EQ(Start("CreateCluster", {{"clusterName", "other"}}).get().status.code(), ErrorCode::kServer);
 }
 
+// A write repeated after its commit failed must not be answered from the working state, where the lost change
+// still is: a second CreateCluster of the same name would find the cluster there and answer ok without
+// committing anything (a repeated RunTask with its clientToken likewise).
+TEST_F(ApplierTest, AWriteRepeatedAfterItsCommitFailedIsRefusedNotAnsweredFromMemory) {
+  store_.FailCommits(Status::Server("disk full"), 1);
+  EXPECT_EQ(Start("CreateCluster", {{"clusterName", "lost"}}).get().status.code(), ErrorCode::kServer);
+  OperationResult again = Start("CreateCluster", {{"clusterName", "lost"}}).get();
+  EXPECT_EQ(again.status.code(), ErrorCode::kServer) << again.body.dump();
+  EXPECT_TRUE(Ok("DescribeClusters", {{"clusters", {"lost"}}})["clusters"].empty());
+}
+
 // Nothing decided on top of a lost change becomes durable. With the GPU full, a StopTask frees its memory in the
 // working state and its commit fails (the disk is full for that one commit); a RunTask placed on that memory
 // meanwhile is refused as well, although its own commit could have gone through. Reloaded, the store holds the

@@ -1,4 +1,5 @@
-// Storage tests: WriteBatch semantics, the Store contract (SqliteStore and MemoryStore), SqliteStore on real
+// Storage tests: WriteBatch semantics, the Store contract (SqliteStore, MemoryStore and PostgresStore on a
+// private PostgreSQL, tests/unit/private_postgres.h; skipped when its binaries are absent), SqliteStore on real
 // files in a temporary directory (round trip of every field, schema versions, corruption, pragmas, open
 // errors), GroupCommitter (concurrency, deterministic merging, failure isolation) and a SIGKILL test.
 //
@@ -34,8 +35,10 @@
 
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
+#include "storage/postgres_store.h"
 #include "storage/sqlite_store.h"
 #include "storage/store.h"
+#include "tests/unit/private_postgres.h"
 
 namespace gpupack {
 namespace {
@@ -384,11 +387,34 @@ TEST(WriteBatchTest, AppendAppliesTheOtherBatchAfterThisOne) {
 
 // ---- The Store contract, for both implementations -----------------------------------------------------------
 
+// SharedPostgres: one private PostgreSQL for every test of this binary (started on first use, stopped at
+// exit); each test gets a database of its own. Null when it cannot run (*why says why).
+testing::PrivatePostgres* SharedPostgres(std::string* why) {
+  static std::string error;
+  static std::unique_ptr<testing::PrivatePostgres> pg = [] {
+    auto p = std::make_unique<testing::PrivatePostgres>();
+    if (!p->Start(&error)) p.reset();
+    return p;
+  }();
+  *why = error;
+  return pg.get();
+}
+
 class StoreContractTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "sqlite") {
       store_ = OpenOrDie(dir_.File("contract.db"));
+    } else if (GetParam() == "postgres") {
+      std::string why;
+      testing::PrivatePostgres* pg = SharedPostgres(&why);
+      if (pg == nullptr && !testing::PrivatePostgres().Available()) GTEST_SKIP() << why;
+      ASSERT_NE(pg, nullptr) << why;
+      const std::string uri = pg->CreateDatabase();
+      ASSERT_FALSE(uri.empty());
+      auto store = PostgresStore::Open(uri);
+      ASSERT_TRUE(store.ok()) << store.status().message();
+      store_ = std::move(store).value();
     } else {
       store_ = std::make_unique<MemoryStore>();
     }
@@ -523,7 +549,7 @@ TEST_P(StoreContractTest, LoadStreamingHandsOverLoadsTasksInOrderAndTheRestAsLoa
   EXPECT_EQ(LoadOrDie(*store_).clusters.size(), 3u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest, ::testing::Values("sqlite", "memory"),
+INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest, ::testing::Values("sqlite", "memory", "postgres"),
                          [](const auto& info) { return info.param; });
 
 // ---- SqliteStore ------------------------------------------------------------------------------------------

@@ -1,0 +1,629 @@
+#include "api/leadership.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <deque>
+#include <random>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "api/agent_channel.h"
+#include "api/http_wire.h"
+
+namespace gpupack::api {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using http_internal::ErrorResponse;
+using http_internal::NewRequestId;
+
+// kForwardedHeader marks a request a standby forwarded, so a standby never forwards one again (no loops while
+// two replicas disagree for a moment about who leads).
+constexpr const char* kForwardedHeader = "x-gpupack-forwarded-by";
+
+// HopByHop: headers that belong to one connection, never forwarded (RFC 9110 §7.6.1); the length is re-framed.
+bool HopByHop(std::string_view lower) {
+  for (std::string_view h : {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
+                             "upgrade", "content-length"})
+    if (lower == h) return true;
+  return false;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
+}
+
+// Fd closes a socket descriptor at the end of its scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// WaitFd polls `fd` for `events` until `deadline`; false on timeout or error.
+bool WaitFd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return false;
+  }
+}
+
+// Forward sends `req` to the server at `base` (http://HOST:PORT) over a connection of its own and returns its
+// answer: status, headers (less the hop-by-hop ones) and body, unchanged. One request per connection
+// (Connection: close), so the answer ends where the connection does, or at its Content-Length.
+Result<HttpResponse> Forward(const HttpRequest& req, const std::string& base, const std::string& me,
+                             std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string_view rest(base);
+  if (rest.rfind("http://", 0) != 0) return Status::Server("the leader's URL '" + base + "' is not http://HOST:PORT");
+  rest.remove_prefix(7);
+  rest = rest.substr(0, rest.find('/'));
+  std::string host, port = "80";
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    host = std::string(rest.substr(1, close - 1));
+    if (close + 1 < rest.size() && rest[close + 1] == ':') port = std::string(rest.substr(close + 2));
+  } else {
+    const size_t colon = rest.rfind(':');
+    host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) port = std::string(rest.substr(colon + 1));
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr)
+    return Status::Server("cannot resolve the leader's address " + base);
+  Fd sock{::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
+  const int rc = sock.fd < 0 ? -1 : ::connect(sock.fd, found->ai_addr, found->ai_addrlen);
+  ::freeaddrinfo(found);
+  if (sock.fd < 0 || (rc != 0 && errno != EINPROGRESS))
+    return Status::Server("cannot connect to the leader at " + base);
+  if (rc != 0) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (!WaitFd(sock.fd, POLLOUT, deadline) || ::getsockopt(sock.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)
+      return Status::Server("cannot connect to the leader at " + base);
+  }
+  std::string out = req.method + " " + req.target + " HTTP/1.1\r\n";
+  for (const auto& [name, value] : req.headers)
+    if (!HopByHop(name) && name != kForwardedHeader) out += name + ": " + value + "\r\n";
+  out += std::string(kForwardedHeader) + ": " + me + "\r\n";
+  out += "Content-Length: " + std::to_string(req.body.size()) + "\r\nConnection: close\r\n\r\n";
+  out += req.body;
+  for (size_t sent = 0; sent < out.size();) {
+    const ssize_t n = ::send(sock.fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!WaitFd(sock.fd, POLLOUT, deadline))
+        return Status::Server("the leader at " + base + " did not take the request in time");
+    } else {
+      return Status::Server("the connection to the leader at " + base + " broke");
+    }
+  }
+  std::string in;
+  size_t header_end = std::string::npos;
+  size_t want = std::string::npos;  // the whole answer's length, once the headers told it
+  for (;;) {
+    if (want != std::string::npos && in.size() >= want) break;
+    char buf[16384];
+    const ssize_t n = ::recv(sock.fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      in.append(buf, static_cast<size_t>(n));
+      if (header_end == std::string::npos && (header_end = in.find("\r\n\r\n")) != std::string::npos) {
+        const std::string head = Lower(in.substr(0, header_end));
+        const size_t cl = head.find("\r\ncontent-length:");
+        if (cl != std::string::npos) want = header_end + 4 + std::stoull(head.substr(cl + 17));
+      }
+    } else if (n == 0) {
+      break;
+    } else if (errno == EAGAIN || errno == EINTR) {
+      if (!WaitFd(sock.fd, POLLIN, deadline))
+        return Status::Server("the leader at " + base + " did not answer within " + std::to_string(timeout.count()) +
+                              " ms");
+    } else {
+      return Status::Server("the connection to the leader at " + base + " broke");
+    }
+  }
+  if (header_end == std::string::npos || in.compare(0, 5, "HTTP/") != 0)
+    return Status::Server("the leader at " + base + " closed the connection without an answer");
+  HttpResponse r;
+  const size_t sp = in.find(' ');
+  r.status = std::atoi(in.c_str() + sp + 1);
+  size_t line = in.find("\r\n") + 2;
+  while (line < header_end) {
+    const size_t eol = in.find("\r\n", line);
+    const std::string h = in.substr(line, eol - line);
+    line = eol + 2;
+    const size_t colon = h.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = h.substr(0, colon), value = h.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    if (!HopByHop(Lower(name))) r.headers.emplace_back(std::move(name), std::move(value));
+  }
+  r.body = in.substr(header_end + 4, want == std::string::npos ? std::string::npos : want - header_end - 4);
+  return r;
+}
+
+std::string RandomHex() {
+  std::random_device rd;
+  const uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+// ---- LeaseKeeper ------------------------------------------------------------------------------------------
+
+LeaseKeeper::LeaseKeeper(PostgresStore& db, std::string holder, std::string advertise, std::chrono::milliseconds ttl)
+    : db_(db),
+      holder_(std::move(holder)),
+      advertise_(std::move(advertise)),
+      ttl_(std::to_string(ttl.count()) + " milliseconds") {}
+
+Result<LeaseKeeper::View> LeaseKeeper::Read() {
+  auto rows = db_.Query(
+      "SELECT advertise, epoch, expires_at > clock_timestamp() FROM gpupack_leader_lease WHERE id = 1");
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return Status::Server("the lease row is missing from gpupack_leader_lease");
+  View v;
+  v.leader = (*rows)[0][0];
+  v.epoch = std::stoll((*rows)[0][1]);
+  v.leader_alive = (*rows)[0][2] == "t";
+  return v;
+}
+
+Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump) {
+  if (held_epoch > 0) {
+    // Renew (or raise the epoch of) the lease this replica holds, while it has not expired.
+    auto rows = db_.Query(std::string("UPDATE gpupack_leader_lease SET ") + (bump ? "epoch = epoch + 1, " : "") +
+                              "expires_at = clock_timestamp() + $3::interval "
+                              "WHERE id = 1 AND holder = $1 AND epoch = $2 AND expires_at > clock_timestamp() "
+                              "RETURNING epoch",
+                          {holder_, std::to_string(held_epoch), ttl_});
+    if (!rows.ok()) return rows.status();
+    if (!rows->empty()) return View{true, std::stoll((*rows)[0][0]), advertise_, true};
+  }
+  // Take the lease when it has expired or, on this keeper's first step only, when it names this replica's own
+  // URL (a restart of this server: the process that held it can no longer serve there). Every take raises the
+  // epoch.
+  auto rows = db_.Query(
+      "UPDATE gpupack_leader_lease SET holder = $1, advertise = $2, epoch = epoch + 1, "
+      "expires_at = clock_timestamp() + $3::interval "
+      "WHERE id = 1 AND (expires_at <= clock_timestamp() OR ($4 AND advertise = $2 AND holder <> $1)) "
+      "RETURNING epoch",
+      {holder_, advertise_, ttl_, first_step_ ? "true" : "false"});
+  if (!rows.ok()) return rows.status();
+  first_step_ = false;
+  if (!rows->empty()) return View{true, std::stoll((*rows)[0][0]), advertise_, true};
+  return Read();
+}
+
+Status LeaseKeeper::Release(int64_t epoch) {
+  auto rows = db_.Query(
+      "UPDATE gpupack_leader_lease SET expires_at = '-infinity' WHERE id = 1 AND holder = $1 AND epoch = $2",
+      {holder_, std::to_string(epoch)});
+  return rows.ok() ? Status::Ok() : rows.status();
+}
+
+// ---- Replica::StandbyFront ----------------------------------------------------------------------------------
+
+// StandbyFront: the standby's HTTP server. /healthz and /readyz are answered here; every other request goes to
+// the forwarding threads, which send it to the leader and answer with what the leader answered. Thread-safe;
+// the destructor stops the server and then the threads (queued requests are answered 503).
+class Replica::StandbyFront {
+ public:
+  using LeaderFn = std::function<std::string()>;       // the leader's URL now, "" when unknown
+  using ReadyFn = std::function<HttpResponse()>;
+
+  static Result<std::unique_ptr<StandbyFront>> Start(const std::string& host, uint16_t port, std::string me,
+                                                     LeaderFn leader, ReadyFn ready,
+                                                     std::chrono::milliseconds timeout) {
+    std::unique_ptr<StandbyFront> f(new StandbyFront(std::move(me), std::move(leader), std::move(ready), timeout));
+    HttpServerOptions http;
+    http.host = host;
+    http.port = port;
+    http.threads = 2;
+    WebSocketHandler refuse;
+    StandbyFront* self = f.get();
+    refuse.accept = [self](const HttpRequest&) {
+      const std::string leader = self->leader_();
+      return Status::Server("this gpupack server is a standby; the agent channel is served by the leader" +
+                            (leader.empty() ? std::string(", unknown now: retry") : " at " + leader));
+    };
+    refuse.on_open = [](const std::shared_ptr<WebSocketConnection>& c, const HttpRequest&) { c->Close(); };
+    refuse.on_message = [](const std::shared_ptr<WebSocketConnection>&, std::string) {};
+    refuse.on_close = [](const std::shared_ptr<WebSocketConnection>&) {};
+    http.websockets[kAgentChannelPath] = std::move(refuse);
+    auto server = HttpServer::Create(http, [self](HttpRequest&& req, Responder respond) {
+      self->Handle(std::move(req), std::move(respond));
+    });
+    if (!server.ok()) return server.status();
+    f->http_ = std::move(*server);
+    for (int i = 0; i < kForwarders; ++i) f->threads_.emplace_back([self] { self->Run(); });
+    f->http_->Start();
+    return f;
+  }
+
+  ~StandbyFront() {
+    if (http_) http_->Stop();
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  uint16_t port() const { return http_->port(); }
+
+ private:
+  static constexpr int kForwarders = 8;
+  static constexpr size_t kMaxQueued = 4096;
+
+  StandbyFront(std::string me, LeaderFn leader, ReadyFn ready, std::chrono::milliseconds timeout)
+      : me_(std::move(me)), leader_(std::move(leader)), ready_(std::move(ready)), timeout_(timeout) {}
+
+  static HttpResponse Unavailable(const std::string& message) {
+    HttpResponse r = ErrorResponse(503, "ServerException", message);
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+
+  void Handle(HttpRequest&& req, Responder respond) {
+    const std::string path = req.target.substr(0, req.target.find('?'));
+    if (req.method == "GET" && path == "/healthz") {
+      HttpResponse r;
+      r.headers = {{"Content-Type", "application/json"}, {"x-amzn-RequestId", NewRequestId()}};
+      r.body = R"({"status":"ok"})";
+      respond(std::move(r));
+      return;
+    }
+    if (req.method == "GET" && path == "/readyz") {
+      HttpResponse r = ready_();
+      r.headers.emplace_back("Content-Type", "application/json");
+      r.headers.emplace_back("x-amzn-RequestId", NewRequestId());
+      respond(std::move(r));
+      return;
+    }
+    if (req.method == "GET" && path == "/metrics") {
+      // The standby's own state, not the leader's figures (each replica is scraped on its own).
+      HttpResponse r = ready_();
+      const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+      const int64_t epoch = j.is_object() && j.contains("epoch") ? j["epoch"].get<int64_t>() : 0;
+      r.body = "# HELP gpupack_replica_leader Whether this server is the leader of its replicas (1) or a standby (0).\n"
+               "# TYPE gpupack_replica_leader gauge\ngpupack_replica_leader 0\n"
+               "# HELP gpupack_replica_ready Whether GET /readyz answers 200.\n"
+               "# TYPE gpupack_replica_ready gauge\ngpupack_replica_ready " + std::string(r.status == 200 ? "1" : "0") +
+               "\n# HELP gpupack_replica_epoch The leader lease's epoch this server knows.\n"
+               "# TYPE gpupack_replica_epoch gauge\ngpupack_replica_epoch " + std::to_string(epoch) + "\n";
+      r.status = 200;
+      r.headers = {{"Content-Type", "text/plain; version=0.0.4"}, {"x-amzn-RequestId", NewRequestId()}};
+      respond(std::move(r));
+      return;
+    }
+    if (req.Header(kForwardedHeader) != nullptr) {
+      respond(Unavailable("this gpupack server is a standby too (it was forwarded the request by " +
+                          *req.Header(kForwardedHeader) + "); the replicas are changing leader: retry"));
+      return;
+    }
+    const std::string leader = leader_();
+    if (leader.empty()) {
+      respond(Unavailable("this gpupack server is a standby and no leader is known now: retry"));
+      return;
+    }
+    std::lock_guard lock(mu_);
+    if (queue_.size() >= kMaxQueued) {
+      respond(Unavailable("this gpupack server is a standby with too many requests waiting for the leader: retry"));
+      return;
+    }
+    queue_.push_back({std::move(req), std::move(respond), leader});
+    cv_.notify_one();
+  }
+
+  void Run() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        if (stopping_) {
+          for (auto& j : queue_) j.respond(Unavailable("this gpupack server is changing role: retry"));
+          queue_.clear();
+          return;
+        }
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      auto answer = Forward(job.req, job.leader, me_, timeout_);
+      if (answer.ok()) {
+        job.respond(std::move(*answer));
+      } else {
+        spdlog::warn("standby: forwarding {} failed: {}", job.req.target.substr(0, 100), answer.status().message());
+        job.respond(Unavailable(answer.status().message() + "; retry"));
+      }
+    }
+  }
+
+  struct Job {
+    HttpRequest req;
+    Responder respond;
+    std::string leader;
+  };
+
+  const std::string me_;
+  const LeaderFn leader_;
+  const ReadyFn ready_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;  // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  std::vector<std::thread> threads_;
+  std::unique_ptr<HttpServer> http_;  // stopped before the threads end
+};
+
+// ---- Replica --------------------------------------------------------------------------------------------------
+
+Replica::Replica(ReplicaOptions options, PostgresStore& data, PostgresStore& lease)
+    : options_(std::move(options)),
+      data_(data),
+      holder_(options_.advertise + " #" + std::to_string(::getpid()) + "-" + RandomHex()),
+      keeper_(lease, holder_, options_.advertise, options_.lease_ttl) {}
+
+Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, PostgresStore& data, PostgresStore& lease) {
+  if (options.advertise.empty()) return Status::InvalidParameter("a replica needs its advertise URL");
+  if (options.renew_every * 2 > options.lease_ttl)
+    return Status::InvalidParameter("the lease must last at least two renewals");
+  std::unique_ptr<Replica> r(new Replica(std::move(options), data, lease));
+  {
+    // The port first, as a standby: a port 0 is chosen here and kept for every later role.
+    std::lock_guard role(r->role_mu_);
+    r->port_ = r->options_.server.port;
+    if (Status s = r->ServeAsStandby(); !s.ok()) return s;
+  }
+  r->LeaseStep();
+  r->Reconcile();
+  r->lease_thread_ = std::thread([p = r.get()] { p->LeaseLoop(); });
+  r->role_thread_ = std::thread([p = r.get()] { p->RoleLoop(); });
+  return r;
+}
+
+Replica::~Replica() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (lease_thread_.joinable()) lease_thread_.join();
+  if (role_thread_.joinable()) role_thread_.join();
+  std::lock_guard role(role_mu_);
+  const bool led = leader_ != nullptr;
+  leader_.reset();  // stops serving and commits what was submitted: nothing is committed after this
+  int64_t epoch = 0;
+  {
+    std::lock_guard lock(mu_);
+    epoch = lease_.held ? lease_.epoch : 0;
+  }
+  if (led && epoch > 0) {
+    if (Status s = keeper_.Release(epoch); !s.ok())
+      spdlog::warn("leadership: could not release the lease (a standby takes over when it expires): {}", s.message());
+    else
+      spdlog::info("leadership: released the lease (epoch {})", epoch);
+  }
+  standby_.reset();
+}
+
+void Replica::LeaseLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    LeaseStep();
+    lock.lock();
+    cv_.wait_for(lock, options_.renew_every, [&] { return stopping_; });
+  }
+}
+
+void Replica::LeaseStep() {
+  int64_t held = 0;
+  bool bump = false;
+  {
+    std::lock_guard lock(mu_);
+    held = lease_.held ? lease_.epoch : 0;
+    bump = bump_;
+  }
+  const auto start = Clock::now();
+  auto v = keeper_.Step(held, bump);
+  {
+    std::lock_guard lock(mu_);
+    if (!v.ok()) {
+      if (reachable_) spdlog::warn("leadership: the database is unreachable: {}", v.status().message());
+      reachable_ = false;
+      // Past the last renewal's lease the database has surely let it go: no longer held, even if nobody else
+      // could take it yet.
+      if (lease_.held && Clock::now() >= held_until_) lease_.held = false;
+    } else {
+      if (!reachable_) spdlog::info("leadership: the database answers");
+      reachable_ = true;
+      if (v->held != lease_.held || v->epoch != lease_.epoch || v->leader != lease_.leader)
+        spdlog::info("leadership: {} (epoch {})", v->held ? "this server holds the lease" : "the leader is " +
+                     (v->leader.empty() ? std::string("nobody") : v->leader), v->epoch);
+      lease_ = *v;
+      ++lease_steps_;
+      if (v->held) {
+        held_until_ = start + options_.lease_ttl;
+        if (bump) bump_ = false;
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
+void Replica::RoleLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    const uint64_t seen = lease_steps_;
+    cv_.wait_for(lock, options_.renew_every, [&] { return stopping_ || lease_steps_ != seen; });
+    if (stopping_) return;
+    lock.unlock();
+    Reconcile();
+    lock.lock();
+  }
+}
+
+void Replica::Reconcile() {
+  LeaseKeeper::View v;
+  bool reachable = false;
+  {
+    std::lock_guard lock(mu_);
+    v = lease_;
+    reachable = reachable_;
+  }
+  std::lock_guard role(role_mu_);
+  if (v.held) {
+    int64_t serving = 0;
+    {
+      std::lock_guard lock(mu_);
+      serving = serving_epoch_;
+    }
+    if (serving != v.epoch) {
+      if (Status s = ServeAsLeader(v.epoch); !s.ok())
+        spdlog::error("leadership: cannot serve as the leader of epoch {}: {}", v.epoch, s.message());
+    } else if (leader_ && !leader_->control_plane().healthy()) {
+      // A commit failed (the database went away): reload under a new epoch once the database answers.
+      std::lock_guard lock(mu_);
+      bump_ = true;
+    }
+  } else if (reachable) {
+    if (leader_) {
+      spdlog::warn("leadership: this server lost the lease; the leader is {}", v.leader.empty() ? "unknown" : v.leader);
+      (void)ServeAsStandby();
+    }
+    std::lock_guard lock(mu_);
+    forward_to_ = v.leader_alive ? v.leader : "";
+  }
+}
+
+Status Replica::ServeAsLeader(int64_t epoch) {
+  standby_.reset();
+  // The old server first, under its own epoch's fence: what it still commits on its way out was decided on its
+  // state, and another leader may have served in between, so it must not pass the new epoch's check.
+  leader_.reset();
+  data_.SetFence(PostgresStore::Fence{holder_, epoch});
+  {
+    std::lock_guard lock(mu_);
+    serving_epoch_ = 0;
+  }
+  Status last;
+  for (int attempt = 0; attempt < 40; ++attempt) {  // the port was just released; binding it may need a moment
+    ServerOptions opts = options_.server;
+    opts.port = port_;
+    opts.readiness = [this] { return ReadyResponse(); };
+    auto server = Server::Start(std::move(opts), data_);
+    if (server.ok()) {
+      leader_ = std::move(*server);
+      AddReplicaMetrics(leader_->metrics());
+      std::lock_guard lock(mu_);
+      serving_epoch_ = epoch;
+      spdlog::info("leadership: serving as the leader (epoch {}) on port {}", epoch, port_);
+      return Status::Ok();
+    }
+    last = server.status();
+    if (last.message().rfind("cannot load state: ", 0) == 0) break;  // not a port problem
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  (void)ServeAsStandby();
+  return last;
+}
+
+Status Replica::ServeAsStandby() {
+  leader_.reset();
+  {
+    std::lock_guard lock(mu_);
+    serving_epoch_ = 0;
+  }
+  if (standby_) return Status::Ok();
+  Status last;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    auto front = StandbyFront::Start(
+        options_.server.host, port_, options_.advertise,
+        [this] {
+          std::lock_guard lock(mu_);
+          return forward_to_;
+        },
+        [this] { return ReadyResponse(); }, options_.forward_timeout);
+    if (front.ok()) {
+      standby_ = std::move(*front);
+      port_ = standby_->port();
+      return Status::Ok();
+    }
+    last = front.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return last;
+}
+
+// AddReplicaMetrics: the leader's /metrics also says its role, readiness and epoch (a standby's says the same
+// of itself: StandbyFront).
+void Replica::AddReplicaMetrics(MetricsRegistry& metrics) {
+  auto gauge = [&](const char* name, const char* help, std::function<double(const Readiness&)> value) {
+    metrics.AddCollected(name, help, MetricType::kGauge, [this, value](std::vector<MetricSample>& out) {
+      out.emplace_back(MetricLabels{}, value(readiness()));
+    });
+  };
+  gauge("gpupack_replica_leader", "Whether this server is the leader of its replicas (1) or a standby (0).",
+        [](const Readiness& r) { return r.role == "leader" ? 1.0 : 0.0; });
+  gauge("gpupack_replica_ready", "Whether GET /readyz answers 200.",
+        [](const Readiness& r) { return r.ready ? 1.0 : 0.0; });
+  gauge("gpupack_replica_epoch", "The leader lease's epoch this server knows.",
+        [](const Readiness& r) { return static_cast<double>(r.epoch); });
+}
+
+Replica::Readiness Replica::readiness() const {
+  std::lock_guard lock(mu_);
+  Readiness r;
+  r.epoch = lease_.epoch;
+  if (serving_epoch_ != 0) {
+    r.role = "leader";
+    r.leader = options_.advertise;
+    r.ready = lease_.held && serving_epoch_ == lease_.epoch && reachable_ && Clock::now() < held_until_ && !bump_;
+  } else if (lease_.held) {
+    r.role = "starting";
+    r.leader = options_.advertise;
+  } else {
+    r.role = "standby";
+    r.leader = forward_to_;
+    r.ready = reachable_ && !forward_to_.empty();
+  }
+  return r;
+}
+
+HttpResponse Replica::ReadyResponse() const {
+  const Readiness r = readiness();
+  HttpResponse out;
+  out.status = r.ready ? 200 : 503;
+  nlohmann::json j = {{"role", r.role}, {"epoch", r.epoch}};
+  j["leader"] = r.leader.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.leader);
+  out.body = j.dump();
+  return out;
+}
+
+}  // namespace gpupack::api

@@ -1,0 +1,144 @@
+// Leadership: several gpupack servers on one PostgreSQL database, one of them the leader (docs/ha.md).
+//
+// The lease is the one row of gpupack_leader_lease (storage/postgres_store.h): holder, the URL the holder serves
+// on (its advertise URL), an epoch raised by every takeover, and expires_at, judged only by the database's
+// clock. LeaseKeeper runs the lease's statements; Replica is one server process's part in it.
+//
+// Replica: serves HTTP on one address all the time, in one of two roles.
+// - Leader: the full api::Server over the store, loaded when the lease was taken (as a restart loads it), with
+//   the store's commits fenced by the lease's epoch (PostgresStore::SetFence): a commit of a deposed leader
+//   is refused by the database, so it never writes and never acknowledges.
+// - Standby: a small HTTP server that answers /healthz, /readyz and /metrics (its role, readiness and epoch)
+//   itself and forwards every other request, unchanged (method, target, headers, body: a SigV4 signature still
+//   verifies), to the leader's advertise URL, and returns the leader's answer unchanged. The agent channel is
+//   refused there with a message that names the leader, which agents follow (agent/server_connection.h).
+// The lease thread renews the lease about every `renew_every` while leading, else tries to take it (when it
+// has expired, or, at its start, when it names this replica's own advertise URL: a restart of the same server
+// need not wait for its old lease). The role thread turns what the lease thread learned into the role served:
+// a new epoch of its own builds a new leader server (the old one, if any, is stopped first; the port is the
+// same), another holder turns it into a standby. While the database is unreachable nothing changes: a leader
+// keeps serving reads from memory and its writes fail with ServerException (their commits fail), and /readyz
+// says 503; when the database is back the replica takes the lease again (or learns who has it) and serves
+// again by itself.
+// A leader whose applier refuses writes after a failed commit raises its own epoch and reloads. A leader that
+// stops cleanly (the destructor) releases its lease after its last commit, so a standby takes over within a
+// renewal instead of the TTL.
+//
+// Thread-safe: readiness() and port() from any thread. The stores must outlive the Replica.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "api/http_server.h"
+#include "api/server.h"
+#include "scheduler/status.h"
+#include "storage/postgres_store.h"
+
+namespace gpupack::api {
+
+// LeaseKeeper: the lease's statements on one connection of their own (not the commits' connection, so a long
+// load or commit never delays a renewal). Not thread-safe: the lease thread alone uses it.
+class LeaseKeeper {
+ public:
+  LeaseKeeper(PostgresStore& db, std::string holder, std::string advertise, std::chrono::milliseconds ttl);
+
+  // What one step learned. `held`: this replica holds the lease under `epoch` for at least ttl from the step's
+  // start. Else `leader` is the holder's advertise URL ("" when the lease has expired and nobody took it).
+  struct View {
+    bool held = false;
+    int64_t epoch = 0;
+    std::string leader;
+    bool leader_alive = false;  // the holder's lease has not expired
+  };
+
+  // Step renews the lease held under `held_epoch` (with `bump`, raising its epoch by one), or, when it is not
+  // held (any more), tries to take it. A database error is returned as a Status.
+  Result<View> Step(int64_t held_epoch, bool bump);
+
+  // Release ends the lease held under `epoch` now (a clean shutdown, after the last commit), so that a standby
+  // takes over at its next step instead of after the TTL. Nothing happens when the lease is no longer held.
+  Status Release(int64_t epoch);
+
+ private:
+  Result<View> Read();
+
+  PostgresStore& db_;
+  const std::string holder_;
+  const std::string advertise_;
+  const std::string ttl_;  // as an SQL interval, e.g. "5000 milliseconds"
+  bool first_step_ = true;  // until a step reached the database: a restart may take its own URL's lease
+};
+
+struct ReplicaOptions {
+  ServerOptions server;        // the leader's server; host and port are where both roles listen
+  std::string advertise;       // the URL the others forward to, e.g. http://10.0.0.5:8080
+  std::chrono::milliseconds lease_ttl{5000};
+  std::chrono::milliseconds renew_every{1000};
+  std::chrono::milliseconds forward_timeout{30000};  // a standby's wait for the leader's answer
+};
+
+class Replica {
+ public:
+  // Start listens (a port 0 is chosen once and kept), takes one lease step and serves the role it gives, then
+  // runs the lease and role threads. `data` is the store the leader serves from (its commits get fenced);
+  // `lease` a second connection to the same database for the lease's statements.
+  static Result<std::unique_ptr<Replica>> Start(ReplicaOptions options, PostgresStore& data, PostgresStore& lease);
+  ~Replica();
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  uint16_t port() const { return port_; }
+
+  struct Readiness {
+    bool ready = false;    // /readyz's 200
+    std::string role;      // "leader", "standby" or "starting"
+    std::string leader;    // the leader's advertise URL, "" when unknown
+    int64_t epoch = 0;
+  };
+  Readiness readiness() const;
+
+ private:
+  class StandbyFront;  // the standby's HTTP server and forwarder (leadership.cc)
+
+  Replica(ReplicaOptions options, PostgresStore& data, PostgresStore& lease);
+  void LeaseLoop();
+  void RoleLoop();
+  void LeaseStep();
+  void Reconcile();
+  Status ServeAsLeader(int64_t epoch);
+  Status ServeAsStandby();
+  HttpResponse ReadyResponse() const;
+  void AddReplicaMetrics(MetricsRegistry& metrics);
+
+  ReplicaOptions options_;
+  PostgresStore& data_;
+  std::string holder_;
+  LeaseKeeper keeper_;
+  uint16_t port_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;          // signalled when lease_ changes or stopping_ is set
+  bool stopping_ = false;               // guarded by mu_
+  uint64_t lease_steps_ = 0;            // guarded by mu_: lease steps taken (the role thread waits for the next)
+  LeaseKeeper::View lease_;             // guarded by mu_: the last step's answer
+  bool reachable_ = false;              // guarded by mu_: the last lease step reached the database
+  std::chrono::steady_clock::time_point held_until_;  // guarded by mu_: the lease surely lasts until then
+  bool bump_ = false;                   // guarded by mu_: the role thread asks for a new epoch (reload)
+  int64_t serving_epoch_ = 0;           // guarded by mu_: the epoch the leader server serves; 0 = standby
+  std::string forward_to_;              // guarded by mu_: the leader a standby forwards to
+
+  std::mutex role_mu_;                  // serializes role changes (role thread, Start, destructor)
+  std::unique_ptr<Server> leader_;      // guarded by role_mu_
+  std::unique_ptr<StandbyFront> standby_;  // guarded by role_mu_
+
+  std::thread lease_thread_;
+  std::thread role_thread_;
+};
+
+}  // namespace gpupack::api

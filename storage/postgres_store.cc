@@ -1,0 +1,583 @@
+#include "storage/postgres_store.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <regex>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "storage/serialize.h"
+
+namespace gpupack {
+namespace {
+
+using storage_internal::FromDoc;
+using storage_internal::ToDoc;
+using Clock = std::chrono::steady_clock;
+
+// kPgMigrations[i] brings the schema from version i to version i + 1; each runs in one transaction together with
+// the gpupack_schema_version row that records it. Append only: never edit a script that has shipped.
+//
+// Instances and tasks carry `seq` (bigserial) that upserts keep, so Load returns them in first-stored order.
+// gpupack_leader_lease holds exactly one row (id 1): the leader's name, the URL it serves on, its epoch (raised
+// by every takeover) and when its lease ends by the database's clock; epoch 0 is "nobody has led yet".
+constexpr std::array<std::string_view, 1> kPgMigrations = {
+    // 0 -> 1: the initial schema.
+    R"sql(
+CREATE TABLE clusters (
+  name text PRIMARY KEY,
+  doc  text NOT NULL
+);
+CREATE TABLE task_definitions (
+  family   text NOT NULL,
+  revision integer NOT NULL,
+  doc      text NOT NULL,
+  PRIMARY KEY (family, revision)
+);
+CREATE TABLE container_instances (
+  seq bigserial PRIMARY KEY,
+  arn text NOT NULL UNIQUE,
+  doc text NOT NULL
+);
+CREATE TABLE tasks (
+  seq bigserial PRIMARY KEY,
+  arn text NOT NULL UNIQUE,
+  doc text NOT NULL
+);
+CREATE TABLE client_tokens (
+  cluster text NOT NULL,
+  token   text NOT NULL,
+  doc     text NOT NULL,
+  PRIMARY KEY (cluster, token)
+);
+CREATE TABLE gpupack_leader_lease (
+  id         smallint PRIMARY KEY CHECK (id = 1),
+  holder     text NOT NULL,
+  advertise  text NOT NULL,
+  epoch      bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+INSERT INTO gpupack_leader_lease (id, holder, advertise, epoch, expires_at) VALUES (1, '', '', 0, '-infinity');
+)sql",
+};
+
+// kMigrationLock: the advisory lock key under which servers migrate (any constant of ours; "gpupack" in ASCII).
+constexpr const char* kMigrationLock = "SELECT pg_advisory_xact_lock(7453807506661739)";
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
+
+// ArrayLiteral: a PostgreSQL text[] literal of `values` ({"a","b\"c"}), for one array parameter.
+template <typename Range, typename Get>
+std::string ArrayLiteral(const Range& values, Get get) {
+  std::string out = "{";
+  bool first = true;
+  for (const auto& v : values) {
+    if (!first) out += ',';
+    first = false;
+    out += '"';
+    const auto& text = get(v);  // may be a temporary: bound here so it outlives the loop
+    for (char c : std::string_view(text)) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  out += '}';
+  return out;
+}
+
+std::string Quote(const std::string& key) { return "'" + key + "'"; }
+
+void IgnoreNotice(void*, const char*) {}
+
+// OneLine: libpq's multi-line messages as one line (newlines and tabs become spaces, runs of them one).
+std::string OneLine(std::string msg) {
+  std::string out;
+  for (char c : msg) {
+    const bool space = c == '\n' || c == '\t' || c == '\r' || c == ' ';
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out += space ? ' ' : c;
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+// Conn: one libpq connection whose every wait has a deadline. Connect() (re)connects; Run() sends one statement
+// (several without parameters) and hands each result to a callback. When the database does not answer in time
+// or the connection breaks, the connection is dropped (closing it ends any open transaction on the server) and
+// the call fails; the next call connects afresh. Not thread-safe: PostgresStore's mutex guards it.
+class PostgresStore::Conn {
+ public:
+  Conn(std::string uri, std::chrono::milliseconds timeout) : uri_(std::move(uri)), timeout_(timeout) {}
+  ~Conn() { Drop(); }
+
+  bool connected() const { return pg_ != nullptr; }
+
+  Status Connect() {
+    Drop();
+    const auto deadline = Clock::now() + timeout_;
+    pg_ = PQconnectStart(uri_.c_str());
+    if (pg_ == nullptr) return Status::Server("out of memory connecting to the database");
+    if (PQstatus(pg_) == CONNECTION_BAD) return Fail("cannot connect: ");
+    PostgresPollingStatusType poll = PGRES_POLLING_WRITING;
+    for (;;) {
+      if (poll == PGRES_POLLING_OK) break;
+      if (poll == PGRES_POLLING_FAILED) return Fail("cannot connect: ");
+      if (!Wait(poll == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline))
+        return Timeout("connecting");
+      poll = PQconnectPoll(pg_);
+    }
+    PQsetNoticeProcessor(pg_, IgnoreNotice, nullptr);
+    if (PQsetnonblocking(pg_, 1) != 0) return Fail("cannot use the connection: ");
+    return Status::Ok();
+  }
+
+  // OnResult receives each result of the statement (in single-row mode one per row, then an empty one); a
+  // non-ok Status stops the callbacks (the statement still runs to its end) and is returned as is.
+  using OnResult = std::function<Status(PGresult*)>;
+
+  Status Run(const std::string& sql, const std::vector<std::string>& params, bool single_row,
+             const OnResult& on_result) {
+    if (pg_ == nullptr || PQstatus(pg_) != CONNECTION_OK) {
+      if (Status s = Connect(); !s.ok()) return s;
+    }
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const auto& p : params) values.push_back(p.c_str());
+    const int sent = params.empty() ? PQsendQuery(pg_, sql.c_str())
+                                    : PQsendQueryParams(pg_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                                                        values.data(), nullptr, nullptr, 0);
+    if (sent == 0) return Fail("cannot send a statement: ");
+    if (single_row) PQsetSingleRowMode(pg_);
+    auto deadline = Clock::now() + timeout_;
+    for (;;) {  // send everything
+      const int f = PQflush(pg_);
+      if (f == 0) break;
+      if (f < 0) return Fail("cannot send a statement: ");
+      if (!Wait(POLLOUT | POLLIN, deadline)) return Timeout("sending a statement");
+      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
+    }
+    Status first_error;
+    Status sink_error;
+    for (;;) {
+      while (PQisBusy(pg_) != 0) {
+        if (!Wait(POLLIN, deadline)) return Timeout("waiting for its answer");
+        if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
+        deadline = Clock::now() + timeout_;  // an answer that keeps coming is not a silent database
+      }
+      ResultPtr r(PQgetResult(pg_));
+      if (!r) break;
+      const ExecStatusType st = PQresultStatus(r.get());
+      if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_SINGLE_TUPLE) {
+        if (sink_error.ok() && first_error.ok()) sink_error = on_result(r.get());
+      } else if (first_error.ok()) {
+        const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+        std::string msg = OneLine(PQresultErrorMessage(r.get()));
+        if (state != nullptr) msg += std::string(" (SQLSTATE ") + state + ")";
+        first_error = Status::Server(msg);
+      }
+    }
+    if (PQstatus(pg_) != CONNECTION_OK) {
+      Drop();
+      return first_error.ok() ? Status::Server("the connection to the database broke") : first_error;
+    }
+    if (!first_error.ok()) return first_error;
+    return sink_error;
+  }
+
+  // Begin starts a transaction. A connection that broke while idle (the database restarted since the last
+  // call) is only noticed here; nothing of the transaction ran yet, so it is re-made once and BEGIN sent again.
+  Status Begin(const std::string& sql) {
+    timed_out_ = false;
+    Status s = Exec(sql);
+    if (!s.ok() && pg_ == nullptr && !timed_out_) s = Exec(sql);  // a silent database is not asked twice
+    return s;
+  }
+
+  // Exec runs a statement whose rows (if any) are not needed.
+  Status Exec(const std::string& sql, const std::vector<std::string>& params = {}) {
+    return Run(sql, params, false, [](PGresult*) { return Status::Ok(); });
+  }
+
+  // Rollback ends an open transaction, if any; an error here has nothing left to undo (the connection is dropped).
+  void Rollback() {
+    if (pg_ == nullptr) return;
+    if (PQtransactionStatus(pg_) == PQTRANS_IDLE) return;
+    if (!Exec("ROLLBACK").ok()) Drop();
+  }
+
+  void Drop() {
+    if (pg_ != nullptr) PQfinish(pg_);
+    pg_ = nullptr;
+  }
+
+ private:
+  // Wait polls the socket for `events` until the deadline; false on timeout or a broken socket.
+  bool Wait(short events, Clock::time_point deadline) {
+    const int fd = PQsocket(pg_);
+    if (fd < 0) return false;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p{fd, events, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(left));
+      if (n > 0) return true;
+      if (n < 0 && errno != EINTR) return false;
+    }
+  }
+
+  Status Fail(const std::string& what) {
+    const std::string msg = OneLine(pg_ != nullptr ? PQerrorMessage(pg_) : "");
+    Drop();
+    return Status::Server(what + (msg.empty() ? "unknown error" : msg));
+  }
+
+  Status Timeout(const std::string& what) {
+    timed_out_ = true;
+    Drop();
+    return Status::Server("the database did not answer within " + std::to_string(timeout_.count()) + " ms (" +
+                          what + "); it is down or unreachable");
+  }
+
+  const std::string uri_;
+  const std::chrono::milliseconds timeout_;
+  PGconn* pg_ = nullptr;
+  bool timed_out_ = false;  // the last failure was a deadline passing
+};
+
+bool PostgresStore::IsUri(const std::string& db) {
+  return db.rfind("postgres://", 0) == 0 || db.rfind("postgresql://", 0) == 0;
+}
+
+std::string PostgresStore::Redacted(const std::string& uri) {
+  // postgres://user:password@host/... -> postgres://user:***@host/...; password=... in the query string too.
+  std::string out = std::regex_replace(uri, std::regex(R"(^(postgres(ql)?://[^:/@?]*:)[^@/?]*@)"), "$1***@");
+  return std::regex_replace(out, std::regex(R"(([?&]password=)[^&]*)"), "$1***");
+}
+
+int PostgresStore::LatestSchemaVersion() { return static_cast<int>(kPgMigrations.size()); }
+
+PostgresStore::PostgresStore(std::string uri, Options options, std::unique_ptr<Conn> conn)
+    : uri_(std::move(uri)), options_(options), conn_(std::move(conn)) {}
+
+PostgresStore::~PostgresStore() = default;
+
+Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const std::string& uri, Options options) {
+  auto error = [&](const std::string& what) {
+    return Status::Server("cannot open database '" + Redacted(uri) + "': " + what);
+  };
+  if (!IsUri(uri)) return error("not a postgres:// or postgresql:// URI");
+  auto conn = std::make_unique<Conn>(uri, options.timeout);
+  if (Status s = conn->Connect(); !s.ok()) return error(s.message());
+
+  const int latest = LatestSchemaVersion();
+  for (;;) {
+    auto fail = [&](const Status& s) {
+      conn->Rollback();
+      return error(s.message());
+    };
+    if (Status s = conn->Exec("BEGIN"); !s.ok()) return fail(s);
+    if (Status s = conn->Exec(kMigrationLock); !s.ok()) return fail(s);
+    if (Status s = conn->Exec("CREATE TABLE IF NOT EXISTS gpupack_schema_version ("
+                              "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
+        !s.ok())
+      return fail(Status::Server("cannot create the gpupack_schema_version table: " + s.message()));
+    int64_t current = 0;
+    Status read = conn->Run("SELECT COALESCE(MAX(version), 0) FROM gpupack_schema_version", {}, false,
+                            [&](PGresult* r) {
+                              if (PQntuples(r) > 0) current = std::stoll(PQgetvalue(r, 0, 0));
+                              return Status::Ok();
+                            });
+    if (!read.ok()) return fail(Status::Server("cannot read the schema version: " + read.message()));
+    if (current > latest)
+      return fail(Status::Server("the database schema version is " + std::to_string(current) +
+                                 ", newer than this gpupack binary understands (up to " + std::to_string(latest) +
+                                 "); run a newer gpupack, or point --db at another database"));
+    if (current == latest) {
+      if (Status s = conn->Exec("COMMIT"); !s.ok()) return fail(s);
+      break;
+    }
+    const std::string step = "migrating the database schema from version " + std::to_string(current) + " to " +
+                             std::to_string(current + 1) + " failed: ";
+    if (Status s = conn->Exec(std::string(kPgMigrations[static_cast<size_t>(current)])); !s.ok())
+      return fail(Status::Server(step + s.message()));
+    if (Status s = conn->Exec("INSERT INTO gpupack_schema_version (version) VALUES ($1)",
+                              {std::to_string(current + 1)});
+        !s.ok())
+      return fail(Status::Server(step + s.message()));
+    if (Status s = conn->Exec("COMMIT"); !s.ok()) return fail(Status::Server(step + s.message()));
+  }
+  return std::unique_ptr<PostgresStore>(new PostgresStore(uri, options, std::move(conn)));
+}
+
+void PostgresStore::SetFence(std::optional<Fence> fence) {
+  std::lock_guard lock(mu_);
+  fence_ = std::move(fence);
+}
+
+Result<PostgresStore::Rows> PostgresStore::Query(const std::string& sql, const std::vector<std::string>& params) {
+  std::lock_guard lock(mu_);
+  Rows rows;
+  Status s = conn_->Run(sql, params, false, [&](PGresult* r) {
+    for (int i = 0; i < PQntuples(r); ++i) {
+      std::vector<std::string> row;
+      for (int j = 0; j < PQnfields(r); ++j) row.emplace_back(PQgetvalue(r, i, j), PQgetlength(r, i, j));
+      rows.push_back(std::move(row));
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    conn_->Rollback();
+    return s;
+  }
+  return rows;
+}
+
+Result<PostgresStore::Settings> PostgresStore::ReadSettings() {
+  auto rows = Query(
+      "SELECT current_setting('server_version'), current_setting('synchronous_commit'), "
+      "current_setting('synchronous_standby_names'), (SELECT COALESCE(MAX(version), 0) FROM gpupack_schema_version)");
+  if (!rows.ok()) return rows.status();
+  if (rows->size() != 1 || (*rows)[0].size() != 4) return Status::Server("unexpected answer reading the settings");
+  const auto& r = (*rows)[0];
+  return Settings{r[0], r[1], r[2], std::stoi(r[3])};
+}
+
+namespace {
+
+// ReadRows runs `select` in single-row mode and decodes each row's doc (column `doc_column`) into a T handed to
+// `sink`; a record that cannot be decoded, or whose doc holds another key than its row, is a Status naming the
+// table and key. A non-ok Status from `sink` stops the decoding and is returned as is.
+template <typename T, typename RowKey, typename KeyOf, typename Sink>
+Status ReadRows(PostgresStore::Conn& conn, const char* select, const char* table, int doc_column, RowKey row_key,
+                KeyOf key_of, Sink&& sink) {
+  Status decode_error;
+  Status s = conn.Run(select, {}, true, [&](PGresult* r) -> Status {
+    for (int i = 0; i < PQntuples(r); ++i) {
+      const std::string key = row_key(r, i);
+      T value;
+      const std::string_view doc(PQgetvalue(r, i, doc_column), static_cast<size_t>(PQgetlength(r, i, doc_column)));
+      if (Status d = FromDoc(doc, &value); !d.ok()) {
+        decode_error = Status::Server(std::string("corrupt record in table ") + table + ", key " + key + ": " +
+                                      d.message());
+        return decode_error;
+      }
+      if (const std::string held = key_of(value); held != key) {
+        decode_error = Status::Server(std::string("corrupt record in table ") + table + ", key " + key +
+                                      ": its doc holds key " + held);
+        return decode_error;
+      }
+      if (Status k = sink(std::move(value)); !k.ok()) return k;
+    }
+    return Status::Ok();
+  });
+  if (!s.ok() && decode_error.ok() && s.code() == ErrorCode::kServer)
+    return Status::Server(std::string("cannot read table ") + table + ": " + s.message());
+  return s;
+}
+
+template <typename T, typename RowKey, typename KeyOf>
+Status ReadAll(PostgresStore::Conn& conn, const char* select, const char* table, int doc_column, RowKey row_key,
+               KeyOf key_of, std::vector<T>* out) {
+  return ReadRows<T>(conn, select, table, doc_column, row_key, key_of, [out](T&& v) {
+    out->push_back(std::move(v));
+    return Status::Ok();
+  });
+}
+
+std::string Text(PGresult* r, int row, int col) {
+  return std::string(PQgetvalue(r, row, col), static_cast<size_t>(PQgetlength(r, row, col)));
+}
+
+}  // namespace
+
+Result<Snapshot> PostgresStore::Load() { return LoadImpl(nullptr); }
+
+Result<Snapshot> PostgresStore::LoadStreaming(const TaskSink& on_task) { return LoadImpl(&on_task); }
+
+Result<Snapshot> PostgresStore::LoadImpl(const TaskSink* on_task) {
+  std::lock_guard lock(mu_);
+  Conn& c = *conn_;
+  if (Status s = c.Begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !s.ok())
+    return Status::Server("storage load failed: cannot begin a read transaction: " + s.message());
+  Snapshot snap;
+  auto one_text = [](PGresult* r, int i) { return Quote(Text(r, i, 0)); };
+  auto two_texts = [](PGresult* r, int i) { return "(" + Quote(Text(r, i, 0)) + ", " + Quote(Text(r, i, 1)) + ")"; };
+  Status s = ReadAll(c, "SELECT name, doc FROM clusters ORDER BY name", "clusters", 1, one_text,
+                     [](const Cluster& x) { return Quote(x.name); }, &snap.clusters);
+  if (s.ok())
+    s = ReadAll(
+        c, "SELECT family, revision, doc FROM task_definitions ORDER BY family, revision", "task_definitions", 2,
+        [](PGresult* r, int i) { return "(" + Quote(Text(r, i, 0)) + ", " + Text(r, i, 1) + ")"; },
+        [](const TaskDefinition& td) { return "(" + Quote(td.family) + ", " + std::to_string(td.revision) + ")"; },
+        &snap.task_definitions);
+  if (s.ok())
+    s = ReadAll(c, "SELECT arn, doc FROM container_instances ORDER BY seq", "container_instances", 1, one_text,
+                [](const ContainerInstance& x) { return Quote(x.arn); }, &snap.instances);
+  if (s.ok()) {
+    auto task_key = [](const Task& t) { return Quote(t.arn); };
+    const char* select = "SELECT arn, doc FROM tasks ORDER BY seq";
+    if (on_task != nullptr) {
+      Status sink_error;  // a sink's own error is returned as it is, not as a storage failure
+      s = ReadRows<Task>(c, select, "tasks", 1, one_text, task_key, [&](Task&& t) {
+        sink_error = (*on_task)(std::move(t));
+        return sink_error;
+      });
+      if (!sink_error.ok()) {
+        c.Rollback();
+        return sink_error;
+      }
+    } else {
+      s = ReadAll(c, select, "tasks", 1, one_text, task_key, &snap.tasks);
+    }
+  }
+  if (s.ok())
+    s = ReadAll(c, "SELECT cluster, token, doc FROM client_tokens ORDER BY cluster, token", "client_tokens", 2,
+                two_texts,
+                [](const ClientTokenRecord& x) { return "(" + Quote(x.cluster) + ", " + Quote(x.token) + ")"; },
+                &snap.client_tokens);
+  if (!s.ok()) {
+    c.Rollback();
+    return Status::Server("storage load failed: " + s.message());
+  }
+  if (Status end = c.Exec("COMMIT"); !end.ok()) {
+    c.Rollback();
+    return Status::Server("storage load failed: cannot end the read transaction: " + end.message());
+  }
+  return snap;
+}
+
+Status PostgresStore::Commit(const WriteBatch& batch) {
+  if (batch.empty()) return Status::Ok();
+  std::lock_guard lock(mu_);
+  Conn& c = *conn_;
+  if (Status s = c.Begin("BEGIN"); !s.ok())
+    return Status::Server("storage commit failed: cannot begin a write transaction: " + s.message());
+  // fail rolls the transaction back and names the step that failed.
+  auto fail = [&](const std::string& what, const Status& s) {
+    c.Rollback();
+    return Status::Server("storage commit failed while " + what + ": " + s.message() +
+                          "; nothing of the batch was applied");
+  };
+  if (fence_) {
+    bool held = false;
+    Status s = c.Run(
+        "SELECT 1 FROM gpupack_leader_lease WHERE id = 1 AND holder = $1 AND epoch = $2 "
+        "AND expires_at > clock_timestamp() FOR UPDATE",
+        {fence_->holder, std::to_string(fence_->epoch)}, false, [&](PGresult* r) {
+          held = held || PQntuples(r) > 0;
+          return Status::Ok();
+        });
+    if (!s.ok()) return fail("checking the leader lease", s);
+    if (!held) {
+      c.Rollback();
+      return Status::Conflict("this server no longer holds the leader lease (epoch " +
+                              std::to_string(fence_->epoch) + "): nothing of the batch was applied");
+    }
+  }
+  auto step = [&](const std::string& what, const std::string& sql, std::vector<std::string> params) {
+    Status s = c.Exec(sql, params);
+    return s.ok() ? s : fail(what, s);
+  };
+  if (!batch.clusters().empty()) {
+    if (Status s = step("writing clusters",
+                        "INSERT INTO clusters (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
+                        "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc",
+                        {ArrayLiteral(batch.clusters(), [](const Cluster& x) { return x.name; }),
+                         ArrayLiteral(batch.clusters(), [](const Cluster& x) { return ToDoc(x); })});
+        !s.ok())
+      return s;
+  }
+  if (!batch.task_definitions().empty()) {
+    if (Status s = step("writing task_definitions",
+                        "INSERT INTO task_definitions (family, revision, doc) "
+                        "SELECT * FROM unnest($1::text[], $2::integer[], $3::text[]) "
+                        "ON CONFLICT (family, revision) DO UPDATE SET doc = excluded.doc",
+                        {ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return x.family; }),
+                         ArrayLiteral(batch.task_definitions(),
+                                      [](const TaskDefinition& x) { return std::to_string(x.revision); }),
+                         ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return ToDoc(x); })});
+        !s.ok())
+      return s;
+  }
+  // Instances and tasks in batch order, so a new key's seq follows the order it was first put.
+  if (!batch.instances().empty()) {
+    if (Status s = step("writing container_instances",
+                        "INSERT INTO container_instances (arn, doc) SELECT a, d FROM "
+                        "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
+                        "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
+                        {ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return x.arn; }),
+                         ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return ToDoc(x); })});
+        !s.ok())
+      return s;
+  }
+  if (!batch.tasks().empty()) {
+    if (Status s = step("writing tasks",
+                        "INSERT INTO tasks (arn, doc) SELECT a, d FROM "
+                        "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
+                        "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
+                        {ArrayLiteral(batch.tasks(), [](const Task& x) { return x.arn; }),
+                         ArrayLiteral(batch.tasks(), [](const Task& x) { return ToDoc(x); })});
+        !s.ok())
+      return s;
+  }
+  if (!batch.client_tokens().empty()) {
+    if (Status s = step("writing client_tokens",
+                        "INSERT INTO client_tokens (cluster, token, doc) "
+                        "SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) "
+                        "ON CONFLICT (cluster, token) DO UPDATE SET doc = excluded.doc",
+                        {ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.cluster; }),
+                         ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.token; }),
+                         ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return ToDoc(x); })});
+        !s.ok())
+      return s;
+  }
+  auto same = [](const std::string& x) { return x; };
+  if (!batch.deleted_tasks().empty()) {
+    if (Status s = step("deleting tasks", "DELETE FROM tasks WHERE arn = ANY($1::text[])",
+                        {ArrayLiteral(batch.deleted_tasks(), same)});
+        !s.ok())
+      return s;
+  }
+  if (!batch.deleted_client_tokens().empty()) {
+    if (Status s = step("deleting client_tokens",
+                        "DELETE FROM client_tokens c USING unnest($1::text[], $2::text[]) AS u(cl, tok) "
+                        "WHERE c.cluster = u.cl AND c.token = u.tok",
+                        {ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.first; }),
+                         ArrayLiteral(batch.deleted_client_tokens(),
+                                      [](const ClientTokenKey& k) { return k.second; })});
+        !s.ok())
+      return s;
+  }
+  if (!batch.deleted_instances().empty()) {
+    if (Status s = step("deleting container_instances", "DELETE FROM container_instances WHERE arn = ANY($1::text[])",
+                        {ArrayLiteral(batch.deleted_instances(), same)});
+        !s.ok())
+      return s;
+  }
+  // COMMIT's answer is what makes the batch durable (as the database's synchronous_commit says). A connection
+  // lost while waiting for it leaves the outcome unknown: it is reported as a failure (the applier then stops
+  // acknowledging) and the next leader's load shows what the database kept.
+  // An aborted transaction "commits" as ROLLBACK without an error: only the COMMIT tag counts.
+  bool committed = false;
+  Status s = c.Run("COMMIT", {}, false, [&](PGresult* r) {
+    committed = std::string_view(PQcmdStatus(r)) == "COMMIT";
+    return Status::Ok();
+  });
+  if (!s.ok()) return fail("committing", s);
+  if (!committed) return fail("committing", Status::Server("the database rolled the transaction back"));
+  return Status::Ok();
+}
+
+}  // namespace gpupack
