@@ -2,7 +2,8 @@
 //
 // The server loads a Snapshot once at start, serves reads from memory, and persists every change as a
 // WriteBatch through Store::Commit (usually via GroupCommitter, which merges concurrent batches into one
-// transaction). SqliteStore implements it today; a PostgreSQL store can be added behind the same interface.
+// transaction). SqliteStore (the embedded default) and PostgresStore (several servers sharing one database,
+// docs/ha.md) implement it.
 #pragma once
 
 #include <cstddef>
