@@ -212,26 +212,24 @@ int RunUp(const UpFlags& f) {
   int code = 0;
   auto server = ServerRuntime::Start(sf, &code);
   if (!server) return code;
-  // With --credentials the agents sign with the file's first gpupack_role=agent key (else its first key), and the
-  // banner points clients at its first admin key.
+  // With --credentials the agents sign with the file's first gpupack_role=agent key (else its first admin key: a
+  // reader key cannot register), and the banner points clients at its first admin key.
   std::optional<protocol::SigningIdentity> agent_signing;
   std::string client_profile;
   if (!sf.credentials.empty()) {
     auto keys = protocol::LoadCredentialsFile(sf.credentials);  // ServerRuntime::Start has just read it
     if (!keys.ok()) return Usage(keys.status().message());
-    const protocol::Credential* agent_key = &keys->front();
+    const protocol::Credential* agent_key = nullptr;
+    const protocol::Credential* admin_key = nullptr;
     for (const protocol::Credential& k : *keys) {
-      if (k.role == protocol::KeyRole::kAgent) {
-        agent_key = &k;
-        break;
-      }
+      if (k.role == protocol::KeyRole::kAgent && !agent_key) agent_key = &k;
+      if (k.role == protocol::KeyRole::kAdmin && !admin_key) admin_key = &k;
     }
-    for (const protocol::Credential& k : *keys) {
-      if (k.role == protocol::KeyRole::kAdmin) {
-        client_profile = k.profile;
-        break;
-      }
-    }
+    if (admin_key) client_profile = admin_key->profile;
+    if (!agent_key) agent_key = admin_key;
+    if (!agent_key)
+      return Usage("--credentials " + sf.credentials +
+                   ": the file has no gpupack_role = agent or admin key for the local agents to sign with");
     agent_signing = protocol::SigningIdentity{*agent_key, sf.region, "ecs"};
   }
   // The agents share their task workers: every thread of this one process makes each container start dearer (a

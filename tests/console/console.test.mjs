@@ -2,9 +2,8 @@
 // against `gpupack up` with simulated GPUs and its local agents (real channel, process runtime).
 //
 // Open server: the clusters page's numbers equal DescribeContainerInstances', each GPU's strip holds its
-// tasks, the page follows a change without a reload, a stopped task shows its stop code and reason (and its log,
-// or "no log" while the server serves no logs API), and a refused RunTask's reasons appear in "why not placed"
-// with ExplainPlacement's verdict per instance and GPU. With --credentials: without a session the page asks for
+// tasks, the page follows a change without a reload, a stopped task shows its stop code, reason and log lines,
+// and a refused RunTask's reasons appear in "why not placed" with ExplainPlacement's verdict per instance and GPU. With --credentials: without a session the page asks for
 // a login and every data call is refused (401), a wrong secret is refused, a reader key's session reads but may
 // not write, an admin's may, and logout ends it.
 //
@@ -98,7 +97,15 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
     const e = up.endpoint;
     await ok(e, 'RegisterTaskDefinition', taskDefinition('trainer', { memory: 4000, compute: 30 }));
     await ok(e, 'RegisterTaskDefinition', taskDefinition('giant', { memory: 20000, compute: 50 }));
-    await ok(e, 'RegisterTaskDefinition', taskDefinition('short', { memory: 1000, compute: 10 }));
+    await ok(
+      e,
+      'RegisterTaskDefinition',
+      taskDefinition('short', {
+        memory: 1000,
+        compute: 10,
+        command: ['sh', '-c', 'echo console log line one; echo console log line two; exec sleep 600'],
+      }),
+    );
     const run = await ok(e, 'RunTask', { taskDefinition: 'trainer', count: 3, startedBy: 'console-test' });
     assert.equal(run.tasks.length, 3, JSON.stringify(run.failures));
     const short = await ok(e, 'RunTask', { taskDefinition: 'short' });
@@ -202,8 +209,11 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
     assert.equal(await page.$eval('#task-stop-reason', (e) => e.textContent), 'stopped by the console test');
     assert.equal(await page.$eval('#task-stop-code', (e) => e.textContent), described.stopCode);
     assert.equal(await page.$eval('#task-last-status', (e) => e.textContent), 'STOPPED');
-    // Its log: lines when the server serves the logs API, a clean "no log" while it does not.
-    await page.waitForSelector('#log .nolog, #log pre.log');
+    // Its log, read through the server's CloudWatch Logs API from the agent that ran it.
+    await page.waitForSelector('#log pre.log', { timeout: 10000 });
+    const log = await page.$eval('#log', (e) => e.textContent);
+    assert.match(log, /console log line one[\s\S]*console log line two/);
+    assert.ok(log.includes(`/gpupack/default main/${id}`), log);
     await shot(page, 'task');
   });
 

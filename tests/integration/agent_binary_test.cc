@@ -331,7 +331,7 @@ TEST_F(AgentBinaryTest, TaskReportedStoppedInAHelloIsForgottenOnceWelcomed) {
 
 TEST_F(AgentBinaryTest, DockerRuntimeRunsTheTaskInARealEngine) {
   if (!std::getenv("GPUPACK_DOCKER_SOCKET"))
-    GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (../shared/recipes/docker-engine.sh start DIR prints it) to run this";
+    GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (scripts/docker-engine.sh start DIR prints it) to run this";
   StartServer();
   StartAgent("docker");
   // A task without a GPU runs in the engine.
@@ -359,7 +359,7 @@ TEST_F(AgentBinaryTest, ADockerAgentThatCanInjectNoGpuRegistersNone) {
   GTEST_SKIP() << "built without the fake NVML";
 #else
   if (!std::getenv("GPUPACK_DOCKER_SOCKET"))
-    GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (../shared/recipes/docker-engine.sh start DIR prints it) to run this";
+    GTEST_SKIP() << "set GPUPACK_DOCKER_SOCKET (scripts/docker-engine.sh start DIR prints it) to run this";
   StartServer();
   // NVML (the fake library) lists two GPUs; devices injection (their device nodes, a driver root that holds no
   // driver libraries) cannot hand them to a container, so the agent offers none and says why.

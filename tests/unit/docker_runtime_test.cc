@@ -1,7 +1,7 @@
 // The docker runtime against a REAL Docker engine, and its HTTP client against a fake engine.
 //
 // The engine tests need GPUPACK_DOCKER_SOCKET: the socket of an engine that has gpupack-test/busybox:latest, e.g.
-//   export GPUPACK_DOCKER_SOCKET=$(../shared/recipes/docker-engine.sh start /tmp/gpupack-docker | tail -1)
+//   export GPUPACK_DOCKER_SOCKET=$(scripts/docker-engine.sh start /tmp/gpupack-docker | tail -1)
 // Without it they are skipped (and say so). Each test uses its own gpupack.agent label and removes what it made.
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -53,7 +53,7 @@ class DockerRuntimeTest : public ::testing::Test {
     const char* socket = std::getenv("GPUPACK_DOCKER_SOCKET");
     if (socket == nullptr || *socket == '\0') {
       GTEST_SKIP() << "GPUPACK_DOCKER_SOCKET is not set: these tests need a real Docker engine with image "
-                   << kImage << " (start one with ../shared/recipes/docker-engine.sh start DIR and export the "
+                   << kImage << " (start one with scripts/docker-engine.sh start DIR and export the "
                    << "socket path it prints)";
     }
     socket_ = socket;
