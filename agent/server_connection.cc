@@ -320,6 +320,27 @@ void ServerConnection::OnClosed(uint64_t generation) {
   cv_.notify_all();
 }
 
+int64_t ServerConnection::epoch() const {
+  std::lock_guard lock(mu_);
+  return epoch_;
+}
+
+bool ServerConnection::AcceptEpoch(const char* what, const std::optional<int64_t>& epoch) {
+  if (!epoch) return true;
+  int64_t highest = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (*epoch >= epoch_) {
+      epoch_ = *epoch;
+      return true;
+    }
+    highest = epoch_;
+  }
+  spdlog::warn("agent: ignoring the server's {} of leadership epoch {}: epoch {} is current (a deposed leader's)",
+               what, *epoch, highest);
+  return false;
+}
+
 void ServerConnection::OnMessage(uint64_t generation, const std::string& text) {
   {
     std::lock_guard lock(mu_);
@@ -332,6 +353,7 @@ void ServerConnection::OnMessage(uint64_t generation, const std::string& text) {
   }
   protocol::ServerMessage& m = *parsed;
   if (auto* welcome = std::get_if<protocol::Welcome>(&m)) {
+    if (!AcceptEpoch("welcome", welcome->epoch)) return;
     std::set<std::string> hello_stopped;
     {
       std::lock_guard lock(mu_);
@@ -341,8 +363,10 @@ void ServerConnection::OnMessage(uint64_t generation, const std::string& text) {
     listener_.OnWelcome(*welcome, hello_stopped);
     HeartbeatNow();
   } else if (auto* assign = std::get_if<protocol::Assign>(&m)) {
+    if (!AcceptEpoch("assign", assign->epoch)) return;
     listener_.OnAssign(std::move(assign->task), assign->id);  // acked once the task is persisted
   } else if (auto* stop = std::get_if<protocol::Stop>(&m)) {
+    if (!AcceptEpoch("stop", stop->epoch)) return;
     listener_.OnStop(stop->order, stop->id);
   } else if (auto* logs = std::get_if<protocol::LogsRequest>(&m)) {
     listener_.OnLogs(std::move(*logs));  // queued: read on the log service's thread

@@ -12,6 +12,11 @@
 // A hello reports every task of the store; its snapshot is taken under the same lock SendState takes, and a task
 // writes its record before it reports, so every state change is either in the hello or sent after it. A hello
 // too large for one message goes as parts (protocol::SerializeHello), all sent before any report.
+//
+// Epochs: the connection remembers the highest leadership epoch a welcome or push carried (docs/ha.md), across
+// reconnects and servers. A welcome, assign or stop whose epoch is lower comes from a deposed leader: it is
+// logged and dropped before the Listener sees it, so its task is neither started nor stopped nor acked. One
+// without an epoch (a single server, an older server) is taken as before; one with a higher epoch raises it.
 #pragma once
 
 #include <atomic>
@@ -21,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -93,6 +99,8 @@ class ServerConnection final : public Reporter {
   void Stop();   // closes the channel and joins the thread
 
   std::string instance_arn() const;
+  // epoch: the highest leadership epoch seen in a welcome or push; 0 before any.
+  int64_t epoch() const;
 
   // Reporter
   void SendState(const protocol::TaskReport& report) override;
@@ -113,6 +121,9 @@ class ServerConnection final : public Reporter {
   void SendHeartbeat();
   void OnMessage(uint64_t generation, const std::string& text);
   void OnClosed(uint64_t generation);
+  // AcceptEpoch: false (and a log line naming `what`) when `epoch` is below the highest seen; else true, raising
+  // the highest to `epoch`. A message without an epoch is always accepted.
+  bool AcceptEpoch(const char* what, const std::optional<int64_t>& epoch);
   ServerEndpoint Current() const;  // the server the connection talks to now
   // NextServer moves to the server a refusal named (a standby's "served by the leader at URL"), else to the
   // next one of the list.
@@ -140,6 +151,7 @@ class ServerConnection final : public Reporter {
   std::map<int64_t, std::pair<std::string, protocol::TaskStatus>> pending_acks_;  // report id -> task, status
   std::set<std::string> hello_stopped_;  // tasks the last hello reported STOPPED: the welcome acknowledges them
   std::chrono::milliseconds heartbeat_interval_{5000};
+  int64_t epoch_ = 0;                           // guarded by mu_: the highest leadership epoch seen
   std::chrono::milliseconds backoff_{100};
   Clock::time_point next_heartbeat_{}, next_connect_{};
   std::atomic<int64_t> next_id_{1};

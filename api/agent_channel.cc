@@ -163,6 +163,7 @@ void AgentChannel::OnHello(const std::shared_ptr<WebSocketConnection>& conn, con
   cp_.AgentHello(arn, hello, [this, conn, covered = std::move(covered)](Status s, protocol::Welcome welcome) {
     if (!s.ok()) return Reply(conn, protocol::Error{std::nullopt, s.message()});
     welcome.heartbeat_interval_ms = options_.heartbeat_interval.count();
+    welcome.epoch = options_.epoch;
     {
       std::lock_guard lock(mu_);
       auto it = peers_.find(conn.get());
@@ -303,6 +304,7 @@ void AgentChannel::FailRequests(std::vector<RequestDone> done, const std::string
 void AgentChannel::Push(const std::string& instance_arn, AgentPush push) {
   const int64_t id = next_push_id_++;
   PushId(push) = id;
+  std::visit([this](auto& p) { p.epoch = options_.epoch; }, push);
   std::shared_ptr<WebSocketConnection> conn;
   {
     std::lock_guard lock(mu_);

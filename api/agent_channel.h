@@ -4,13 +4,13 @@
 //
 //   agent -> server                                   server -> agent
 //   {"type":"hello","tasks":[...],"impaired":b}       {"type":"welcome","assign":[...],"stop":[...],
-//                                                       "heartbeatIntervalMs":n}
+//                                                       "heartbeatIntervalMs":n,"epoch"?}
 //   {"type":"helloPart",...,"last":b} (a hello in parts: gathered per connection, the last one is the hello)
 //   {"type":"state","id":n,"taskArn",...}             {"type":"ack","id":n}            (once durable)
 //   {"type":"heartbeat","id":n,"impaired","heldGpus"} {"type":"ack","id":n}
-//                                                     {"type":"assign","id":n,"task":{...}} (after RunTask
-//                                                                                            commits)
-//                                                     {"type":"stop","id":n,"taskArn","reason"}
+//                                                     {"type":"assign","id":n,"task":{...},"epoch"?} (after
+//                                                                                   RunTask commits)
+//                                                     {"type":"stop","id":n,"taskArn","reason","epoch"?}
 //   {"type":"ack","id":n}  (a push is recorded)
 //   {"type":"error",...} answers a message the server could not apply.
 //                                                     {"type":"logs","id":n,...}  (RequestLogs: a page of a
@@ -28,6 +28,10 @@
 // agentConnected=false; RunTask then answers AGENT for it. A second connection for the same instance replaces
 // the first.
 //
+// With options.epoch (the leadership term this server leads, docs/ha.md), the welcome and every push carry it
+// as "epoch", so an agent can tell a deposed leader's late push from the current leader's and ignore it; without
+// one (a single server) they carry none, as before.
+//
 // Requests (RequestLogs) are not pushes: never acked, never re-sent. Each has a correlation id of its own and a
 // deadline; it ends once, with the agent's answer, or with an error when the agent is not connected, its
 // connection closes, or the deadline passes (the watchdog's tick, at most a quarter of the heartbeat interval
@@ -41,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,6 +78,9 @@ struct AgentChannelOptions {
   // server answers an error and closes the connection. 64 MiB is some 50 times the hello of 360 tasks of 10
   // containers; each part is held to the channel's message limit (1 MiB) like any message.
   size_t max_hello_bytes = 64 << 20;
+  // The leadership term this channel's server leads under (fixed for the channel's life: a new term starts a new
+  // server); the welcome and every push carry it. nullopt: no term (a single server), so none is sent.
+  std::optional<int64_t> epoch = std::nullopt;
 };
 
 class AgentChannel {

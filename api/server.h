@@ -24,6 +24,8 @@ struct ServerOptions {
   uint16_t port = 0;  // 0: any free port
   int threads = 2;    // HTTP io threads
   ControlPlaneOptions control_plane;
+  // channel.epoch: the leadership term a leader on PostgreSQL serves under (its welcome and pushes carry it);
+  // none for a single server.
   AgentChannelOptions channel;
   // With --credentials: every call and channel upgrade must be signed. Must outlive the server; null = none.
   const RequestAuthenticator* authenticator = nullptr;

@@ -554,12 +554,21 @@ struct ServerWriter {
     Json assign = Json::array(), stop = Json::array();
     for (const auto& a : m.assign) assign.push_back(ToJson(a));
     for (const auto& s : m.stop) stop.push_back(ToJson(s));
-    return {{"type", "welcome"}, {"assign", std::move(assign)}, {"stop", std::move(stop)},
-            {"heartbeatIntervalMs", m.heartbeat_interval_ms}};
+    Json j = {{"type", "welcome"}, {"assign", std::move(assign)}, {"stop", std::move(stop)},
+              {"heartbeatIntervalMs", m.heartbeat_interval_ms}};
+    return WithEpoch(std::move(j), m.epoch);
   }
-  Json operator()(const Assign& m) const { return {{"type", "assign"}, {"id", m.id}, {"task", ToJson(m.task)}}; }
+  Json operator()(const Assign& m) const {
+    return WithEpoch({{"type", "assign"}, {"id", m.id}, {"task", ToJson(m.task)}}, m.epoch);
+  }
   Json operator()(const Stop& m) const {
-    return {{"type", "stop"}, {"id", m.id}, {"taskArn", m.order.task_arn}, {"reason", m.order.reason}};
+    return WithEpoch({{"type", "stop"}, {"id", m.id}, {"taskArn", m.order.task_arn}, {"reason", m.order.reason}},
+                     m.epoch);
+  }
+  // WithEpoch adds "epoch" only when there is one, so a message without it reads as it always did.
+  static Json WithEpoch(Json j, const std::optional<int64_t>& epoch) {
+    if (epoch) j["epoch"] = *epoch;
+    return j;
   }
   Json operator()(const Ack& m) const { return {{"type", "ack"}, {"id", m.id}}; }
   Json operator()(const Error& m) const {
@@ -629,6 +638,7 @@ Result<ServerMessage> ParseServerMessage(std::string_view text) {
       return Status::Ok();
     });
     f.Int64("heartbeatIntervalMs", m.heartbeat_interval_ms);
+    f.Int64("epoch", m.epoch);
     return Finish<ServerMessage>(f, std::move(m));
   }
   if (type == "assign") {
@@ -639,6 +649,7 @@ Result<ServerMessage> ParseServerMessage(std::string_view text) {
       f.Take(a.status());
       if (a.ok()) m.task = std::move(*a);
     }
+    f.Int64("epoch", m.epoch);
     return Finish<ServerMessage>(f, std::move(m));
   }
   if (type == "stop") {
@@ -646,6 +657,7 @@ Result<ServerMessage> ParseServerMessage(std::string_view text) {
     ReadId(f, m.id, false);
     f.String("taskArn", m.order.task_arn, true);
     f.String("reason", m.order.reason);
+    f.Int64("epoch", m.epoch);
     return Finish<ServerMessage>(f, std::move(m));
   }
   if (type == "ack") {

@@ -5,7 +5,7 @@
 //
 //   agent -> server                                   server -> agent
 //   {"type":"hello","tasks":[...],"impaired":b}       {"type":"welcome","assign":[...],"stop":[...],
-//                                                       "heartbeatIntervalMs":n}
+//                                                       "heartbeatIntervalMs":n,"epoch"?}
 //   {"type":"state","id":n,<TaskReport fields>}       {"type":"ack","id":n}
 //   {"type":"heartbeat","id":n,"impaired","heldGpus"} {"type":"ack","id":n}
 //   {"type":"ack","id":n}                             {"type":"assign","id":n,"task":{<Assignment>}}
@@ -189,23 +189,31 @@ struct Ack {
 
 // ---- server -> agent -----------------------------------------------------------------------------------------
 
-// Welcome answers the hello: {"type":"welcome","assign":[...],"stop":[...],"heartbeatIntervalMs":n}.
+// epoch (welcome, assign, stop): the leadership term of the server that sent it (docs/ha.md), a number that only
+// grows; absent (nullopt) when the server has none (a single server on SQLite, or a server older than the field).
+// Serialize leaves it out when absent, so a peer of any version parses the message. An agent never acts on a
+// push whose epoch is lower than the highest it has seen (agent/server_connection.h).
+
+// Welcome answers the hello: {"type":"welcome","assign":[...],"stop":[...],"heartbeatIntervalMs":n,"epoch"?}.
 struct Welcome {
   std::vector<Assignment> assign;
   std::vector<StopOrder> stop;
   int64_t heartbeat_interval_ms = 5000;
+  std::optional<int64_t> epoch = std::nullopt;
   bool operator==(const Welcome&) const = default;
 };
-// Assign: {"type":"assign","id":n,"task":{...}}. Required: task. id 0 = none given (nothing to ack).
+// Assign: {"type":"assign","id":n,"task":{...},"epoch"?}. Required: task. id 0 = none given (nothing to ack).
 struct Assign {
   int64_t id = 0;
   Assignment task;
+  std::optional<int64_t> epoch = std::nullopt;
   bool operator==(const Assign&) const = default;
 };
-// Stop: {"type":"stop","id":n,"taskArn","reason"}. Required: taskArn. id 0 = none given (nothing to ack).
+// Stop: {"type":"stop","id":n,"taskArn","reason","epoch"?}. Required: taskArn. id 0 = none given (nothing to ack).
 struct Stop {
   int64_t id = 0;
   StopOrder order;
+  std::optional<int64_t> epoch = std::nullopt;
   bool operator==(const Stop&) const = default;
 };
 // Error answers a message the server could not apply: {"type":"error","message","id"?} (id: the message's).

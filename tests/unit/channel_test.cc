@@ -1071,5 +1071,129 @@ TEST_F(ChannelTest, AnAgentWhoseHelloPassesTheMessageLimitReconnectsAndReconcile
   connection.Stop();
 }
 
+// ---- leadership epochs
+
+// EpochListener plays the task manager behind a real ServerConnection: it records each welcome, assign and stop
+// it is handed and acks every push.
+class EpochListener : public agent::ServerConnection::Listener {
+ public:
+  agent::ServerConnection* connection = nullptr;  // set before Start
+
+  std::vector<protocol::TaskReport> HelloTasks() override { return {}; }
+  void OnWelcome(const protocol::Welcome& welcome, const std::set<std::string>&) override {
+    std::lock_guard lock(mu_);
+    welcomes_.push_back(welcome);
+  }
+  void OnAssign(protocol::Assignment assignment, int64_t push_id) override {
+    {
+      std::lock_guard lock(mu_);
+      assigned_.push_back(assignment.task_arn);
+    }
+    connection->Ack(push_id);
+  }
+  void OnStop(const protocol::StopOrder& order, int64_t push_id) override {
+    {
+      std::lock_guard lock(mu_);
+      stopped_.push_back(order.task_arn);
+    }
+    connection->Ack(push_id);
+  }
+  void OnReportAcked(const std::string&, protocol::TaskStatus) override {}
+  void OnDeregistered() override {}
+
+  size_t welcomes() {
+    std::lock_guard lock(mu_);
+    return welcomes_.size();
+  }
+  std::vector<std::string> assigned() {
+    std::lock_guard lock(mu_);
+    return assigned_;
+  }
+  std::vector<std::string> stopped() {
+    std::lock_guard lock(mu_);
+    return stopped_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<protocol::Welcome> welcomes_;
+  std::vector<std::string> assigned_, stopped_;
+};
+
+// An agent that has seen the leader of epoch 5 ignores a server of epoch 3 (a deposed leader, played by a server
+// restarted on the same database with that epoch): its welcome is not handed on, and its assign and stop are
+// neither acted on nor acked, so that server keeps them unacked and sends them again. A server without an epoch
+// (a single server) is heard as before, and does not lower the epoch the agent remembers.
+TEST_F(ChannelTest, AnAgentIgnoresTheWelcomeAndPushesOfAnOlderEpoch) {
+  const std::string db = (dir_ / "state.db").string();
+  const uint16_t port = server_->port();
+  auto channel_of = [](std::optional<int64_t> epoch) {
+    api::AgentChannelOptions c{200ms, 3};
+    c.push_ack_timeout = 100ms;
+    c.push_attempts = 1000;  // keep re-sending: the connection stays while the test looks
+    c.epoch = epoch;
+    return c;
+  };
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(5));
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  server_->Call("RegisterTaskDefinition",
+                {{"family", "small"}, {"containerDefinitions", {{{"name", "main"}, {"image", "busybox"}, {"memory", 6}}}}});
+  EpochListener listener;
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.name = "epochs";
+  o.registration.cpu = 4096;
+  o.registration.memory = 8192;
+  agent::ServerConnection connection(o, listener, {});
+  listener.connection = &connection;
+  ASSERT_TRUE(connection.Register().ok());
+  connection.Start();
+  for (int i = 0; i < 500 && listener.welcomes() < 1; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(listener.welcomes(), 1u);
+  EXPECT_EQ(connection.epoch(), 5);
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  Json ran = server_->Call("RunTask", {{"taskDefinition", "small"}});
+  ASSERT_EQ(ran["tasks"].size(), 1u) << ran.dump();
+  const std::string first = ran["tasks"][0]["taskArn"];
+  for (int i = 0; i < 500 && listener.assigned().empty(); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(listener.assigned(), std::vector<std::string>{first});
+  const std::string instance = connection.instance_arn();
+  for (int i = 0; i < 500 && server_->channel().unacked_pushes(instance) > 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(server_->channel().unacked_pushes(instance), 0u);  // the leader's assign was acked
+
+  // The deposed leader of epoch 3: welcome, assign and stop are all ignored.
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(3));
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  ran = server_->Call("RunTask", {{"taskDefinition", "small"}});
+  ASSERT_EQ(ran["tasks"].size(), 1u) << ran.dump();
+  server_->Call("StopTask", {{"task", first}, {"reason", "from the deposed leader"}});
+  for (int i = 0; i < 500 && server_->channel().push_retries() < 4; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_GE(server_->channel().push_retries(), 4u);  // sent again and again: never acked
+  EXPECT_EQ(server_->channel().unacked_pushes(instance), 2u);
+  EXPECT_EQ(listener.welcomes(), 1u);
+  EXPECT_EQ(listener.assigned(), std::vector<std::string>{first});
+  EXPECT_TRUE(listener.stopped().empty());
+  EXPECT_EQ(connection.epoch(), 5);
+
+  // A single server (no epoch): heard again; the epoch stays 5.
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(std::nullopt));
+  for (int i = 0; i < 500 && listener.welcomes() < 2; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(listener.welcomes(), 2u);
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  ran = server_->Call("RunTask", {{"taskDefinition", "small"}});
+  ASSERT_EQ(ran["tasks"].size(), 1u) << ran.dump();
+  const std::string third = ran["tasks"][0]["taskArn"];
+  for (int i = 0; i < 500 && listener.assigned().size() < 2; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(listener.assigned().size(), 2u);
+  EXPECT_EQ(listener.assigned().back(), third);
+  EXPECT_EQ(connection.epoch(), 5);
+  connection.Stop();
+}
+
 }  // namespace
 }  // namespace gpupack

@@ -229,6 +229,27 @@ TEST(ProtocolTest, SerializedFormIsTodaysWire) {
   EXPECT_EQ(assign["task"]["desiredStatus"], "RUNNING");
 }
 
+// The leadership epoch on welcome, assign and stop: round-trips when set, is left out of the wire when not (the
+// messages read exactly as before), and a message without it parses with none.
+TEST(ProtocolTest, EpochIsOptionalOnWelcomeAssignAndStop) {
+  Welcome welcome{{SampleAssignment()}, {}, 200, 7};
+  EXPECT_EQ(ParsedServer<Welcome>(Serialize(ServerMessage(welcome))), welcome);
+  Assign assign{3, SampleAssignment(), 8};
+  EXPECT_EQ(ParsedServer<Assign>(Serialize(ServerMessage(assign))), assign);
+  Stop stop{4, {"arn:t/1", "enough"}, 9};
+  EXPECT_EQ(ParsedServer<Stop>(Serialize(ServerMessage(stop))), stop);
+  EXPECT_EQ(Json::parse(Serialize(ServerMessage(stop))),
+            Json::parse(R"({"type":"stop","id":4,"taskArn":"arn:t/1","reason":"enough","epoch":9})"));
+  EXPECT_FALSE(Json::parse(Serialize(ServerMessage(Welcome{}))).contains("epoch"));
+  EXPECT_FALSE(Json::parse(Serialize(ServerMessage(Assign{8, SampleAssignment()}))).contains("epoch"));
+  EXPECT_EQ(ParsedServer<Stop>(R"({"type":"stop","id":2,"taskArn":"arn:t/1"})").epoch, std::nullopt);
+  EXPECT_EQ(ParsedServer<Assign>(R"({"type":"assign","task":{"taskArn":"a"},"epoch":12})").epoch, 12);
+  EXPECT_EQ(ParsedServer<Welcome>(R"({"type":"welcome","epoch":0})").epoch, 0);
+  EXPECT_FALSE(ParseServerMessage(R"({"type":"stop","taskArn":"a","epoch":"5"})").ok());
+  EXPECT_EQ(ParseServerMessage(R"({"type":"assign","task":{"taskArn":"a"},"epoch":1.5})").status().message(),
+            "assign.epoch must be an integer");
+}
+
 // ---- refusals ----------------------------------------------------------------------------------------------------
 
 struct Refusal {
