@@ -46,6 +46,9 @@ class TimedRuntime final : public Runtime {
   Result<std::vector<RuntimeContainer>> List() override {
     return Timed("list", [&] { return inner_->List(); });
   }
+  Status CollectLogs(const std::string& task_arn, const std::string& container_name) override {
+    return Timed("logs", [&] { return inner_->CollectLogs(task_arn, container_name); });
+  }
   std::map<uint32_t, std::string> Owners(const std::vector<uint32_t>& pids) override {
     const auto start = Clock::now();
     auto owners = inner_->Owners(pids);

@@ -74,12 +74,8 @@ class Runtime {
   virtual std::map<uint32_t, std::string> Owners(const std::vector<uint32_t>& pids) = 0;
   // CollectLogs brings the log stream of a task's container (log_store.h, LogDirectory) up to date before it is
   // read: docker copies the lines the engine has that the stream lacks; the process runtime's monitor writes the
-  // stream itself (nothing to do).
-  virtual Status CollectLogs(const std::string& task_arn, const std::string& container_name) {
-    (void)task_arn;
-    (void)container_name;
-    return Status::Ok();
-  }
+  // stream itself (nothing to do). Pure, so a runtime that wraps another cannot drop it by accident.
+  virtual Status CollectLogs(const std::string& task_arn, const std::string& container_name) = 0;
 };
 
 struct ProcessRuntimeOptions {

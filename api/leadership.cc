@@ -536,6 +536,7 @@ Status Replica::ServeAsLeader(int64_t epoch) {
   for (int attempt = 0; attempt < 40; ++attempt) {  // the port was just released; binding it may need a moment
     ServerOptions opts = options_.server;
     opts.port = port_;
+    opts.channel.epoch = epoch;  // the welcome and every push carry this term: agents ignore older ones
     opts.readiness = [this] { return ReadyResponse(); };
     auto server = Server::Start(std::move(opts), data_);
     if (server.ok()) {
