@@ -14,6 +14,20 @@
 #include <limits>
 
 namespace gpupack::agent {
+
+bool IsNameChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+         c == '-';
+}
+
+std::string Sanitized(std::string_view raw) {
+  std::string out;
+  for (char c : raw.substr(0, 200)) out.push_back(IsNameChar(c) ? c : '_');
+  if (out.empty()) out = "_";
+  if (out[0] == '.') out[0] = '_';
+  return out;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -22,19 +36,6 @@ constexpr size_t kDigits = 20;           // a file's start offset in its name
 constexpr size_t kRecordOverhead = 24;   // timestamp digits, space, newline (at most)
 constexpr size_t kReadChunk = 1 << 20;   // a reader's read size
 
-bool IsNameChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-         c == '-';
-}
-
-// Sanitized keeps [A-Za-z0-9_.-] (what the process runtime always named its files with), bounded in length.
-std::string Sanitized(std::string_view raw) {
-  std::string out;
-  for (char c : raw.substr(0, 200)) out.push_back(IsNameChar(c) ? c : '_');
-  if (out.empty()) out = "_";
-  if (out[0] == '.') out[0] = '_';
-  return out;
-}
 
 std::string TaskIdOf(const std::string& task_arn) {
   auto slash = task_arn.rfind('/');

@@ -42,6 +42,12 @@ struct LogLimits {
 inline constexpr int kMaxLogFiles = 64;
 inline constexpr size_t kMaxLineBytes = 64 * 1024;
 
+// IsNameChar: [A-Za-z0-9_.-], the characters of every file name the agent makes from a task or container name.
+bool IsNameChar(char c);
+// Sanitized keeps IsNameChar characters, turns anything else (and a leading '.') into '_', and bounds the length
+// (the process runtime's container ids and the log directories are named with it).
+std::string Sanitized(std::string_view raw);
+
 // LogDirectory: <root>/<task id>/<container>, both names kept to [A-Za-z0-9_.-] (others become '_'). The task id
 // is the last '/' segment of the ARN.
 std::string LogDirectory(const std::string& root, const std::string& task_arn, const std::string& container_name);

@@ -72,6 +72,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/log_store.h"
 #include "agent/proc_tree.h"
 #include "agent/process_launch.h"
 #include "agent/runtime.h"
@@ -100,20 +101,6 @@ void SendLaunch(int fd, const std::string& blob) {
     if (n <= 0) return;
     sent += static_cast<size_t>(n);
   }
-}
-
-bool IsNameChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-         c == '-';
-}
-
-// Sanitized keeps [A-Za-z0-9_.-], turns anything else (and a leading '.') into '_', and bounds the length.
-std::string Sanitized(std::string_view raw) {
-  std::string out;
-  for (char c : raw.substr(0, 200)) out.push_back(IsNameChar(c) ? c : '_');
-  if (out.empty()) out = "_";
-  if (out[0] == '.') out[0] = '_';
-  return out;
 }
 
 bool ValidId(const std::string& id) {
