@@ -15,6 +15,13 @@ Status PutAttributes(const PutAttributesRequest& in, Transaction& txn, Attribute
     GP_ASSIGN(inst, ResolveInstance(txn.state(), txn.arn(), cluster->name, a.target_id));
     by_target[inst->arn].push_back(a.attribute);
   }
+  for (const auto& [arn, attrs] : by_target) {  // every target checked before any is changed
+    const ContainerInstance* inst = txn.state().FindInstance(arn);
+    std::vector<Attribute> after = inst->attributes;
+    after.insert(after.end(), attrs.begin(), attrs.end());
+    SortAttributes(after);
+    GP_TRY(CheckAttributeCount(after, inst->id));
+  }
   for (const auto& [arn, attrs] : by_target) {
     txn.UpdateInstance(arn, [&attrs = attrs](ContainerInstance& inst) {
       for (const auto& a : attrs) inst.attributes.push_back(a);

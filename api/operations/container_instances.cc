@@ -18,6 +18,14 @@ void SortAttributes(std::vector<Attribute>& attrs) {
   attrs = std::move(unique);
 }
 
+Status CheckAttributeCount(const std::vector<Attribute>& attrs, const std::string& instance_id) {
+  if (attrs.size() <= kMaxInstanceAttributes) return Status::Ok();
+  return Status::InvalidParameter("container instance " + instance_id.substr(0, 64) + " would hold " +
+                                  std::to_string(attrs.size()) + " attributes; at most " +
+                                  std::to_string(kMaxInstanceAttributes) +
+                                  " are kept per instance (remove some with DeleteAttributes)");
+}
+
 namespace {
 
 std::shared_ptr<const ContainerInstance> Copy(const ClusterState& state, const std::string& arn) {
@@ -66,6 +74,7 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
   if (inst.ec2_instance_id.empty()) inst.ec2_instance_id = "i-" + inst.id.substr(0, 17);
   if (!inst.instance_type.empty()) attrs.push_back({"ecs.instance-type", inst.instance_type});
   SortAttributes(attrs);
+  GP_TRY(CheckAttributeCount(attrs, inst.id));
   // Re-registration keeps the tasks: GPUs that still hold reservations must still be there, a shared one still
   // large enough for the memory its tasks declared, and the host's CPU and memory at least what its tasks
   // reserved (else remaining resources would go negative, and stay so after a restart).

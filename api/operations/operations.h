@@ -84,6 +84,11 @@ Status UpdateContainerInstancesState(const UpdateContainerInstancesStateRequest&
                                      InstancesResult& out);
 // SortAttributes: by name, one per name (the last one given wins): how an instance keeps its attributes.
 void SortAttributes(std::vector<Attribute>& attrs);
+// kMaxInstanceAttributes: what one container instance may hold (ECS's 10 custom attributes per resource, its
+// own ecs.* ones and an agent's), so no instance, and no answer that lists it, grows without bound.
+inline constexpr size_t kMaxInstanceAttributes = 100;
+// CheckAttributeCount: InvalidParameterException when `attrs` (sorted, unique) pass kMaxInstanceAttributes.
+Status CheckAttributeCount(const std::vector<Attribute>& attrs, const std::string& instance_id);
 // UsesChannel: the instance's agent holds a channel (it registered the channel attribute).
 bool UsesChannel(const ContainerInstance& instance);
 

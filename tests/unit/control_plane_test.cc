@@ -127,6 +127,43 @@ class ControlPlaneTest : public ::testing::Test {
   std::string db_;
 };
 
+// An instance holds at most kMaxInstanceAttributes attributes: a registration or a PutAttributes past it is
+// refused whole (nothing of it applied), so no instance, and no answer that lists it, grows without bound.
+TEST_F(ControlPlaneTest, AnInstanceHoldsABoundedNumberOfAttributes) {
+  Server s(db_, 7);
+  s.Ok("CreateCluster", Json::object());
+  auto named = [](int from, int n) {
+    Json list = Json::array();
+    for (int i = from; i < from + n; ++i) list.push_back({{"name", "custom.a" + std::to_string(i)}, {"value", "v"}});
+    return list;
+  };
+  OperationResult big = s.Call("RegisterContainerInstance", {{"totalResources", Resources(1024, 1024)},
+                                                             {"attributes", named(0, 101)}});
+  EXPECT_EQ(big.status.code(), ErrorCode::kInvalidParameter);
+  EXPECT_NE(big.status.message().find("at most 100"), std::string::npos) << big.status.message();
+  const std::string arn = s.Ok("RegisterContainerInstance", {{"totalResources", Resources(1024, 1024)},
+                                                             {"attributes", named(0, 95)}})["containerInstance"]
+                                                           ["containerInstanceArn"];
+  auto put = [&](int from, int n) {
+    Json list = named(from, n);
+    for (auto& a : list) a["targetId"] = arn;
+    return s.Call("PutAttributes", {{"attributes", list}});
+  };
+  auto count = [&] {
+    return s.Ok("DescribeContainerInstances", {{"containerInstances", {arn}}})["containerInstances"][0]["attributes"]
+        .size();
+  };
+  const size_t before = count();
+  ASSERT_LE(before, 100u);
+  EXPECT_TRUE(put(0, 5).status.ok()) << "names it already holds are replaced, not added";
+  EXPECT_EQ(count(), before);
+  const OperationResult over = put(1000, static_cast<int>(101 - before));
+  EXPECT_EQ(over.status.code(), ErrorCode::kInvalidParameter) << over.status.message();
+  EXPECT_EQ(count(), before) << "a refused PutAttributes applied nothing";
+  EXPECT_TRUE(put(1000, static_cast<int>(100 - before)).status.ok());
+  EXPECT_EQ(count(), 100u);
+}
+
 // An instance registered over plain HTTP has no agent behind it: it reads agentConnected false and the
 // server's default places nothing there (ECS's reason AGENT), so no task is left PENDING forever.
 TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault) {
