@@ -16,9 +16,6 @@ namespace gpupack::agent {
 
 namespace {
 
-using api::MetricLabels;
-using api::MetricSample;
-using api::MetricType;
 using Samples = std::vector<MetricSample>;
 using Clock = std::chrono::steady_clock;
 
@@ -27,7 +24,7 @@ constexpr double kBytesPerMiB = 1048576.0;
 // TimedRuntime: the Runtime of AgentMetrics::TimeRuntime. Thread-safe as the runtime it wraps.
 class TimedRuntime final : public Runtime {
  public:
-  TimedRuntime(std::unique_ptr<Runtime> inner, api::MetricsRegistry::Histogram& calls)
+  TimedRuntime(std::unique_ptr<Runtime> inner, MetricsRegistry::Histogram& calls)
       : inner_(std::move(inner)), calls_(calls), name_(inner_->Name()) {}
 
   std::string Name() const override { return name_; }
@@ -70,7 +67,7 @@ class TimedRuntime final : public Runtime {
   }
 
   std::unique_ptr<Runtime> inner_;
-  api::MetricsRegistry::Histogram& calls_;
+  MetricsRegistry::Histogram& calls_;
   const std::string name_;
 };
 

@@ -25,7 +25,7 @@
 #include "agent/mps_daemon.h"
 #include "agent/runtime.h"
 #include "agent/task_store.h"
-#include "api/metrics.h"
+#include "metrics/registry.h"
 #include "scheduler/status.h"
 
 namespace gpupack::agent {
@@ -61,13 +61,13 @@ class AgentMetrics {
   void CountHealthStop(const StopRequest& request);
 
   std::string Render() const { return registry_.Render(); }
-  api::MetricsRegistry& registry() { return registry_; }
+  MetricsRegistry& registry() { return registry_; }
 
  private:
   const std::string hostname_;
-  api::MetricsRegistry registry_;
-  api::MetricsRegistry::Histogram& runtime_calls_;
-  api::MetricsRegistry::Counter& health_stops_;
+  MetricsRegistry registry_;
+  MetricsRegistry::Histogram& runtime_calls_;
+  MetricsRegistry::Counter& health_stops_;
 };
 
 // MetricsListener: a GET-only HTTP/1.1 listener that answers GET /metrics with `render()` (text format 0.0.4),

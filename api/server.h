@@ -13,7 +13,7 @@
 #include "api/agent_channel.h"
 #include "api/control_plane.h"
 #include "api/http_server.h"
-#include "api/metrics.h"
+#include "metrics/registry.h"
 #include "api/request_auth.h"
 #include "storage/store.h"
 

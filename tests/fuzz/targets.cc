@@ -763,7 +763,7 @@ class Harness {
   MemoryStore store_;
   GroupCommitter committer_;
   api::ControlPlane cp_;
-  api::MetricsRegistry metrics_;                // /metrics of cp_ (AddControlPlaneMetrics)
+  MetricsRegistry metrics_;                // /metrics of cp_ (AddControlPlaneMetrics)
   std::unique_ptr<api::AgentChannel> channel_;  // after cp_: destroyed first
   api::WebSocketHandler handler_;
   std::shared_ptr<FakeConnection> conn_;
@@ -1018,7 +1018,7 @@ int FuzzChannel(const uint8_t* data, size_t size) {
 int FuzzHttp(const uint8_t* data, size_t size) {
   QuietLogs();
   Harness h(/*with_channel=*/false);
-  api::MetricsRegistry metrics;
+  MetricsRegistry metrics;
   api::EcsHandler handler(h.control_plane(), metrics);
   api::HttpRequest req = ParseWire(AsText(data, size));
   req.body = h.Substitute(req.body);

@@ -4,7 +4,7 @@
 // The server's families (api/server_metrics.h) over a control plane on a MemoryStore: GPU series labelled to
 // join dcgm-exporter (UUID, gpu, Hostname) with bytes = MiB x 1048576, placement failures counted per task, tasks
 // by status, the per-task allocations and the store's commit latency.
-#include "api/metrics.h"
+#include "metrics/registry.h"
 
 #include <unistd.h>
 

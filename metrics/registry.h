@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-namespace gpupack::api {
+namespace gpupack {
 
 enum class MetricType { kCounter, kGauge, kHistogram };
 
@@ -144,4 +144,4 @@ std::string FormatMetricValue(double v);
 // EscapeLabelValue escapes \, " and newline for a label value in the text format.
 std::string EscapeLabelValue(std::string_view value);
 
-}  // namespace gpupack::api
+}  // namespace gpupack

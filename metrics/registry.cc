@@ -1,4 +1,4 @@
-#include "api/metrics.h"
+#include "metrics/registry.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
-namespace gpupack::api {
+namespace gpupack {
 
 namespace {
 
@@ -298,4 +298,4 @@ void MetricsRegistry::Histogram::Render(std::string_view name, std::string& out)
   }
 }
 
-}  // namespace gpupack::api
+}  // namespace gpupack
