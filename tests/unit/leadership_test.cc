@@ -16,23 +16,13 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class LeaseKeeperTest : public ::testing::Test {
+class LeaseKeeperTest : public testing::PrivatePostgresTest {
  protected:
-  static void SetUpTestSuite() {
-    pg_ = new testing::PrivatePostgres();
-    if (pg_->Available() && !pg_->Start(&start_error_)) start_error_ = "cannot start PostgreSQL: " + start_error_;
-  }
-  static void TearDownTestSuite() {
-    delete pg_;
-    pg_ = nullptr;
-  }
   void SetUp() override {
-    if (!pg_->Available()) GTEST_SKIP() << pg_->WhyUnavailable();
-    ASSERT_TRUE(start_error_.empty()) << start_error_;
-    const std::string uri = pg_->CreateDatabase();
-    ASSERT_FALSE(uri.empty());
+    PrivatePostgresTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     for (auto* slot : {&a_db_, &b_db_}) {
-      auto s = PostgresStore::Open(uri);
+      auto s = PostgresStore::Open(uri_);
       ASSERT_TRUE(s.ok()) << s.status().message();
       *slot = std::move(s).value();
     }
@@ -40,12 +30,8 @@ class LeaseKeeperTest : public ::testing::Test {
   // Expire ends the lease now, as if its holder had stopped renewing it a while ago.
   void Expire() { ASSERT_TRUE(a_db_->Query("UPDATE gpupack_leader_lease SET expires_at = now()").ok()); }
 
-  static testing::PrivatePostgres* pg_;
-  static std::string start_error_;
   std::unique_ptr<PostgresStore> a_db_, b_db_;
 };
-testing::PrivatePostgres* LeaseKeeperTest::pg_ = nullptr;
-std::string LeaseKeeperTest::start_error_;
 
 TEST_F(LeaseKeeperTest, TheFirstTakesTheLeaseAndTheOtherLearnsWhoLeads) {
   LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(60000));

@@ -30,35 +30,15 @@ Task SomeTask(const std::string& arn) {
 }
 
 // The one private PostgreSQL of this binary; each test takes a database of its own.
-class PostgresStoreTest : public ::testing::Test {
+class PostgresStoreTest : public testing::PrivatePostgresTest {
  protected:
-  static void SetUpTestSuite() {
-    pg_ = new testing::PrivatePostgres();
-    if (pg_->Available() && !pg_->Start(&start_error_)) start_error_ = "cannot start PostgreSQL: " + start_error_;
-  }
-  static void TearDownTestSuite() {
-    delete pg_;
-    pg_ = nullptr;
-  }
-  void SetUp() override {
-    if (!pg_->Available()) GTEST_SKIP() << pg_->WhyUnavailable();
-    ASSERT_TRUE(start_error_.empty()) << start_error_;
-    uri_ = pg_->CreateDatabase();
-    ASSERT_FALSE(uri_.empty());
-  }
   std::unique_ptr<PostgresStore> OpenOrFail(PostgresStore::Options options = {}) {
     auto s = PostgresStore::Open(uri_, options);
     EXPECT_TRUE(s.ok()) << s.status().message();
     return s.ok() ? std::move(s).value() : nullptr;
   }
   bool Sql(const std::string& sql) { return pg_->Psql(sql, uri_.substr(uri_.rfind('/') + 1)); }
-
-  static testing::PrivatePostgres* pg_;
-  static std::string start_error_;
-  std::string uri_;
 };
-testing::PrivatePostgres* PostgresStoreTest::pg_ = nullptr;
-std::string PostgresStoreTest::start_error_;
 
 TEST_F(PostgresStoreTest, SchemaVersionIsRecordedAndReopeningKeepsTheData) {
   {

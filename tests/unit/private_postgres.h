@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -201,6 +203,33 @@ class PrivatePostgres {
   int port_ = 0;
   bool running_ = false;
   int databases_ = 0;
+};
+
+// PrivatePostgresTest: a fixture whose suite shares one PrivatePostgres (started once, stopped at the end).
+// SetUp skips without PostgreSQL's binaries, fails when the server could not start, and gives each test a
+// database of its own (uri_). A fixture that overrides SetUp calls this one first and returns when it skipped
+// or failed.
+class PrivatePostgresTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pg_ = new PrivatePostgres();
+    start_error_.clear();
+    if (pg_->Available() && !pg_->Start(&start_error_)) start_error_ = "cannot start PostgreSQL: " + start_error_;
+  }
+  static void TearDownTestSuite() {
+    delete pg_;
+    pg_ = nullptr;
+  }
+  void SetUp() override {
+    if (!pg_->Available()) GTEST_SKIP() << pg_->WhyUnavailable();
+    ASSERT_TRUE(start_error_.empty()) << start_error_;
+    uri_ = pg_->CreateDatabase();
+    ASSERT_FALSE(uri_.empty());
+  }
+
+  static inline PrivatePostgres* pg_ = nullptr;
+  static inline std::string start_error_;
+  std::string uri_;
 };
 
 }  // namespace gpupack::testing
