@@ -745,6 +745,8 @@ const mounted = new Set();
 process.on('exit', () => {
   for (const m of mounted) spawnSync('umount', ['-l', m]);
 });
+// Ctrl-C and SIGTERM end the tool through 'exit', so that its servers are killed and its tmpfs unmounted.
+for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => process.exit(130));
 function smallDisk(dir, kib, scratch) {
   fs.mkdirSync(dir, { recursive: true });
   let refused = opt['disk-ulimit'] ? '--disk-ulimit' : 'not root';
