@@ -803,12 +803,13 @@ async function startServerWith(bin, options) {
   }
 }
 
-// A disk-full round: one server on a small disk, cluster `diskfull` with a pool of 4 dedicated GPUs (attribute
+// A disk-full round: one server on a small disk, cluster `diskfull` with a pool of 8 dedicated GPUs (attribute
 // pool=whole, kept full of PENDING dedicated tasks) and a shared pool, and --workers connections writing: RunTask
 // of shared tasks whose overrides carry 4 KiB (so the disk fills in a second or two), StopTask and RUNNING
 // reports of them, and pairs of a StopTask of a dedicated task with a RunTask of a dedicated task sent at once
-// (a write decided on top of a failed one: the RunTask may be placed on the GPU the stop frees; if the stop's commit fails, the RunTask
-// must not become durable either). Every RunTask carries a startedBy mark of its own, so a refused one can be
+// (a write decided on top of a failed one: the RunTask may be placed on the GPU the stop frees; if the stop's
+// commit fails, the RunTask must not become durable either), only pairs once less than NEAR_FULL_KIB is free.
+// Every RunTask carries a startedBy mark of its own, so a refused one can be
 // looked for after the restart. Once the first write is refused (5xx) the flood goes on for 300 ms, a reader
 // polls meanwhile, then the server gets SIGKILL and is restarted twice: on the still-full disk, then with the
 // space back. After each restart:
@@ -864,7 +865,6 @@ async function diskFullRound(where, disk, db, totals) {
   const bigPad = 'q'.repeat(7000);
 
   const writes = []; // {op, body, mark, sent, answered, status, json}
-  const byMark = new Map(); // RunTask mark -> its write
   const acked = new Map(); // task ARN -> the write that acknowledged it
   const sharedLive = [];
   const wholeLive = new Map(); // dedicated task ARN -> its GPU id
@@ -878,13 +878,12 @@ async function diskFullRound(where, disk, db, totals) {
   async function send(op, body, mark) {
     const w = { op, body, mark, sent: Date.now() };
     writes.push(w);
-    if (mark) byMark.set(mark, w);
     try {
       const res = await call(server.endpoint, op, body, { timeoutMs: 15000 });
       w.status = res.status;
       w.json = res.json;
       w.text = res.text;
-    } catch (err) {
+    } catch {
       w.status = 0; // no answer: not acknowledged, may or may not have landed (not expected: nothing is killed meanwhile)
     }
     w.answered = Date.now();
@@ -915,7 +914,8 @@ async function diskFullRound(where, disk, db, totals) {
     if (large) body.overrides = { containerOverrides: [{ name: 'main', environment: [{ name: 'PAD', value: bigPad }] }] };
     return send('RunTask', body, mark);
   };
-  // The dedicated pool starts full: four PENDING tasks (never reported RUNNING, so a StopTask frees the GPU at once).
+  // The dedicated pool starts full: eight large PENDING tasks (never reported RUNNING, so a StopTask frees the GPU
+  // at once).
   for (let i = 0; i < WHOLE; ++i) await runWhole(true);
   if (wholeLive.size !== WHOLE) violation(where, `setup: ${wholeLive.size} of ${WHOLE} dedicated tasks placed`);
 
