@@ -220,6 +220,8 @@ function checkAccounting(where, snap) {
 // all of it must be there after any restart (checkSeen). Errors (the server killed under it) end nothing: the
 // loop is bounded by `running` and a poll count.
 async function reader(endpoint, cluster, seen, running, stats) {
+  // running.onList(arns), when set, is called with each poll's listed ARNs once they are noted (the server rounds
+  // kill the server from it the moment a task shows up whose RunTask has not been answered yet).
   for (let n = 0; running.on && n < 100000; ++n) {
     try {
       const arns = [];
@@ -232,6 +234,7 @@ async function reader(endpoint, cluster, seen, running, stats) {
         if (!nextToken) break;
       }
       for (const arn of arns) if (!seen.has(arn)) seen.set(arn, { desiredStopped: false, lastStatus: 'PENDING' });
+      running.onList?.(arns);
       for (let i = 0; i < arns.length; i += 100) {
         const r = await call(endpoint, 'DescribeTasks', { cluster, tasks: arns.slice(i, i + 100) }, { timeoutMs: 15000 });
         if (r.status !== 200) break;
@@ -341,7 +344,8 @@ async function serverRounds(dir) {
   let tokenSeq = 0;
   const stats = { runTask: 0, runAcked: 0, tasksAcked: 0, placementFailures: 0, tokenReplays: 0, stopAcked: 0, reports: 0, cut: 0, errors4xx: 0 };
   const seen = new Map(); // task ARN -> the furthest state a reader saw it in (dirty-read check)
-  const readStats = { polls: 0, cut: 0, dirty: 0 };
+  const known = new Set(); // tasks an answer or a check after a restart named: what a read may show unasked
+  const readStats = { polls: 0, cut: 0, dirty: 0, readKills: 0 };
   let gpusChecked = 0;
 
   function noteTokenAnswer(where, token, arns) {
@@ -415,6 +419,7 @@ async function serverRounds(dir) {
       const arns = res.json.tasks.map((t) => t.taskArn);
       if (!arns.length) ++stats.placementFailures;
       for (const a of arns) {
+        known.add(a);
         if (!acked.has(a)) {
           acked.set(a, token ? `round ${round}, clientToken ${token}` : `round ${round}`);
           ++stats.tasksAcked;
@@ -444,6 +449,7 @@ async function serverRounds(dir) {
     const where = `server round ${round}`;
     const snap = await snapshot(server.endpoint, cluster, [...acked.keys(), ...seen.keys()]);
     readStats.dirty += checkSeen(where, snap, seen);
+    for (const arn of snap.tasks.keys()) known.add(arn);
     for (const [arn, how] of acked)
       if (!snap.tasks.has(arn)) {
         violation(where, `acknowledged task ${arn} (${how}) is MISSING after the restart`);
@@ -493,20 +499,34 @@ async function serverRounds(dir) {
     const running = { on: true };
     const endpoint = server.endpoint;
     const before = stats.tasksAcked;
-    // Odd rounds: SIGKILL after a random delay. Even rounds: SIGKILL the moment the client has read the k-th
-    // acknowledged RunTask, when other requests are most likely between placement and commit.
+    // Every third round: SIGKILL the moment the reader lists a task no answer has named yet (its RunTask is
+    // between placement and answer): a server whose reads show what is not yet written loses such a task to the
+    // kill. Other odd rounds: SIGKILL after a random delay. Other even rounds: SIGKILL the moment the client has
+    // read the k-th acknowledged RunTask, when other requests are most likely between placement and commit.
     let how;
     const victim = server;
-    if (round % 2) {
+    if (round % 3 === 0) {
+      how = 'at a task the reader listed before its RunTask was answered';
+      running.onList = (arns) => {
+        if (running.killed || !arns.some((a) => !known.has(a))) return;
+        running.killed = true;
+        ++readStats.readKills;
+        victim.child.kill('SIGKILL');
+      };
+      setTimeout(() => {
+        if (!running.killed) how = 'after 5 s (the reader never listed an unanswered task)';
+        victim.child.kill('SIGKILL');
+      }, 5000); // bounded
+    } else if (round % 2) {
       const delay = 150 + Math.floor(rand() * 1350);
       how = `after ${delay} ms`;
       setTimeout(() => victim.child.kill('SIGKILL'), delay);
     } else {
       const k = 20 + Math.floor(rand() * 300);
-      let seen = 0;
+      let answers = 0;
       how = `at RunTask answer ${k}`;
       running.onRunTaskAnswer = () => {
-        if (++seen === k) victim.child.kill('SIGKILL');
+        if (++answers === k) victim.child.kill('SIGKILL');
       };
       setTimeout(() => victim.child.kill('SIGKILL'), 5000); // bounded, should k never come
     }
@@ -1099,7 +1119,8 @@ if (s) {
   console.log(`        ${s.stats.runAcked} RunTask answered (${s.stats.placementFailures} placed nothing), ${s.stats.reports} state reports, ` +
               `${s.stats.errors4xx} 4xx answers, ${s.stats.cut} calls cut by a kill`);
   console.log(`        dirty reads: a reader polled ListTasks + DescribeTasks ${s.readStats.polls} times during the rounds and saw ` +
-              `${s.seen} tasks; ${s.readStats.dirty} of them missing or behind their read state after a restart`);
+              `${s.seen} tasks; ${s.readStats.dirty} of them missing or behind their read state after a restart; ` +
+              `${s.readStats.readKills} SIGKILLs the moment it listed a task whose RunTask was not answered yet`);
 }
 if (a) {
   console.log(`agent:  ${a.survived}/${a.rounds} SIGKILL rounds without a violation in ${a.seconds.toFixed(1)} s; ` +
