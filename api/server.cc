@@ -26,7 +26,10 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   http.host = options.host;
   http.port = options.port;
   http.threads = std::max(1, options.threads);
-  http.websockets[kAgentChannelPath] = s->channel_->Handler();
+  http.max_websockets = options.max_websockets;
+  WebSocketHandler channel = s->channel_->Handler();
+  channel.max_send_queue_bytes = options.max_send_queue_bytes;
+  http.websockets[kAgentChannelPath] = std::move(channel);
   auto server = HttpServer::Create(http, s->handler_->AsHandler());
   if (!server.ok()) return server.status();
   s->http_ = std::move(*server);

@@ -27,6 +27,12 @@ struct ServerOptions {
   // channel.epoch: the leadership term a leader on PostgreSQL serves under (its welcome and pushes carry it);
   // none for a single server.
   AgentChannelOptions channel;
+  // The agent channel's connection bounds (docs/security.md, "Limits on connections"; `gpupack server`
+  // --max-agent-channels and --agent-send-queue-mib; the third, channel.max_hello_bytes, is above): upgraded
+  // connections open at most (HttpServerOptions::max_websockets) and the bytes each may hold queued for sending
+  // (WebSocketHandler::max_send_queue_bytes). The defaults are theirs.
+  size_t max_websockets = HttpServerOptions{}.max_websockets;
+  size_t max_send_queue_bytes = WebSocketHandler{}.max_send_queue_bytes;
   // With --credentials: every call and channel upgrade must be signed. Must outlive the server; null = none.
   const RequestAuthenticator* authenticator = nullptr;
   // The same keys for the CloudWatch Logs calls, whose signatures name the service "logs"; null = none.

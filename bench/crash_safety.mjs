@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // crash_safety: SIGKILL the real `gpupack server` (and then the real `gpupack agent`) at random moments under a
 // flood of RunTask/StopTask, restart it on the same state, and check from the API that nothing acknowledged was
-// lost and every GPU's reservations add up. Issue 6; the figures and the command are in docs/reliability.md.
+// lost and every GPU's reservations add up; then fill the database's disk under load and check the same of what
+// was acknowledged and refused. The figures and the command are in docs/reliability.md.
 //
 // Server rounds (one SQLite file for all of them, cluster `crash`): four container instances registered through
 // RegisterContainerInstance (platformDevices with gpuInfo, no agent channel, so the tool itself plays their
@@ -18,7 +19,10 @@
 //   - per GPU (DescribeContainerInstances gpuDevices): 0 <= remaining <= total and total - remaining equals the
 //     nvidiaMps.memory of the non-STOPPED tasks' containers on it (so no STOPPED task holds memory), the
 //     container count matches, a dedicated GPU has remaining 0 and one holder; per instance remainingResources
-//     CPU/MEMORY equal registered minus the non-STOPPED tasks' cpu/memory, and running/pendingTasksCount match.
+//     CPU/MEMORY equal registered minus the non-STOPPED tasks' cpu/memory, and running/pendingTasksCount match;
+//   - dirty reads: a reader polls ListTasks and DescribeTasks during the flood and notes every task and the
+//     furthest state it read it in; after the restart each is there, in at least that state (reads show only
+//     committed state, so a SIGKILL cannot take back what a reader saw).
 //
 // Agent rounds (their own server and cluster `agentcrash`, the server stays up): one real `gpupack agent
 // --gpus fake:2x22587 --runtime process` whose tasks run `/bin/sh -c 'echo MARK PID >> starts; exec sleep 600'`
@@ -28,10 +32,15 @@
 // above, plus from the `starts` file and /proc: no MARK started twice; a RUNNING task's process is alive; a
 // STOPPED task's process is not (else a workload runs with no reservation); no acknowledged task is PENDING.
 //
-// Usage: node bench/crash_safety.mjs [--server-rounds N] [--agent-rounds N] [--seed S] [--workers N]
-//                                    [--agent-workers N] [--keep] [--verbose]
+// Disk-full rounds (diskFullRounds below): the database on a small tmpfs (or, where mounting is not allowed, the
+// server under `ulimit -f`), writes until commits fail, SIGKILL, a restart on the full disk and one with the space
+// back: every acknowledged write is there, no refused one, nothing decided on top of a failed commit is durable,
+// and reads showed only what is durable.
+//
+// Usage: node bench/crash_safety.mjs [--server-rounds N] [--agent-rounds N] [--disk-rounds N] [--disk-kib K]
+//                                    [--disk-ulimit] [--seed S] [--workers N] [--agent-workers N] [--keep] [--verbose]
 // The binary: $GPUPACK_BIN, else build/gpupack. Loopback only; every loop is bounded by rounds or time.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -45,15 +54,23 @@ const { values: opt } = parseArgs({
     seed: { type: 'string', default: '1' },
     workers: { type: 'string', default: '32' },
     'agent-workers': { type: 'string', default: '4' },
+    'disk-rounds': { type: 'string', default: '1' },
+    'disk-kib': { type: 'string', default: '1024' },
+    'disk-ulimit': { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
 if (opt.help) {
-  console.log('usage: node bench/crash_safety.mjs [--server-rounds N] [--agent-rounds N] [--seed S] [--workers N]\n' +
-              '                                   [--agent-workers N] [--keep] [--verbose]\n' +
-              'defaults: 20 server rounds, 20 agent rounds, seed 1, 32 workers, 4 agent workers');
+  console.log('usage: node bench/crash_safety.mjs [--server-rounds N] [--agent-rounds N] [--disk-rounds N] [--disk-kib K] [--disk-ulimit]\n' +
+              '                                   [--seed S] [--workers N] [--agent-workers N] [--keep] [--verbose]\n' +
+              'defaults: 20 server rounds, 20 agent rounds, 1 disk-full round on a 1024 KiB disk, seed 1, 32 workers,\n' +
+              '4 agent workers. Server rounds SIGKILL the server under load; a reader polls ListTasks/DescribeTasks\n' +
+              'meanwhile, and every task state it saw must be there after the restart (no dirty read). Agent rounds\n' +
+              'SIGKILL the agent. Disk-full rounds put the database on a K KiB tmpfs (root; else `ulimit -f K` on the\n' +
+              'server; --disk-ulimit: that even as root) and write until commits fail: every acknowledged write must\n' +
+              'survive a restart, no refused one.');
   process.exit(0);
 }
 function intOpt(name, lo, hi) {
@@ -69,6 +86,8 @@ const AGENT_ROUNDS = intOpt('agent-rounds', 0, 1000);
 const SEED = intOpt('seed', 0, 2 ** 31 - 1);
 const WORKERS = intOpt('workers', 1, 256);
 const AGENT_WORKERS = intOpt('agent-workers', 1, 64);
+const DISK_ROUNDS = intOpt('disk-rounds', 0, 100);
+const DISK_KIB = intOpt('disk-kib', 256, 1 << 20);
 
 // mulberry32: a small seeded generator, so a run's choices and kill delays replay from --seed.
 function rng32(seed) {
@@ -194,6 +213,67 @@ function checkAccounting(where, snap) {
   return gpus;
 }
 
+// ---- dirty reads ----------------------------------------------------------------------------------------------
+
+// reader polls ListTasks (desired RUNNING, every page) and DescribeTasks of what it lists while the writers run,
+// and notes in `seen` each task and the furthest state it was read in. Reads answer from committed state only, so
+// all of it must be there after any restart (checkSeen). Errors (the server killed under it) end nothing: the
+// loop is bounded by `running` and a poll count.
+async function reader(endpoint, cluster, seen, running, stats) {
+  // running.onList(arns), when set, is called with each poll's listed ARNs once they are noted (the server rounds
+  // kill the server from it the moment a task shows up whose RunTask has not been answered yet).
+  for (let n = 0; running.on && n < 100000; ++n) {
+    try {
+      const arns = [];
+      let nextToken;
+      for (let page = 0; page < 100; ++page) {
+        const r = await call(endpoint, 'ListTasks', { cluster, desiredStatus: 'RUNNING', nextToken, maxResults: 100 }, { timeoutMs: 15000 });
+        if (r.status !== 200) break;
+        arns.push(...r.json.taskArns);
+        nextToken = r.json.nextToken;
+        if (!nextToken) break;
+      }
+      for (const arn of arns) if (!seen.has(arn)) seen.set(arn, { desiredStopped: false, lastStatus: 'PENDING' });
+      running.onList?.(arns);
+      for (let i = 0; i < arns.length; i += 100) {
+        const r = await call(endpoint, 'DescribeTasks', { cluster, tasks: arns.slice(i, i + 100) }, { timeoutMs: 15000 });
+        if (r.status !== 200) break;
+        for (const t of r.json.tasks) noteSeen(seen, t);
+      }
+      ++stats.polls;
+    } catch {
+      ++stats.cut;
+      await sleep(5);
+    }
+  }
+}
+
+const STATUS_ORDER = { PROVISIONING: 0, PENDING: 1, ACTIVATING: 2, RUNNING: 3, DEACTIVATING: 4, STOPPING: 5, DEPROVISIONING: 6, STOPPED: 7 };
+function noteSeen(seen, t) {
+  const s = seen.get(t.taskArn) ?? { desiredStopped: false, lastStatus: 'PENDING' };
+  s.desiredStopped ||= t.desiredStatus === 'STOPPED';
+  if ((STATUS_ORDER[t.lastStatus] ?? 0) > (STATUS_ORDER[s.lastStatus] ?? 0)) s.lastStatus = t.lastStatus;
+  seen.set(t.taskArn, s);
+}
+
+// checkSeen: every task a reader saw exists after the restart, in at least the state it was read in (a task read
+// with desiredStatus STOPPED is so, one read RUNNING or STOPPED is not PENDING again). Returns the violations.
+function checkSeen(where, snap, seen) {
+  let bad = 0;
+  for (const [arn, s] of seen) {
+    const t = snap.tasks.get(arn);
+    let what;
+    if (!t) what = 'is MISSING after the restart';
+    else if (s.desiredStopped && t.desiredStatus !== 'STOPPED') what = `was read with desiredStatus STOPPED, is ${t.desiredStatus} after the restart`;
+    else if ((STATUS_ORDER[t.lastStatus] ?? 0) < (STATUS_ORDER[s.lastStatus] ?? 0)) what = `was read ${s.lastStatus}, is ${t.lastStatus} after the restart`;
+    if (!what) continue;
+    ++bad;
+    violation(where, `dirty read: task ${arn} ${what}`);
+    seen.delete(arn); // reported once
+  }
+  return bad;
+}
+
 // ---- processes ------------------------------------------------------------------------------------------------
 
 const children = new Set();
@@ -263,6 +343,9 @@ async function serverRounds(dir) {
   const tokens = new Map(); // token -> {body, arns: sorted list or undefined}
   let tokenSeq = 0;
   const stats = { runTask: 0, runAcked: 0, tasksAcked: 0, placementFailures: 0, tokenReplays: 0, stopAcked: 0, reports: 0, cut: 0, errors4xx: 0 };
+  const seen = new Map(); // task ARN -> the furthest state a reader saw it in (dirty-read check)
+  const known = new Set(); // tasks an answer or a check after a restart named: what a read may show unasked
+  const readStats = { polls: 0, cut: 0, dirty: 0, readKills: 0 };
   let gpusChecked = 0;
 
   function noteTokenAnswer(where, token, arns) {
@@ -336,6 +419,7 @@ async function serverRounds(dir) {
       const arns = res.json.tasks.map((t) => t.taskArn);
       if (!arns.length) ++stats.placementFailures;
       for (const a of arns) {
+        known.add(a);
         if (!acked.has(a)) {
           acked.set(a, token ? `round ${round}, clientToken ${token}` : `round ${round}`);
           ++stats.tasksAcked;
@@ -363,7 +447,9 @@ async function serverRounds(dir) {
 
   async function check(round) {
     const where = `server round ${round}`;
-    const snap = await snapshot(server.endpoint, cluster, [...acked.keys()]);
+    const snap = await snapshot(server.endpoint, cluster, [...acked.keys(), ...seen.keys()]);
+    readStats.dirty += checkSeen(where, snap, seen);
+    for (const arn of snap.tasks.keys()) known.add(arn);
     for (const [arn, how] of acked)
       if (!snap.tasks.has(arn)) {
         violation(where, `acknowledged task ${arn} (${how}) is MISSING after the restart`);
@@ -413,25 +499,40 @@ async function serverRounds(dir) {
     const running = { on: true };
     const endpoint = server.endpoint;
     const before = stats.tasksAcked;
-    // Odd rounds: SIGKILL after a random delay. Even rounds: SIGKILL the moment the client has read the k-th
-    // acknowledged RunTask, when other requests are most likely between placement and commit.
+    // Every third round: SIGKILL the moment the reader lists a task no answer has named yet (its RunTask is
+    // between placement and answer): a server whose reads show what is not yet written loses such a task to the
+    // kill. Other odd rounds: SIGKILL after a random delay. Other even rounds: SIGKILL the moment the client has
+    // read the k-th acknowledged RunTask, when other requests are most likely between placement and commit.
     let how;
     const victim = server;
-    if (round % 2) {
+    if (round % 3 === 0) {
+      how = 'at a task the reader listed before its RunTask was answered';
+      running.onList = (arns) => {
+        if (running.killed || !arns.some((a) => !known.has(a))) return;
+        running.killed = true;
+        ++readStats.readKills;
+        victim.child.kill('SIGKILL');
+      };
+      setTimeout(() => {
+        if (!running.killed) how = 'after 5 s (the reader never listed an unanswered task)';
+        victim.child.kill('SIGKILL');
+      }, 5000); // bounded
+    } else if (round % 2) {
       const delay = 150 + Math.floor(rand() * 1350);
       how = `after ${delay} ms`;
       setTimeout(() => victim.child.kill('SIGKILL'), delay);
     } else {
       const k = 20 + Math.floor(rand() * 300);
-      let seen = 0;
+      let answers = 0;
       how = `at RunTask answer ${k}`;
       running.onRunTaskAnswer = () => {
-        if (++seen === k) victim.child.kill('SIGKILL');
+        if (++answers === k) victim.child.kill('SIGKILL');
       };
       setTimeout(() => victim.child.kill('SIGKILL'), 5000); // bounded, should k never come
     }
     const flood = [];
     for (let w = 0; w < WORKERS; ++w) flood.push(worker(endpoint, w, running));
+    flood.push(reader(endpoint, cluster, seen, running, readStats));
     await server.exited;
     running.on = false;
     await Promise.all(flood);
@@ -443,7 +544,8 @@ async function serverRounds(dir) {
                 `${acked.size} acknowledged in all checked, ${lastDescribed} tasks on the server, ${violations.length - v0} violations`);
   }
   await server.stop();
-  return { survived, rounds: SERVER_ROUNDS, acked: acked.size, tokens: tokens.size, stops: stopAcked.size, gpusChecked, stats, seconds: (Date.now() - t0) / 1000 };
+  return { survived, rounds: SERVER_ROUNDS, acked: acked.size, tokens: tokens.size, stops: stopAcked.size, gpusChecked, stats,
+           seen: seen.size, readStats, seconds: (Date.now() - t0) / 1000 };
 }
 
 // ---- agent rounds ---------------------------------------------------------------------------------------------
@@ -653,13 +755,359 @@ async function agentRounds(dir) {
   return { survived, rounds: AGENT_ROUNDS, acked: marks.size, stops: stopAcked.size, gpusChecked, stats, seconds: (Date.now() - t0) / 1000 };
 }
 
+// ---- disk-full rounds -----------------------------------------------------------------------------------------
+
+// smallDisk makes `dir` a disk of `kib` KiB for the server's database: a tmpfs mounted there when the tool runs as
+// root and may mount, else (no mount) the server runs under `ulimit -f kib` (bash), so that a write past kib KiB
+// in any one file fails with EFBIG as a full disk fails with ENOSPC. `bin` starts the server under that limit;
+// grow() lifts it (the operator freeing space); release() unmounts.
+const mounted = new Set();
+process.on('exit', () => {
+  for (const m of mounted) spawnSync('umount', ['-l', m]);
+});
+// Ctrl-C and SIGTERM end the tool through 'exit', so that its servers are killed and its tmpfs unmounted.
+for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => process.exit(130));
+function smallDisk(dir, kib, scratch) {
+  fs.mkdirSync(dir, { recursive: true });
+  let refused = opt['disk-ulimit'] ? '--disk-ulimit' : 'not root';
+  if (process.getuid?.() === 0 && !opt['disk-ulimit']) {
+    const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${kib}k,mode=0700`, 'tmpfs', dir], { encoding: 'utf8' });
+    if (r.status === 0) {
+      mounted.add(dir);
+      return {
+        how: `a ${kib} KiB tmpfs (mount -t tmpfs -o size=${kib}k)`,
+        bin: gpupackBin(),
+        freeKiB() {
+          const f = fs.statfsSync(dir);
+          return (f.bavail * f.bsize) / 1024;
+        },
+        grow() {
+          const g = spawnSync('mount', ['-o', 'remount,size=262144k', dir], { encoding: 'utf8' });
+          if (g.status !== 0) throw new Error(`cannot grow the tmpfs: ${g.stderr}`);
+        },
+        release() {
+          spawnSync('umount', [dir]);
+          mounted.delete(dir);
+        },
+      };
+    }
+    refused = (r.stderr || `mount exited ${r.status}`).trim();
+  }
+  const wrapper = path.join(scratch, `gpupack-fsize-${kib}k`);
+  fs.writeFileSync(wrapper, `#!/bin/bash\n# a file write past ${kib} KiB fails (EFBIG) instead of killing the server\ntrap '' XFSZ\n` +
+                            `ulimit -f ${kib}\nexec ${JSON.stringify(gpupackBin())} "$@"\n`, { mode: 0o755 });
+  const disk = {
+    how: `ulimit -f ${kib} (KiB per file) on the server; no tmpfs: ${refused}`,
+    bin: wrapper,
+    freeKiB() { // the largest file decides
+      const sizes = fs.readdirSync(dir).map((f) => fs.statSync(path.join(dir, f)).size);
+      return kib - Math.max(0, ...sizes) / 1024;
+    },
+    grow() {
+      disk.bin = gpupackBin();
+    },
+    release() {},
+  };
+  return disk;
+}
+
+// startServerWith starts `gpupack server` through `bin` (harness.startServer takes the binary from GPUPACK_BIN).
+async function startServerWith(bin, options) {
+  const saved = process.env.GPUPACK_BIN;
+  process.env.GPUPACK_BIN = bin;
+  try {
+    return await startServer(options);
+  } finally {
+    if (saved === undefined) delete process.env.GPUPACK_BIN;
+    else process.env.GPUPACK_BIN = saved;
+  }
+}
+
+// A disk-full round: one server on a small disk, cluster `diskfull` with a pool of 8 dedicated GPUs (attribute
+// pool=whole, kept full of PENDING dedicated tasks) and a shared pool, and --workers connections writing: RunTask
+// of shared tasks whose overrides carry 4 KiB (so the disk fills in a second or two), StopTask and RUNNING
+// reports of them, and pairs of a StopTask of a dedicated task with a RunTask of a dedicated task sent at once
+// (a write decided on top of a failed one: the RunTask may be placed on the GPU the stop frees; if the stop's
+// commit fails, the RunTask must not become durable either), only pairs once less than NEAR_FULL_KIB is free.
+// Every RunTask carries a startedBy mark of its own, so a refused one can be
+// looked for after the restart. Once the first write is refused (5xx) the flood goes on for 300 ms, a reader
+// polls meanwhile, then the server gets SIGKILL and is restarted twice: on the still-full disk, then with the
+// space back. After each restart:
+//   - every acknowledged RunTask's tasks are there, every acknowledged StopTask left desiredStatus STOPPED, every
+//     acknowledged STOPPED report lastStatus STOPPED, every acknowledged RUNNING report a task not PENDING;
+//   - nothing refused is there: no task carries the mark of a refused RunTask, a task whose StopTask was refused
+//     (and none acknowledged) is desiredStatus RUNNING, a refused RUNNING report left its task PENDING;
+//   - no write sent after a refusal was answered was acknowledged (a server that lost a commit decides nothing
+//     more), and no RunTask racing a refused StopTask was acknowledged on that task's GPU;
+//   - the accounting invariants (a dedicated GPU has one holder), the reader's dirty-read check, and the state
+//     equals what reads showed just before the kill (reads show what is durable, nothing else).
+async function diskFullRounds(dir) {
+  const t0 = Date.now();
+  const totals = { acked: 0, refused: 0, ackedTasks: 0, foundAfter: 0, refusedFound: 0, ackedAfterRefusal: 0, pairs: 0,
+                   pairsStopRefused: 0, pairsRunAcked: 0, pairsRunElsewhere: 0, polls: 0, seen: 0, dirty: 0, gpusChecked: 0, firstRefusal: '', how: '',
+                   restartFull: [], restartFailed: 0, survived: 0, fillMs: [] };
+  for (let round = 1; round <= DISK_ROUNDS; ++round) {
+    const where = `disk-full round ${round}`;
+    const v0 = violations.length;
+    const disk = smallDisk(path.join(dir, `disk-${round}`), DISK_KIB, dir);
+    totals.how = disk.how;
+    const db = path.join(dir, `disk-${round}`, 'state.db');
+    try {
+      await diskFullRound(where, disk, db, totals);
+    } finally {
+      disk.release();
+    }
+    if (violations.length === v0) ++totals.survived;
+  }
+  return { ...totals, rounds: DISK_ROUNDS, seconds: (Date.now() - t0) / 1000 };
+}
+
+async function diskFullRound(where, disk, db, totals) {
+  const cluster = 'diskfull';
+  let server = await startServerWith(disk.bin, { db, extraArgs: PLAY_AGENT });
+  const e0 = server.endpoint;
+  await ok(e0, 'CreateCluster', { clusterName: cluster });
+  const pools = [['whole', [['GPU-df-w-0', 15360], ['GPU-df-w-1', 15360], ['GPU-df-w-2', 15360], ['GPU-df-w-3', 15360]]],
+                 ['whole', [['GPU-df-w-4', 15360], ['GPU-df-w-5', 15360], ['GPU-df-w-6', 15360], ['GPU-df-w-7', 15360]]],
+                 ['shared', [['GPU-df-s-0', 81559], ['GPU-df-s-1', 81559]]], ['shared', [['GPU-df-s-2', 40960]]]];
+  const WHOLE = 8;
+  for (const [i, [pool, gpus]] of pools.entries()) {
+    await ok(e0, 'RegisterContainerInstance', {
+      cluster, instanceIdentityDocument: JSON.stringify({ instanceId: `i-df-${i}` }),
+      totalResources: [{ name: 'CPU', type: 'INTEGER', integerValue: 1 << 20 }, { name: 'MEMORY', type: 'INTEGER', integerValue: 1 << 24 }],
+      platformDevices: gpus.map(([id, mib]) => gpuDevice(id, mib)), attributes: [{ name: 'pool', value: pool }],
+    });
+  }
+  for (const size of [512, 1024]) await ok(e0, 'RegisterTaskDefinition', sharedTaskDefinition(`df${size}`, size));
+  await ok(e0, 'RegisterTaskDefinition', dedicatedTaskDefinition('dfwhole', 1));
+  const inPool = (pool) => [{ type: 'memberOf', expression: `attribute:pool == ${pool}` }];
+  const pad = 'p'.repeat(4096);
+  const bigPad = 'q'.repeat(7000);
+
+  const writes = []; // {op, body, mark, sent, answered, status, json}
+  const acked = new Map(); // task ARN -> the write that acknowledged it
+  const sharedLive = [];
+  const wholeLive = new Map(); // dedicated task ARN -> its GPU id
+  let markSeq = 0;
+  let firstRefusalAt; // when the first 5xx was answered
+  const seen = new Map();
+  const readStats = { polls: 0, cut: 0 };
+  const pairs = [];
+  const NEAR_FULL_KIB = 64;
+
+  async function send(op, body, mark) {
+    const w = { op, body, mark, sent: Date.now() };
+    writes.push(w);
+    try {
+      const res = await call(server.endpoint, op, body, { timeoutMs: 15000 });
+      w.status = res.status;
+      w.json = res.json;
+      w.text = res.text;
+    } catch {
+      w.status = 0; // no answer: not acknowledged, may or may not have landed (not expected: nothing is killed meanwhile)
+    }
+    w.answered = Date.now();
+    if (w.status >= 500 && firstRefusalAt === undefined) {
+      firstRefusalAt = w.answered;
+      totals.firstRefusal = `${op} ${w.status}: ${(w.json?.message ?? w.text ?? '').slice(0, 200)}`;
+    }
+    if (w.status === 200 && op === 'RunTask') {
+      for (const t of w.json.tasks) {
+        acked.set(t.taskArn, w);
+        if (body.taskDefinition === 'dfwhole') wholeLive.set(t.taskArn, t.containers[0]?.gpuIds?.[0]);
+        else sharedLive.push(t.taskArn);
+      }
+    }
+    return w;
+  }
+  const runShared = () => {
+    const mark = `df-${SEED}-${markSeq++}`;
+    return send('RunTask', { cluster, taskDefinition: rand() < 0.5 ? 'df512' : 'df1024', count: rand() < 0.7 ? 1 : 2, startedBy: mark,
+                             placementConstraints: inPool('shared'),
+                             overrides: { containerOverrides: [{ name: 'main', environment: [{ name: 'PAD', value: pad }] }] } }, mark);
+  };
+  // A dedicated task is large (7 KiB of overrides) or small: a StopTask rewrites its whole record, so the stop of a
+  // large one can fail where a RunTask of a small one still fits in the space the failed commit gave back.
+  const runWhole = (large) => {
+    const mark = `df-${SEED}-${markSeq++}`;
+    const body = { cluster, taskDefinition: 'dfwhole', startedBy: mark, placementConstraints: inPool('whole') };
+    if (large) body.overrides = { containerOverrides: [{ name: 'main', environment: [{ name: 'PAD', value: bigPad }] }] };
+    return send('RunTask', body, mark);
+  };
+  // The dedicated pool starts full: eight large PENDING tasks (never reported RUNNING, so a StopTask frees the GPU
+  // at once).
+  for (let i = 0; i < WHOLE; ++i) await runWhole(true);
+  if (wholeLive.size !== WHOLE) violation(where, `setup: ${wholeLive.size} of ${WHOLE} dedicated tasks placed`);
+
+  const running = { on: true };
+  async function worker() {
+    for (let n = 0; running.on && n < 100000; ++n) {
+      if (firstRefusalAt !== undefined && Date.now() - firstRefusalAt > 300) running.on = false;
+      // Near the end of the space, pairs alone: the commit that fails is then most likely a pair's.
+      const r = disk.freeKiB() < NEAR_FULL_KIB ? 0 : rand();
+      if (r < 0.2 && wholeLive.size) {
+        // A StopTask of a dedicated task and, at once, a RunTask that the freed GPU can take.
+        const [arn, gpu] = [...wholeLive][Math.floor(rand() * wholeLive.size)];
+        wholeLive.delete(arn);
+        const [stop, run] = await Promise.all([send('StopTask', { cluster, task: arn, reason: 'disk-full pair' }), runWhole(rand() < 0.5)]);
+        pairs.push({ arn, gpu, stop, run });
+      } else if (r < 0.65 || !sharedLive.length) {
+        await runShared();
+      } else if (r < 0.85) {
+        const arn = sharedLive.splice(Math.floor(rand() * sharedLive.length), 1)[0];
+        const stop = await send('StopTask', { cluster, task: arn, reason: 'disk-full flood' });
+        if (stop.status === 200 && stop.json.task.lastStatus !== 'STOPPED')
+          await send('SubmitTaskStateChange', { cluster, task: arn, status: 'STOPPED' });
+      } else {
+        await send('SubmitTaskStateChange', { cluster, task: pick(sharedLive), status: 'RUNNING' });
+      }
+    }
+  }
+  const loadStart = Date.now();
+  const stopper = setTimeout(() => (running.on = false), 60000); // bounded, should the disk never fill
+  const flood = Array.from({ length: WORKERS }, worker);
+  flood.push(reader(server.endpoint, cluster, seen, running, readStats));
+  await Promise.all(flood);
+  clearTimeout(stopper);
+  if (firstRefusalAt === undefined) {
+    violation(where, `no commit failed within 60 s on ${disk.how} (${writes.length} writes): the disk never filled`);
+    await server.stop();
+    return;
+  }
+  totals.fillMs.push(firstRefusalAt - loadStart);
+  const health = await fetch(server.endpoint + '/healthz');
+  const healthText = await health.text();
+  if (health.status !== 503) violation(where, `after a refused commit /healthz answered ${health.status} ${healthText}`);
+  // What reads show now, while writes are refused: the committed state, which the restarts must find again.
+  const ackedArns = [...acked.keys()];
+  const before = await snapshot(server.endpoint, cluster, [...ackedArns, ...seen.keys()]);
+  for (const t of before.tasks.values()) noteSeen(seen, t);
+  server.child.kill('SIGKILL');
+  await server.exited;
+
+  // The verdicts on the writes.
+  const stopAcked = new Set(writes.filter((w) => w.op === 'StopTask' && w.status === 200).map((w) => w.body.task));
+  const reportAcked = (status) => new Set(writes.filter((w) => w.op === 'SubmitTaskStateChange' && w.status === 200 && w.body.status === status).map((w) => w.body.task));
+  const stoppedAcked = reportAcked('STOPPED');
+  const runningAcked = reportAcked('RUNNING');
+  const ackedW = writes.filter((w) => w.status === 200);
+  const refusedW = writes.filter((w) => w.status >= 500);
+  totals.acked += ackedW.length;
+  totals.refused += refusedW.length;
+  totals.ackedTasks += acked.size;
+  for (const w of writes) {
+    if (w.status > 0 && w.status < 500 && w.status !== 200) violation(where, `${w.op} answered ${w.status}: ${(w.text ?? '').slice(0, 200)}`);
+    if (w.status === 0) violation(where, `${w.op} got no answer within 15 s`);
+  }
+  for (const w of ackedW)
+    if (w.sent > firstRefusalAt) {
+      ++totals.ackedAfterRefusal;
+      violation(where, `${w.op} sent ${w.sent - firstRefusalAt} ms after a commit was refused was acknowledged: it was decided on top of the lost write`);
+    }
+  for (const p of pairs) {
+    ++totals.pairs;
+    if (p.stop.status >= 500) {
+      ++totals.pairsStopRefused;
+      // The racing RunTask may be placed on a GPU an earlier, committed stop freed; on the refused stop's own GPU
+      // it can only have been placed on top of that stop.
+      const gpu = p.run.status === 200 ? p.run.json.tasks[0]?.containers[0]?.gpuIds?.[0] : undefined;
+      if (gpu !== undefined && gpu === p.gpu) {
+        ++totals.pairsRunAcked;
+        violation(where, `StopTask ${p.arn} (${p.gpu}) was refused, the RunTask racing it was acknowledged on the same GPU`);
+      } else if (gpu !== undefined) {
+        ++totals.pairsRunElsewhere;
+      }
+    }
+  }
+
+  const check = async (endpoint, label) => {
+    const at = `${where}, ${label}`;
+    const snap = await snapshot(endpoint, cluster, [...ackedArns, ...seen.keys()]);
+    let found = 0;
+    for (const [arn, w] of acked) {
+      if (snap.tasks.has(arn)) ++found;
+      else violation(at, `task ${arn} of an acknowledged RunTask (${w.mark}) is MISSING`);
+    }
+    for (const arn of stopAcked)
+      if (snap.tasks.get(arn) && snap.tasks.get(arn).desiredStatus !== 'STOPPED') violation(at, `StopTask ${arn} was acknowledged, desiredStatus is ${snap.tasks.get(arn).desiredStatus}`);
+    for (const arn of stoppedAcked)
+      if (snap.tasks.get(arn) && snap.tasks.get(arn).lastStatus !== 'STOPPED') violation(at, `STOPPED report for ${arn} was acknowledged, lastStatus is ${snap.tasks.get(arn).lastStatus}`);
+    for (const arn of runningAcked)
+      if (snap.tasks.get(arn)?.lastStatus === 'PENDING') violation(at, `RUNNING report for ${arn} was acknowledged, lastStatus is PENDING`);
+    // Nothing refused is there.
+    let refusedFound = 0;
+    const byStartedBy = new Map();
+    for (const t of snap.tasks.values()) byStartedBy.set(t.startedBy, [...(byStartedBy.get(t.startedBy) ?? []), t.taskArn]);
+    for (const w of refusedW) {
+      let what;
+      if (w.op === 'RunTask' && byStartedBy.has(w.mark)) what = `its task(s) ${byStartedBy.get(w.mark).join(', ')} exist`;
+      else if (w.op === 'StopTask' && !stopAcked.has(w.body.task) && snap.tasks.get(w.body.task)?.desiredStatus === 'STOPPED')
+        what = `task ${w.body.task} is desiredStatus STOPPED`;
+      else if (w.op === 'SubmitTaskStateChange' && w.body.status === 'RUNNING' && !runningAcked.has(w.body.task) &&
+               snap.tasks.get(w.body.task)?.lastStatus === 'RUNNING')
+        what = `task ${w.body.task} is RUNNING`;
+      if (!what) continue;
+      ++refusedFound;
+      violation(at, `${w.op} ${w.mark ?? w.body.task} was refused (${w.status}), yet ${what}`);
+    }
+    // For every task listed, its lastStatus/desiredStatus and GPUs equal what reads showed before the kill.
+    for (const [arn, t] of before.tasks) {
+      const u = snap.tasks.get(arn);
+      if (u && (u.desiredStatus !== t.desiredStatus || u.lastStatus !== t.lastStatus))
+        violation(at, `task ${arn} read ${t.lastStatus}/${t.desiredStatus} before the kill, ${u.lastStatus}/${u.desiredStatus} after`);
+    }
+    if (snap.tasks.size !== before.tasks.size) violation(at, `${before.tasks.size} tasks read before the kill, ${snap.tasks.size} after`);
+    totals.dirty += checkSeen(at, snap, seen);
+    totals.gpusChecked += checkAccounting(at, snap);
+    return { found, refusedFound };
+  };
+
+  // Restart 1: on the disk as full as the kill left it.
+  let full;
+  try {
+    server = await startServerWith(disk.bin, { db, extraArgs: PLAY_AGENT });
+  } catch (err) {
+    const said = /gpupack: [^\n]*/.exec(String(err.message))?.[0] ?? String(err.message);
+    totals.restartFull.push(`did not start: ${said.slice(0, 160)}`);
+    server = undefined;
+  }
+  if (server) {
+    full = await check(server.endpoint, 'restarted on the full disk');
+    totals.restartFull.push('started and served reads');
+    server.child.kill('SIGKILL');
+    await server.exited;
+  }
+  // Restart 2: with the space back, as an operator would. Writes are accepted again.
+  disk.grow();
+  try {
+    server = await startServerWith(disk.bin, { db, extraArgs: PLAY_AGENT });
+  } catch (err) {
+    // A server that finds the durable state inconsistent refuses to load it: a write decided on top of a lost one became durable.
+    violation(where, `with the space back the server did not start: ${String(err.message).replace(/\s+/g, ' ').slice(0, 600)}`);
+    totals.restartFailed += 1;
+    return;
+  }
+  const grown = await check(server.endpoint, 'restarted with space');
+  totals.foundAfter += grown.found;
+  totals.refusedFound += Math.max(grown.refusedFound, full?.refusedFound ?? 0);
+  const again = await call(server.endpoint, 'RunTask', { cluster, taskDefinition: 'df512', placementConstraints: inPool('shared') });
+  if (again.status !== 200) violation(where, `with space back, a RunTask answered ${again.status}: ${again.text.slice(0, 200)}`);
+  totals.polls += readStats.polls;
+  totals.seen += seen.size;
+  await server.stop();
+  console.log(`${where}: ${disk.how}; first refusal after ${firstRefusalAt - loadStart} ms; ${ackedW.length} writes acknowledged ` +
+              `(${acked.size} tasks), ${refusedW.length} refused; after the restarts ${grown.found}/${acked.size} acknowledged tasks found, ` +
+              `${grown.refusedFound} refused writes found; ${pairs.length} stop+run pairs (${pairs.filter((p) => p.stop.status >= 500).length} stops refused)`);
+}
+
 // ---- main -----------------------------------------------------------------------------------------------------
 
 const dir = tempDir('gpupack-crash-');
-let s, a;
+let s, a, d;
 try {
   if (SERVER_ROUNDS) s = await serverRounds(dir);
   if (AGENT_ROUNDS) a = await agentRounds(dir);
+  if (DISK_ROUNDS) d = await diskFullRounds(dir);
 } catch (e) {
   violation('tool', e.stack ?? String(e));
 }
@@ -670,12 +1118,29 @@ if (s) {
               `${s.stops} acknowledged StopTasks, ${s.gpusChecked} GPU checks`);
   console.log(`        ${s.stats.runAcked} RunTask answered (${s.stats.placementFailures} placed nothing), ${s.stats.reports} state reports, ` +
               `${s.stats.errors4xx} 4xx answers, ${s.stats.cut} calls cut by a kill`);
+  console.log(`        dirty reads: a reader polled ListTasks + DescribeTasks ${s.readStats.polls} times during the rounds and saw ` +
+              `${s.seen} tasks; ${s.readStats.dirty} of them missing or behind their read state after a restart; ` +
+              `${s.readStats.readKills} SIGKILLs the moment it listed a task whose RunTask was not answered yet`);
 }
 if (a) {
   console.log(`agent:  ${a.survived}/${a.rounds} SIGKILL rounds without a violation in ${a.seconds.toFixed(1)} s; ` +
               `${a.acked} acknowledged tasks checked, ${a.stops} acknowledged StopTasks, ${a.gpusChecked} GPU checks, ` +
               `${a.stats.placementFailures} RunTasks placed nothing ${JSON.stringify(a.stats.failureReasons)}, ${a.stats.cut} calls cut, ` +
               `${a.stats.killedWhileStarting} tasks stopped as "agent restarted while starting"`);
+}
+if (d) {
+  console.log(`disk:   ${d.survived}/${d.rounds} disk-full rounds without a violation in ${d.seconds.toFixed(1)} s; database on ${d.how}`);
+  console.log(`        first refusal after ${d.fillMs.join(', ')} ms of load: ${d.firstRefusal}`);
+  console.log(`        ${d.acked} writes acknowledged (${d.ackedTasks} tasks), ${d.refused} refused; after the restarts ` +
+              `${d.foundAfter}/${d.ackedTasks} acknowledged tasks found, ${d.refusedFound} refused writes found, ` +
+              `${d.ackedAfterRefusal} writes acknowledged after a refusal; ${d.pairs} StopTask+RunTask pairs on the dedicated pool, ` +
+              `${d.pairsStopRefused} stops refused: ${d.pairsRunAcked} of their RunTasks acknowledged on the stopped task's GPU ` +
+              `(${d.pairsRunElsewhere} on a GPU an earlier stop freed)`);
+  const fullStarts = d.restartFull.filter((r) => r === 'started and served reads').length;
+  const fullFailures = d.restartFull.filter((r) => r !== 'started and served reads');
+  console.log(`        restarts on the full disk: ${fullStarts}/${d.restartFull.length} started and served reads` +
+              `${fullFailures.length ? ` (${fullFailures.join('; ')})` : ''}; with the space back ${d.restartFailed} refused to start; dirty reads: ${d.polls} polls saw ${d.seen} tasks, ` +
+              `${d.dirty} missing or behind after a restart; ${d.gpusChecked} GPU checks`);
 }
 console.log(`violations: ${violations.length}`);
 if (opt.keep) console.log(`kept ${dir}`);

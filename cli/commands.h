@@ -28,6 +28,11 @@ struct ServerFlags {
   // http://LISTEN) and the leader lease's length.
   std::string advertise;
   int lease_ttl_ms = 5000;
+  // The agent channel's bounds (api::ServerOptions; docs/security.md): connections open at once, the MiB one
+  // connection may hold queued for sending, and the MiB of one hello's parts. Checked by ServerRuntime::Start.
+  int64_t max_agent_channels = 1024;
+  int64_t agent_send_queue_mib = 16;
+  int64_t agent_hello_mib = 64;
 };
 
 void AddServerFlags(CLI::App& app, ServerFlags& flags);

@@ -57,6 +57,18 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
                  "with a PostgreSQL --db: how long the leader's lease lasts without a renewal (renewed about every "
                  "second); a standby takes over this long after the leader is gone")
       ->capture_default_str();
+  app.add_option("--max-agent-channels", f.max_agent_channels,
+                 "agent channel connections open at once (1..100000); one more upgrade is answered 503 and the "
+                 "agent retries. The process needs this many file descriptors besides its 4096 HTTP connections")
+      ->capture_default_str();
+  app.add_option("--agent-send-queue-mib", f.agent_send_queue_mib,
+                 "MiB one agent channel connection may hold queued for sending (1..1024); an agent that does not "
+                 "read past it is disconnected and reconciles when it reconnects")
+      ->capture_default_str();
+  app.add_option("--agent-hello-mib", f.agent_hello_mib,
+                 "MiB of one agent's hello sent in parts (1..1024): an agent whose hello is larger is refused with "
+                 "an error; 64 MiB holds some 50 times the hello of 360 tasks of 10 containers")
+      ->capture_default_str();
   app.add_option("--fragmentation-workload", f.fragmentation_workload,
                  "JSON file {\"shapes\": [{\"weight\", \"cpu\", \"memory\", \"gpuMemory\" or \"gpus\", \"memberOf\"}]}: "
                  "the target workload of placementStrategy binpack(fragmentation) in every cluster (default: "
@@ -119,6 +131,22 @@ Result<std::shared_ptr<const TargetWorkload>> LoadFragmentationWorkload(const st
 }  // namespace
 
 namespace {
+
+// ChannelBoundsError checks the agent channel's bound flags; empty when all are in range. Each range refuses 0
+// and negative values, and values no host could honour (more connections than file descriptors, a queue or
+// hello of more than 1 GiB per agent).
+std::string ChannelBoundsError(const ServerFlags& f) {
+  auto out_of = [](const char* flag, int64_t v, int64_t hi, const char* what) {
+    return std::string(flag) + " must be 1.." + std::to_string(hi) + " (" + what + "), got " + std::to_string(v);
+  };
+  if (f.max_agent_channels < 1 || f.max_agent_channels > 100'000)
+    return out_of("--max-agent-channels", f.max_agent_channels, 100'000, "agent channel connections open at once");
+  if (f.agent_send_queue_mib < 1 || f.agent_send_queue_mib > 1024)
+    return out_of("--agent-send-queue-mib", f.agent_send_queue_mib, 1024, "MiB queued per agent connection");
+  if (f.agent_hello_mib < 1 || f.agent_hello_mib > 1024)
+    return out_of("--agent-hello-mib", f.agent_hello_mib, 1024, "MiB of one agent's hello");
+  return "";
+}
 
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
@@ -222,6 +250,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   if (!std::regex_match(f.account_id, std::regex("[0-9]{12}"))) return usage("--account-id must be 12 digits");
   if (!std::regex_match(f.region, std::regex("[a-z]{2}(-[a-z]+)+-[0-9]+")))
     return usage("--region must look like us-east-1");
+  if (std::string bad = ChannelBoundsError(f); !bad.empty()) return usage(bad);
   auto impl = std::make_unique<Impl>();
   if (!f.credentials.empty()) {
     if (f.insecure_no_auth)
@@ -284,6 +313,9 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.control_plane.arn.region = f.region;
   options.control_plane.arn.account = f.account_id;
   options.control_plane.placement.place_on_disconnected = f.place_on_disconnected;
+  options.max_websockets = static_cast<size_t>(f.max_agent_channels);
+  options.max_send_queue_bytes = static_cast<size_t>(f.agent_send_queue_mib) << 20;
+  options.channel.max_hello_bytes = static_cast<size_t>(f.agent_hello_mib) << 20;
   auto strategy = ParseDefaultStrategy(f.default_strategy);
   if (!strategy.ok()) return usage("--default-strategy: " + strategy.status().message());
   options.control_plane.placement.shared_gpu_default = {*strategy};
@@ -352,6 +384,9 @@ int RunServer(const ServerFlags& f) {
                 f.advertise.empty() ? server->endpoint().c_str() : f.advertise.c_str(), server->endpoint().c_str());
   std::printf("  auth      %s\n", server->auth_summary().c_str());
   std::printf("  health    %s/healthz   metrics %s/metrics\n", server->endpoint().c_str(), server->endpoint().c_str());
+  std::printf("  agents    at most %lld channel connections, %lld MiB send queue each, hello up to %lld MiB\n",
+              static_cast<long long>(f.max_agent_channels), static_cast<long long>(f.agent_send_queue_mib),
+              static_cast<long long>(f.agent_hello_mib));
   std::fflush(stdout);
   WaitForSignal();
   spdlog::info("shutting down");

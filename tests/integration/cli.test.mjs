@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
@@ -62,6 +63,105 @@ describe('--default-strategy', () => {
       for (const t of r.tasks) per.set(t.containerInstanceArn, (per.get(t.containerInstanceArn) ?? 0) + 1);
       assert.deepEqual([...per.values()], [2, 2]);
     } finally {
+      await server.stop();
+    }
+  });
+});
+
+// upgradeChannel sends the agent channel's upgrade request for `instanceArn` on a raw socket and resolves
+// {status, head, socket} once the answer's head is read; the socket stays open (an upgraded one holds its slot).
+function upgradeChannel(endpoint, instanceArn) {
+  const { hostname, port } = new URL(endpoint);
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), hostname);
+    let head = '';
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no answer to the upgrade within 10 s: ${head}`));
+    }, 10000);
+    socket.on('connect', () => socket.write(
+      `GET /agent/v1/channel?containerInstance=${encodeURIComponent(instanceArn)} HTTP/1.1\r\n` +
+      `Host: ${hostname}:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
+      'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n'));
+    socket.on('data', (d) => {
+      head += d.toString('latin1');
+      const end = head.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      clearTimeout(timer);
+      // A refusal's body (its length is in the head) follows the head.
+      const length = Number(/content-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+      if (head.length - end - 4 < length) return;
+      resolve({ status: Number(head.split(' ')[1]), head, socket });
+    });
+    socket.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+  });
+}
+
+describe('agent channel bounds', () => {
+  test('a bound of 0, negative, absurd or not a number is a usage error naming the flag and its range', async () => {
+    const db = path.join(dir, 'bounds-bad.db');
+    for (const [flag, value, range] of [
+      ['--max-agent-channels', '0', '1..100000'], ['--max-agent-channels', '-5', '1..100000'],
+      ['--max-agent-channels', '100001', '1..100000'], ['--agent-send-queue-mib', '0', '1..1024'],
+      ['--agent-send-queue-mib', '-1', '1..1024'], ['--agent-send-queue-mib', '1048576', '1..1024'],
+      ['--agent-hello-mib', '0', '1..1024'], ['--agent-hello-mib', '4096', '1..1024']]) {
+      const r = await run(['server', '--listen', '127.0.0.1:0', '--db', db, flag, value]);
+      assert.equal(r.code, 2, `${flag} ${value}: ${r.stderr}`);
+      assert.equal(r.stdout, '', `${flag} ${value} printed a banner`);
+      assert.match(r.stderr, new RegExp(`${flag} must be ${range} \\(.*\\), got ${value}`), `${flag} ${value}`);
+    }
+    const r = await run(['server', '--listen', '127.0.0.1:0', '--db', db, '--agent-hello-mib', 'lots']);
+    assert.notEqual(r.code, 0, r.stderr);
+    assert.match(r.stderr, /--agent-hello-mib/);
+    assert.ok(!fs.existsSync(db), 'a refused start left a database behind');
+  });
+
+  // banner starts a server, reads its banner up to the agents line and stops it.
+  async function banner(db, flags) {
+    const child = spawn(gpupackBin(), ['server', '--listen', '127.0.0.1:0', '--db', db, ...flags], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20000);
+    await new Promise((resolve) => {
+      child.stdout.setEncoding('utf8').on('data', (d) => {
+        stdout += d;
+        if (/agents .*\n/.test(stdout)) resolve();
+      });
+      exited.then(resolve);
+    });
+    child.kill('SIGTERM');
+    await exited;
+    clearTimeout(timer);
+    return stdout;
+  }
+
+  test('the bounds are in the banner, defaults unchanged; --max-agent-channels 1 refuses a second channel with 503', async () => {
+    assert.match(await banner(path.join(dir, 'bounds-default.db'), []),
+      /agents {4}at most 1024 channel connections, 16 MiB send queue each, hello up to 64 MiB\n/);
+    const flags = ['--max-agent-channels', '1', '--agent-send-queue-mib', '2', '--agent-hello-mib', '8'];
+    assert.match(await banner(path.join(dir, 'bounds-banner.db'), flags),
+      /agents {4}at most 1 channel connections, 2 MiB send queue each, hello up to 8 MiB\n/);
+    const server = await startServer({ db: path.join(dir, 'bounds.db'), extraArgs: flags });
+    const sockets = [];
+    try {
+      const e = server.endpoint;
+      await ok(e, 'CreateCluster', {});
+      const arn = await registerInstance(e, 'default', [['GPU-bounds-0', 22587]]);
+      const first = await upgradeChannel(e, arn);
+      sockets.push(first.socket);
+      assert.equal(first.status, 101, first.head);
+      // With the default (1,024) this one would be upgraded too.
+      const second = await upgradeChannel(e, arn);
+      sockets.push(second.socket);
+      assert.equal(second.status, 503, second.head);
+      assert.match(second.head, /too many agent channel connections \(limit 1\)/);
+      const metrics = await (await fetch(e + '/metrics')).text();
+      assert.match(metrics, /^gpupack_http_websocket_refusals_total 1$/m);
+    } finally {
+      for (const s of sockets) s.destroy();
       await server.stop();
     }
   });
