@@ -1195,5 +1195,78 @@ TEST_F(ChannelTest, AnAgentIgnoresTheWelcomeAndPushesOfAnOlderEpoch) {
   connection.Stop();
 }
 
+// The highest epoch survives the agent: a connection writes it to leader_epoch.json in its state directory
+// before acting on the message that raised it, and a new connection on the same directory (a restarted agent)
+// starts from it, so the deposed leader of epoch 3 is ignored by an agent that saw epoch 5 only in its
+// previous run: no welcome, no assign handed on. A later leader (epoch 6) is heard and raises the file.
+TEST_F(ChannelTest, ARestartedAgentStillIgnoresAnOlderEpoch) {
+  const std::string db = (dir_ / "state.db").string();
+  const uint16_t port = server_->port();
+  auto channel_of = [](int64_t epoch) {
+    api::AgentChannelOptions c{200ms, 3};
+    c.push_ack_timeout = 100ms;
+    c.push_attempts = 1000;
+    c.epoch = epoch;
+    return c;
+  };
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(5));
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  server_->Call("RegisterTaskDefinition",
+                {{"family", "small"}, {"containerDefinitions", {{{"name", "main"}, {"image", "busybox"}, {"memory", 6}}}}});
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.name = "epochs";
+  o.registration.cpu = 4096;
+  o.registration.memory = 8192;
+  const fs::path epoch_file = fs::path(o.state_dir) / "leader_epoch.json";
+  std::string instance;
+  {
+    EpochListener first;
+    agent::ServerConnection connection(o, first, {});
+    first.connection = &connection;
+    EXPECT_EQ(connection.epoch(), 0);
+    ASSERT_TRUE(connection.Register().ok());
+    connection.Start();
+    for (int i = 0; i < 500 && first.welcomes() < 1; ++i) std::this_thread::sleep_for(20ms);
+    ASSERT_EQ(first.welcomes(), 1u);
+    EXPECT_EQ(connection.epoch(), 5);
+    instance = connection.instance_arn();
+    connection.Stop();
+  }
+  ASSERT_TRUE(fs::exists(epoch_file));
+  EXPECT_EQ(Json::parse(std::ifstream(epoch_file))["epoch"], 5);
+
+  // The deposed leader of epoch 3, and a restarted agent (a new connection on the same state directory).
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(3));
+  EpochListener second;
+  agent::ServerConnection restarted(o, second, {});
+  second.connection = &restarted;
+  EXPECT_EQ(restarted.epoch(), 5);  // before any message
+  EXPECT_EQ(restarted.instance_arn(), instance);
+  restarted.Start();
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  Json ran = server_->Call("RunTask", {{"taskDefinition", "small"}});
+  ASSERT_EQ(ran["tasks"].size(), 1u) << ran.dump();
+  for (int i = 0; i < 500 && server_->channel().push_retries() < 4; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_GE(server_->channel().push_retries(), 4u);  // sent again and again: never acked
+  EXPECT_EQ(second.welcomes(), 0u);
+  EXPECT_TRUE(second.assigned().empty());
+  EXPECT_EQ(restarted.epoch(), 5);
+  EXPECT_EQ(Json::parse(std::ifstream(epoch_file))["epoch"], 5);
+
+  // The next leader (epoch 6): heard, and remembered.
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(6));
+  for (int i = 0; i < 500 && second.welcomes() < 1; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(second.welcomes(), 1u);
+  EXPECT_EQ(restarted.epoch(), 6);
+  EXPECT_EQ(Json::parse(std::ifstream(epoch_file))["epoch"], 6);
+  restarted.Stop();
+}
+
 }  // namespace
 }  // namespace gpupack
