@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -1266,6 +1267,71 @@ TEST_F(ChannelTest, ARestartedAgentStillIgnoresAnOlderEpoch) {
   EXPECT_EQ(restarted.epoch(), 6);
   EXPECT_EQ(Json::parse(std::ifstream(epoch_file))["epoch"], 6);
   restarted.Stop();
+}
+
+// SilentServer: an agent channel endpoint that answers the hello with a welcome (heartbeats every 100 ms) and
+// then says nothing more, acks no heartbeat, and never closes: a paused or hung leader as the agent sees it.
+class SilentServer {
+ public:
+  SilentServer() {
+    api::HttpServerOptions o;
+    o.port = 0;
+    api::WebSocketHandler ws;
+    ws.accept = [](const api::HttpRequest&) { return Status::Ok(); };
+    ws.on_open = [](const std::shared_ptr<api::WebSocketConnection>&, const api::HttpRequest&) {};
+    ws.on_message = [this](const std::shared_ptr<api::WebSocketConnection>& c, std::string) {
+      if (welcomed_.exchange(true)) return;
+      c->Send(R"({"type":"welcome","assign":[],"stop":[],"heartbeatIntervalMs":100})");
+    };
+    ws.on_close = [this](const std::shared_ptr<api::WebSocketConnection>&) { closed_ = true; };
+    ws.idle_timeout = std::chrono::minutes(10);
+    o.websockets[protocol::kChannelPath] = ws;
+    auto created = api::HttpServer::Create(o, [](api::HttpRequest&&, api::Responder r) { r({503, {}, ""}); });
+    EXPECT_TRUE(created.ok()) << created.status().message();
+    server_ = std::move(*created);
+    server_->Start();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+  bool welcomed() const { return welcomed_; }
+  bool closed() const { return closed_; }
+
+ private:
+  std::atomic<bool> welcomed_{false}, closed_{false};
+  std::unique_ptr<api::HttpServer> server_;
+};
+
+// A server that goes silent without closing the connection (no TCP close ever comes) is left after
+// kSilentHeartbeats heartbeat intervals: the agent closes that channel and connects to the next server of its
+// list, whose welcome it gets.
+TEST_F(ChannelTest, AnAgentLeavesASilentServerForTheNextOne) {
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.name = "silence";
+  o.registration.cpu = 4096;
+  o.registration.memory = 8192;
+  {
+    // Registered at the real server (instance.json), so the connection below goes straight to its channel.
+    EpochListener registering;
+    agent::ServerConnection c(o, registering, {});
+    ASSERT_TRUE(c.Register().ok());
+  }
+  SilentServer silent;
+  o.servers = {*agent::ServerEndpoint::Parse(silent.url()), o.server};
+  EpochListener listener;
+  agent::ServerConnection connection(o, listener, {});
+  listener.connection = &connection;
+  connection.Start();
+  for (int i = 0; i < 500 && !silent.welcomed(); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(silent.welcomed());
+  // Its welcome, then the real server's once the silent one is left.
+  for (int i = 0; i < 500 && listener.welcomes() < 2; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(listener.welcomes(), 2u);
+  EXPECT_TRUE(silent.closed());
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  connection.Stop();
 }
 
 }  // namespace
