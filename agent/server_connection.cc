@@ -13,6 +13,8 @@ using protocol::TaskStatus;
 namespace {
 
 constexpr const char* kAgentVersion = "gpupack-agent 0.1.0";
+// kEpochFile: the highest leadership epoch seen, {"epoch": N}, in the state directory.
+constexpr const char* kEpochFile = "leader_epoch.json";
 
 // WriteFileAtomically writes via a temporary file and rename, so a crash leaves the old or the new content.
 bool WriteFileAtomically(const fs::path& path, const std::string& content) {
@@ -36,11 +38,20 @@ ServerConnection::ServerConnection(ConnectionOptions options, Listener& listener
     : options_(std::move(options)), listener_(listener), health_(std::move(health)) {
   servers_ = options_.servers.empty() ? std::vector<ServerEndpoint>{options_.server} : options_.servers;
   for (auto& s : servers_) s.signing = options_.server.signing;
-  std::ifstream in(fs::path(options_.state_dir) / "instance.json");
-  if (!in) return;
-  Json j = Json::parse(in, nullptr, false);
-  if (j.is_object() && j.contains("containerInstanceArn") && j["containerInstanceArn"].is_string())
-    instance_arn_ = j["containerInstanceArn"];
+  if (std::ifstream in(fs::path(options_.state_dir) / "instance.json"); in) {
+    Json j = Json::parse(in, nullptr, false);
+    if (j.is_object() && j.contains("containerInstanceArn") && j["containerInstanceArn"].is_string())
+      instance_arn_ = j["containerInstanceArn"];
+  }
+  if (std::ifstream in(fs::path(options_.state_dir) / kEpochFile); in) {
+    Json j = Json::parse(in, nullptr, false);
+    if (j.is_object() && j.contains("epoch") && j["epoch"].is_number_integer() && j["epoch"].get<int64_t>() > 0) {
+      epoch_ = j["epoch"].get<int64_t>();
+      spdlog::info("agent: leadership epoch {} remembered from {}", epoch_, kEpochFile);
+    } else {
+      spdlog::warn("agent: ignoring {}: not {{\"epoch\": N}}", kEpochFile);
+    }
+  }
 }
 
 ServerConnection::~ServerConnection() { Stop(); }
@@ -78,14 +89,21 @@ Status ServerConnection::Register() {
   // Several servers (--server URL,URL,...): one that cannot be reached or cannot serve now (ServerException)
   // makes the registration try the next, each once.
   size_t servers = 0;
+  size_t first = 0;
   {
     std::lock_guard lock(mu_);
     servers = servers_.size();
+    first = current_;
   }
   for (size_t tried = 1; !r.ok() && r.status().code() == ErrorCode::kServer && tried < servers; ++tried) {
     spdlog::warn("agent: registration at {} failed: {}; trying the next server", Current().Url(), r.status().message());
     NextServer(r.status().message());
     r = CallEcs(Current(), "RegisterContainerInstance", body);
+  }
+  if (!r.ok() && r.status().code() == ErrorCode::kServer) {
+    // Failed everywhere: the channel goes on from where it was, not from the last server this walk tried.
+    std::lock_guard lock(mu_);
+    current_ = first;
   }
   if (!r.ok() && r.status().code() == ErrorCode::kClusterNotFound) {
     // Like the ECS agent with the default cluster: create the cluster it was told to join.
@@ -154,6 +172,16 @@ void ServerConnection::Loop() {
       lock.lock();
       continue;
     }
+    if (channel_ && Clock::now() >= SilentAfter()) {
+      // A server silent this long is gone without a close (stopped, hung, cut off): leave it for the next one.
+      spdlog::warn("agent: the server at {} said nothing for {} ms; closing the channel and trying the next server",
+                   servers_[current_].Url(), (heartbeat_interval_ * kSilentHeartbeats).count());
+      channel_->Close();
+      closed_ = true;
+      ready_ = false;
+      current_ = (current_ + 1) % servers_.size();
+      continue;
+    }
     if (!channel_ && Clock::now() >= next_connect_) {
       lock.unlock();
       Connect();
@@ -168,7 +196,8 @@ void ServerConnection::Loop() {
       lock.lock();
       continue;
     }
-    const auto wake = channel_ ? (ready_ ? next_heartbeat_ : Clock::now() + heartbeat_interval_) : next_connect_;
+    const auto wake = channel_ ? std::min(ready_ ? next_heartbeat_ : Clock::now() + heartbeat_interval_, SilentAfter())
+                               : next_connect_;
     cv_.wait_until(lock, wake, [this] { return stopping_ || closed_ || heartbeat_due_; });
   }
   std::unique_ptr<ChannelClient> old = std::move(channel_);
@@ -221,8 +250,11 @@ void ServerConnection::Connect() {
     spdlog::warn("agent: channel: {}; retrying in {} ms", c.status().message(), retry.count());
     NextServer(c.status().message());
     // A server at its limit of channel connections (503 ServerException) knows the instance: it is only busy.
+    // Only a refused upgrade says so: a server that cannot be reached at all ("Connection refused" from TCP)
+    // says nothing about the instance, and registering there would walk the list away from the next server.
     const std::string& why = c.status().message();
-    if (why.find("refused") != std::string::npos && why.find("ServerException") == std::string::npos) {
+    if (why.find("the server refused the agent channel") != std::string::npos &&
+        why.find("ServerException") == std::string::npos) {
       // The server may have forgotten the instance (a new database): register again.
       if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
       if (deregistered_.load()) {
@@ -258,6 +290,7 @@ void ServerConnection::Connect() {
   for (std::string& m : messages) channel_->Send(std::move(m));
   ready_ = true;
   next_heartbeat_ = Clock::now();
+  last_heard_ = Clock::now();
   spdlog::info("agent: channel open; reported {} task(s) in {} message(s)", hello.tasks.size(), count);
 }
 
@@ -325,15 +358,25 @@ int64_t ServerConnection::epoch() const {
   return epoch_;
 }
 
+bool ServerConnection::PersistEpoch(int64_t epoch) const {
+  if (options_.state_dir.empty()) return true;
+  return WriteFileAtomically(fs::path(options_.state_dir) / kEpochFile, Json{{"epoch", epoch}}.dump());
+}
+
 bool ServerConnection::AcceptEpoch(const char* what, const std::optional<int64_t>& epoch) {
   if (!epoch) return true;
   int64_t highest = 0;
   {
     std::lock_guard lock(mu_);
-    if (*epoch >= epoch_) {
+    if (*epoch > epoch_) {
+      // Written before the message is acted on: a restart after this point refuses every older epoch. A write
+      // that fails is logged; the epoch still holds in memory.
+      if (!PersistEpoch(*epoch))
+        spdlog::warn("agent: could not write {} in {}: a restarted agent would not remember epoch {}", kEpochFile,
+                     options_.state_dir, *epoch);
       epoch_ = *epoch;
-      return true;
     }
+    if (*epoch == epoch_) return true;
     highest = epoch_;
   }
   spdlog::warn("agent: ignoring the server's {} of leadership epoch {}: epoch {} is current (a deposed leader's)",
@@ -345,6 +388,7 @@ void ServerConnection::OnMessage(uint64_t generation, const std::string& text) {
   {
     std::lock_guard lock(mu_);
     if (generation != generation_) return;  // a message of a channel already replaced
+    last_heard_ = Clock::now();
   }
   auto parsed = protocol::ParseServerMessage(text);
   if (!parsed.ok()) {

@@ -14,9 +14,16 @@
 // too large for one message goes as parts (protocol::SerializeHello), all sent before any report.
 //
 // Epochs: the connection remembers the highest leadership epoch a welcome or push carried (docs/ha.md), across
-// reconnects and servers. A welcome, assign or stop whose epoch is lower comes from a deposed leader: it is
-// logged and dropped before the Listener sees it, so its task is neither started nor stopped nor acked. One
-// without an epoch (a single server, an older server) is taken as before; one with a higher epoch raises it.
+// reconnects and servers, and across restarts: it is written to leader_epoch.json in the state directory
+// (beside instance.json) before the message that raised it is handed on, and read back at construction. A
+// welcome, assign or stop whose epoch is lower comes from a deposed leader: it is logged and dropped before the
+// Listener sees it, so its task is neither started nor stopped nor acked. One without an epoch (a single server,
+// an older server) is taken as before; one with a higher epoch raises it.
+//
+// Silence: a server that says nothing (no welcome, ack, push or answer) for kSilentHeartbeats heartbeat
+// intervals while the channel is open is taken as gone (a stopped or hung process, a path that drops packets:
+// no TCP close ever comes); the channel is closed and the next server of the list is tried, as when a
+// connection breaks. The server acks every heartbeat, so a live server is never silent that long.
 #pragma once
 
 #include <atomic>
@@ -57,7 +64,9 @@ struct ConnectionOptions {
   // among them; empty: `server` alone. The channel goes to the leader: a standby refuses it naming the leader,
   // and the connection follows that name; a server that cannot be reached makes it try the next one.
   std::vector<ServerEndpoint> servers;
-  std::string state_dir;  // instance.json: the instance ARN, so a restarted agent re-registers the same instance
+  // instance.json: the instance ARN, so a restarted agent re-registers the same instance; leader_epoch.json: the
+  // highest leadership epoch seen, so a restarted agent still ignores a deposed leader.
+  std::string state_dir;
   Registration registration;
 };
 
@@ -99,8 +108,11 @@ class ServerConnection final : public Reporter {
   void Stop();   // closes the channel and joins the thread
 
   std::string instance_arn() const;
-  // epoch: the highest leadership epoch seen in a welcome or push; 0 before any.
+  // epoch: the highest leadership epoch seen in a welcome or push (by this agent or, through leader_epoch.json,
+  // an earlier run of it on the same state directory); 0 before any.
   int64_t epoch() const;
+  // kSilentHeartbeats: heartbeat intervals of silence after which the server is taken as gone.
+  static constexpr int kSilentHeartbeats = 3;
 
   // Reporter
   void SendState(const protocol::TaskReport& report) override;
@@ -124,7 +136,11 @@ class ServerConnection final : public Reporter {
   // AcceptEpoch: false (and a log line naming `what`) when `epoch` is below the highest seen; else true, raising
   // the highest to `epoch`. A message without an epoch is always accepted.
   bool AcceptEpoch(const char* what, const std::optional<int64_t>& epoch);
+  // PersistEpoch writes `epoch` to leader_epoch.json (atomically); false when it could not. Called under mu_.
+  bool PersistEpoch(int64_t epoch) const;
   ServerEndpoint Current() const;  // the server the connection talks to now
+  // SilentAfter: when the open channel's server counts as gone if it says nothing meanwhile. Called under mu_.
+  Clock::time_point SilentAfter() const { return last_heard_ + heartbeat_interval_ * kSilentHeartbeats; }
   // NextServer moves to the server a refusal named (a standby's "served by the leader at URL"), else to the
   // next one of the list.
   void NextServer(const std::string& refusal);
@@ -152,6 +168,7 @@ class ServerConnection final : public Reporter {
   std::set<std::string> hello_stopped_;  // tasks the last hello reported STOPPED: the welcome acknowledges them
   std::chrono::milliseconds heartbeat_interval_{5000};
   int64_t epoch_ = 0;                           // guarded by mu_: the highest leadership epoch seen
+  Clock::time_point last_heard_{};              // guarded by mu_: when channel_ opened or last brought a message
   std::chrono::milliseconds backoff_{100};
   Clock::time_point next_heartbeat_{}, next_connect_{};
   std::atomic<int64_t> next_id_{1};

@@ -1,28 +1,50 @@
 #!/usr/bin/env node
 // ha_bench: several gpupack servers on one private PostgreSQL (tests/integration/ha_harness.mjs), measured.
 //
-//   takeover  three replicas, --instances container instances registered; --rounds times the leader gets SIGKILL
-//             and the clock runs until (a) a replica's /readyz says it is the ready leader and (b) a RunTask
-//             sent to the replicas in turn (as a retrying client does) is answered 200. p50/p99/max of both.
+//   takeover  three replicas; --instances container instances (8 GPUs each) registered and --tasks tasks placed
+//             (RunTask count 10 from --workers concurrent clients; every --running-every-th call's tasks reported
+//             RUNNING, the rest PENDING) before the first kill. A real `gpupack agent` (fake GPUs, the process
+//             runtime) given every replica serves a cluster of its own, and --load-clients clients keep sending
+//             RunTask with a clientToken, retried on the next replica until answered 200, through all rounds.
+//             Then --rounds times (fewer when --max-minutes runs out first): SIGKILL of the leader, and the clock
+//             runs until a survivor's log says it took the lease, until it serves as the leader (its state
+//             loaded), until its /readyz says it is the ready leader, until a RunTask sent to the survivors in
+//             turn (as a retrying client does) is answered 200, and until the agent is connected again. p50/p99
+//             of each. The killed replica is restarted (a standby) and the agent gets one more task each round.
+//             Safety, checked after the rounds through the API and in PostgreSQL: every acknowledged task exists
+//             exactly once (one task per acknowledged clientToken, the ARN the acknowledgement gave; nothing
+//             else but the preloaded tasks); every GPU's used memory equals the RUNNING and PENDING tasks on it;
+//             the database's task rows are exactly the tasks the leader lists (nothing landed that was neither
+//             acknowledged nor preloaded, as a deposed leader's commit would); the agent started no task twice
+//             (its log says "task ARN RUNNING" once per start) and every task run on it is RUNNING. The count of
+//             violations is printed, and the exit status is 1 when there is any.
 //   runtask   RunTask (count 1) from --clients concurrent HTTP clients for --seconds, against one server on
 //             PostgreSQL (fsync on: durable) and one on SQLite (WAL, synchronous=FULL), same cluster shape:
 //             calls/s, p50/p99 latency, and the PostgreSQL/SQLite ratio of calls/s.
 //
-// Usage: node bench/ha_bench.mjs [--rounds 20] [--instances 1000] [--ttl-ms 2000] [--clients 32] [--seconds 10]
-//                                [--only takeover|runtask]
+// Usage: node bench/ha_bench.mjs [--rounds 20] [--instances 1000] [--tasks 0] [--workers 16] [--running-every 10]
+//                                [--load-clients 2] [--max-minutes 0] [--ttl-ms 2000] [--clients 32]
+//                                [--seconds 10] [--only takeover|runtask]
 // The binary: $GPUPACK_BIN, else build/gpupack. Loopback only. PostgreSQL runs with fsync on here (durable),
 // unlike the tests.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { call, ok, PLAY_AGENT, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
+import { call, gpupackBin, ok, PLAY_AGENT, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
 import { callAny, freePort, postgresBinDir, NO_POSTGRES, startPostgres, startReplica, waitLeader } from '../tests/integration/ha_harness.mjs';
 
 const { values: opt } = parseArgs({
   options: {
     rounds: { type: 'string', default: '20' },
     instances: { type: 'string', default: '1000' },
+    tasks: { type: 'string', default: '0' },
+    workers: { type: 'string', default: '16' },
+    'running-every': { type: 'string', default: '10' },
+    'load-clients': { type: 'string', default: '2' },
+    'max-minutes': { type: 'string', default: '0' },
     'ttl-ms': { type: 'string', default: '2000' },
     clients: { type: 'string', default: '32' },
     seconds: { type: 'string', default: '10' },
@@ -33,8 +55,13 @@ if (!postgresBinDir()) {
   console.error(NO_POSTGRES);
   process.exit(2);
 }
-const rounds = Number(opt.rounds);
+const roundsWanted = Number(opt.rounds);
 const instances = Number(opt.instances);
+const tasks = Number(opt.tasks);
+const workers = Number(opt.workers);
+const runningEvery = Number(opt['running-every']);
+const loadClients = Number(opt['load-clients']);
+const deadline = Number(opt['max-minutes']) > 0 ? Date.now() + Number(opt['max-minutes']) * 60000 : 0;
 const ttlMs = Number(opt['ttl-ms']);
 const clients = Number(opt.clients);
 const seconds = Number(opt.seconds);
@@ -45,45 +72,293 @@ const pctl = (xs, p) => {
 };
 const fmt = (xs) => `p50 ${pctl(xs, 50)} ms  p99 ${pctl(xs, 99)} ms  max ${Math.max(...xs)} ms  (n=${xs.length})`;
 
+// pool runs `count` jobs numbered 0..count-1 from `workers` concurrent loops; the first error stops them all.
+async function pool(count, workers, job) {
+  let next = 0;
+  let failed;
+  const worker = async () => {
+    while (!failed && next < count) {
+      const i = next++;
+      try {
+        await job(i);
+      } catch (e) {
+        failed ??= e;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(workers, count) }, worker));
+  if (failed) throw failed;
+}
+
 async function setUpCluster(endpoint, cluster, count) {
   await ok(endpoint, 'CreateCluster', { clusterName: cluster });
   await ok(endpoint, 'RegisterTaskDefinition', sharedTaskDefinition('infer', 512));
-  let next = 0;
-  await Promise.all(Array.from({ length: 16 }, async () => {
-    for (let i = next++; i < count; i = next++)
-      await registerInstance(endpoint, cluster, Array.from({ length: 8 }, (_, g) => [`GPU-${i}-${g}`, 81920]));
-  }));
+  await pool(count, workers, (i) =>
+    registerInstance(endpoint, cluster, Array.from({ length: 8 }, (_, g) => [`GPU-${i}-${g}`, 81920]), { cpu: 1 << 20, memory: 1 << 24 }));
+}
+
+// placeTasks: RunTask count 10 (startedBy "pre") from the worker pool until `count` tasks exist; every
+// --running-every-th call's tasks are reported RUNNING (SubmitTaskStateChange, as an agent would), the rest stay
+// PENDING. Capacity is far above what is asked: a placement failure stops the run.
+async function placeTasks(endpoint, cluster, count) {
+  const calls = Math.ceil(count / 10);
+  let running = 0;
+  await pool(calls, workers, async (c) => {
+    const n = Math.min(10, count - c * 10);
+    const r = await ok(endpoint, 'RunTask', { cluster, taskDefinition: 'infer', count: n, startedBy: 'pre' });
+    if (r.tasks.length !== n) throw new Error(`RunTask placed ${r.tasks.length} of ${n}: ${JSON.stringify(r.failures).slice(0, 300)}`);
+    if (runningEvery && c % runningEvery === 0)
+      for (const t of r.tasks) {
+        await ok(endpoint, 'SubmitTaskStateChange', { cluster, task: t.taskArn, status: 'RUNNING' });
+        ++running;
+      }
+  });
+  return running;
+}
+
+async function listAll(replicas, op, body, key) {
+  const out = [];
+  let nextToken;
+  for (let page = 0; page < 100000; ++page) {
+    const r = await callAny(replicas, op, { ...body, nextToken, maxResults: 100 }, { timeoutMs: 120000 });
+    if (r.status !== 200) throw new Error(`${op}: ${r.status} ${r.text}`);
+    out.push(...r.json[key]);
+    nextToken = r.json.nextToken;
+    if (!nextToken) return out;
+  }
+  throw new Error(`${op}: more than 100,000 pages`);
+}
+
+// describeAll: every task of `cluster` (desired RUNNING and STOPPED), described, 100 per call, 8 calls at a time.
+async function describeAll(replicas, cluster) {
+  const arns = [...new Set([
+    ...(await listAll(replicas, 'ListTasks', { cluster, desiredStatus: 'RUNNING' }, 'taskArns')),
+    ...(await listAll(replicas, 'ListTasks', { cluster, desiredStatus: 'STOPPED' }, 'taskArns')),
+  ])];
+  const tasks = [];
+  await pool(Math.ceil(arns.length / 100), 8, async (i) => {
+    const r = await callAny(replicas, 'DescribeTasks', { cluster, tasks: arns.slice(i * 100, i * 100 + 100) }, { timeoutMs: 120000 });
+    if (r.status !== 200) throw new Error(`DescribeTasks: ${r.status} ${r.text}`);
+    tasks.push(...r.json.tasks);
+  });
+  return tasks;
+}
+
+// safety checks the cluster through the replicas and returns the violations found (strings):
+// - every acknowledged task exists exactly once: each acknowledged clientToken (also the task's startedBy) names
+//   exactly one task, the ARN its acknowledgement gave; no token made two; the cluster holds the preloaded tasks
+//   plus the acknowledged ones and nothing else;
+// - GPU accounting: every GPU's used memory (total - remaining) equals the declared MPS memory of the RUNNING and
+//   PENDING tasks placed on it;
+// - the database holds what the API says: its task rows (read with psql, straight from PostgreSQL) are exactly
+//   the tasks listed, so no write landed that no leader serves (a deposed leader's commit would be one).
+async function safety(pg, db, replicas, cluster, acked, preloaded) {
+  const violations = [];
+  const tasks = await describeAll(replicas, cluster);
+  const byToken = new Map();
+  for (const t of tasks) if (t.startedBy !== 'pre') byToken.set(t.startedBy, [...(byToken.get(t.startedBy) ?? []), t.taskArn]);
+  for (const [token, arn] of acked) {
+    const held = byToken.get(token) ?? [];
+    if (held.length !== 1 || held[0] !== arn) violations.push(`token ${token} acknowledged as ${arn}; the cluster holds [${held}]`);
+  }
+  for (const [token, held] of byToken) {
+    if (held.length !== 1) violations.push(`token ${token} made ${held.length} tasks`);
+    if (!acked.has(token)) violations.push(`token ${token}: a task nobody acknowledged`);
+  }
+  const pre = tasks.length - [...byToken.values()].reduce((n, h) => n + h.length, 0);
+  if (pre !== preloaded) violations.push(`${pre} preloaded tasks, ${preloaded} placed`);
+  const declared = new Map();
+  for (const t of tasks) {
+    if (t.lastStatus !== 'RUNNING' && t.lastStatus !== 'PENDING') continue;
+    for (const c of t.containers)
+      for (const id of c.gpuIds ?? []) declared.set(id, (declared.get(id) ?? 0) + (c.gpuSharingStrategy?.nvidiaMps?.memory ?? 0));
+  }
+  const ciArns = await listAll(replicas, 'ListContainerInstances', { cluster }, 'containerInstanceArns');
+  let gpus = 0;
+  await pool(Math.ceil(ciArns.length / 100), 8, async (i) => {
+    const r = await callAny(replicas, 'DescribeContainerInstances', { cluster, containerInstances: ciArns.slice(i * 100, i * 100 + 100) }, { timeoutMs: 120000 });
+    if (r.status !== 200) throw new Error(`DescribeContainerInstances: ${r.status} ${r.text}`);
+    for (const ci of r.json.containerInstances)
+      for (const g of ci.gpuDevices ?? []) {
+        ++gpus;
+        const used = g.totalMemoryInMiB - g.remainingMemoryInMiB;
+        if (used !== (declared.get(g.gpuId) ?? 0)) violations.push(`GPU ${g.gpuId}: ${used} MiB used, tasks declare ${declared.get(g.gpuId) ?? 0}`);
+      }
+  });
+  const dbName = db.slice(db.lastIndexOf('/') + 1);
+  const rows = Number(pg.psql(`SELECT count(*) FROM tasks WHERE arn LIKE '%:task/${cluster}/%'`, dbName).trim());
+  if (rows !== tasks.length) violations.push(`the database holds ${rows} task rows of ${cluster}, the API lists ${tasks.length}`);
+  return { violations, tasks: tasks.length, gpus, rows };
+}
+
+// startAgent: one real `gpupack agent` (fake GPUs, the process runtime) given every replica, in its own cluster;
+// it logs "agent: task ARN RUNNING" once per start, which the check counts.
+async function startAgent(replicas, dir, cluster) {
+  await ok(replicas[0].endpoint, 'CreateCluster', { clusterName: cluster }).catch(() => {});
+  const def = sharedTaskDefinition('sleepy', 1024);
+  def.containerDefinitions[0].entryPoint = ['/bin/sh', '-c'];
+  def.containerDefinitions[0].command = ['exec sleep 3600'];
+  const reg = await callAny(replicas, 'RegisterTaskDefinition', def);
+  if (reg.status !== 200) throw new Error(`RegisterTaskDefinition: ${reg.text}`);
+  const logPath = path.join(dir, 'agent.log');
+  const log = fs.openSync(logPath, 'a');
+  const child = spawn(gpupackBin(), ['agent', '--server', replicas.map((r) => r.endpoint).join(','), '--cluster', cluster,
+    '--gpus', 'fake:2x81920', '--runtime', 'process', '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'),
+    '--name', 'ha-bench-node', '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info'],
+  { stdio: ['ignore', log, log] });
+  fs.closeSync(log);
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  return {
+    log: () => fs.readFileSync(logPath, 'utf8'),
+    async stop() {
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+async function agentConnected(replicas, cluster) {
+  const l = await callAny(replicas, 'ListContainerInstances', { cluster }, { timeoutMs: 5000 });
+  if (l.status !== 200 || l.json.containerInstanceArns.length !== 1) return false;
+  const d = await callAny(replicas, 'DescribeContainerInstances', { cluster, containerInstances: l.json.containerInstanceArns }, { timeoutMs: 5000 });
+  return d.status === 200 && d.json.containerInstances[0]?.agentConnected === true;
+}
+
+async function waitUntil(what, f, ms) {
+  for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 100))) if (await f()) return Date.now();
+  throw new Error(`${what} not within ${ms} ms`);
+}
+
+// watchLog records when (Date.now(), as the line arrives) a replica's log says it took the lease and when it
+// serves as the leader (its state loaded): the takeover's parts.
+function watchLog(replica, marks) {
+  let buf = '';
+  const onData = (d) => {
+    buf += d;
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      if (/this server holds the lease/.test(line)) marks.lease ??= Date.now();
+      if (/serving as the leader/.test(line)) marks.serving ??= Date.now();
+    }
+  };
+  replica.child.stderr.on('data', onData);
+  replica.child.stdout.on('data', onData);
+  return () => {
+    replica.child.stderr.off('data', onData);
+    replica.child.stdout.off('data', onData);
+  };
 }
 
 async function takeover(pg) {
   const db = pg.createDatabase('takeover');
   const replicas = [];
-  for (let i = 0; i < 3; ++i) replicas.push(await startReplica({ db, port: await freePort(), ttlMs, extraArgs: PLAY_AGENT }));
+  const replica = (port) => startReplica({ db, port, ttlMs, extraArgs: PLAY_AGENT, logLevel: 'info', startTimeoutMs: 120000 });
+  for (let i = 0; i < 3; ++i) replicas.push(await replica(await freePort()));
   const { leader } = await waitLeader(replicas, { all: true });
-  const t0 = Date.now();
+  let t0 = Date.now();
   await setUpCluster(leader.endpoint, 'ha', instances);
-  console.log(`takeover: ${instances} instances registered in ${Date.now() - t0} ms; lease TTL ${ttlMs} ms, renewed every ${Math.min(1000, Math.floor(ttlMs / 3))} ms`);
-  const ready = [];
-  const firstWrite = [];
-  for (let round = 0; round < rounds; ++round) {
-    const { leader: old } = await waitLeader(replicas, { all: true });
+  const registerMs = Date.now() - t0;
+  t0 = Date.now();
+  const running = await placeTasks(leader.endpoint, 'ha', tasks);
+  const placeMs = Date.now() - t0;
+  console.log(`takeover: ${instances} instances registered in ${registerMs} ms, ${tasks} tasks placed in ${placeMs} ms ` +
+    `(${running} reported RUNNING); lease TTL ${ttlMs} ms, renewed every ${Math.min(1000, Math.floor(ttlMs / 3))} ms; ` +
+    `${loadClients} retrying RunTask clients during the rounds`);
+
+  // One real agent in its own cluster follows the leader through every round; each round starts one task on it.
+  const dir = tempDir('gpupack-ha-bench-agent-');
+  const agent = await startAgent(replicas, dir, 'agents');
+  const agentTasks = [];
+  const runOnAgent = async (token) => {
+    const r = await callAny(replicas, 'RunTask', { cluster: 'agents', taskDefinition: 'sleepy', clientToken: token, startedBy: token }, { timeoutMs: 60000 });
+    if (r.status !== 200 || r.json.tasks.length !== 1) throw new Error(`RunTask on the agent: ${r.status} ${r.text}`);
+    agentTasks.push(r.json.tasks[0].taskArn);
+  };
+  await waitUntil('the agent connected', () => agentConnected(replicas, 'agents'), 60000);
+  await runOnAgent('agent-pre');
+
+  // Retrying clients: RunTask with a clientToken (also its startedBy) sent to the replicas in turn until one
+  // answers 200, as ECS clients retry; every acknowledgement is recorded and checked at the end.
+  const acked = new Map();
+  let loading = true;
+  const clientLoop = async (w) => {
+    for (let n = 0; loading && n < 1000000; ++n) {
+      const token = `w${w}-${n}`;
+      const r = await callAny(replicas, 'RunTask', { cluster: 'ha', taskDefinition: 'infer', clientToken: token, startedBy: token },
+        { start: (w + n) % replicas.length, timeoutMs: 120000 });
+      if (r.status !== 200 || r.json.tasks.length !== 1) throw new Error(`RunTask ${token}: ${r.status} ${r.text}`);
+      acked.set(token, r.json.tasks[0].taskArn);
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  };
+  const clientsDone = Promise.all(Array.from({ length: loadClients }, (_, w) => clientLoop(w)));
+
+  const parts = { lease: [], loaded: [], ready: [], write: [], agent: [] };
+  let rounds = 0;
+  for (let round = 0; round < roundsWanted; ++round) {
+    if (deadline && Date.now() > deadline) break;
+    const { leader: old, epoch } = await waitLeader(replicas, { all: true, timeoutMs: 600000 });
+    const others = replicas.filter((r) => r !== old);
+    const marks = {};
+    const unwatch = others.map((r) => watchLog(r, marks));
     const killed = Date.now();
     await old.kill9();
-    const others = replicas.filter((r) => r !== old);
-    const [readyAt, writeAt] = await Promise.all([
-      waitLeader(others, { timeoutMs: 60000 }).then(() => Date.now()),
-      callAny(others, 'RunTask', { cluster: 'ha', taskDefinition: 'infer', clientToken: `round-${round}` }, { timeoutMs: 60000 }).then((r) => {
+    const token = `round-${round}`;
+    const [ready, write] = await Promise.all([
+      waitLeader(others, { timeoutMs: 600000 }).then((v) => ({ at: Date.now(), epoch: v.epoch })),
+      callAny(others, 'RunTask', { cluster: 'ha', taskDefinition: 'infer', clientToken: token, startedBy: token }, { timeoutMs: 600000 }).then((r) => {
         if (r.status !== 200) throw new Error(`round ${round}: RunTask ${r.status} ${r.text}`);
+        acked.set(token, r.json.tasks[0].taskArn);
         return Date.now();
       }),
     ]);
-    ready.push(readyAt - killed);
-    firstWrite.push(writeAt - killed);
-    replicas[replicas.indexOf(old)] = await startReplica({ db, port: old.port, ttlMs, extraArgs: PLAY_AGENT });
+    if (ready.epoch <= epoch) throw new Error(`round ${round}: the new epoch ${ready.epoch} is not above ${epoch}`);
+    const agentAt = await waitUntil(`round ${round}: the agent reconnected`, () => agentConnected(others, 'agents'), 120000);
+    unwatch.forEach((f) => f());
+    parts.lease.push((marks.lease ?? ready.at) - killed);
+    parts.loaded.push((marks.serving ?? ready.at) - killed);
+    parts.ready.push(ready.at - killed);
+    parts.write.push(write - killed);
+    parts.agent.push(agentAt - killed);
+    console.log(`round ${round}: epoch ${epoch} -> ${ready.epoch}; lease taken ${parts.lease.at(-1)} ms, serving ${parts.loaded.at(-1)} ms, ` +
+      `ready ${parts.ready.at(-1)} ms, first RunTask 200 ${write - killed} ms, agent connected ${agentAt - killed} ms after the kill`);
+    await runOnAgent(`agent-round-${round}`);
+    replicas[replicas.indexOf(old)] = await replica(old.port);
+    ++rounds;
   }
-  console.log(`takeover  kill -> /readyz leader     ${fmt(ready)}`);
-  console.log(`takeover  kill -> first RunTask 200  ${fmt(firstWrite)}`);
+  loading = false;
+  await clientsDone;
+  await waitLeader(replicas, { all: true, timeoutMs: 600000 });
+
+  // Safety over the rounds.
+  const s = await safety(pg, db, replicas, 'ha', acked, tasks);
+  const starts = new Map();
+  for (const m of agent.log().matchAll(/agent: task (\S+) RUNNING/g)) starts.set(m[1], (starts.get(m[1]) ?? 0) + 1);
+  const twice = [...starts].filter(([, n]) => n > 1);
+  const agentState = await describeAll(replicas, 'agents');
+  const notRunning = agentTasks.filter((arn) => agentState.find((t) => t.taskArn === arn)?.lastStatus !== 'RUNNING');
+  const neverStarted = agentTasks.filter((arn) => !starts.has(arn));
+  const violations = [...s.violations, ...twice.map(([arn, n]) => `the agent started ${arn} ${n} times`),
+    ...notRunning.map((arn) => `agent task ${arn} is not RUNNING`), ...neverStarted.map((arn) => `the agent never started ${arn}`)];
+  await agent.stop();
+  removeTempDir(dir);
   for (const r of replicas) await r.stop();
+
+  console.log(`takeover  ${rounds} rounds (of ${roundsWanted} asked), ${instances} instances, ${tasks} tasks placed before the first kill`);
+  console.log(`takeover  kill -> a survivor took the lease   ${fmt(parts.lease)}`);
+  console.log(`takeover  kill -> serving (state loaded)      ${fmt(parts.loaded)}`);
+  console.log(`takeover  kill -> /readyz leader              ${fmt(parts.ready)}`);
+  console.log(`takeover  kill -> first RunTask 200           ${fmt(parts.write)}`);
+  console.log(`takeover  kill -> the agent connected again   ${fmt(parts.agent)}`);
+  console.log(`safety    ${acked.size} RunTasks acknowledged by retrying clients (${rounds} of them the rounds' first); ` +
+    `${s.tasks} tasks in the cluster (${s.rows} task rows in PostgreSQL), ${s.gpus} GPUs accounted; ` +
+    `the agent started ${starts.size} tasks (${agentTasks.length} run on it); ${violations.length} violations`);
+  for (const v of violations.slice(0, 20)) console.log(`  violation: ${v}`);
+  return violations.length;
 }
 
 async function load(endpoint, cluster) {
@@ -128,11 +403,13 @@ async function runtask(pg) {
 }
 
 console.log(`ha_bench ${new Date().toISOString()}  ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'})  clients ${clients}  seconds ${seconds}`);
+console.log(`uptime: ${fs.readFileSync('/proc/loadavg', 'utf8').trim()}`);
+let violations = 0;
 const pg = await startPostgres({ durable: true });
 try {
-  if (opt.only !== 'runtask') await takeover(pg);
+  if (opt.only !== 'runtask') violations = await takeover(pg);
   if (opt.only !== 'takeover') await runtask(pg);
 } finally {
   pg.close();
 }
-process.exit(0);
+process.exit(violations ? 1 : 0);

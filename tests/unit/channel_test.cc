@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -1192,6 +1193,144 @@ TEST_F(ChannelTest, AnAgentIgnoresTheWelcomeAndPushesOfAnOlderEpoch) {
   ASSERT_EQ(listener.assigned().size(), 2u);
   EXPECT_EQ(listener.assigned().back(), third);
   EXPECT_EQ(connection.epoch(), 5);
+  connection.Stop();
+}
+
+// The highest epoch survives the agent: a connection writes it to leader_epoch.json in its state directory
+// before acting on the message that raised it, and a new connection on the same directory (a restarted agent)
+// starts from it, so the deposed leader of epoch 3 is ignored by an agent that saw epoch 5 only in its
+// previous run: no welcome, no assign handed on. A later leader (epoch 6) is heard and raises the file.
+TEST_F(ChannelTest, ARestartedAgentStillIgnoresAnOlderEpoch) {
+  const std::string db = (dir_ / "state.db").string();
+  const uint16_t port = server_->port();
+  auto channel_of = [](int64_t epoch) {
+    api::AgentChannelOptions c{200ms, 3};
+    c.push_ack_timeout = 100ms;
+    c.push_attempts = 1000;
+    c.epoch = epoch;
+    return c;
+  };
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(5));
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  server_->Call("RegisterTaskDefinition",
+                {{"family", "small"}, {"containerDefinitions", {{{"name", "main"}, {"image", "busybox"}, {"memory", 6}}}}});
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.name = "epochs";
+  o.registration.cpu = 4096;
+  o.registration.memory = 8192;
+  const fs::path epoch_file = fs::path(o.state_dir) / "leader_epoch.json";
+  std::string instance;
+  {
+    EpochListener first;
+    agent::ServerConnection connection(o, first, {});
+    first.connection = &connection;
+    EXPECT_EQ(connection.epoch(), 0);
+    ASSERT_TRUE(connection.Register().ok());
+    connection.Start();
+    for (int i = 0; i < 500 && first.welcomes() < 1; ++i) std::this_thread::sleep_for(20ms);
+    ASSERT_EQ(first.welcomes(), 1u);
+    EXPECT_EQ(connection.epoch(), 5);
+    instance = connection.instance_arn();
+    connection.Stop();
+  }
+  ASSERT_TRUE(fs::exists(epoch_file));
+  EXPECT_EQ(Json::parse(std::ifstream(epoch_file))["epoch"], 5);
+
+  // The deposed leader of epoch 3, and a restarted agent (a new connection on the same state directory).
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(3));
+  EpochListener second;
+  agent::ServerConnection restarted(o, second, {});
+  second.connection = &restarted;
+  EXPECT_EQ(restarted.epoch(), 5);  // before any message
+  EXPECT_EQ(restarted.instance_arn(), instance);
+  restarted.Start();
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  Json ran = server_->Call("RunTask", {{"taskDefinition", "small"}});
+  ASSERT_EQ(ran["tasks"].size(), 1u) << ran.dump();
+  for (int i = 0; i < 500 && server_->channel().push_retries() < 4; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_GE(server_->channel().push_retries(), 4u);  // sent again and again: never acked
+  EXPECT_EQ(second.welcomes(), 0u);
+  EXPECT_TRUE(second.assigned().empty());
+  EXPECT_EQ(restarted.epoch(), 5);
+  EXPECT_EQ(Json::parse(std::ifstream(epoch_file))["epoch"], 5);
+
+  // The next leader (epoch 6): heard, and remembered.
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, port, channel_of(6));
+  for (int i = 0; i < 500 && second.welcomes() < 1; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(second.welcomes(), 1u);
+  EXPECT_EQ(restarted.epoch(), 6);
+  EXPECT_EQ(Json::parse(std::ifstream(epoch_file))["epoch"], 6);
+  restarted.Stop();
+}
+
+// SilentServer: an agent channel endpoint that answers the hello with a welcome (heartbeats every 100 ms) and
+// then says nothing more, acks no heartbeat, and never closes: a paused or hung leader as the agent sees it.
+class SilentServer {
+ public:
+  SilentServer() {
+    api::HttpServerOptions o;
+    o.port = 0;
+    api::WebSocketHandler ws;
+    ws.accept = [](const api::HttpRequest&) { return Status::Ok(); };
+    ws.on_open = [](const std::shared_ptr<api::WebSocketConnection>&, const api::HttpRequest&) {};
+    ws.on_message = [this](const std::shared_ptr<api::WebSocketConnection>& c, std::string) {
+      if (welcomed_.exchange(true)) return;
+      c->Send(R"({"type":"welcome","assign":[],"stop":[],"heartbeatIntervalMs":100})");
+    };
+    ws.on_close = [this](const std::shared_ptr<api::WebSocketConnection>&) { closed_ = true; };
+    ws.idle_timeout = std::chrono::minutes(10);
+    o.websockets[protocol::kChannelPath] = ws;
+    auto created = api::HttpServer::Create(o, [](api::HttpRequest&&, api::Responder r) { r({503, {}, ""}); });
+    EXPECT_TRUE(created.ok()) << created.status().message();
+    server_ = std::move(*created);
+    server_->Start();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+  bool welcomed() const { return welcomed_; }
+  bool closed() const { return closed_; }
+
+ private:
+  std::atomic<bool> welcomed_{false}, closed_{false};
+  std::unique_ptr<api::HttpServer> server_;
+};
+
+// A server that goes silent without closing the connection (no TCP close ever comes) is left after
+// kSilentHeartbeats heartbeat intervals: the agent closes that channel and connects to the next server of its
+// list, whose welcome it gets.
+TEST_F(ChannelTest, AnAgentLeavesASilentServerForTheNextOne) {
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.name = "silence";
+  o.registration.cpu = 4096;
+  o.registration.memory = 8192;
+  {
+    // Registered at the real server (instance.json), so the connection below goes straight to its channel.
+    EpochListener registering;
+    agent::ServerConnection c(o, registering, {});
+    ASSERT_TRUE(c.Register().ok());
+  }
+  SilentServer silent;
+  o.servers = {*agent::ServerEndpoint::Parse(silent.url()), o.server};
+  EpochListener listener;
+  agent::ServerConnection connection(o, listener, {});
+  listener.connection = &connection;
+  connection.Start();
+  for (int i = 0; i < 500 && !silent.welcomed(); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(silent.welcomed());
+  // Its welcome, then the real server's once the silent one is left.
+  for (int i = 0; i < 500 && listener.welcomes() < 2; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(listener.welcomes(), 2u);
+  EXPECT_TRUE(silent.closed());
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
   connection.Stop();
 }
 
