@@ -12,7 +12,9 @@
 # With --db postgres://... the server runs on that (empty) PostgreSQL database instead, as the leader of its
 # replicas (fenced commits, --advertise on a free loopback port); with psql installed the report adds what the
 # database did during the load (pg_stat_wal, and pg_stat_statements when the database server preloads it).
-# bench/runtask_pg_compare.sh starts a private PostgreSQL and runs both stores side by side.
+# --via-standby (with --db) starts a second server on the same database, a standby, and sends the RunTask load
+# to it: each call is forwarded to the leader. bench/runtask_pg_compare.sh starts a private PostgreSQL and runs
+# both stores side by side.
 #
 # Needs: curl, wrk (Debian: apt-get install wrk), sqlite3 (optional, to read back the journal mode), psql
 # (optional, with --db postgres://), python3 (with --db postgres://, to pick a free port).
@@ -20,7 +22,7 @@
 #
 # Usage: bench/runtask_load.sh [--gpupack PATH] [--instances N] [--connections N] [--duration S]
 #                              [--wrk-threads N] [--server-threads N] [--gpu-memory MiB] [--dir DIR] [--keep]
-#                              [--db postgres://...]
+#                              [--db postgres://... [--via-standby]]
 # Defaults: build-bench/gpupack (the Release build), 1000 instances, 64 connections, 20 s, 1 wrk thread, the
 # server's own --threads, 2048 MiB, the database under $TMPDIR or /tmp. --dir /dev/shm (tmpfs, where fsync
 # costs nothing) is a diagnostic that takes the disk out of the figure, not a durable result.
@@ -46,6 +48,7 @@ task_mem=1024
 parent_dir="${TMPDIR:-/tmp}"
 keep=0
 pg_uri=""
+via_standby=0
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -59,7 +62,8 @@ while [[ $# -gt 0 ]]; do
     --dir) parent_dir="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
     --db) pg_uri="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --via-standby) via_standby=1; shift ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "runtask_load: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -72,6 +76,7 @@ if (( duration < 1 || duration > 300 )); then echo "runtask_load: --duration mus
 if [[ -n "$pg_uri" && ! "$pg_uri" =~ ^postgres(ql)?:// ]]; then
   echo "runtask_load: --db takes a postgres:// or postgresql:// URI (the SQLite file is always a fresh one)" >&2; exit 2
 fi
+if (( via_standby )) && [[ -z "$pg_uri" ]]; then echo "runtask_load: --via-standby needs --db postgres://..." >&2; exit 2; fi
 have_psql=0
 [[ -n "$pg_uri" ]] && command -v psql >/dev/null && have_psql=1
 # pg SQL: the rows of SQL (|-separated values) on the benchmark's PostgreSQL database.
@@ -80,7 +85,9 @@ pg() { psql -X -A -t -q -v ON_ERROR_STOP=1 -F '|' -d "$pg_uri" -c "$1"; }
 work=$(mktemp -d "$parent_dir/gpupack-runtask-load.XXXXXX")
 db="$work/gpupack.db"
 server_pid=""
+standby_pid=""
 cleanup() {
+  bench_stop_pid "$standby_pid"
   bench_stop_pid "$server_pid"
   if (( keep )); then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
@@ -106,6 +113,21 @@ if [[ -n "$pg_uri" ]]; then  # a replica takes writes once it leads
     sleep 0.1
   done
   curl -sf "$endpoint/readyz" | grep -q '"leader"' || { echo "runtask_load: the server did not lead within 10 s" >&2; exit 1; }
+fi
+load_endpoint=$endpoint
+if (( via_standby )); then
+  standby_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  standby_args=(server --listen "127.0.0.1:$standby_port" --advertise "http://127.0.0.1:$standby_port" --db "$pg_uri"
+                --log-level warn)
+  "$gpupack" "${standby_args[@]}" >"$work/standby.out" 2>"$work/standby.err" &
+  standby_pid=$!
+  load_endpoint="http://127.0.0.1:$standby_port"
+  for _ in $(seq 100); do  # ready as a standby: it knows the leader
+    curl -sf "$load_endpoint/readyz" 2>/dev/null | grep -q '"standby"' && break
+    sleep 0.1
+  done
+  curl -sf "$load_endpoint/readyz" | grep -q '"standby"' ||
+    { echo "runtask_load: the second server was no ready standby within 10 s" >&2; cat "$work/standby.err" >&2; exit 1; }
 fi
 
 target="AmazonEC2ContainerServiceV20141113"
@@ -157,11 +179,12 @@ capacity=$((per_instance * instances))
 
 # ---- load -----------------------------------------------------------------------------------------------------
 metric() { curl -sS "$endpoint/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/${1:-$server_pid}/stat"; }
 commits0=$(metric gpupack_store_commits_total)
 batches0=$(metric gpupack_store_batches_total)
 commit_s0=$(metric 'gpupack_store_commit_duration_seconds_sum{result="ok"}')
 ticks0=$(cpu_ticks)
+(( via_standby )) && standby_ticks0=$(cpu_ticks "$standby_pid")
 pg_statements=0
 if (( have_psql )); then
   # pg_stat_statements counts only when the database server preloads it (runtask_pg_compare.sh does).
@@ -182,9 +205,10 @@ pg_ticks() {  # CPU ticks of the database server's processes on this machine (0 
 pg_ticks0=$(pg_ticks)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 GPUPACK_CLUSTER=$cluster GPUPACK_TASKDEF=$family \
-  wrk -t "$wrk_threads" -c "$connections" -d "${duration}s" --timeout 10s -s "$here/runtask_load.lua" "$endpoint/" \
+  wrk -t "$wrk_threads" -c "$connections" -d "${duration}s" --timeout 10s -s "$here/runtask_load.lua" "$load_endpoint/" \
   >"$work/wrk.out" 2>&1 || { cat "$work/wrk.out" >&2; exit 1; }
 ticks1=$(cpu_ticks)
+(( via_standby )) && standby_ticks1=$(cpu_ticks "$standby_pid")
 pg_ticks1=$(pg_ticks)
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 commits1=$(metric gpupack_store_commits_total)
@@ -193,6 +217,8 @@ commit_s1=$(metric 'gpupack_store_commit_duration_seconds_sum{result="ok"}')
 placements_total=$(metric gpupack_placements_total)
 r() { awk -v k="result.$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' "$work/wrk.out"; }
 
+bench_stop_pid "$standby_pid"
+standby_pid=""
 kill -TERM "$server_pid"
 wait "$server_pid" 2>/dev/null || true
 server_pid=""
@@ -228,7 +254,7 @@ database on      $database_on
 cluster          $instances instances x $gpus_per_instance GPUs of $gpu_total_mib MiB, registered in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s
 task definition  $family: 1 container, $task_cpu CPU units, $task_mem MiB, nvidiaMps memory $task_gpu_mib MiB
 capacity         $capacity tasks of $family ($per_instance per instance)
-load             wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}'), $wrk_threads thread(s), $connections keep-alive connections, ${duration} s, RunTask count=1
+load             wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}'), $wrk_threads thread(s), $connections keep-alive connections, ${duration} s, RunTask count=1$( (( via_standby )) && echo ", sent to a standby that forwards to the leader")
 
 calls            $requests in $secs s = $(r calls_per_s) calls/s
 answers          placed $placed ($(pct "$placed" "$requests")), placement failures $(r placement_failures), HTTP errors $(r http_errors); socket errors $(r socket_errors)
@@ -237,6 +263,10 @@ placements       server total $placements_total of capacity $capacity ($(pct "$p
 commits          $commits store commits for $batches write batches during the load ($(awk -v b="$batches" -v c="$commits" 'BEGIN { printf "%.1f", c ? b / c : 0 }') batches per commit, $(awk -v c="$commits" -v s="$secs" 'BEGIN { printf "%.0f", s ? c / s : 0 }') commits/s, mean commit $(awk -v a="${commit_s0:-0}" -v b="${commit_s1:-0}" -v c="$commits" 'BEGIN { printf "%.2f", c ? 1000 * (b - a) / c : 0 }') ms)
 server CPU       $server_cpu s during the load = $(awk -v c="$server_cpu" -v s="$secs" 'BEGIN { printf "%.2f", s ? c / s : 0 }') cores
 EOF
+if (( via_standby )); then
+  standby_cpu=$(awk -v a="$standby_ticks0" -v b="$standby_ticks1" -v hz="$hz" 'BEGIN { printf "%.1f", (b - a) / hz }')
+  echo "standby CPU      $standby_cpu s during the load = $(awk -v c="$standby_cpu" -v s="$secs" 'BEGIN { printf "%.2f", s ? c / s : 0 }') cores (the server the load was sent to)"
+fi
 pg_report=""
 if (( have_psql )); then
   # What the database did during the load: its WAL flushes, and with pg_stat_statements each statement's calls

@@ -12,7 +12,10 @@
 # Needs: what runtask_load.sh needs, PostgreSQL's server binaries (Debian: apt-get install postgresql; the newest
 # /usr/lib/postgresql/N/bin, or --pg-bin DIR), psql, runuser (as root).
 #
-# Usage: bench/runtask_pg_compare.sh [--rounds N] [--pg-bin DIR] [--pg-dir DIR] [--pin CPUS] [runtask_load.sh options]
+# With --via-standby each round also runs the PostgreSQL load through a standby (runtask_load.sh --via-standby).
+#
+# Usage: bench/runtask_pg_compare.sh [--rounds N] [--pg-bin DIR] [--pg-dir DIR] [--pin CPUS] [--via-standby]
+#                                    [runtask_load.sh options]
 # --rounds: PostgreSQL then SQLite, N times (default 1). --pg-dir: the parent of PostgreSQL's data directory (default
 # $TMPDIR or /tmp: a disk, like SQLite's). --pin CPUS (e.g. 0,1): run the database, the server and wrk under
 # taskset -c CPUS, to emulate a machine with those cores. Every other option goes to runtask_load.sh as it is.
@@ -25,6 +28,7 @@ rounds=1
 pg_bin=""
 pg_parent="${TMPDIR:-/tmp}"
 pin=""
+via_standby=0
 load_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -32,7 +36,8 @@ while [[ $# -gt 0 ]]; do
     --pg-bin) pg_bin="$2"; shift 2 ;;
     --pg-dir) pg_parent="$2"; shift 2 ;;
     --pin) pin="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --via-standby) via_standby=1; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) load_args+=("$1"); shift ;;
   esac
 done
@@ -62,7 +67,7 @@ cleanup() {
 trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"${as_pg[@]}" "$pg_bin/initdb" -A trust -U postgres -E UTF8 -D "$pgdir/data" >"$pgdir/initdb.log" 2>&1 ||
+"${as_pg[@]}" "$pg_bin/initdb" -A trust -U postgres -E UTF8 --locale=C -D "$pgdir/data" >"$pgdir/initdb.log" 2>&1 ||
   { cat "$pgdir/initdb.log" >&2; exit 1; }
 pg_opts="-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on -c synchronous_commit=on"
 pg_opts+=" -c shared_preload_libraries=pg_stat_statements -c track_wal_io_timing=on -c pg_stat_statements.track_utility=on"
@@ -76,12 +81,15 @@ latency() { sed -n "s/^latency (ms).* $2 \([0-9.]*\).*/\1/p" "$1"; }
 
 rows=()
 for ((round = 1; round <= rounds; round++)); do
-  for store in postgres sqlite; do
+  stores=(postgres sqlite)
+  (( via_standby )) && stores+=(standby)
+  for store in "${stores[@]}"; do
     report="$out/$store.$round.txt"
     db_args=()
-    if [[ $store == postgres ]]; then
-      psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench$round" >/dev/null
-      db_args=(--db "postgresql://postgres@127.0.0.1:$port/bench$round")
+    if [[ $store != sqlite ]]; then
+      psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE ${store}_$round" >/dev/null
+      db_args=(--db "postgresql://postgres@127.0.0.1:$port/${store}_$round")
+      [[ $store == standby ]] && db_args+=(--via-standby)
     fi
     echo "== round $round: $store" >&2
     "${taskset_cmd[@]}" "$here/runtask_load.sh" "${load_args[@]}" "${db_args[@]}" >"$report"
@@ -96,6 +104,12 @@ for ((round = 1; round <= rounds; round++)); do
     "$(awk -v a="$(field "$pgr" calls 6)" -v b="$(field "$sqr" calls 6)" 'BEGIN { printf "%.2f", b ? a / b : 0 }')" \
     "$(sed -n 's/^commits.*(\([0-9.]*\) batches per commit.*/\1/p' "$pgr")" \
     "$(sed -n 's/^commits.*(\([0-9.]*\) batches per commit.*/\1/p' "$sqr")")")
+  if (( via_standby )); then
+    sbr="$out/standby.$round.txt"
+    rows+=("$(printf '%-5s %-16s %9s %7s %7s   (PostgreSQL through a standby)' "$round" \
+      "$(sed -n 's/^load average *before \([0-9.]*\).*/\1/p' "$sbr")" \
+      "$(field "$sbr" calls 6)" "$(latency "$sbr" p50)" "$(latency "$sbr" p99)")")
+  fi
 done
 
 echo "RunTask, durable, PostgreSQL beside SQLite ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
