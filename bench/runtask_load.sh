@@ -63,7 +63,7 @@ while [[ $# -gt 0 ]]; do
     --keep) keep=1; shift ;;
     --db) pg_uri="$2"; shift 2 ;;
     --via-standby) via_standby=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "runtask_load: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

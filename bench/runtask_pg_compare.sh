@@ -37,7 +37,7 @@ while [[ $# -gt 0 ]]; do
     --pg-dir) pg_parent="$2"; shift 2 ;;
     --pin) pin="$2"; shift 2 ;;
     --via-standby) via_standby=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) load_args+=("$1"); shift ;;
   esac
 done
