@@ -10,7 +10,8 @@
 //   is refused by the database, so it never writes and never acknowledges.
 // - Standby: a small HTTP server that answers /healthz, /readyz and /metrics (its role, readiness and epoch)
 //   itself and forwards every other request, unchanged (method, target, headers, body: a SigV4 signature still
-//   verifies), to the leader's advertise URL, and returns the leader's answer unchanged. The agent channel is
+//   verifies), to the leader's advertise URL, over a small bounded pool of keep-alive connections (no connect
+//   per call), and returns the leader's answer unchanged. The agent channel is
 //   refused there with a message that names the leader, which agents follow (agent/server_connection.h).
 // The lease thread renews the lease about every `renew_every` while leading, else tries to take it (when it
 // has expired, or, at its start, when it names this replica's own advertise URL: a restart of the same server

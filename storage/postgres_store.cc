@@ -182,16 +182,79 @@ class PostgresStore::Conn {
       if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_SINGLE_TUPLE) {
         if (sink_error.ok() && first_error.ok()) sink_error = on_result(r.get());
       } else if (first_error.ok()) {
-        const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
-        std::string msg = OneLine(PQresultErrorMessage(r.get()));
-        if (state != nullptr) msg += std::string(" (SQLSTATE ") + state + ")";
-        first_error = Status::Server(msg);
+        first_error = ResultError(r.get());
       }
     }
     if (PQstatus(pg_) != CONNECTION_OK) {
       Drop();
       return first_error.ok() ? Status::Server("the connection to the database broke") : first_error;
     }
+    if (!first_error.ok()) return first_error;
+    return sink_error;
+  }
+
+  // Statement: one SQL statement of a pipeline, its text parameters, and what it does (for messages).
+  struct Statement {
+    std::string what;
+    std::string sql;
+    std::vector<std::string> params;
+  };
+
+  // Pipeline sends `statements` at once in libpq's pipeline mode, followed by one sync, and reads their results:
+  // one round trip to the database for all of them. on_result gets each ok result with its statement's index.
+  // When a statement fails the database skips the ones after it up to the sync (an explicit transaction is then
+  // left aborted: the caller rolls it back); *failed is set to the failed statement's index and its error is
+  // returned. A connection that broke while idle (the database restarted since the last call) is re-made first,
+  // before anything is sent. Returns with the connection out of pipeline mode (or dropped).
+  using OnIndexedResult = std::function<Status(size_t, PGresult*)>;
+  Status Pipeline(const std::vector<Statement>& statements, const OnIndexedResult& on_result, size_t* failed) {
+    *failed = statements.size();
+    if (!Alive()) {
+      if (Status s = Connect(); !s.ok()) return s;
+    }
+    if (PQenterPipelineMode(pg_) == 0) return Fail("cannot enter pipeline mode: ");
+    for (const auto& st : statements) {
+      std::vector<const char*> values;
+      values.reserve(st.params.size());
+      for (const auto& p : st.params) values.push_back(p.c_str());
+      if (PQsendQueryParams(pg_, st.sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
+                            nullptr, 0) == 0)
+        return Fail("cannot send a statement: ");
+    }
+    if (PQpipelineSync(pg_) == 0) return Fail("cannot send a statement: ");
+    auto deadline = Clock::now() + timeout_;
+    for (;;) {  // send everything (reading meanwhile, so neither side's buffers fill up)
+      const int f = PQflush(pg_);
+      if (f == 0) break;
+      if (f < 0) return Fail("cannot send a statement: ");
+      if (!Wait(POLLOUT | POLLIN, deadline)) return Timeout("sending a statement");
+      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
+    }
+    Status first_error;
+    Status sink_error;
+    size_t index = 0;  // the statement whose results come next
+    for (;;) {
+      while (PQisBusy(pg_) != 0) {
+        if (!Wait(POLLIN, deadline)) return Timeout("waiting for its answer");
+        if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
+        deadline = Clock::now() + timeout_;  // an answer that keeps coming is not a silent database
+      }
+      ResultPtr r(PQgetResult(pg_));
+      if (!r) {  // the end of one statement's results
+        if (PQstatus(pg_) != CONNECTION_OK) return Fail("the connection broke: ");
+        ++index;
+        continue;
+      }
+      const ExecStatusType st = PQresultStatus(r.get());
+      if (st == PGRES_PIPELINE_SYNC) break;
+      if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        if (sink_error.ok() && first_error.ok() && index < statements.size()) sink_error = on_result(index, r.get());
+      } else if (st != PGRES_PIPELINE_ABORTED && first_error.ok()) {
+        first_error = ResultError(r.get());
+        *failed = index;
+      }
+    }
+    if (PQexitPipelineMode(pg_) == 0) return Fail("cannot leave pipeline mode: ");
     if (!first_error.ok()) return first_error;
     return sink_error;
   }
@@ -223,6 +286,26 @@ class PostgresStore::Conn {
   }
 
  private:
+  // ResultError: a failed result's message on one line, with its SQLSTATE.
+  static Status ResultError(const PGresult* r) {
+    const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    std::string msg = OneLine(PQresultErrorMessage(r));
+    if (state != nullptr) msg += std::string(" (SQLSTATE ") + state + ")";
+    return Status::Server(msg);
+  }
+
+  // Alive: whether the connection is usable as far as can be told without sending. An idle connection has
+  // nothing to read unless the database is ending it (a restart or a terminated backend leaves its FATAL
+  // message, then the end of the stream): then, or when in doubt, it is dropped so the caller connects afresh
+  // before anything of a transaction was sent.
+  bool Alive() {
+    if (pg_ == nullptr || PQstatus(pg_) != CONNECTION_OK) return false;
+    pollfd p{PQsocket(pg_), POLLIN, 0};
+    if (p.fd < 0 || ::poll(&p, 1, 0) == 0) return p.fd >= 0;
+    Drop();
+    return false;
+  }
+
   // Wait polls the socket for `events` until the deadline; false on timeout or a broken socket.
   bool Wait(short events, Clock::time_point deadline) {
     const int fd = PQsocket(pg_);
@@ -458,126 +541,131 @@ Result<Snapshot> PostgresStore::LoadImpl(const TaskSink* on_task) {
   return snap;
 }
 
+namespace {
+
+// kFenceCheck: the lease check of a fenced commit, the first statement of its transaction. It locks the lease row
+// and yields 1 when this server still holds the lease under its epoch and the lease has not expired by the
+// database's clock; otherwise it fails (a text that is no integer: SQLSTATE 22P02, kFenceLost, with a message
+// the database's log shows as it is), so the database skips the rest of the pipelined transaction. An error and
+// not an empty answer, because the statements after it are already on their way.
+constexpr const char* kFenceCheck =
+    "SELECT CASE WHEN count(*) = 1 THEN 1 "
+    "ELSE ('gpupack: this server no longer holds the leader lease; rows: ' || count(*))::integer END "
+    "FROM (SELECT 1 FROM gpupack_leader_lease WHERE id = 1 AND holder = $1 AND epoch = $2 "
+    "AND expires_at > clock_timestamp() FOR UPDATE) AS held";
+constexpr const char* kFenceLost = "22P02";
+
+// WriteStatements: the statements that write `batch`, one per kind of entity it holds (arrays as parameters).
+std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch);
+
+}  // namespace
+
 Status PostgresStore::Commit(const WriteBatch& batch) {
   if (batch.empty()) return Status::Ok();
   std::lock_guard lock(mu_);
   Conn& c = *conn_;
-  if (Status s = c.Begin("BEGIN"); !s.ok())
-    return Status::Server("storage commit failed: cannot begin a write transaction: " + s.message());
-  // fail rolls the transaction back and names the step that failed.
-  auto fail = [&](const std::string& what, const Status& s) {
-    c.Rollback();
-    return Status::Server("storage commit failed while " + what + ": " + s.message() +
-                          "; nothing of the batch was applied");
-  };
+  // The whole transaction goes in one pipeline: BEGIN, the fence check, the writes, COMMIT, and one sync: one
+  // round trip. The database runs them in order and stops at the first failure, so with the fence check failing
+  // nothing after it runs (COMMIT included); the answer is read only once COMMIT's result came back.
+  std::vector<Conn::Statement> statements;
+  statements.push_back({"beginning a write transaction", "BEGIN", {}});
+  size_t fence_index = 0;
   if (fence_) {
-    bool held = false;
-    Status s = c.Run(
-        "SELECT 1 FROM gpupack_leader_lease WHERE id = 1 AND holder = $1 AND epoch = $2 "
-        "AND expires_at > clock_timestamp() FOR UPDATE",
-        {fence_->holder, std::to_string(fence_->epoch)}, false, [&](PGresult* r) {
-          held = held || PQntuples(r) > 0;
-          return Status::Ok();
-        });
-    if (!s.ok()) return fail("checking the leader lease", s);
-    if (!held) {
-      c.Rollback();
-      return Status::Conflict("this server no longer holds the leader lease (epoch " +
-                              std::to_string(fence_->epoch) + "): nothing of the batch was applied");
-    }
+    fence_index = statements.size();
+    statements.push_back({"checking the leader lease", kFenceCheck, {fence_->holder, std::to_string(fence_->epoch)}});
   }
-  auto step = [&](const std::string& what, const std::string& sql, std::vector<std::string> params) {
-    Status s = c.Exec(sql, params);
-    return s.ok() ? s : fail(what, s);
-  };
-  if (!batch.clusters().empty()) {
-    if (Status s = step("writing clusters",
-                        "INSERT INTO clusters (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
-                        "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc",
-                        {ArrayLiteral(batch.clusters(), [](const Cluster& x) { return x.name; }),
-                         ArrayLiteral(batch.clusters(), [](const Cluster& x) { return ToDoc(x); })});
-        !s.ok())
-      return s;
-  }
-  if (!batch.task_definitions().empty()) {
-    if (Status s = step("writing task_definitions",
-                        "INSERT INTO task_definitions (family, revision, doc) "
-                        "SELECT * FROM unnest($1::text[], $2::integer[], $3::text[]) "
-                        "ON CONFLICT (family, revision) DO UPDATE SET doc = excluded.doc",
-                        {ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return x.family; }),
-                         ArrayLiteral(batch.task_definitions(),
-                                      [](const TaskDefinition& x) { return std::to_string(x.revision); }),
-                         ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return ToDoc(x); })});
-        !s.ok())
-      return s;
-  }
-  // Instances and tasks in batch order, so a new key's seq follows the order it was first put.
-  if (!batch.instances().empty()) {
-    if (Status s = step("writing container_instances",
-                        "INSERT INTO container_instances (arn, doc) SELECT a, d FROM "
-                        "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
-                        "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
-                        {ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return x.arn; }),
-                         ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return ToDoc(x); })});
-        !s.ok())
-      return s;
-  }
-  if (!batch.tasks().empty()) {
-    if (Status s = step("writing tasks",
-                        "INSERT INTO tasks (arn, doc) SELECT a, d FROM "
-                        "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
-                        "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
-                        {ArrayLiteral(batch.tasks(), [](const Task& x) { return x.arn; }),
-                         ArrayLiteral(batch.tasks(), [](const Task& x) { return ToDoc(x); })});
-        !s.ok())
-      return s;
-  }
-  if (!batch.client_tokens().empty()) {
-    if (Status s = step("writing client_tokens",
-                        "INSERT INTO client_tokens (cluster, token, doc) "
-                        "SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) "
-                        "ON CONFLICT (cluster, token) DO UPDATE SET doc = excluded.doc",
-                        {ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.cluster; }),
-                         ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.token; }),
-                         ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return ToDoc(x); })});
-        !s.ok())
-      return s;
-  }
-  auto same = [](const std::string& x) { return x; };
-  if (!batch.deleted_tasks().empty()) {
-    if (Status s = step("deleting tasks", "DELETE FROM tasks WHERE arn = ANY($1::text[])",
-                        {ArrayLiteral(batch.deleted_tasks(), same)});
-        !s.ok())
-      return s;
-  }
-  if (!batch.deleted_client_tokens().empty()) {
-    if (Status s = step("deleting client_tokens",
-                        "DELETE FROM client_tokens c USING unnest($1::text[], $2::text[]) AS u(cl, tok) "
-                        "WHERE c.cluster = u.cl AND c.token = u.tok",
-                        {ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.first; }),
-                         ArrayLiteral(batch.deleted_client_tokens(),
-                                      [](const ClientTokenKey& k) { return k.second; })});
-        !s.ok())
-      return s;
-  }
-  if (!batch.deleted_instances().empty()) {
-    if (Status s = step("deleting container_instances", "DELETE FROM container_instances WHERE arn = ANY($1::text[])",
-                        {ArrayLiteral(batch.deleted_instances(), same)});
-        !s.ok())
-      return s;
-  }
+  for (auto& st : WriteStatements(batch)) statements.push_back(std::move(st));
+  const size_t commit_index = statements.size();
+  statements.push_back({"committing", "COMMIT", {}});
+
   // COMMIT's answer is what makes the batch durable (as the database's synchronous_commit says). A connection
   // lost while waiting for it leaves the outcome unknown: it is reported as a failure (the applier then stops
   // acknowledging) and the next leader's load shows what the database kept.
   // An aborted transaction "commits" as ROLLBACK without an error: only the COMMIT tag counts.
   bool committed = false;
-  Status s = c.Run("COMMIT", {}, false, [&](PGresult* r) {
-    committed = std::string_view(PQcmdStatus(r)) == "COMMIT";
-    return Status::Ok();
-  });
-  if (!s.ok()) return fail("committing", s);
+  size_t failed = statements.size();
+  Status s = c.Pipeline(
+      statements,
+      [&](size_t i, PGresult* r) {
+        if (i == commit_index) committed = std::string_view(PQcmdStatus(r)) == "COMMIT";
+        return Status::Ok();
+      },
+      &failed);
+  auto fail = [&](const std::string& what, const Status& why) {
+    c.Rollback();
+    return Status::Server("storage commit failed while " + what + ": " + why.message() +
+                          "; nothing of the batch was applied");
+  };
+  if (!s.ok()) {
+    if (fence_ && failed == fence_index && s.message().find(std::string("SQLSTATE ") + kFenceLost) != std::string::npos) {
+      c.Rollback();
+      return Status::Conflict("this server no longer holds the leader lease (epoch " + std::to_string(fence_->epoch) +
+                              "): nothing of the batch was applied");
+    }
+    return fail(failed < statements.size() ? statements[failed].what : "sending the transaction", s);
+  }
   if (!committed) return fail("committing", Status::Server("the database rolled the transaction back"));
   return Status::Ok();
 }
+
+namespace {
+
+std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch) {
+  std::vector<PostgresStore::Conn::Statement> out;
+  if (!batch.clusters().empty())
+    out.push_back({"writing clusters",
+                   "INSERT INTO clusters (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
+                   "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc",
+                   {ArrayLiteral(batch.clusters(), [](const Cluster& x) { return x.name; }),
+                    ArrayLiteral(batch.clusters(), [](const Cluster& x) { return ToDoc(x); })}});
+  if (!batch.task_definitions().empty())
+    out.push_back({"writing task_definitions",
+                   "INSERT INTO task_definitions (family, revision, doc) "
+                   "SELECT * FROM unnest($1::text[], $2::integer[], $3::text[]) "
+                   "ON CONFLICT (family, revision) DO UPDATE SET doc = excluded.doc",
+                   {ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return x.family; }),
+                    ArrayLiteral(batch.task_definitions(),
+                                 [](const TaskDefinition& x) { return std::to_string(x.revision); }),
+                    ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return ToDoc(x); })}});
+  // Instances and tasks in batch order, so a new key's seq follows the order it was first put.
+  if (!batch.instances().empty())
+    out.push_back({"writing container_instances",
+                   "INSERT INTO container_instances (arn, doc) SELECT a, d FROM "
+                   "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
+                   "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
+                   {ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return x.arn; }),
+                    ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return ToDoc(x); })}});
+  if (!batch.tasks().empty())
+    out.push_back({"writing tasks",
+                   "INSERT INTO tasks (arn, doc) SELECT a, d FROM "
+                   "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
+                   "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
+                   {ArrayLiteral(batch.tasks(), [](const Task& x) { return x.arn; }),
+                    ArrayLiteral(batch.tasks(), [](const Task& x) { return ToDoc(x); })}});
+  if (!batch.client_tokens().empty())
+    out.push_back({"writing client_tokens",
+                   "INSERT INTO client_tokens (cluster, token, doc) "
+                   "SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) "
+                   "ON CONFLICT (cluster, token) DO UPDATE SET doc = excluded.doc",
+                   {ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.cluster; }),
+                    ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.token; }),
+                    ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return ToDoc(x); })}});
+  auto same = [](const std::string& x) { return x; };
+  if (!batch.deleted_tasks().empty())
+    out.push_back({"deleting tasks", "DELETE FROM tasks WHERE arn = ANY($1::text[])",
+                   {ArrayLiteral(batch.deleted_tasks(), same)}});
+  if (!batch.deleted_client_tokens().empty())
+    out.push_back({"deleting client_tokens",
+                   "DELETE FROM client_tokens c USING unnest($1::text[], $2::text[]) AS u(cl, tok) "
+                   "WHERE c.cluster = u.cl AND c.token = u.tok",
+                   {ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.first; }),
+                    ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.second; })}});
+  if (!batch.deleted_instances().empty())
+    out.push_back({"deleting container_instances", "DELETE FROM container_instances WHERE arn = ANY($1::text[])",
+                   {ArrayLiteral(batch.deleted_instances(), same)}});
+  return out;
+}
+
+}  // namespace
 
 }  // namespace gpupack

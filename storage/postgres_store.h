@@ -8,13 +8,14 @@
 // Open() applies the migrations the database lacks, each in its own transaction under a transaction-level
 // advisory lock (two servers starting together migrate once), and refuses a schema newer than this binary.
 //
-// Commit runs the whole batch as one transaction: a statement per entity kind (arrays as parameters, so a
-// batch costs a handful of round trips whatever its size), then COMMIT; ok only once COMMIT returned. With a
-// fence set (SetFence), the transaction first locks the lease row and checks that it is still held by this
-// server under its epoch and not expired by the database's clock (`now()`); otherwise it rolls back and the
-// Commit fails with Status::Conflict: a deposed leader never writes. The row lock orders the check against a
-// takeover (which updates the same row): a commit that passed the check is durable before a new leader can
-// take the lease.
+// Commit runs the whole batch as one transaction in one round trip: BEGIN, a statement per entity kind (arrays
+// as parameters, so a batch costs the same whatever its size), COMMIT, sent together in libpq's pipeline mode;
+// ok only once COMMIT's answer came back. With a fence set (SetFence), the transaction's first statement locks
+// the lease row and fails unless the lease is still held by this server under its epoch and not expired by the
+// database's clock (clock_timestamp()); the database then skips the rest (COMMIT included), the transaction is
+// rolled back and the Commit fails with Status::Conflict: a deposed leader never writes. The row lock orders
+// the check against a takeover (which updates the same row): a commit that passed the check is durable before
+// a new leader can take the lease.
 //
 // Every call has a deadline (Options::timeout): a database that does not answer (down, or cut off by the
 // network) fails the call with Status::Server naming it, never hangs it; the connection is then dropped and

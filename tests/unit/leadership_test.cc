@@ -1,9 +1,16 @@
-// LeaseKeeper (api/leadership.h) on a private PostgreSQL: who takes the lease, when, and under which epoch. The
-// replicas themselves (roles, forwarding, takeover of a killed leader) are tested as processes in
-// tests/integration/ha_*.test.mjs. Skips, saying why, when PostgreSQL's binaries are not installed.
+// LeaseKeeper (api/leadership.h) on a private PostgreSQL: who takes the lease, when, and under which epoch; and
+// a standby's keep-alive connections to the leader. The replicas' roles and takeover of a killed leader are
+// tested as processes in tests/integration/ha_*.test.mjs. Skips, saying why, when PostgreSQL's binaries are not
+// installed.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -122,6 +129,92 @@ TEST_F(LeaseKeeperTest, ACommitFencedByALostLeaseWritesNothing) {
   ASSERT_TRUE(snap.ok());
   ASSERT_EQ(snap->clusters.size(), 1u);
   EXPECT_EQ(snap->clusters[0].name, "before");
+}
+
+// FreePort: a loopback port free a moment ago (a replica serves on the port it advertises).
+uint16_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Http sends one request on a connection of its own (Connection: close) and returns the whole answer, "" on
+// failure; bounded by a 10 s wait for each read.
+std::string Http(uint16_t port, const std::string& method, const std::string& target, const std::string& headers,
+                 const std::string& body) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  std::string in;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string out = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers +
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(out.size())) {
+      char buf[8192];
+      for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 10000) <= 0) break;
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        in.append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  ::close(fd);
+  return in;
+}
+
+TEST_F(LeaseKeeperTest, AStandbyForwardsSuccessiveCallsOverOneKeptAliveConnection) {
+  // Replica a leads (it starts first), b is its standby; each replica has its data and lease connections.
+  std::unique_ptr<PostgresStore> a_lease, b_lease;
+  for (auto* slot : {&a_lease, &b_lease}) {
+    auto s = PostgresStore::Open(uri_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    *slot = std::move(s).value();
+  }
+  auto start = [&](PostgresStore& data, PostgresStore& lease) {
+    ReplicaOptions o;
+    o.server.port = FreePort();
+    o.advertise = "http://127.0.0.1:" + std::to_string(o.server.port);
+    o.lease_ttl = milliseconds(60000);
+    o.renew_every = milliseconds(1000);
+    return Replica::Start(std::move(o), data, lease);
+  };
+  auto a = start(*a_db_, *a_lease);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  auto b = start(*b_db_, *b_lease);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  for (int i = 0; i < 100 && !((*a)->readiness().ready && (*b)->readiness().ready); ++i)
+    std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_EQ((*a)->readiness().role, "leader");
+  ASSERT_EQ((*b)->readiness().role, "standby");
+
+  const std::string ecs = "X-Amz-Target: AmazonEC2ContainerServiceV20141113.ListClusters\r\n"
+                          "Content-Type: application/x-amz-json-1.1\r\n";
+  for (int i = 0; i < 20; ++i) {
+    const std::string answer = Http((*b)->port(), "POST", "/", ecs, "{}");
+    ASSERT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+    EXPECT_NE(answer.find("clusterArns"), std::string::npos) << answer;
+  }
+  // The 20 forwarded calls went over one connection the standby keeps: the leader holds it open (besides this
+  // scrape's own), where one connection per call would each have been closed.
+  const std::string metrics = Http((*a)->port(), "GET", "/metrics", "", "");
+  const size_t at = metrics.find("\ngpupack_http_connections_open ");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_EQ(std::stoi(metrics.substr(at + 31)), 2) << metrics.substr(at, 40);
+  const size_t requests = metrics.find("\ngpupack_http_requests_total ");
+  ASSERT_NE(requests, std::string::npos);
+  EXPECT_GE(std::stoi(metrics.substr(requests + 29)), 21);
 }
 
 }  // namespace

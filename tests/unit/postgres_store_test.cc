@@ -161,6 +161,70 @@ TEST_F(PostgresStoreTest, AFencedCommitWritesOnlyWhileItsLeaseIsHeld) {
   EXPECT_EQ(snap->tasks[0].arn, "arn:t/1");
 }
 
+TEST_F(PostgresStoreTest, AFencedCommitThatLostTheLeaseWritesNoneOfItsStatements) {
+  // A commit sends all its statements at once (one pipeline): the fence check failing must stop every write
+  // after it, of every kind, and leave the connection usable.
+  auto store = OpenOrFail();
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->Query("UPDATE gpupack_leader_lease SET holder = 'a', epoch = 1, "
+                           "expires_at = now() + interval '1 hour'")
+                  .ok());
+  store->SetFence(PostgresStore::Fence{"a", 1});
+  WriteBatch first;
+  first.PutTask(SomeTask("arn:t/1"));
+  ASSERT_TRUE(store->Commit(first).ok());
+
+  WriteBatch mixed;
+  Cluster c;
+  c.name = "gpu";
+  mixed.PutCluster(c);
+  mixed.PutTask(SomeTask("arn:t/2"));
+  ClientTokenRecord r;
+  r.cluster = "gpu";
+  r.token = "tok";
+  mixed.PutClientToken(r);
+  mixed.DeleteTask("arn:t/1");
+  ASSERT_TRUE(store->Query("UPDATE gpupack_leader_lease SET epoch = 2").ok());
+  EXPECT_EQ(store->Commit(mixed).code(), ErrorCode::kConflict);
+  auto snap = store->Load();
+  ASSERT_TRUE(snap.ok()) << snap.status().message();
+  EXPECT_TRUE(snap->clusters.empty());
+  EXPECT_TRUE(snap->client_tokens.empty());
+  ASSERT_EQ(snap->tasks.size(), 1u);
+  EXPECT_EQ(snap->tasks[0].arn, "arn:t/1");
+
+  // Held again (a new epoch of its own): the same batch commits whole on the same connection.
+  store->SetFence(PostgresStore::Fence{"a", 2});
+  ASSERT_TRUE(store->Commit(mixed).ok());
+  snap = store->Load();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->clusters.size(), 1u);
+  EXPECT_EQ(snap->client_tokens.size(), 1u);
+  ASSERT_EQ(snap->tasks.size(), 1u);
+  EXPECT_EQ(snap->tasks[0].arn, "arn:t/2");
+}
+
+TEST_F(PostgresStoreTest, ACommitAfterTheDatabaseRestartedWhileIdleReconnectsFirst) {
+  auto store = OpenOrFail();
+  ASSERT_TRUE(store);
+  WriteBatch b;
+  b.PutTask(SomeTask("arn:t/1"));
+  ASSERT_TRUE(store->Commit(b).ok());
+  const int port = pg_->port();
+  pg_->Stop();
+  std::string error;
+  ASSERT_TRUE(pg_->Start(&error)) << error;
+  if (pg_->port() != port) GTEST_SKIP() << "the database came back on another port; the URI names the old one";
+  // The connection the store holds was closed by the restart: the commit notices before sending anything and
+  // connects afresh, so it does not fail.
+  b.PutTask(SomeTask("arn:t/2"));
+  Status s = store->Commit(b);
+  EXPECT_TRUE(s.ok()) << s.message();
+  auto snap = store->Load();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->tasks.size(), 2u);
+}
+
 TEST_F(PostgresStoreTest, ADatabaseThatGoesAwayFailsCallsInTimeAndTheStoreResumesWhenItIsBack) {
   auto store = OpenOrFail(PostgresStore::Options{std::chrono::milliseconds(2000)});
   ASSERT_TRUE(store);
