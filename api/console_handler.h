@@ -6,7 +6,12 @@
 //   GET /console/api/instances?cluster=&offset=&limit=&q=   instances with each GPU's holders
 //   GET /console/api/tasks?cluster=&status=&family=&startedBy=&arn=&limit=   tasks, newest first
 //   GET /console/api/refusals                      the latest RunTask/StartTask refusals and their reasons
-// Each read answers a `version` (the view's commit sequence and the refusals' count); a caller that passes
+// Tasks (and the holders of the instances' GPUs) carry, beside what they declared, the GPU memory they use as
+// their agent last reported it (GpuMemoryUsage, api/agent_channel.h): gpuMemoryUsedBytes per GPU and in all, and
+// gpuMemoryReadAt / gpuMemoryReadAgoMs, when it was read. A task whose agent reported none has none of these
+// fields ("not reported"), never a 0.
+// Each read answers a `version` (the view's commit sequence, the refusals' count and the GPU memory figures'
+// generation); a caller that passes
 // `since=<version>` and gets {"unchanged": true} back keeps what it drew, so polling once a second costs
 // almost nothing while nothing changes. Everything else the console shows comes from the ECS API itself
 // (DescribeTasks, ExplainPlacement, StopTask, ...) through EcsHandler, authenticated by the same session.
@@ -29,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "api/agent_channel.h"
 #include "api/control_plane.h"
 #include "api/http_server.h"
 #include "api/request_auth.h"
@@ -79,6 +85,9 @@ class ConsoleHandler {
   static bool Serves(const std::string& method, const std::string& path);
 
   void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
+  // SetGpuMemory: where the reads find each task's GPU memory in use (the agent channel's heartbeat figures);
+  // unset, every task's reads "not reported". Set before the server serves; must outlive the handler's serving.
+  void SetGpuMemory(const GpuMemoryUsage* usage) { gpu_memory_ = usage; }
 
   // Handle answers one request whose path Serves. `respond` is called exactly once, on this thread.
   void Handle(const HttpRequest& req, const std::string& request_id, const Responder& respond) const;
@@ -91,6 +100,7 @@ class ConsoleHandler {
   ControlPlane& cp_;
   const PlacementRefusals& refusals_;
   const RequestAuthenticator* auth_ = nullptr;
+  const GpuMemoryUsage* gpu_memory_ = nullptr;
 };
 
 }  // namespace gpupack::api
