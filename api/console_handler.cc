@@ -230,13 +230,14 @@ Json TaskJson(const Task& t, const ReadView& view, const UsedMemory& used) {
   out["gpuMemoryDeclaredMib"] = declared;
   if (reading) {
     int64_t in_use = 0;
-    for (const auto& [gpu_id, bytes] : reading->gpus) {
-      in_use += bytes;
+    for (const auto& entry : reading->gpus) {  // no structured binding: a lambda below names the GPU
+      const std::string& gpu_id = entry.first;
+      in_use += entry.second;
       const bool reserved = std::any_of(t.gpu_reservations.begin(), t.gpu_reservations.end(),
                                         [&gpu_id](const GpuReservation& r) { return r.gpu_id == gpu_id; });
       if (!reserved)
         gpus.push_back({{"id", gpu_id}, {"mib", 0}, {"declaredMib", 0}, {"compute", 0}, {"dedicated", false},
-                        {"reserved", false}, {"gpuMemoryUsedBytes", bytes}});
+                        {"reserved", false}, {"gpuMemoryUsedBytes", entry.second}});
     }
     out["gpuMemoryUsedBytes"] = in_use;
     used.AddReadTime(out, *reading);
