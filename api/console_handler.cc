@@ -1,6 +1,7 @@
 #include "api/console_handler.h"
 
 #include <algorithm>
+#include <climits>
 #include <string_view>
 #include <unordered_map>
 
@@ -246,7 +247,7 @@ Json TaskJson(const Task& t, const ReadView& view, const UsedMemory& used) {
   return out;
 }
 
-Json Overview(const ReadView& view, const PlacementRefusals& refusals, EpochMs now) {
+Json Overview(const ReadView& view, PlacementRefusals& refusals, EpochMs now) {
   struct Tally {
     int instances = 0, active = 0, connected = 0, gpus = 0, shared = 0, dedicated = 0, held = 0;
     int64_t gpu_total = 0, gpu_allocated = 0;
@@ -383,26 +384,41 @@ Json RefusalsJson(const PlacementRefusals& refusals) {
 
 // ---- PlacementRefusals -----------------------------------------------------------------------------------------
 
-void PlacementRefusals::Record(Refusal refusal) {
+void PlacementRefusals::SetTotals(Totals totals) { totals_ = std::move(totals); }
+
+void PlacementRefusals::Take(EpochMs at) {
+  if (!totals_) return;
+  const std::map<std::string, uint64_t> totals = totals_();  // the applier's lock, not ours
   std::lock_guard lock(mu_);
-  const int64_t minute = refusal.at / 60000;
-  Bucket& b = by_cluster_[refusal.cluster][static_cast<size_t>(minute % 60)];
-  if (b.minute != minute) b = Bucket{minute, 0};
-  b.count += refusal.tasks;
+  const int64_t minute = at / 60000;
+  for (const auto& [cluster, total] : totals) {
+    uint64_t& seen = seen_[cluster];
+    if (total <= seen) continue;  // a concurrent Take counted it already
+    Bucket& b = by_cluster_[cluster][static_cast<size_t>(minute % 60)];
+    if (b.minute != minute) b = Bucket{minute, 0};
+    b.count += total - seen;
+    seen = total;
+  }
+}
+
+void PlacementRefusals::Record(Refusal refusal) {
+  Take(refusal.at);
+  std::lock_guard lock(mu_);
   recent_.push_front(std::move(refusal));
   if (recent_.size() > kRecent) recent_.pop_back();
   ++generation_;
 }
 
-int PlacementRefusals::LastHour(const std::string& cluster, EpochMs now) const {
+int PlacementRefusals::LastHour(const std::string& cluster, EpochMs now) {
+  Take(now);
   std::lock_guard lock(mu_);
   auto it = by_cluster_.find(cluster);
   if (it == by_cluster_.end()) return 0;
   const int64_t minute = now / 60000;
-  int n = 0;
+  uint64_t n = 0;
   for (const Bucket& b : it->second)
     if (b.minute > minute - 60 && b.minute <= minute) n += b.count;
-  return n;
+  return static_cast<int>(std::min<uint64_t>(n, INT_MAX));
 }
 
 std::vector<PlacementRefusals::Refusal> PlacementRefusals::Recent() const {
@@ -452,8 +468,15 @@ void RecordRefusal(PlacementRefusals& refusals, const std::string& operation, co
 
 // ---- ConsoleHandler --------------------------------------------------------------------------------------------
 
-ConsoleHandler::ConsoleHandler(ControlPlane& control_plane, const PlacementRefusals& refusals)
-    : cp_(control_plane), refusals_(refusals) {}
+ConsoleHandler::ConsoleHandler(ControlPlane& control_plane, PlacementRefusals& refusals)
+    : cp_(control_plane), refusals_(refusals) {
+  // One count of tasks not placed: the placement counters that gpupack_placement_failures_total reads.
+  refusals_.SetTotals([&cp = cp_] {
+    std::map<std::string, uint64_t> totals;
+    for (const auto& [key, n] : cp.applier().counters().tasks_not_placed) totals[key.first] += n;
+    return totals;
+  });
+}
 
 bool ConsoleHandler::Serves(const std::string& method, const std::string& path) {
   if (path == "/") return method == "GET" || method == "HEAD";

@@ -154,6 +154,13 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
       refused: Number(tr.querySelector('[data-field="refused"]').dataset.value),
     }));
     assert.deepEqual(shown, { instances: instances.length, gpus: gpus.length, allocated, total, running, stopped: 1, refused: 1 });
+    // "Refused" counts what the metrics count: the tasks not placed of gpupack_placement_failures_total.
+    const metrics = await (await fetch(`${up.endpoint}/metrics`)).text();
+    const notPlaced = metrics
+      .split('\n')
+      .filter((l) => l.startsWith('gpupack_placement_failures_total{') && l.includes('cluster="default"'))
+      .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+    assert.equal(shown.refused, notPlaced);
     await shot(page, 'clusters');
   });
 
