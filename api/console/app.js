@@ -290,16 +290,13 @@ function clustersPage() {
 
 const PAGE_SIZE = 50;
 
-// usedText: a GPU memory figure of the console's reads (gpuMemoryUsedBytes and gpuMemoryReadAgoMs) in words:
-// "1,234 MiB (read 3 s ago)", or "not reported" when the task's agent sent none (never 0 for a missing figure).
+// usedMiB: a GPU memory figure of the console's reads (gpuMemoryUsedBytes) in MiB, "1,234 MiB"; readAgo: the
+// age of its reading (gpuMemoryReadAgoMs), "read 3 s ago". A missing figure is written "not reported", never 0.
 function usedMiB(bytes) {
   return `${(Math.round((10 * bytes) / 1048576) / 10).toLocaleString('en-US')} MiB`;
 }
 function readAgo(ms) {
   return `read ${Math.round((ms ?? 0) / 1000)} s ago`;
-}
-function usedText(bytes, agoMs) {
-  return bytes === undefined ? 'not reported' : `${usedMiB(bytes)} (${readAgo(agoMs)})`;
 }
 
 function gpuStrip(g, taskArnPrefix) {
@@ -312,7 +309,9 @@ function gpuStrip(g, taskArnPrefix) {
       const reported = h.gpuMemoryUsedBytes !== undefined;
       const usedPct = reported && h.mib > 0 ? Math.min(100, (100 * h.gpuMemoryUsedBytes) / (h.mib * 1048576)) : 0;
       const used = reported ? `<span class="used${usedPct >= 100 ? ' full' : ''}" data-width="${usedPct.toFixed(2)}"></span>` : '';
-      const title = `task ${h.task} (${h.definition}, ${h.status}): ${mib(h.mib)} declared, compute ceiling ${h.compute}%; in use: ${usedText(h.gpuMemoryUsedBytes, h.gpuMemoryReadAgoMs)}`;
+      // The time it was read, not an age: a strip stays drawn while nothing changes, and an age would go stale.
+      const inUse = reported ? `${usedMiB(h.gpuMemoryUsedBytes)} (read ${when(h.gpuMemoryReadAt)})` : 'not reported';
+      const title = `task ${h.task} (${h.definition}, ${h.status}): ${mib(h.mib)} declared, compute ceiling ${h.compute}%; in use: ${inUse}`;
       return `<a class="seg${h.dedicated ? ' dedicated' : ''}" data-width="${width.toFixed(2)}" data-task="${esc(h.task)}"
         data-used-bytes="${reported ? h.gpuMemoryUsedBytes : 'none'}" href="#/task/${encodeURIComponent(arn)}"
         title="${esc(title)}">${used}<span class="label">${esc(label)}</span></a>`;
