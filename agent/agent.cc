@@ -218,7 +218,8 @@ Status Agent::Start() {
   a.connection = std::make_unique<ServerConnection>(
       std::move(connection), a,
       ServerConnection::Health{[h] { return h->impaired(); }, [h] { return h->held_gpus(); },
-                               [h] { return h->mps_serving(); }});
+                               [h] { return h->mps_serving(); },
+                               [h] { return HeartbeatGpuMemory(h->task_memory(), std::chrono::steady_clock::now()); }});
   a.context = std::make_unique<TaskContext>(
       TaskContext{*a.store, *a.runtime, a.runtime_kind, *a.health, *a.connection, o.mps_pipe_dir, o.stop_grace});
   a.tasks = std::make_unique<TaskManager>(

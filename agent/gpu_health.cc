@@ -8,7 +8,9 @@
 namespace gpupack::agent {
 
 namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 using protocol::StopCode;
+constexpr int64_t kBytesPerMiB = 1048576;
 using protocol::TaskStatus;
 
 GpuHealth::GpuHealth(GpuHealthOptions options, GpuDiscovery& gpus, std::vector<GpuDevice> devices,
@@ -55,6 +57,45 @@ bool GpuHealth::Held(const std::string& gpu_uuid) const {
 std::vector<std::string> GpuHealth::held_gpus() const {
   std::lock_guard lock(mu_);
   return {held_.begin(), held_.end()};
+}
+
+std::optional<protocol::GpuMemoryReading> HeartbeatGpuMemory(const std::optional<TaskMemoryReading>& reading,
+                                                             Clock::time_point now) {
+  if (!reading) return std::nullopt;
+  const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - reading->taken).count();
+  if (age > protocol::kMaxGpuMemoryAgeMs) return std::nullopt;
+  // kBudget: what the figures may add to a heartbeat, well within the channel's 1 MiB message (each entry's
+  // name plus its JSON's keys and number, about 40 bytes).
+  constexpr size_t kBudget = 512 << 10, kPerEntry = 40;
+  protocol::GpuMemoryReading out;
+  out.age_ms = std::max<int64_t>(0, age);
+  size_t size = 0;
+  for (const auto& [arn, per_gpu] : reading->tasks) {
+    if (out.tasks.size() == protocol::kMaxGpuMemoryTasks) break;
+    if (arn.empty() || arn.size() > protocol::kMaxGpuMemoryNameBytes) continue;
+    protocol::TaskGpuMemory task{arn, {}};
+    size_t task_size = arn.size() + kPerEntry;
+    for (const auto& [gpu, bytes] : per_gpu) {
+      if (task.gpus.size() == protocol::kMaxGpuMemoryGpus) break;
+      if (gpu.empty() || gpu.size() > protocol::kMaxGpuMemoryNameBytes) continue;
+      task.gpus.push_back({gpu, std::clamp<int64_t>(bytes, 0, protocol::kMaxGpuMemoryBytes)});
+      task_size += gpu.size() + kPerEntry;
+    }
+    if (size + task_size > kBudget) break;
+    size += task_size;
+    out.tasks.push_back(std::move(task));
+  }
+  return out;
+}
+
+std::optional<TaskMemoryReading> GpuHealth::task_memory() const {
+  std::lock_guard lock(mu_);
+  return task_memory_;
+}
+
+void GpuHealth::KeepTaskMemory(std::optional<TaskMemoryReading> reading) {
+  std::lock_guard lock(mu_);
+  task_memory_ = std::move(reading);
 }
 
 void GpuHealth::Loop() {
@@ -236,14 +277,17 @@ void GpuHealth::Watchdog() {
   });
   for (auto it = watchdog_stopped_.begin(); it != watchdog_stopped_.end();)
     it = running_tasks.count(*it) ? std::next(it) : watchdog_stopped_.erase(it);
+  const auto taken = Clock::now();
   if (running_tasks.empty()) {
     strikes_.clear();
+    KeepTaskMemory(TaskMemoryReading{taken, {}});
     return;
   }
   auto processes = gpus_.Processes();
   if (!processes.ok()) {
     if (!watchdog_warned_) spdlog::warn("agent: watchdog cannot read GPU processes: {}", processes.status().message());
     watchdog_warned_ = true;
+    KeepTaskMemory(std::nullopt);  // no reading: the heartbeat reports none rather than an old one
     return;
   }
   watchdog_warned_ = false;
@@ -253,6 +297,17 @@ void GpuHealth::Watchdog() {
   std::map<std::string, std::map<std::string, MiB>> used;  // runtime id -> {GPU UUID -> MiB}
   for (const auto& p : *processes)
     if (auto it = owners.find(p.pid); it != owners.end()) used[it->second][p.gpu_uuid] += p.used_mib;
+  // The same reading per task and GPU, in bytes, for the heartbeat: the GPUs each running container was given
+  // (0 when it uses none) and any other it uses.
+  TaskMemoryReading reading{taken, {}};
+  for (const Watched& c : running) {
+    auto& per_gpu = reading.tasks[c.arn];
+    for (const auto& g : c.gpu_ids) per_gpu[g] += 0;
+    if (auto u = used.find(c.runtime_id); u != used.end())
+      for (const auto& [gpu, mib] : u->second) per_gpu[gpu] += mib * kBytesPerMiB;
+  }
+  std::erase_if(reading.tasks, [](const auto& task) { return task.second.empty(); });  // no GPU given, none used
+  KeepTaskMemory(std::move(reading));
 
   std::set<std::string> over;
   for (const Watched& c : running) {

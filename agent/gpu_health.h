@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -52,6 +53,20 @@ struct GpuHealthHooks {
   std::function<void(bool serving)> mps_serving;
 };
 
+// TaskMemoryReading: the watchdog's latest reading of the GPU memory the running tasks use: per task ARN, per
+// GPU UUID, the bytes of its containers' processes (NVML's list, attributed through Runtime::Owners); a GPU a
+// task was given and uses nothing of reads 0. `taken` is when the processes were listed.
+struct TaskMemoryReading {
+  std::chrono::steady_clock::time_point taken;
+  std::map<std::string, std::map<std::string, int64_t>> tasks;
+};
+
+// HeartbeatGpuMemory: `reading` as a heartbeat carries it (protocol::GpuMemoryReading), its age taken at `now`,
+// held to the protocol's bounds (tasks and GPUs past the caps, and names past the length, are left out); none
+// when there is no reading or it is older than the protocol allows.
+std::optional<protocol::GpuMemoryReading> HeartbeatGpuMemory(const std::optional<TaskMemoryReading>& reading,
+                                                             std::chrono::steady_clock::time_point now);
+
 class GpuHealth final : public StartGate {
  public:
   // Everything passed by reference must outlive the object.
@@ -74,6 +89,9 @@ class GpuHealth final : public StartGate {
   bool impaired() const { return mps_.impaired(); }
   bool mps_serving() const { return last_serving_.load(); }
   const std::vector<GpuDevice>& devices() const { return devices_; }
+  // task_memory: the watchdog's latest reading (the heartbeat carries it); none while the watchdog is off, before
+  // its first reading, or when its last could not list the GPU processes.
+  std::optional<TaskMemoryReading> task_memory() const;
 
  private:
   void Loop();
@@ -84,6 +102,7 @@ class GpuHealth final : public StartGate {
   bool GpuRecovered(const std::string& uuid);
   bool GpuInUse(const std::string& uuid) const;
   void Watchdog();
+  void KeepTaskMemory(std::optional<TaskMemoryReading> reading);
 
   using Clock = std::chrono::steady_clock;
   const GpuHealthOptions options_;
@@ -97,6 +116,7 @@ class GpuHealth final : public StartGate {
   std::atomic<bool> last_serving_{true};
   mutable std::mutex mu_;
   std::set<std::string> held_;  // guarded by mu_
+  std::optional<TaskMemoryReading> task_memory_;  // guarded by mu_; written by the thread's watchdog
   bool stopping_ = false;       // guarded by mu_
   std::condition_variable cv_;
   std::thread thread_;

@@ -298,6 +298,7 @@ void ServerConnection::SendHeartbeat() {
   protocol::Heartbeat hb;
   hb.impaired = health_.impaired ? health_.impaired() : false;
   if (health_.held_gpus) hb.held_gpus = health_.held_gpus();
+  if (health_.gpu_memory) hb.gpu_memory = health_.gpu_memory();
   hb.id = next_id_++;
   const std::string text = protocol::Serialize(protocol::AgentMessage(hb));
   std::lock_guard lock(mu_);

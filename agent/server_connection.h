@@ -92,6 +92,9 @@ class ServerConnection final : public Reporter {
     std::function<bool()> impaired;
     std::function<std::vector<std::string>()> held_gpus;
     std::function<bool()> mps_serving;
+    // gpu_memory: the GPU memory each running task uses (the watchdog's latest reading), for the heartbeat;
+    // none when there is no reading. Unset: heartbeats carry none.
+    std::function<std::optional<protocol::GpuMemoryReading>()> gpu_memory = nullptr;
   };
 
   ServerConnection(ConnectionOptions options, Listener& listener, Health health);

@@ -83,7 +83,7 @@ void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, cons
       peers_.erase(it->second);
     }
     // The new connection starts with no pending push: the welcome's reconcile covers the old one's.
-    peers_[conn.get()] = Peer{conn, arn, std::chrono::steady_clock::now(), false, false, {}, {}, 0};
+    peers_[conn.get()] = Peer{conn, arn, std::chrono::steady_clock::now(), false, false, {}, {}, 0, false};
     by_instance_[arn] = conn.get();
   }
   ++connections_opened_;
@@ -131,8 +131,10 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
   } else if (auto* part = std::get_if<protocol::HelloPart>(&*parsed)) {
     OnHelloPart(conn, arn, std::move(*part), text.size());
   } else if (auto* state = std::get_if<protocol::StateReport>(&*parsed)) {
+    if (state->report.status == protocol::TaskStatus::kStopped) gpu_memory_.DropTask(state->report.task_arn);
     cp_.AgentReport(arn, state->report, answer(state->id));
   } else if (auto* heartbeat = std::get_if<protocol::Heartbeat>(&*parsed)) {
+    KeepGpuMemory(conn, arn, *heartbeat);
     cp_.AgentHeartbeat(arn, *heartbeat, answer(heartbeat->id));
   } else if (auto* logs = std::get_if<protocol::LogsAnswer>(&*parsed)) {
     OnLogsAnswer(conn, std::move(*logs));  // never answered
@@ -237,7 +239,109 @@ void AgentChannel::OnClose(const std::shared_ptr<WebSocketConnection>& conn) {
     if (bi != by_instance_.end() && bi->second == conn.get()) by_instance_.erase(bi);
   }
   spdlog::info("agent channel: {} disconnected", arn);
+  gpu_memory_.DropInstance(arn);
   cp_.AgentDisconnected(arn);
+}
+
+// ---- GPU memory in use ------------------------------------------------------------------------------------------
+
+void AgentChannel::KeepGpuMemory(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
+                                 const protocol::Heartbeat& heartbeat) {
+  if (!heartbeat.gpu_memory_refused.empty()) {
+    ++gpu_memory_refusals_;
+    bool first = false;
+    {
+      std::lock_guard lock(mu_);
+      auto it = peers_.find(conn.get());
+      if (it != peers_.end() && !it->second.gpu_memory_warned) first = it->second.gpu_memory_warned = true;
+    }
+    if (first)  // once per connection: the agent sends one every heartbeat
+      spdlog::warn("agent channel: {} sent GPU memory figures that were refused (the rest of its heartbeat was "
+                   "applied): {}", instance_arn, heartbeat.gpu_memory_refused.substr(0, 300));
+  }
+  std::map<std::string, GpuMemoryUsage::Reading> kept;
+  if (heartbeat.gpu_memory) {
+    const std::shared_ptr<const ReadView> view = cp_.applier().View();
+    const ContainerInstance* instance = view->FindInstance(instance_arn);
+    const EpochMs read_at = cp_.applier().Now() - heartbeat.gpu_memory->age_ms;
+    for (const auto& t : heartbeat.gpu_memory->tasks) {
+      const Task* task = view->FindTask(t.task_arn);
+      if (instance == nullptr || task == nullptr || task->container_instance_arn != instance_arn ||
+          task->last_status == TaskStatus::kStopped)
+        continue;  // not a task of this instance that runs (the parser already refused one listed twice)
+      GpuMemoryUsage::Reading r{read_at, {}};
+      for (const auto& g : t.gpus) {
+        const bool ours = std::any_of(instance->gpus.begin(), instance->gpus.end(),
+                                      [&g](const Gpu& gpu) { return gpu.id == g.gpu_id; });
+        if (ours) r.gpus[g.gpu_id] = g.bytes;
+      }
+      kept.emplace(t.task_arn, std::move(r));
+    }
+  }
+  gpu_memory_.Replace(instance_arn, std::move(kept));
+}
+
+void GpuMemoryUsage::Replace(const std::string& instance_arn, std::map<std::string, Reading> tasks) {
+  std::lock_guard lock(mu_);
+  auto& current = by_instance_[instance_arn];
+  bool changed = current.size() != tasks.size();
+  for (auto it = current.begin(); !changed && it != current.end(); ++it) {
+    auto next = tasks.find(it->first);
+    changed = next == tasks.end() || next->second.gpus != it->second.gpus;
+  }
+  for (const auto& [task, _] : current) instance_of_.erase(task);
+  for (const auto& [task, _] : tasks) {
+    // A task another instance reported last (it moved: a stale figure there) is taken from that instance.
+    auto other = instance_of_.find(task);
+    if (other != instance_of_.end() && other->second != instance_arn) by_instance_[other->second].erase(task);
+    instance_of_[task] = instance_arn;
+  }
+  current = std::move(tasks);
+  if (current.empty()) by_instance_.erase(instance_arn);
+  if (changed) ++generation_;
+}
+
+void GpuMemoryUsage::DropTask(const std::string& task_arn) {
+  std::lock_guard lock(mu_);
+  auto it = instance_of_.find(task_arn);
+  if (it == instance_of_.end()) return;
+  auto inst = by_instance_.find(it->second);
+  if (inst != by_instance_.end()) {
+    inst->second.erase(task_arn);
+    if (inst->second.empty()) by_instance_.erase(inst);
+  }
+  instance_of_.erase(it);
+  ++generation_;
+}
+
+void GpuMemoryUsage::DropInstance(const std::string& instance_arn) {
+  std::lock_guard lock(mu_);
+  auto inst = by_instance_.find(instance_arn);
+  if (inst == by_instance_.end()) return;
+  for (const auto& [task, _] : inst->second) instance_of_.erase(task);
+  by_instance_.erase(inst);
+  ++generation_;
+}
+
+std::optional<GpuMemoryUsage::Reading> GpuMemoryUsage::Of(const std::string& task_arn) const {
+  std::lock_guard lock(mu_);
+  auto it = instance_of_.find(task_arn);
+  if (it == instance_of_.end()) return std::nullopt;
+  auto inst = by_instance_.find(it->second);
+  if (inst == by_instance_.end()) return std::nullopt;
+  auto task = inst->second.find(task_arn);
+  if (task == inst->second.end()) return std::nullopt;
+  return task->second;
+}
+
+size_t GpuMemoryUsage::tasks() const {
+  std::lock_guard lock(mu_);
+  return instance_of_.size();
+}
+
+uint64_t GpuMemoryUsage::generation() const {
+  std::lock_guard lock(mu_);
+  return generation_;
 }
 
 namespace {

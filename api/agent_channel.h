@@ -7,7 +7,8 @@
 //                                                       "heartbeatIntervalMs":n,"epoch"?}
 //   {"type":"helloPart",...,"last":b} (a hello in parts: gathered per connection, the last one is the hello)
 //   {"type":"state","id":n,"taskArn",...}             {"type":"ack","id":n}            (once durable)
-//   {"type":"heartbeat","id":n,"impaired","heldGpus"} {"type":"ack","id":n}
+//   {"type":"heartbeat","id":n,"impaired","heldGpus", {"type":"ack","id":n}
+//    "gpuMemoryUsed"?} (its figures: GpuMemoryUsage below)
 //                                                     {"type":"assign","id":n,"task":{...},"epoch"?} (after
 //                                                                                   RunTask commits)
 //                                                     {"type":"stop","id":n,"taskArn","reason","epoch"?}
@@ -83,6 +84,39 @@ struct AgentChannelOptions {
   std::optional<int64_t> epoch = std::nullopt;
 };
 
+// GpuMemoryUsage: the GPU memory each running task uses, per GPU, as its agent last reported it on a heartbeat
+// ("gpuMemoryUsed": the agent's watchdog reading, NVML's list of MPS client processes), for the console. In
+// memory only: never written to the store nor sent through the applier, so a restarted server knows none until
+// the next heartbeats. A heartbeat replaces its instance's figures whole (one without a reading, or with a refused
+// one, drops them); a task's go when its agent reports it STOPPED, an instance's when its agent disconnects. Only
+// tasks the server holds on that instance and not STOPPED are kept, each once, and only the instance's GPUs.
+// Thread-safe.
+class GpuMemoryUsage {
+ public:
+  struct Reading {
+    EpochMs read_at = 0;                  // by the server's clock: the heartbeat's arrival less the reading's age
+    std::map<std::string, int64_t> gpus;  // GPU UUID -> bytes in use
+    bool operator==(const Reading&) const = default;
+  };
+
+  // Replace sets the figures of an instance's tasks (task ARN -> reading), dropping the instance's others.
+  void Replace(const std::string& instance_arn, std::map<std::string, Reading> tasks);
+  void DropTask(const std::string& task_arn);
+  void DropInstance(const std::string& instance_arn);
+  // Of: a task's latest figures; none when its agent reported none.
+  std::optional<Reading> Of(const std::string& task_arn) const;
+  size_t tasks() const;  // tasks with figures
+  // generation bumps whenever a figure appears, changes or goes (not when only a reading's time moves), so the
+  // console's reads can tell "unchanged".
+  uint64_t generation() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::map<std::string, Reading>> by_instance_;  // guarded by mu_: instance -> task -> figures
+  std::map<std::string, std::string> instance_of_;                     // guarded by mu_: task -> instance
+  uint64_t generation_ = 0;                                            // guarded by mu_
+};
+
 class AgentChannel {
  public:
   AgentChannel(ControlPlane& control_plane, AgentChannelOptions options);
@@ -117,6 +151,12 @@ class AgentChannel {
   // Upgrade requests refused by the authenticator since construction.
   uint64_t auth_refusals() const { return auth_refusals_.load(); }
 
+  // gpu_memory: the GPU memory in use that heartbeats reported (see GpuMemoryUsage); lives as long as the channel.
+  const GpuMemoryUsage& gpu_memory() const { return gpu_memory_; }
+  // Heartbeats whose gpuMemoryUsed was refused (malformed or past its bounds) since construction; the rest of
+  // each was applied.
+  uint64_t gpu_memory_refusals() const { return gpu_memory_refusals_.load(); }
+
  private:
   struct Unacked {
     AgentPush message;  // with its id
@@ -132,6 +172,7 @@ class AgentChannel {
     std::map<int64_t, Unacked> unacked;  // by push id
     std::vector<protocol::TaskReport> hello_parts;  // the tasks of the hello's parts so far
     size_t hello_part_bytes = 0;                     // their messages' bytes, at most max_hello_bytes
+    bool gpu_memory_warned = false;                  // a refused gpuMemoryUsed was logged on this connection
   };
   void OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req);
   void OnMessage(const std::shared_ptr<WebSocketConnection>& conn, std::string text);
@@ -144,6 +185,9 @@ class AgentChannel {
                 const AgentPush& message);
   void Reply(const std::shared_ptr<WebSocketConnection>& conn, const protocol::ServerMessage& message);
   void OnLogsAnswer(const std::shared_ptr<WebSocketConnection>& conn, protocol::LogsAnswer answer);
+  // KeepGpuMemory takes a heartbeat's GPU memory figures into gpu_memory_ (see GpuMemoryUsage).
+  void KeepGpuMemory(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
+                     const protocol::Heartbeat& heartbeat);
   // FailRequests ends (outside the lock) the requests taken out of requests_ with `why`.
   using RequestDone = std::function<void(Result<protocol::LogsAnswer>)>;
   static void FailRequests(std::vector<RequestDone> done, const std::string& why);
@@ -167,6 +211,8 @@ class AgentChannel {
   std::atomic<uint64_t> auth_refusals_{0};
   std::atomic<int64_t> next_push_id_{1};
   std::atomic<uint64_t> connections_opened_{0}, push_retries_{0}, push_unacked_closes_{0};
+  GpuMemoryUsage gpu_memory_;
+  std::atomic<uint64_t> gpu_memory_refusals_{0};
 };
 
 

@@ -1,6 +1,7 @@
 #include "api/console_handler.h"
 
 #include <algorithm>
+#include <climits>
 #include <string_view>
 #include <unordered_map>
 
@@ -126,15 +127,37 @@ struct Holder {
   const GpuReservation* reservation;
 };
 
-Json GpuJson(const Gpu& g, const std::vector<Holder>& holders) {
+// UsedMemory: where the reads find each task's GPU memory in use, and the time they answer at.
+struct UsedMemory {
+  const GpuMemoryUsage* usage = nullptr;  // null: nothing reported
+  EpochMs now = 0;
+
+  // Of: the task's latest figures; none when its agent reported none or the task stopped.
+  std::optional<GpuMemoryUsage::Reading> Of(const Task& t) const {
+    if (usage == nullptr || t.last_status == TaskStatus::kStopped) return std::nullopt;
+    return usage->Of(t.arn);
+  }
+  // AddReadTime: when the figures were read (server clock, epoch ms) and how long before this answer.
+  void AddReadTime(Json& j, const GpuMemoryUsage::Reading& r) const {
+    j["gpuMemoryReadAt"] = r.read_at;
+    j["gpuMemoryReadAgoMs"] = std::max<EpochMs>(0, now - r.read_at);
+  }
+};
+
+Json GpuJson(const Gpu& g, const std::vector<Holder>& holders, const UsedMemory& used) {
   Json hs = Json::array();
   for (const Holder& h : holders) {
-    hs.push_back({{"task", h.task->id},
-                  {"definition", FamilyRevisionOf(h.task->task_definition_arn)},
-                  {"status", Name(h.task->last_status)},
-                  {"mib", h.reservation->dedicated ? g.total_memory_mib : h.reservation->memory_mib},
-                  {"compute", h.reservation->dedicated ? 100 : h.reservation->compute_percent},
-                  {"dedicated", h.reservation->dedicated}});
+    Json holder = {{"task", h.task->id},
+                   {"definition", FamilyRevisionOf(h.task->task_definition_arn)},
+                   {"status", Name(h.task->last_status)},
+                   {"mib", h.reservation->dedicated ? g.total_memory_mib : h.reservation->memory_mib},
+                   {"compute", h.reservation->dedicated ? 100 : h.reservation->compute_percent},
+                   {"dedicated", h.reservation->dedicated}};
+    if (auto r = used.Of(*h.task); r && r->gpus.count(g.id)) {
+      holder["gpuMemoryUsedBytes"] = r->gpus.at(g.id);
+      used.AddReadTime(holder, *r);
+    }
+    hs.push_back(std::move(holder));
   }
   return {{"id", g.id},
           {"mode", GpuModeName(g.mode)},
@@ -146,12 +169,13 @@ Json GpuJson(const Gpu& g, const std::vector<Holder>& holders) {
           {"holders", std::move(hs)}};
 }
 
-Json InstanceJson(const ContainerInstance& inst, const std::unordered_map<std::string, std::vector<Holder>>& by_gpu) {
+Json InstanceJson(const ContainerInstance& inst, const std::unordered_map<std::string, std::vector<Holder>>& by_gpu,
+                  const UsedMemory& used) {
   static const std::vector<Holder> kNone;
   Json gpus = Json::array();
   for (const Gpu& g : inst.gpus) {
     auto it = by_gpu.find(inst.arn + "\n" + g.id);
-    gpus.push_back(GpuJson(g, it == by_gpu.end() ? kNone : it->second));
+    gpus.push_back(GpuJson(g, it == by_gpu.end() ? kNone : it->second, used));
   }
   return {{"arn", inst.arn},
           {"id", inst.id},
@@ -168,12 +192,29 @@ Json InstanceJson(const ContainerInstance& inst, const std::unordered_map<std::s
           {"gpus", std::move(gpus)}};
 }
 
-Json TaskJson(const Task& t) {
+// TaskJson: a task, each GPU it holds with what it declared there (declaredMib: a dedicated GPU's whole memory)
+// and, when its agent reported them, the bytes it uses there; a GPU it uses without holding it comes after its
+// own, with reserved false.
+Json TaskJson(const Task& t, const ReadView& view, const UsedMemory& used) {
+  const std::optional<GpuMemoryUsage::Reading> reading = used.Of(t);
+  const ContainerInstance* instance = view.FindInstance(t.container_instance_arn);
+  auto total_of = [instance](const std::string& gpu_id) -> MiB {
+    if (instance != nullptr)
+      for (const Gpu& g : instance->gpus)
+        if (g.id == gpu_id) return g.total_memory_mib;
+    return 0;
+  };
   Json gpus = Json::array();
-  for (const auto& r : t.gpu_reservations)
-    gpus.push_back(
-        {{"id", r.gpu_id}, {"mib", r.memory_mib}, {"compute", r.compute_percent}, {"dedicated", r.dedicated}});
-  return {{"arn", t.arn},
+  MiB declared = 0;
+  for (const auto& r : t.gpu_reservations) {
+    const MiB d = r.dedicated ? total_of(r.gpu_id) : r.memory_mib;
+    declared += d;
+    Json g = {{"id", r.gpu_id}, {"mib", r.memory_mib}, {"declaredMib", d},       {"compute", r.compute_percent},
+              {"dedicated", r.dedicated}, {"reserved", true}};
+    if (reading && reading->gpus.count(r.gpu_id)) g["gpuMemoryUsedBytes"] = reading->gpus.at(r.gpu_id);
+    gpus.push_back(std::move(g));
+  }
+  Json out = {{"arn", t.arn},
           {"id", t.id},
           {"cluster", t.cluster},
           {"definition", FamilyRevisionOf(t.task_definition_arn)},
@@ -186,11 +227,27 @@ Json TaskJson(const Task& t) {
           {"createdAt", t.created_at},
           {"stoppedAt", t.stopped_at},
           {"stopCode", t.stop_code},
-          {"stoppedReason", t.stopped_reason},
-          {"gpus", std::move(gpus)}};
+          {"stoppedReason", t.stopped_reason}};
+  out["gpuMemoryDeclaredMib"] = declared;
+  if (reading) {
+    int64_t in_use = 0;
+    for (const auto& entry : reading->gpus) {  // no structured binding: a lambda below names the GPU
+      const std::string& gpu_id = entry.first;
+      in_use += entry.second;
+      const bool reserved = std::any_of(t.gpu_reservations.begin(), t.gpu_reservations.end(),
+                                        [&gpu_id](const GpuReservation& r) { return r.gpu_id == gpu_id; });
+      if (!reserved)
+        gpus.push_back({{"id", gpu_id}, {"mib", 0}, {"declaredMib", 0}, {"compute", 0}, {"dedicated", false},
+                        {"reserved", false}, {"gpuMemoryUsedBytes", entry.second}});
+    }
+    out["gpuMemoryUsedBytes"] = in_use;
+    used.AddReadTime(out, *reading);
+  }
+  out["gpus"] = std::move(gpus);
+  return out;
 }
 
-Json Overview(const ReadView& view, const PlacementRefusals& refusals, EpochMs now) {
+Json Overview(const ReadView& view, PlacementRefusals& refusals, EpochMs now) {
   struct Tally {
     int instances = 0, active = 0, connected = 0, gpus = 0, shared = 0, dedicated = 0, held = 0;
     int64_t gpu_total = 0, gpu_allocated = 0;
@@ -241,7 +298,8 @@ Json Overview(const ReadView& view, const PlacementRefusals& refusals, EpochMs n
   return {{"clusters", std::move(clusters)}};
 }
 
-Json Instances(const ReadView& view, const ArnContext& arn, const std::map<std::string, std::string>& q) {
+Json Instances(const ReadView& view, const ArnContext& arn, const std::map<std::string, std::string>& q,
+               const UsedMemory& used) {
   const std::string cluster = Param(q, "cluster").empty() ? "default" : Param(q, "cluster");
   const std::string filter = Param(q, "q");
   const size_t offset = SizeParam(q, "offset", 0, 1u << 30);
@@ -272,7 +330,7 @@ Json Instances(const ReadView& view, const ArnContext& arn, const std::map<std::
     });
   }
   Json instances = Json::array();
-  for (size_t i = begin; i < end; ++i) instances.push_back(InstanceJson(*matching[i], by_gpu));
+  for (size_t i = begin; i < end; ++i) instances.push_back(InstanceJson(*matching[i], by_gpu, used));
   return {{"cluster", cluster},
           {"taskArnPrefix", arn.TaskArn(cluster, "")},  // a holder's ARN is this and its "task"
           {"total", matching.size()},
@@ -281,7 +339,7 @@ Json Instances(const ReadView& view, const ArnContext& arn, const std::map<std::
           {"instances", std::move(instances)}};
 }
 
-Json Tasks(const ReadView& view, const std::map<std::string, std::string>& q) {
+Json Tasks(const ReadView& view, const std::map<std::string, std::string>& q, const UsedMemory& used) {
   const std::string cluster = Param(q, "cluster"), status = Param(q, "status"), family = Param(q, "family"),
                     started_by = Param(q, "startedBy"), arn = Param(q, "arn");
   const size_t limit = SizeParam(q, "limit", kDefaultTaskLimit, kMaxTaskLimit);
@@ -301,7 +359,7 @@ Json Tasks(const ReadView& view, const std::map<std::string, std::string>& q) {
   std::partial_sort(matching.begin(), matching.begin() + static_cast<std::ptrdiff_t>(shown), matching.end(),
                     newest_first);
   Json tasks = Json::array();
-  for (size_t i = 0; i < shown; ++i) tasks.push_back(TaskJson(*matching[i]));
+  for (size_t i = 0; i < shown; ++i) tasks.push_back(TaskJson(*matching[i], view, used));
   Json families = Json::array();
   for (const auto& [name, revisions] : view.TaskDefinitions()) families.push_back(name);
   Json clusters = Json::array();
@@ -326,26 +384,41 @@ Json RefusalsJson(const PlacementRefusals& refusals) {
 
 // ---- PlacementRefusals -----------------------------------------------------------------------------------------
 
-void PlacementRefusals::Record(Refusal refusal) {
+void PlacementRefusals::SetTotals(Totals totals) { totals_ = std::move(totals); }
+
+void PlacementRefusals::Take(EpochMs at) {
+  if (!totals_) return;
+  const std::map<std::string, uint64_t> totals = totals_();  // the applier's lock, not ours
   std::lock_guard lock(mu_);
-  const int64_t minute = refusal.at / 60000;
-  Bucket& b = by_cluster_[refusal.cluster][static_cast<size_t>(minute % 60)];
-  if (b.minute != minute) b = Bucket{minute, 0};
-  b.count += refusal.tasks;
+  const int64_t minute = at / 60000;
+  for (const auto& [cluster, total] : totals) {
+    uint64_t& seen = seen_[cluster];
+    if (total <= seen) continue;  // a concurrent Take counted it already
+    Bucket& b = by_cluster_[cluster][static_cast<size_t>(minute % 60)];
+    if (b.minute != minute) b = Bucket{minute, 0};
+    b.count += total - seen;
+    seen = total;
+  }
+}
+
+void PlacementRefusals::Record(Refusal refusal) {
+  Take(refusal.at);
+  std::lock_guard lock(mu_);
   recent_.push_front(std::move(refusal));
   if (recent_.size() > kRecent) recent_.pop_back();
   ++generation_;
 }
 
-int PlacementRefusals::LastHour(const std::string& cluster, EpochMs now) const {
+int PlacementRefusals::LastHour(const std::string& cluster, EpochMs now) {
+  Take(now);
   std::lock_guard lock(mu_);
   auto it = by_cluster_.find(cluster);
   if (it == by_cluster_.end()) return 0;
   const int64_t minute = now / 60000;
-  int n = 0;
+  uint64_t n = 0;
   for (const Bucket& b : it->second)
     if (b.minute > minute - 60 && b.minute <= minute) n += b.count;
-  return n;
+  return static_cast<int>(std::min<uint64_t>(n, INT_MAX));
 }
 
 std::vector<PlacementRefusals::Refusal> PlacementRefusals::Recent() const {
@@ -395,8 +468,15 @@ void RecordRefusal(PlacementRefusals& refusals, const std::string& operation, co
 
 // ---- ConsoleHandler --------------------------------------------------------------------------------------------
 
-ConsoleHandler::ConsoleHandler(ControlPlane& control_plane, const PlacementRefusals& refusals)
-    : cp_(control_plane), refusals_(refusals) {}
+ConsoleHandler::ConsoleHandler(ControlPlane& control_plane, PlacementRefusals& refusals)
+    : cp_(control_plane), refusals_(refusals) {
+  // One count of tasks not placed: the placement counters that gpupack_placement_failures_total reads.
+  refusals_.SetTotals([&cp = cp_] {
+    std::map<std::string, uint64_t> totals;
+    for (const auto& [key, n] : cp.applier().counters().tasks_not_placed) totals[key.first] += n;
+    return totals;
+  });
+}
 
 bool ConsoleHandler::Serves(const std::string& method, const std::string& path) {
   if (path == "/") return method == "GET" || method == "HEAD";
@@ -498,15 +578,17 @@ HttpResponse ConsoleHandler::Read(const HttpRequest& req, const std::string& pat
   }
   const auto q = QueryOf(query);
   std::shared_ptr<const ReadView> view = cp_.applier().View();
-  const std::string version = std::to_string(view->sequence()) + "." + std::to_string(refusals_.generation());
+  const std::string version = std::to_string(view->sequence()) + "." + std::to_string(refusals_.generation()) + "." +
+                              std::to_string(gpu_memory_ ? gpu_memory_->generation() : 0);
+  const UsedMemory used{gpu_memory_, cp_.applier().Now()};
   if (Param(q, "since") == version) return JsonAnswer(200, {{"version", version}, {"unchanged", true}});
   Json out;
   if (path == "/console/api/overview") {
     out = Overview(*view, refusals_, cp_.applier().Now());
   } else if (path == "/console/api/instances") {
-    out = Instances(*view, cp_.applier().arn(), q);
+    out = Instances(*view, cp_.applier().arn(), q, used);
   } else if (path == "/console/api/tasks") {
-    out = Tasks(*view, q);
+    out = Tasks(*view, q, used);
   } else if (path == "/console/api/refusals") {
     out = RefusalsJson(refusals_);
   } else {

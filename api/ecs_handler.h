@@ -39,6 +39,9 @@ class EcsHandler {
     auth_ = auth;
     console_.SetAuthenticator(auth);
   }
+  // Optional: the console shows each task's GPU memory in use from `usage` (the agent channel's). Set before the
+  // server starts; `usage` must outlive the serving.
+  void SetGpuMemory(const GpuMemoryUsage* usage) { console_.SetGpuMemory(usage); }
   // Optional: serve the CloudWatch Logs targets (Logs_20140328.*, api/logs_handler.h) too, their signatures
   // checked by `auth` (SigV4 service "logs") when SetAuthenticator set one. Set before the server starts; both
   // must outlive the handler.

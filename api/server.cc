@@ -19,6 +19,7 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   s->channel_ = std::make_unique<AgentChannel>(*s->control_plane_, options.channel);
   s->handler_ = std::make_unique<EcsHandler>(*s->control_plane_, *s->metrics_);
   s->handler_->SetAuthenticator(options.authenticator);
+  s->handler_->SetGpuMemory(&s->channel_->gpu_memory());
   s->logs_ = std::make_unique<LogsHandler>(*s->control_plane_, *s->channel_);
   s->handler_->SetLogs(s->logs_.get(), options.logs_authenticator);
   if (options.readiness) s->handler_->SetReadiness(std::move(options.readiness));

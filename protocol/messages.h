@@ -7,7 +7,8 @@
 //   {"type":"hello","tasks":[...],"impaired":b}       {"type":"welcome","assign":[...],"stop":[...],
 //                                                       "heartbeatIntervalMs":n,"epoch"?}
 //   {"type":"state","id":n,<TaskReport fields>}       {"type":"ack","id":n}
-//   {"type":"heartbeat","id":n,"impaired","heldGpus"} {"type":"ack","id":n}
+//   {"type":"heartbeat","id":n,"impaired","heldGpus", {"type":"ack","id":n}
+//    "gpuMemoryUsed"?}
 //   {"type":"ack","id":n}                             {"type":"assign","id":n,"task":{<Assignment>}}
 //                                                     {"type":"stop","id":n,"taskArn","reason"}
 //                                                     {"type":"error","message","id"?}
@@ -161,13 +162,51 @@ struct StateReport {
   TaskReport report;
   bool operator==(const StateReport&) const = default;
 };
-// Heartbeat: {"type":"heartbeat","id":n,"impaired":b,"heldGpus":[...]}. Required: id.
+// GpuBytes, wire {"gpuId","bytes"}: GPU memory in use on one GPU, in bytes. Required: both.
+struct GpuBytes {
+  std::string gpu_id;
+  int64_t bytes = 0;
+  bool operator==(const GpuBytes&) const = default;
+};
+// TaskGpuMemory, wire {"taskArn","gpus":[...]}: one running task's GPU memory in use, per GPU (the sum of its
+// containers' processes on that GPU). Required: taskArn, gpus.
+struct TaskGpuMemory {
+  std::string task_arn;
+  std::vector<GpuBytes> gpus;
+  bool operator==(const TaskGpuMemory&) const = default;
+};
+// GpuMemoryReading, wire "gpuMemoryUsed": {"ageMs":n,"tasks":[...]}: the agent's latest reading of the GPU
+// memory its running tasks use, as NVML lists it per MPS client process (the reading the agent's GPU memory
+// watchdog takes), `ageMs` old when the heartbeat left. Required: ageMs, tasks. Bounded: at most
+// kMaxGpuMemoryTasks tasks, each at most once and with at most kMaxGpuMemoryGpus GPUs, each at most once;
+// numbers are integers from 0 (ageMs at most kMaxGpuMemoryAgeMs, bytes at most kMaxGpuMemoryBytes); a task ARN
+// is at most kMaxGpuMemoryNameBytes bytes, a GPU id too.
+struct GpuMemoryReading {
+  int64_t age_ms = 0;
+  std::vector<TaskGpuMemory> tasks;
+  bool operator==(const GpuMemoryReading&) const = default;
+};
+inline constexpr size_t kMaxGpuMemoryTasks = 1024;
+inline constexpr size_t kMaxGpuMemoryGpus = 32;
+inline constexpr size_t kMaxGpuMemoryNameBytes = 256;
+inline constexpr int64_t kMaxGpuMemoryAgeMs = 24LL * 3600 * 1000;
+inline constexpr int64_t kMaxGpuMemoryBytes = int64_t{1} << 50;  // 1 PiB
+// Heartbeat: {"type":"heartbeat","id":n,"impaired":b,"heldGpus":[...],"gpuMemoryUsed"?}. Required: id.
+// gpuMemoryUsed is optional and additive: an agent without a reading (none taken, NVML unreadable, an older
+// agent) leaves it out, and a server older than the field ignores it. A present but malformed or oversize one is
+// refused alone: the heartbeat parses without it (gpu_memory stays absent) and gpu_memory_refused says why.
 struct Heartbeat {
   int64_t id = 0;
   bool impaired = false;
   std::vector<std::string> held_gpus;
-  bool operator==(const Heartbeat&) const = default;
+  std::optional<GpuMemoryReading> gpu_memory = std::nullopt;
+  std::string gpu_memory_refused = {};  // parsing's note, never serialized, so not compared
+  bool operator==(const Heartbeat& o) const {
+    return id == o.id && impaired == o.impaired && held_gpus == o.held_gpus && gpu_memory == o.gpu_memory;
+  }
 };
+// ParseGpuMemoryReading reads a "gpuMemoryUsed" value (`path` names it in errors), holding it to the bounds above.
+Result<GpuMemoryReading> ParseGpuMemoryReading(const Json& j, const std::string& path);
 // HelloPart: a hello larger than kHelloPartBytes (an agent with hundreds of tasks of many containers) goes as
 // parts, {"type":"helloPart","tasks":[...],"impaired":b,"last":b}, each one message within the server's message
 // limit. The server gathers the parts' tasks on the connection and takes the last part as the hello. Parts have

@@ -290,14 +290,31 @@ function clustersPage() {
 
 const PAGE_SIZE = 50;
 
+// usedMiB: a GPU memory figure of the console's reads (gpuMemoryUsedBytes) in MiB, "1,234 MiB"; readAgo: the
+// age of its reading (gpuMemoryReadAgoMs), "read 3 s ago". A missing figure is written "not reported", never 0.
+function usedMiB(bytes) {
+  return `${(Math.round((10 * bytes) / 1048576) / 10).toLocaleString('en-US')} MiB`;
+}
+function readAgo(ms) {
+  return `read ${Math.round((ms ?? 0) / 1000)} s ago`;
+}
+
 function gpuStrip(g, taskArnPrefix) {
   const segments = g.holders
     .map((h) => {
       const arn = taskArnPrefix + h.task;
       const width = g.total > 0 ? Math.max(0.5, (100 * h.mib) / g.total) : 0;
       const label = width >= 4 ? `${shortId(h.task)} · ${mib(h.mib)} · ${h.compute}%` : '';
+      // The memory in use, drawn darker inside the task's declared block (full when it uses all or more).
+      const reported = h.gpuMemoryUsedBytes !== undefined;
+      const usedPct = reported && h.mib > 0 ? Math.min(100, (100 * h.gpuMemoryUsedBytes) / (h.mib * 1048576)) : 0;
+      const used = reported ? `<span class="used${usedPct >= 100 ? ' full' : ''}" data-width="${usedPct.toFixed(2)}"></span>` : '';
+      // The time it was read, not an age: a strip stays drawn while nothing changes, and an age would go stale.
+      const inUse = reported ? `${usedMiB(h.gpuMemoryUsedBytes)} (read ${when(h.gpuMemoryReadAt)})` : 'not reported';
+      const title = `task ${h.task} (${h.definition}, ${h.status}): ${mib(h.mib)} declared, compute ceiling ${h.compute}%; in use: ${inUse}`;
       return `<a class="seg${h.dedicated ? ' dedicated' : ''}" data-width="${width.toFixed(2)}" data-task="${esc(h.task)}"
-        href="#/task/${encodeURIComponent(arn)}" title="${esc(`task ${h.task} (${h.definition}, ${h.status}): ${mib(h.mib)}, compute ceiling ${h.compute}%`)}">${esc(label)}</a>`;
+        data-used-bytes="${reported ? h.gpuMemoryUsedBytes : 'none'}" href="#/task/${encodeURIComponent(arn)}"
+        title="${esc(title)}">${used}<span class="label">${esc(label)}</span></a>`;
     })
     .join('');
   return `<div class="gpu" data-gpu="${esc(g.id)}" data-mode="${esc(g.mode)}" data-total="${g.total}"
@@ -482,8 +499,17 @@ function taskPage(params) {
       }
       const compact = (await read('/console/api/tasks', { arn }, true))?.tasks?.[0];
       const reservations = (compact?.gpus ?? [])
-        .map((g) => `<li class="mono">${esc(g.id)}: ${g.dedicated ? 'whole GPU (DEDICATED)' : `${mib(g.mib)}, compute ceiling ${g.compute}%`}</li>`)
+        .map((g) => {
+          const held = !g.reserved ? 'not given to it' : g.dedicated ? 'whole GPU (DEDICATED)' : `${mib(g.mib)}, compute ceiling ${g.compute}%`;
+          return `<li class="mono" data-gpu="${esc(g.id)}" data-used-bytes="${g.gpuMemoryUsedBytes ?? 'none'}">${esc(g.id)}: ${held}
+            <span class="muted">· in use ${g.gpuMemoryUsedBytes === undefined ? 'not reported' : usedMiB(g.gpuMemoryUsedBytes)}</span></li>`;
+        })
         .join('');
+      // The task's GPU memory in use (its agent's last heartbeat) beside what it declared.
+      const inUse =
+        compact?.gpuMemoryUsedBytes === undefined
+          ? '<span class="muted">not reported</span>'
+          : `used ${usedMiB(compact.gpuMemoryUsedBytes)} of ${mib(compact.gpuMemoryDeclaredMib)} declared (${readAgo(compact.gpuMemoryReadAgoMs)})`;
       const containers = (t.containers ?? [])
         .map(
           (c) => `<tr><td>${esc(c.name)}</td><td>${esc(c.image)}</td><td>${esc(c.lastStatus)}</td>
@@ -499,6 +525,8 @@ function taskPage(params) {
           <dt>Cluster</dt><dd>${esc(lastSegment(t.clusterArn))}</dd>
           <dt>Placed on</dt><dd>${t.containerInstanceArn ? `<a class="mono" href="#/instances${esc(qs({ cluster, q: lastSegment(t.containerInstanceArn) }))}">${esc(lastSegment(t.containerInstanceArn))}</a>` : '<span class="muted">not placed</span>'}</dd>
           <dt>GPUs</dt><dd><ul class="plain">${reservations || '<li class="muted">none held</li>'}</ul></dd>
+          <dt>GPU memory in use</dt><dd id="task-gpu-used" data-used-bytes="${compact?.gpuMemoryUsedBytes ?? 'none'}"
+            data-read-at="${compact?.gpuMemoryReadAt ?? ''}">${inUse}</dd>
           <dt>Started by</dt><dd>${esc(t.startedBy ?? '')}</dd>
           <dt>Group</dt><dd>${esc(t.group ?? '')}</dd>
           <dt>Created</dt><dd>${esc(whenSeconds(t.createdAt))}</dd>

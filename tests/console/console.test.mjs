@@ -3,7 +3,8 @@
 //
 // Open server: the clusters page's numbers equal DescribeContainerInstances', each GPU's strip holds its
 // tasks, the page follows a change without a reload, a stopped task shows its stop code, reason and log lines,
-// and a refused RunTask's reasons appear in "why not placed" with ExplainPlacement's verdict per instance and GPU. With --credentials: without a session the page asks for
+// and a refused RunTask's reasons appear in "why not placed" with ExplainPlacement's verdict per instance and GPU,
+// and a task's GPU memory in use is what the simulated GPUs list for its process. With --credentials: without a session the page asks for
 // a login and every data call is refused (401), a wrong secret is refused, a reader key's session reads but may
 // not write, an admin's may, and logout ends it.
 //
@@ -93,7 +94,12 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
 
   before(async () => {
     dir = tempDir('gpupack-console-');
+    // The simulated GPUs list the processes of <dir>/gpus/fake-gpu-processes.json (what NVML lists per MPS client);
+    // `gpupack up` and its agents inherit the variable.
+    fs.mkdirSync(path.join(dir, 'gpus'));
+    process.env.GPUPACK_FAKE_GPU_DIR = path.join(dir, 'gpus');
     up = await startUp(path.join(dir, 'up'), ['--agents', '2', '--gpus', `fake:2x${GPU_MIB}`]);
+    delete process.env.GPUPACK_FAKE_GPU_DIR;
     const e = up.endpoint;
     await ok(e, 'RegisterTaskDefinition', taskDefinition('trainer', { memory: 4000, compute: 30 }));
     await ok(e, 'RegisterTaskDefinition', taskDefinition('giant', { memory: 20000, compute: 50 }));
@@ -148,6 +154,13 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
       refused: Number(tr.querySelector('[data-field="refused"]').dataset.value),
     }));
     assert.deepEqual(shown, { instances: instances.length, gpus: gpus.length, allocated, total, running, stopped: 1, refused: 1 });
+    // "Refused" counts what the metrics count: the tasks not placed of gpupack_placement_failures_total.
+    const metrics = await (await fetch(`${up.endpoint}/metrics`)).text();
+    const notPlaced = metrics
+      .split('\n')
+      .filter((l) => l.startsWith('gpupack_placement_failures_total{') && l.includes('cluster="default"'))
+      .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+    assert.equal(shown.refused, notPlaced);
     await shot(page, 'clusters');
   });
 
@@ -242,6 +255,49 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
       }
     }
     await shot(page, 'explain');
+  });
+
+  test("a task's GPU memory in use is what the simulated GPUs list for its process, drawn beside what it declared", async () => {
+    // A task whose process writes its pid; the simulated GPUs then list that pid as using USED_MIB on the task's
+    // GPU, as NVML lists an MPS client. Its agent's watchdog reads it and the next heartbeat carries it.
+    const USED_MIB = 1234;
+    const pidFile = path.join(dir, 'sampler.pid');
+    await ok(up.endpoint, 'RegisterTaskDefinition', taskDefinition('sampler', {
+      memory: 4000, compute: 30, command: ['sh', '-c', `echo $$ > ${pidFile}.tmp; mv ${pidFile}.tmp ${pidFile}; exec sleep 600`],
+    }));
+    const run = await ok(up.endpoint, 'RunTask', { taskDefinition: 'sampler' });
+    const arn = run.tasks[0].taskArn;
+    const id = arn.split('/').pop();
+    const gpu = run.tasks[0].containers[0].gpuIds[0];
+    await until('the sampler RUNNING with its pid written', async () =>
+      (await ok(up.endpoint, 'DescribeTasks', { tasks: [arn] })).tasks[0].lastStatus === 'RUNNING' && fs.existsSync(pidFile));
+    const pid = Number(fs.readFileSync(pidFile, 'utf8').trim());
+    const listed = path.join(dir, 'gpus', 'fake-gpu-processes.json');
+    fs.writeFileSync(`${listed}.tmp`, JSON.stringify([{ pid, gpuUuid: gpu, usedMiB: USED_MIB }]));
+    fs.renameSync(`${listed}.tmp`, listed);
+    const bytes = USED_MIB * 1048576;
+
+    // The GPU strip: a darker fill inside the task's declared block, as wide as used / declared.
+    await page.goto(`${up.endpoint}/console/#/instances?cluster=default`, { waitUntil: 'load' });
+    const seg = `.gpu[data-gpu="${gpu}"] .seg[data-task="${id}"]`;
+    await page.waitForSelector(`${seg}[data-used-bytes="${bytes}"]`, { timeout: 20000 });
+    const fill = await page.$eval(`${seg} .used`, (e) => Number(e.dataset.width));
+    assert.equal(fill, Number(((100 * USED_MIB) / 4000).toFixed(2)));
+    assert.match(await page.$eval(seg, (e) => e.title), /in use: 1,234 MiB \(read \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\)$/);
+    await shot(page, 'instances');
+
+    // The task's page: used beside declared, with the reading's age; per GPU too.
+    await page.goto(`${up.endpoint}/console/#/task/${encodeURIComponent(arn)}`, { waitUntil: 'load' });
+    await page.waitForSelector(`#task-gpu-used[data-used-bytes="${bytes}"]`, { timeout: 10000 });
+    assert.match(await page.$eval('#task-gpu-used', (e) => e.textContent), /^used 1,234 MiB of 4,000 MiB declared \(read \d+ s ago\)$/);
+    assert.equal(await page.$eval(`li[data-gpu="${gpu}"]`, (e) => Number(e.dataset.usedBytes)), bytes);
+    await shot(page, 'task-gpu-memory');
+
+    // A stopped task has no figure: "not reported", never 0.
+    await page.goto(`${up.endpoint}/console/#/task/${encodeURIComponent(stoppedArn)}`, { waitUntil: 'load' });
+    await page.waitForSelector('#task-gpu-used');
+    assert.equal(await page.$eval('#task-gpu-used', (e) => e.textContent), 'not reported');
+    assert.equal(await page.$eval('#task-gpu-used', (e) => e.dataset.usedBytes), 'none');
   });
 });
 

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "agent/gpu_health.h"
 #include "agent/task_executor.h"
 #include "agent/task_store.h"
 
@@ -226,6 +227,39 @@ TEST_F(TaskStoreTest, FileNamesAreTheTaskIdKeptToASafeAlphabet) {
   EXPECT_EQ(TaskStore::FileName("arn:t/.."), "_...json");
   EXPECT_EQ(TaskStore::FileName("arn:t/a b"), "a_b.json");
   EXPECT_EQ(TaskStore::FileName("arn:t/"), "_.json");
+}
+
+// HeartbeatGpuMemory: the watchdog's reading as a heartbeat carries it, aged at the send and held to the
+// protocol's bounds, so the server never refuses what an agent sends; no reading (or one too old) is none.
+TEST(HeartbeatGpuMemory, CarriesTheReadingAgedAndWithinTheProtocolsBounds) {
+  const auto now = std::chrono::steady_clock::now();
+  EXPECT_EQ(HeartbeatGpuMemory(std::nullopt, now), std::nullopt);
+  EXPECT_EQ(HeartbeatGpuMemory(TaskMemoryReading{now - 25h, {{"arn:t/1", {{"GPU-a", 1}}}}}, now), std::nullopt);
+
+  TaskMemoryReading reading{now - 1500ms, {}};
+  reading.tasks["arn:t/1"] = {{"GPU-a", 5 * 1048576}, {"GPU-b", 0}, {std::string(300, 'g'), 9}};
+  reading.tasks[std::string(300, 't')] = {{"GPU-a", 1}};
+  auto sent = HeartbeatGpuMemory(reading, now);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_EQ(sent->age_ms, 1500);
+  ASSERT_EQ(sent->tasks.size(), 1u);  // the over-long ARN and GPU id are left out
+  EXPECT_EQ(sent->tasks[0], (protocol::TaskGpuMemory{"arn:t/1", {{"GPU-a", 5 * 1048576}, {"GPU-b", 0}}}));
+
+  TaskMemoryReading many{now, {}};
+  for (int i = 0; i < 1100; ++i)
+    for (int g = 0; g < 40; ++g) many.tasks["arn:t/" + std::to_string(i)]["GPU-" + std::to_string(g)] = g;
+  auto capped = HeartbeatGpuMemory(many, now);
+  ASSERT_TRUE(capped.has_value());
+  EXPECT_LE(capped->tasks.size(), protocol::kMaxGpuMemoryTasks);
+  EXPECT_EQ(capped->tasks[0].gpus.size(), protocol::kMaxGpuMemoryGpus);
+  protocol::Heartbeat hb{1, false, {}};
+  hb.gpu_memory = capped;
+  const std::string text = protocol::Serialize(protocol::AgentMessage(hb));
+  EXPECT_LT(text.size(), size_t{1} << 20);  // within the channel's message limit
+  auto parsed = protocol::ParseAgentMessage(text);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(std::get<protocol::Heartbeat>(*parsed).gpu_memory_refused, "");
+  EXPECT_EQ(std::get<protocol::Heartbeat>(*parsed).gpu_memory, capped);
 }
 
 }  // namespace

@@ -903,6 +903,122 @@ TEST_F(ChannelTest, AnAgentThatActsOnPushesWithoutAckingIsNeitherSentCopiesAfter
   WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
 }
 
+// ---- GPU memory in use on heartbeats (docs/agent-channel.md, "GPU memory in use")
+
+// WaitGpuMemory waits (bounded: 10 s) until the channel's figures of `arn` satisfy `pred` (none: std::nullopt).
+std::optional<api::GpuMemoryUsage::Reading> WaitGpuMemory(
+    const api::AgentChannel& channel, const std::string& arn,
+    const std::function<bool(const std::optional<api::GpuMemoryUsage::Reading>&)>& pred) {
+  std::optional<api::GpuMemoryUsage::Reading> r;
+  for (int i = 0; i < 500; ++i) {
+    r = channel.gpu_memory().Of(arn);
+    if (pred(r)) return r;
+    std::this_thread::sleep_for(20ms);
+  }
+  ADD_FAILURE() << "the GPU memory figures of " << arn << " never reached the expected state";
+  return r;
+}
+
+// A real agent: what the simulated GPUs list for the task's process reaches the channel's figures with the
+// next heartbeat, in bytes, on the task's GPU; the GPU it uses without holding it too; gone once the task stops.
+TEST_F(ChannelTest, AHeartbeatCarriesEachRunningTasksGpuMemoryToTheChannelUntilTheTaskStops) {
+  StartAgent();
+  int pid = 0;
+  const std::string arn = RunSleeper(pid);
+  ASSERT_GT(pid, 0);
+  Json t = WaitTask(arn, [](const Json& x) { return x["lastStatus"] == "RUNNING"; });
+  const std::string gpu = t["containers"][0]["gpuIds"][0];
+  // Before any process: the GPU it was given reads 0 (a reading), not "nothing reported".
+  auto idle = WaitGpuMemory(server_->channel(), arn, [](const auto& r) { return r.has_value(); });
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_EQ(idle->gpus, (std::map<std::string, int64_t>{{gpu, 0}}));
+  SetGpuProcesses({{pid, gpu, 1234}});
+  auto used = WaitGpuMemory(server_->channel(), arn, [&gpu](const auto& r) { return r && r->gpus.count(gpu) && r->gpus.at(gpu) > 0; });
+  ASSERT_TRUE(used.has_value());
+  EXPECT_EQ(used->gpus, (std::map<std::string, int64_t>{{gpu, int64_t{1234} * 1048576}}));
+  EXPECT_GT(used->read_at, 0);
+  server_->Call("StopTask", {{"task", arn}});
+  WaitTask(arn, [](const Json& x) { return x["lastStatus"] == "STOPPED"; });
+  WaitGpuMemory(server_->channel(), arn, [](const auto& r) { return !r.has_value(); });
+  EXPECT_EQ(server_->channel().gpu_memory().tasks(), 0u);
+}
+
+// A raw peer: only the tasks the server runs on that instance are kept, on that instance's GPUs; a heartbeat
+// whose figures are malformed or past their bounds is acked and applied (its impairment counts) while its
+// figures are refused; each heartbeat replaces the instance's figures; a disconnect drops them.
+TEST_F(ChannelTest, ARefusedGpuMemoryFigureLosesNothingElseOfTheHeartbeatAndADisconnectDropsTheFigures) {
+  api::AgentChannelOptions options{10s, 3};  // the heartbeat window does not close the peer within the test
+  server_.reset();
+  server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
+  const std::string instance = RegisterRawInstance(*server_);
+  auto peer = std::make_unique<RawPeer>();
+  ASSERT_TRUE(peer->Connect(server_->url(), instance));
+  peer->Send({{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}});
+  ASSERT_EQ(peer->Next()["type"], "welcome");
+  RegisterScript("sleeper", "exec sleep 60");
+  const std::string arn = Run("sleeper");
+  Json assign = peer->Next();
+  ASSERT_EQ(assign["type"], "assign") << assign.dump();
+  peer->Send({{"type", "ack"}, {"id", assign["id"]}});
+  // send: a message with id `id`, then its answer (skipping anything else), bounded.
+  auto send = [&](const Json& m) {
+    peer->Send(m);
+    for (Json a = peer->Next(); !a.is_null(); a = peer->Next())
+      if (a.contains("id") && a["id"] == m["id"]) return a;
+    return Json();
+  };
+  ASSERT_EQ(send({{"type", "state"}, {"id", 1}, {"taskArn", arn}, {"status", "RUNNING"},
+                  {"containers", Json::array({{{"containerName", "main"}, {"status", "RUNNING"}}})}})["type"], "ack");
+  WaitTask(arn, [](const Json& x) { return x["lastStatus"] == "RUNNING"; });
+  const int64_t bytes = int64_t{3000} * 1048576;
+  auto heartbeat = [&](int id, bool impaired, Json used) {
+    Json m = {{"type", "heartbeat"}, {"id", id}, {"impaired", impaired}, {"heldGpus", Json::array()}};
+    if (!used.is_null()) m["gpuMemoryUsed"] = std::move(used);
+    return send(m);
+  };
+  const Json good = {{"ageMs", 1500},
+                     {"tasks", Json::array({{{"taskArn", arn},
+                                             {"gpus", Json::array({{{"gpuId", "GPU-raw-0"}, {"bytes", bytes}},
+                                                                   {{"gpuId", "GPU-elsewhere"}, {"bytes", 7}}})}},
+                                            {{"taskArn", "arn:aws:ecs:us-east-1:0:task/default/not-ours"},
+                                             {"gpus", Json::array({{{"gpuId", "GPU-raw-0"}, {"bytes", 9}}})}}})}};
+  ASSERT_EQ(heartbeat(2, false, good)["type"], "ack");
+  auto kept = server_->channel().gpu_memory().Of(arn);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->gpus, (std::map<std::string, int64_t>{{"GPU-raw-0", bytes}}));  // not a GPU of another host
+  EXPECT_EQ(server_->channel().gpu_memory().tasks(), 1u);  // not a task the server does not run here
+  const uint64_t generation = server_->channel().gpu_memory().generation();
+
+  // Malformed (a number as text), then oversize (more tasks than the bound): each heartbeat is still acked and
+  // its impairment applied; the figures are refused, so the instance's are dropped, not kept stale.
+  Json malformed = good;
+  malformed["tasks"][0]["gpus"][0]["bytes"] = "3000MiB";
+  EXPECT_EQ(heartbeat(3, true, malformed)["type"], "ack");
+  WaitInstance([](const Json& c) { return c["healthStatus"]["overallStatus"] == "IMPAIRED"; });
+  EXPECT_EQ(server_->channel().gpu_memory_refusals(), 1u);
+  EXPECT_FALSE(server_->channel().gpu_memory().Of(arn).has_value());
+  EXPECT_GT(server_->channel().gpu_memory().generation(), generation);
+  Json oversize = good;
+  for (size_t i = 0; i < protocol::kMaxGpuMemoryTasks; ++i)
+    oversize["tasks"].push_back({{"taskArn", "arn:t/" + std::to_string(i)}, {"gpus", Json::array()}});
+  EXPECT_EQ(heartbeat(4, false, oversize)["type"], "ack");
+  WaitInstance([](const Json& c) { return c["healthStatus"]["overallStatus"] == "OK"; });
+  EXPECT_EQ(server_->channel().gpu_memory_refusals(), 2u);
+  EXPECT_FALSE(server_->channel().gpu_memory().Of(arn).has_value());
+
+  // Good again, then a heartbeat without the field (no reading): dropped; good again, then the disconnect.
+  ASSERT_EQ(heartbeat(5, false, good)["type"], "ack");
+  EXPECT_TRUE(server_->channel().gpu_memory().Of(arn).has_value());
+  ASSERT_EQ(heartbeat(6, false, Json())["type"], "ack");
+  EXPECT_FALSE(server_->channel().gpu_memory().Of(arn).has_value());
+  ASSERT_EQ(heartbeat(7, false, good)["type"], "ack");
+  EXPECT_TRUE(server_->channel().gpu_memory().Of(arn).has_value());
+  peer.reset();
+  WaitGpuMemory(server_->channel(), arn, [](const auto& r) { return !r.has_value(); });
+  EXPECT_EQ(server_->channel().gpu_memory().tasks(), 0u);
+  server_->Call("StopTask", {{"task", arn}});
+}
+
 // ---- log requests (docs/agent-channel.md, "Rules": a `logs` request is answered by its id, never acked)
 
 TEST_F(ChannelTest, ALogRequestEndsOnceWithItsAnswerATimeoutOrAnAbsentAgent) {

@@ -257,6 +257,62 @@ struct Refusal {
   const char* message;
 };
 
+// gpuMemoryUsed on a heartbeat: additive (left out when absent, so the heartbeat reads as before), round-trips
+// when set, and a bad one is refused alone: the heartbeat's id, impairment and held GPUs still parse.
+TEST(ProtocolTest, GpuMemoryUsedIsAnOptionalBoundedPartOfTheHeartbeat) {
+  Heartbeat hb{9, true, {"GPU-b"}};
+  hb.gpu_memory = GpuMemoryReading{1200, {{"arn:t/1", {{"GPU-a", 5242880000}, {"GPU-b", 0}}}, {"arn:t/2", {}}}};
+  EXPECT_EQ(ParsedAgent<Heartbeat>(Serialize(AgentMessage(hb))), hb);
+  EXPECT_EQ(Json::parse(Serialize(AgentMessage(hb)))["gpuMemoryUsed"],
+            Json::parse(R"({"ageMs":1200,"tasks":[{"taskArn":"arn:t/1","gpus":[{"gpuId":"GPU-a","bytes":5242880000},
+                {"gpuId":"GPU-b","bytes":0}]},{"taskArn":"arn:t/2","gpus":[]}]})"));
+  EXPECT_FALSE(Json::parse(Serialize(AgentMessage(Heartbeat{6, false, {}}))).contains("gpuMemoryUsed"));
+  EXPECT_EQ(ParsedAgent<Heartbeat>(R"({"type":"heartbeat","id":1})").gpu_memory, std::nullopt);
+
+  const std::string many_tasks = [] {
+    Json tasks = Json::array();
+    for (size_t i = 0; i <= kMaxGpuMemoryTasks; ++i) tasks.push_back({{"taskArn", "t" + std::to_string(i)}, {"gpus", Json::array()}});
+    return Json{{"ageMs", 0}, {"tasks", tasks}}.dump();
+  }();
+  const std::string many_gpus = [] {
+    Json gpus = Json::array();
+    for (size_t i = 0; i <= kMaxGpuMemoryGpus; ++i) gpus.push_back({{"gpuId", "GPU-" + std::to_string(i)}, {"bytes", 1}});
+    return Json{{"ageMs", 0}, {"tasks", {{{"taskArn", "t"}, {"gpus", gpus}}}}}.dump();
+  }();
+  const Refusal cases[] = {
+      {R"([])", "heartbeat.gpuMemoryUsed must be an object"},
+      {R"({"tasks":[]})", "heartbeat.gpuMemoryUsed.ageMs is required"},
+      {R"({"ageMs":-1,"tasks":[]})", "heartbeat.gpuMemoryUsed.ageMs must be an integer from 0 to 86400000"},
+      {R"({"ageMs":0})", "heartbeat.gpuMemoryUsed.tasks is required"},
+      {R"({"ageMs":0,"tasks":{}})", "heartbeat.gpuMemoryUsed.tasks must be an array"},
+      {R"({"ageMs":0,"tasks":[{"gpus":[]}]})", "heartbeat.gpuMemoryUsed.tasks[0].taskArn is required"},
+      {R"({"ageMs":0,"tasks":[{"taskArn":"t"}]})", "heartbeat.gpuMemoryUsed.tasks[0].gpus is required"},
+      {R"({"ageMs":0,"tasks":[{"taskArn":"t","gpus":[]},{"taskArn":"t","gpus":[]}]})",
+       "heartbeat.gpuMemoryUsed.tasks[1].taskArn appears twice"},
+      {R"({"ageMs":0,"tasks":[{"taskArn":"t","gpus":[{"gpuId":"g","bytes":"5"}]}]})",
+       "heartbeat.gpuMemoryUsed.tasks[0].gpus[0].bytes must be an integer"},
+      {R"({"ageMs":0,"tasks":[{"taskArn":"t","gpus":[{"gpuId":"g","bytes":1.5}]}]})",
+       "heartbeat.gpuMemoryUsed.tasks[0].gpus[0].bytes must be an integer"},
+      {R"({"ageMs":0,"tasks":[{"taskArn":"t","gpus":[{"gpuId":"g","bytes":-3}]}]})",
+       "heartbeat.gpuMemoryUsed.tasks[0].gpus[0].bytes must be an integer from 0 to 1125899906842624"},
+      {R"({"ageMs":0,"tasks":[{"taskArn":"t","gpus":[{"gpuId":"g","bytes":1},{"gpuId":"g","bytes":2}]}]})",
+       "heartbeat.gpuMemoryUsed.tasks[0].gpus[1].gpuId appears twice"},
+      {R"({"ageMs":0,"tasks":[{"taskArn":"","gpus":[]}]})",
+       "heartbeat.gpuMemoryUsed.tasks[0].taskArn must be 1 to 256 bytes"},
+      {many_tasks.c_str(), "heartbeat.gpuMemoryUsed.tasks must hold at most 1024 entries"},
+      {many_gpus.c_str(), "heartbeat.gpuMemoryUsed.tasks[0].gpus must hold at most 32 entries"},
+  };
+  for (const auto& c : cases) {
+    const std::string text =
+        std::string(R"({"type":"heartbeat","id":4,"impaired":true,"heldGpus":["GPU-x"],"gpuMemoryUsed":)") + c.text + "}";
+    const auto m = ParseAgentMessage(text);
+    ASSERT_TRUE(m.ok()) << text;
+    const auto& parsed = std::get<Heartbeat>(*m);
+    EXPECT_EQ(parsed, (Heartbeat{4, true, {"GPU-x"}})) << text;
+    EXPECT_EQ(parsed.gpu_memory_refused, c.message) << text;
+  }
+}
+
 TEST(ProtocolTest, AgentMessageTypeErrorsNameTheField) {
   const Refusal cases[] = {
       {R"([1,2])", "messages are JSON objects with a string 'type'"},
