@@ -346,31 +346,21 @@ class Parser {
     return false;
   }
 
-  // expression := and-expression { ("or" | "||") and-expression }
-  Result<uint32_t> ParseOr(int depth) {
-    auto first = ParseAnd(depth);
-    if (!first.ok()) return first;
-    if (!TakeConnective(/*want_or=*/true)) return first;
-    Node node{Kind::kOr, {*first}, 0};
-    do {
-      auto next = ParseAnd(depth);
-      if (!next.ok()) return next;
-      node.children.push_back(*next);
-    } while (TakeConnective(/*want_or=*/true));
-    return AddNode(std::move(node));
-  }
-
+  // expression     := and-expression { ("or" | "||") and-expression }
   // and-expression := term { ("and" | "&&") term }
-  Result<uint32_t> ParseAnd(int depth) {
-    auto first = ParseTerm(depth);
+  // ParseOr reads an expression; ParseChain reads either rule (want_or), one node for a chain of two or more.
+  Result<uint32_t> ParseOr(int depth) { return ParseChain(depth, /*want_or=*/true); }
+  Result<uint32_t> ParseChain(int depth, bool want_or) {
+    auto operand = [&] { return want_or ? ParseChain(depth, /*want_or=*/false) : ParseTerm(depth); };
+    auto first = operand();
     if (!first.ok()) return first;
-    if (!TakeConnective(/*want_or=*/false)) return first;
-    Node node{Kind::kAnd, {*first}, 0};
+    if (!TakeConnective(want_or)) return first;
+    Node node{want_or ? Kind::kOr : Kind::kAnd, {*first}, 0};
     do {
-      auto next = ParseTerm(depth);
+      auto next = operand();
       if (!next.ok()) return next;
       node.children.push_back(*next);
-    } while (TakeConnective(/*want_or=*/false));
+    } while (TakeConnective(want_or));
     return AddNode(std::move(node));
   }
 
