@@ -1,13 +1,18 @@
 // The fragment measure, its best move, the learned target workload and the per-instance cache
-// (scheduler/fragmentation.h).
+// (scheduler/fragmentation.h); and the placement's fast path over them, WalkFragment, with FragmentGpu
+// (scheduler/placement_parts.h), for binpack(fragmentation) and fgd.
 #include "scheduler/fragmentation.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "scheduler/cluster_state.h"
+#include "scheduler/placement_parts.h"
+#include "scheduler/strategies.h"
 
 namespace gpupack {
 namespace {
@@ -381,6 +386,110 @@ FragmentMove FragmentCache::Move(const std::vector<InstanceEntry>& entries, size
   if (t.slots.size() < entries.size()) t.slots.resize(entries.size());
   Refresh(t, entries, pos, demand, compute_aware, workload, measure);
   return t.slots[pos].move;
+}
+
+// ---- The placement's fast path ----------------------------------------------------------------------------
+
+namespace {
+
+// MeasureOf: the fragment measure of the request's first strategy (fgd, else binpack(fragmentation)).
+FragmentMeasure MeasureOf(const Placer::Compiled& c) {
+  return c.first->name == "fgd" ? FragmentMeasure::kFgd : FragmentMeasure::kGpupack;
+}
+
+// TargetOf: the target workload of a cluster's fragments (ClusterFragments::Target), or the empty one (measure
+// against the demand itself) when the cluster keeps none.
+const TargetWorkload& TargetOf(const ClusterFragments* frag) {
+  static const TargetWorkload kNoWorkload;
+  return frag && frag->Target() ? *frag->Target() : kNoWorkload;
+}
+
+// LoadOfEntry: the load of an instance of `entries`.
+const InstanceLoad& LoadOfEntry(const std::vector<InstanceEntry>& entries, const ContainerInstance* inst) {
+  static const InstanceLoad kEmpty;
+  for (const InstanceEntry& e : entries)
+    if (e.instance == inst) return *e.load;
+  return kEmpty;
+}
+
+}  // namespace
+
+// WalkFragment: the fast path for binpack(fragmentation) or fgd first. The cluster's FragmentCache gives every
+// instance's best move (recomputing only the instances whose stamp moved since); the walk visits the instances in
+// registration order and runs the filters only on one whose fragment growth could win (less than the best so
+// far, or equal when later strategies break the tie), so the decision is the scan's. A shared task gets the move's
+// GPU. When nothing fits, the scan builds the failures.
+bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
+  const PlacementRequest& req = args.request;
+  const Placer::Compiled& c = args.compiled;
+  const auto& entries = args.entries;
+  if (entries.empty()) return false;
+  const FragmentMeasure measure = MeasureOf(c);
+  const ClusterFragments* frag = args.state.FragmentsOf(req.cluster);
+  const TargetWorkload& workload = TargetOf(frag);
+  const bool single = c.scorers.size() == 1;
+  const bool only_listed = !req.only_instances.empty();
+  std::optional<ScoreContext> ctx;
+  std::vector<double> best_scores, scores(c.scorers.size());
+  size_t best = SIZE_MAX;
+  FragmentMove best_move;
+  GpuFit best_fit;
+  FilterOutcome f;
+  auto visit = [&](size_t pos, const FragmentMove& m) {
+    if (!m.fits) return;
+    if (best != SIZE_MAX && (m.delta > best_scores[0] || (single && m.delta == best_scores[0]))) return;
+    const ContainerInstance& inst = *entries[pos].instance;
+    if (IsInactive(inst) || (only_listed && !InOnlyList(req, inst))) return;
+    f.fit = GpuFit{};
+    if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, *entries[pos].load, false, f))
+      return;
+    scores[0] = m.delta;
+    if (!single) {
+      if (!ctx) ctx = PrepareScorers(c, args.state, entries, req);
+      const uint64_t key = c.needs_random_key ? Mix(args.task_seed ^ HashString(inst.arn)) : 0;
+      for (size_t i = 1; i < c.scorers.size(); ++i)
+        scores[i] = c.scorers[i]->Score(inst, *entries[pos].load, req.demand, f.fit, key, *ctx, i, pos);
+    }
+    if (best == SIZE_MAX || scores < best_scores) {  // ties keep the earlier-registered instance
+      best = pos;
+      best_scores = scores;
+      best_move = m;
+      best_fit = f.fit;
+    }
+  };
+  if (frag) {
+    frag->cache.Visit(entries, args.state.StampsOf(req.cluster), args.state.LastStamp(), req.demand,
+                      req.compute_aware, workload, measure, visit);
+  } else {
+    for (size_t pos = 0; pos < entries.size(); ++pos)
+      visit(pos, BestMove(*entries[pos].instance, *entries[pos].load, req.demand, req.compute_aware, workload,
+                          measure));
+  }
+  if (best == SIZE_MAX) return false;
+  const ContainerInstance* chosen = entries[best].instance;
+  result.instance = chosen;
+  if (req.demand.gpu_kind == GpuKind::kShared && best_move.shared_gpu >= 0) {
+    // The cached GPU, unless the instance changed in a way its stamp missed: then the move is measured afresh.
+    const auto g = static_cast<size_t>(best_move.shared_gpu);
+    const bool usable = g < chosen->gpus.size() && Shareable(chosen->gpus[g]) &&
+                        chosen->gpus[g].remaining_memory_mib >= req.demand.gpu_memory &&
+                        !(req.compute_aware && chosen->gpus[g].compute_used_percent + req.demand.gpu_compute > 100);
+    const FragmentMove fresh = usable ? best_move
+                                      : BestMove(*chosen, *entries[best].load, req.demand, req.compute_aware,
+                                                 workload, measure);
+    result.gpu_indices = fresh.shared_gpu >= 0 ? std::vector<size_t>{static_cast<size_t>(fresh.shared_gpu)}
+                                               : ChosenGpus(req.demand, *chosen, best_fit);
+  } else {
+    result.gpu_indices = ChosenGpus(req.demand, *chosen, best_fit);
+  }
+  return true;
+}
+
+int FragmentGpu(const PlacementRequest& req, const Placer::Compiled& c, const ClusterState& state,
+                const std::vector<InstanceEntry>& entries, const ContainerInstance& chosen) {
+  const FragmentMove m = BestMove(chosen, LoadOfEntry(entries, &chosen), req.demand, req.compute_aware,
+                                  TargetOf(state.FragmentsOf(req.cluster)), MeasureOf(c));
+  return m.shared_gpu;
 }
 
 }  // namespace gpupack

@@ -5,7 +5,6 @@
 #include <optional>
 #include <string>
 
-#include "scheduler/fragmentation.h"
 #include "scheduler/placement_parts.h"
 #include "scheduler/query.h"
 #include "scheduler/strategies.h"
@@ -27,20 +26,6 @@ std::string FormatMiB(MiB mib) {
 }
 
 namespace {
-
-// SplitMix64: the per-request random source. Deterministic in (seed, task index, instance position).
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-uint64_t HashString(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
 
 // FitGpus chooses the GPU(s) for `demand` on `inst`: nullptr and `fit` when they fit, else the failure reason
 // (and, when `detail` is given, the human detail). `prefer_emptiest` flips best fit to worst fit (spread).
@@ -142,7 +127,8 @@ const char* FitGpus(const TaskDemand& demand, const ContainerInstance& inst, boo
   return reason::kGpu;
 }
 
-// The GPU indices of a fit: the shared GPU, or the first demand.gpu_count IDLE GPUs, as FitGpus counted them.
+}  // namespace
+
 std::vector<size_t> ChosenGpus(const TaskDemand& demand, const ContainerInstance& inst, const GpuFit& fit) {
   std::vector<size_t> out;
   if (demand.gpu_kind == GpuKind::kShared) {
@@ -154,19 +140,7 @@ std::vector<size_t> ChosenGpus(const TaskDemand& demand, const ContainerInstance
   return out;
 }
 
-}  // namespace
-
-// ---- the compiled request -------------------------------------------------------------------------------
-
-struct Placer::Compiled {
-  std::vector<std::pair<std::string, query::ExpressionPtr>> member_of;
-  bool distinct_instance = false;
-  std::vector<std::unique_ptr<Scorer>> scorers;  // one per strategy, from its registry entry
-  std::vector<double> floors;  // Scorer::Floor for the request's demand, one per scorer
-  const StrategyKind* first = nullptr;  // the first strategy's entry: its index walk and GPU choice
-  bool prefer_emptiest = false;         // first->gpu_choice is kEmptiest
-  bool needs_random_key = false;        // some strategy's entry reads the random draw
-};
+// ---- the compiled request (Placer::Compiled: placement_parts.h) -------------------------------------------
 
 Placer::Placer(PlacementRequest request) : request_(std::move(request)), compiled_(std::make_unique<Compiled>()) {}
 Placer::~Placer() = default;
@@ -200,29 +174,11 @@ Result<std::unique_ptr<Placer>> Placer::Create(PlacementRequest request) {
   return p;
 }
 
-namespace {
-
-// Verdict of the filters on one instance: reason is null when it passes.
-struct FilterOutcome {
-  const char* reason = nullptr;
-  std::string detail;  // built only when asked for
-  GpuFit fit;
-  bool ok() const { return reason == nullptr; }
-};
-
-bool InOnlyList(const PlacementRequest& req, const ContainerInstance& inst) {
-  if (req.only_instances.empty()) return true;
-  return std::find(req.only_instances.begin(), req.only_instances.end(), inst.arn) != req.only_instances.end();
-}
-
-}  // namespace
-
-// RunFilters applies the filter pipeline to one instance and says whether it passes. With with_detail=false
-// no string is built (the placement scan); with true, `out.detail` says why it failed (failures[], Explain).
-// Both take the same branches, so the reasons are the same.
-static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<std::string,
-                       query::ExpressionPtr>>& member_of, bool distinct, bool prefer_emptiest,
-                       const ContainerInstance& inst, const InstanceLoad& load, bool with_detail, FilterOutcome& out) {
+// RunFilters (placement_parts.h): status, agent, CPU, memory, GPU fit, then the constraints, in that order; the
+// first that fails names the reason.
+bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<std::string, query::ExpressionPtr>>& member_of,
+                bool distinct, bool prefer_emptiest, const ContainerInstance& inst, const InstanceLoad& load,
+                bool with_detail, FilterOutcome& out) {
   out.reason = nullptr;
   auto fail = [&](const char* reason, auto&& make_detail) {
     out.reason = reason;
@@ -275,8 +231,8 @@ static bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<
   return true;
 }
 
-static ScoreContext PrepareScorers(const Placer::Compiled& c, const ClusterState& state,
-                                   const std::vector<InstanceEntry>& entries, const PlacementRequest& request) {
+ScoreContext PrepareScorers(const Placer::Compiled& c, const ClusterState& state,
+                            const std::vector<InstanceEntry>& entries, const PlacementRequest& request) {
   ScoreContext ctx;
   ctx.group_id = state.GroupId(request.group);
   ctx.state = &state;
@@ -572,86 +528,6 @@ bool WalkGroupIndex(const IndexWalkArgs& args, Placement& result) {
   return true;
 }
 
-// LoadOfEntry: the load of an instance of `entries`.
-static const InstanceLoad& LoadOfEntry(const std::vector<InstanceEntry>& entries, const ContainerInstance* inst) {
-  static const InstanceLoad kEmpty;
-  for (const InstanceEntry& e : entries)
-    if (e.instance == inst) return *e.load;
-  return kEmpty;
-}
-
-// WalkFragment: the fast path for binpack(fragmentation) or fgd first. The cluster's FragmentCache gives every
-// instance's best move (recomputing only the instances whose stamp moved since); the walk visits the instances in
-// registration order and runs the filters only on one whose fragment growth could win (less than the best so
-// far, or equal when later strategies break the tie), so the decision is the scan's. A shared task gets the move's
-// GPU. When nothing fits, the scan builds the failures.
-bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
-  const PlacementRequest& req = args.request;
-  const Placer::Compiled& c = args.compiled;
-  const auto& entries = args.entries;
-  if (entries.empty()) return false;
-  const FragmentMeasure measure = c.first->name == "fgd" ? FragmentMeasure::kFgd : FragmentMeasure::kGpupack;
-  static const TargetWorkload kNoWorkload;
-  const ClusterFragments* frag = args.state.FragmentsOf(req.cluster);
-  const TargetWorkload& workload = frag && frag->Target() ? *frag->Target() : kNoWorkload;
-  const bool single = c.scorers.size() == 1;
-  const bool only_listed = !req.only_instances.empty();
-  std::optional<ScoreContext> ctx;
-  std::vector<double> best_scores, scores(c.scorers.size());
-  size_t best = SIZE_MAX;
-  FragmentMove best_move;
-  GpuFit best_fit;
-  FilterOutcome f;
-  auto visit = [&](size_t pos, const FragmentMove& m) {
-    if (!m.fits) return;
-    if (best != SIZE_MAX && (m.delta > best_scores[0] || (single && m.delta == best_scores[0]))) return;
-    const ContainerInstance& inst = *entries[pos].instance;
-    if (IsInactive(inst) || (only_listed && !InOnlyList(req, inst))) return;
-    f.fit = GpuFit{};
-    if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, *entries[pos].load, false, f))
-      return;
-    scores[0] = m.delta;
-    if (!single) {
-      if (!ctx) ctx = PrepareScorers(c, args.state, entries, req);
-      const uint64_t key = c.needs_random_key ? Mix(args.task_seed ^ HashString(inst.arn)) : 0;
-      for (size_t i = 1; i < c.scorers.size(); ++i)
-        scores[i] = c.scorers[i]->Score(inst, *entries[pos].load, req.demand, f.fit, key, *ctx, i, pos);
-    }
-    if (best == SIZE_MAX || scores < best_scores) {  // ties keep the earlier-registered instance
-      best = pos;
-      best_scores = scores;
-      best_move = m;
-      best_fit = f.fit;
-    }
-  };
-  if (frag) {
-    frag->cache.Visit(entries, args.state.StampsOf(req.cluster), args.state.LastStamp(), req.demand,
-                      req.compute_aware, workload, measure, visit);
-  } else {
-    for (size_t pos = 0; pos < entries.size(); ++pos)
-      visit(pos, BestMove(*entries[pos].instance, *entries[pos].load, req.demand, req.compute_aware, workload,
-                          measure));
-  }
-  if (best == SIZE_MAX) return false;
-  const ContainerInstance* chosen = entries[best].instance;
-  result.instance = chosen;
-  if (req.demand.gpu_kind == GpuKind::kShared && best_move.shared_gpu >= 0) {
-    // The cached GPU, unless the instance changed in a way its stamp missed: then the move is measured afresh.
-    const auto g = static_cast<size_t>(best_move.shared_gpu);
-    const bool usable = g < chosen->gpus.size() && Shareable(chosen->gpus[g]) &&
-                        chosen->gpus[g].remaining_memory_mib >= req.demand.gpu_memory &&
-                        !(req.compute_aware && chosen->gpus[g].compute_used_percent + req.demand.gpu_compute > 100);
-    const FragmentMove fresh = usable ? best_move
-                                      : BestMove(*chosen, *entries[best].load, req.demand, req.compute_aware,
-                                                 workload, measure);
-    result.gpu_indices = fresh.shared_gpu >= 0 ? std::vector<size_t>{static_cast<size_t>(fresh.shared_gpu)}
-                                               : ChosenGpus(req.demand, *chosen, best_fit);
-  } else {
-    result.gpu_indices = ChosenGpus(req.demand, *chosen, best_fit);
-  }
-  return true;
-}
-
 Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   Placement result;
   const auto& entries = state.EntriesOf(request_.cluster);
@@ -705,12 +581,8 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
     result.gpu_indices = ChosenGpus(demand, *best, best_fit);
     if (c.first->gpu_choice == GpuChoice::kFragment && demand.gpu_kind == GpuKind::kShared) {
       // The fragmentation strategies' GPU: the one of the least fragment growth (normally WalkFragment decides).
-      static const TargetWorkload kNoWorkload;
-      const ClusterFragments* frag = state.FragmentsOf(request_.cluster);
-      const FragmentMove m = BestMove(*best, LoadOfEntry(entries, best), demand, request_.compute_aware,
-                                      frag && frag->Target() ? *frag->Target() : kNoWorkload,
-                                      c.first->name == "fgd" ? FragmentMeasure::kFgd : FragmentMeasure::kGpupack);
-      if (m.shared_gpu >= 0) result.gpu_indices = {static_cast<size_t>(m.shared_gpu)};
+      if (const int g = FragmentGpu(request_, c, state, entries, *best); g >= 0)
+        result.gpu_indices = {static_cast<size_t>(g)};
     }
     return result;
   }

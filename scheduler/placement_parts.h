@@ -1,17 +1,26 @@
 // The pieces of the placement pipeline that a strategy entry of the registry (scheduler/strategies.h) plugs
 // into: GpuFit (what the GPU filter found on an instance), ScoreContext and Scorer (one strategy as a number per
-// instance), and the index walks (fast paths that may decide before the scan). Internal to scheduler/: Placer
-// (placement.cc) runs them, strategies.cc defines the scorers and names the walks in its entries.
+// instance), and the index walks (fast paths that may decide before the scan); and what the walks share with
+// the scan: the compiled request (Placer::Compiled), the filters (RunFilters) and the random source (Mix).
+// Internal to scheduler/: Placer (placement.cc) runs them and defines the walks but WalkFragment, which lives
+// with the fragment measure (fragmentation.cc); strategies.cc defines the scorers and names the walks in its
+// entries.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "scheduler/cluster_state.h"
 #include "scheduler/model.h"
 #include "scheduler/placement.h"
+#include "scheduler/query.h"
+#include "scheduler/strategies.h"
 
 namespace gpupack {
 
@@ -70,6 +79,68 @@ class Scorer {
   virtual bool ScoresBeforeFit() const { return true; }
 };
 
+// Placer::Compiled: a request compiled once by Placer::Create (placement.cc); immutable afterwards, so the walks
+// and the scan read it concurrently.
+struct Placer::Compiled {
+  std::vector<std::pair<std::string, query::ExpressionPtr>> member_of;
+  bool distinct_instance = false;
+  std::vector<std::unique_ptr<Scorer>> scorers;  // one per strategy, from its registry entry
+  std::vector<double> floors;  // Scorer::Floor for the request's demand, one per scorer
+  const StrategyKind* first = nullptr;  // the first strategy's entry: its index walk and GPU choice
+  bool prefer_emptiest = false;         // first->gpu_choice is kEmptiest
+  bool needs_random_key = false;        // some strategy's entry reads the random draw
+};
+
+// Mix: SplitMix64, the per-request random source. Deterministic in (seed, task index, instance position).
+inline uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// HashString: FNV-1a of an instance's ARN, mixed into the random key.
+inline uint64_t HashString(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// FilterOutcome: the verdict of the filters on one instance: reason is null when it passes.
+struct FilterOutcome {
+  const char* reason = nullptr;
+  std::string detail;  // built only when asked for
+  GpuFit fit;
+  bool ok() const { return reason == nullptr; }
+};
+
+// InOnlyList: whether the request may place on `inst` (its only_instances list is empty or names it).
+inline bool InOnlyList(const PlacementRequest& req, const ContainerInstance& inst) {
+  if (req.only_instances.empty()) return true;
+  return std::find(req.only_instances.begin(), req.only_instances.end(), inst.arn) != req.only_instances.end();
+}
+
+// RunFilters (placement.cc) applies the filter pipeline to one instance and says whether it passes. With
+// with_detail=false no string is built (the placement scan); with true, `out.detail` says why it failed
+// (failures[], Explain). Both take the same branches, so the reasons are the same.
+bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<std::string, query::ExpressionPtr>>& member_of,
+                bool distinct, bool prefer_emptiest, const ContainerInstance& inst, const InstanceLoad& load,
+                bool with_detail, FilterOutcome& out);
+
+// PrepareScorers (placement.cc): the ScoreContext of one placement, every scorer prepared over `entries`.
+ScoreContext PrepareScorers(const Placer::Compiled& c, const ClusterState& state,
+                            const std::vector<InstanceEntry>& entries, const PlacementRequest& request);
+
+// ChosenGpus (placement.cc): the GPU indices of a fit: the shared GPU, or the first demand.gpu_count IDLE GPUs,
+// as the GPU filter counted them.
+std::vector<size_t> ChosenGpus(const TaskDemand& demand, const ContainerInstance& inst, const GpuFit& fit);
+
+// FragmentGpu (fragmentation.cc): for binpack(fragmentation) or fgd first and a shared task, the GPU of `chosen`
+// whose use grows the fragment least (ties: the lowest index), as WalkFragment picks it; -1 when none fits. The
+// scan asks it for the instance it chose when the walk left the decision to it.
+int FragmentGpu(const PlacementRequest& req, const Placer::Compiled& c, const ClusterState& state,
+                const std::vector<InstanceEntry>& entries, const ContainerInstance& chosen);
+
 // IndexWalkArgs: what an index walk reads for one PlaceOne call. Everything is borrowed from the caller.
 struct IndexWalkArgs {
   const PlacementRequest& request;
@@ -79,9 +150,10 @@ struct IndexWalkArgs {
   uint64_t task_seed;                         // the random source of this task index
 };
 
-// The index walks of placement.cc (StrategyKind::index_walk). Each is the fast path of the strategy that comes
-// first in the request: it either decides (fills `result`, returns true) or leaves the decision to the scan
-// (returns false, `result` untouched). All but SampleRandom decide exactly as the full scan would.
+// The index walks (StrategyKind::index_walk), in placement.cc but WalkFragment (fragmentation.cc). Each is the
+// fast path of the strategy that comes first in the request: it either decides (fills `result`, returns true) or
+// leaves the decision to the scan (returns false, `result` untouched). All but SampleRandom decide exactly as the
+// full scan would.
 //
 // SampleRandom: random as the only strategy: rejection sampling over the instance list, up to 32 probes; uniform
 // over the eligible instances like the scan, but not the instance of the scan's least random key.

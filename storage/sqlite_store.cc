@@ -1,28 +1,25 @@
 #include "storage/sqlite_store.h"
 
-#include <fcntl.h>
 #include <sqlite3.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <array>
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string_view>
 #include <system_error>
 #include <utility>
 
 #include "storage/invariants.h"
 #include "storage/serialize.h"
+#include "storage/sqlite_open.h"
 
 namespace gpupack {
 namespace {
 
+using storage_internal::CheckWal;
 using storage_internal::FromDoc;
+using storage_internal::LockDatabase;
 using storage_internal::ToDoc;
 
 // kMigrations[i] brings the schema from version i to version i + 1; each runs in one transaction together with
@@ -198,130 +195,6 @@ Status Migrate(sqlite3* db) {
     if (auto s = Exec(db, record.c_str(), step); !s.ok()) return fail(s);
     if (auto s = Exec(db, "COMMIT", step); !s.ok()) return fail(s);
   }
-}
-
-// LockDatabase takes the exclusive advisory lock on SqliteStore::LockPath(path) without waiting and returns the
-// descriptor that holds it (close-on-exec, so no child process keeps it). The holder's pid is written into the
-// file for the message of whoever tries next. flock, not fcntl: its locks belong to the open file, so a second
-// store in the same process is refused too, and closing this descriptor never drops SQLite's own fcntl locks.
-Result<int> LockDatabase(const std::string& path) {
-  const std::string lock_path = SqliteStore::LockPath(path);
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Server("cannot open its lock file '" + lock_path + "': " + std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    char pid[32] = {};
-    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
-    ::close(fd);
-    if (err != EWOULDBLOCK)
-      return Status::Server("cannot lock '" + lock_path + "': " + std::strerror(err));
-    std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : "";
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    return Status::Conflict("it is in use by another gpupack server" +
-                            (holder.empty() ? std::string() : " (pid " + holder + ")") + ", which holds '" +
-                            lock_path + "'; one database serves one server: stop the other one or choose another --db");
-  }
-  const std::string me = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
-    // The pid is only for messages; the lock is what counts.
-  }
-  return fd;
-}
-
-// WalCheck: what SQLite's recovery would make of a write-ahead log, read before SQLite opens it.
-struct WalCheck {
-  int64_t frames = 0;         // whole frames in the file
-  int64_t first_bad = -1;     // the first frame SQLite's replay stops at (-1: none; 0 also when the header fails)
-  int64_t cut_at = 0;         // the file offset of that frame: what a cut there keeps is what SQLite replays
-  int64_t lost_commits = 0;   // commit frames after it that verify on their own: commits SQLite would drop
-};
-
-// CheckWalFrames reads `wal` (the bytes of a WAL file) as SQLite's recovery does: frames carry the header's salts
-// and a checksum chained from the previous frame's (the header's for the first), and the replay stops at the
-// first frame that does not verify. Then it verifies every later frame against its predecessor's stored checksum:
-// a later commit frame that verifies so was written whole, after the damage, and the replay would drop it. A
-// torn tail (a crash in the middle of writing a commit) has no such frame; frames of an older generation of the
-// file carry other salts and are not counted.
-WalCheck CheckWalFrames(const std::string& wal) {
-  WalCheck out;
-  if (wal.size() < 32) return out;
-  const auto* b = reinterpret_cast<const unsigned char*>(wal.data());
-  auto be32 = [b](size_t at) {
-    return uint32_t{b[at]} << 24 | uint32_t{b[at + 1]} << 16 | uint32_t{b[at + 2]} << 8 | uint32_t{b[at + 3]};
-  };
-  const uint32_t magic = be32(0);
-  if (magic != 0x377f0682 && magic != 0x377f0683) return out;  // not a WAL: SQLite resets it
-  const bool big_endian = (magic & 1) != 0;
-  auto word = [&](size_t at) {
-    return big_endian ? be32(at)
-                      : uint32_t{b[at]} | uint32_t{b[at + 1]} << 8 | uint32_t{b[at + 2]} << 16 | uint32_t{b[at + 3]} << 24;
-  };
-  auto checksum = [&](size_t at, size_t n, uint32_t& s1, uint32_t& s2) {
-    for (size_t i = at; i + 8 <= at + n; i += 8) {
-      s1 += word(i) + s2;
-      s2 += word(i + 4) + s1;
-    }
-  };
-  const uint32_t page_size = be32(8);
-  if (page_size < 512 || page_size > 65536 || (page_size & (page_size - 1)) != 0) return out;
-  const size_t frame = 24 + page_size;
-  out.frames = static_cast<int64_t>((wal.size() - 32) / frame);
-  const uint32_t salt1 = be32(16), salt2 = be32(20);
-  uint32_t s1 = 0, s2 = 0;
-  checksum(0, 24, s1, s2);
-  bool replaying = s1 == be32(24) && s2 == be32(28);
-  if (!replaying) {
-    out.first_bad = 0;
-    out.cut_at = 0;
-  }
-  uint32_t stored1 = be32(24), stored2 = be32(28);  // the predecessor's stored checksum
-  for (int64_t i = 0; i < out.frames; ++i) {
-    const size_t at = 32 + static_cast<size_t>(i) * frame;
-    const bool current = be32(at + 8) == salt1 && be32(at + 12) == salt2;
-    const bool commit = be32(at + 4) != 0;
-    if (replaying) {  // SQLite's chain: seeded with the computed checksums
-      uint32_t c1 = s1, c2 = s2;
-      checksum(at, 8, c1, c2);
-      checksum(at + 24, page_size, c1, c2);
-      if (current && c1 == be32(at + 16) && c2 == be32(at + 20)) {
-        s1 = c1;
-        s2 = c2;
-      } else {
-        replaying = false;
-        out.first_bad = i;
-        out.cut_at = static_cast<int64_t>(at);
-      }
-    } else {  // after the stop: each frame on its own, seeded with its predecessor's stored checksum
-      uint32_t c1 = stored1, c2 = stored2;
-      checksum(at, 8, c1, c2);
-      checksum(at + 24, page_size, c1, c2);
-      if (current && commit && c1 == be32(at + 16) && c2 == be32(at + 20)) ++out.lost_commits;
-    }
-    stored1 = be32(at + 16);
-    stored2 = be32(at + 20);
-  }
-  return out;
-}
-
-// CheckWal refuses to open a database whose WAL SQLite would replay only in part, dropping commits that were
-// written whole after a damaged frame (SQLite itself drops them without an error). A WAL that only ends in a
-// torn frame (a crash while a commit was being written, never acknowledged) is not refused.
-Status CheckWal(const std::string& path) {
-  const std::string wal_path = path + "-wal";
-  std::ifstream in(wal_path, std::ios::binary);
-  if (!in) return Status::Ok();
-  const std::string wal((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const WalCheck c = CheckWalFrames(wal);
-  if (c.lost_commits == 0) return Status::Ok();
-  return Status::Server("its write-ahead log '" + wal_path + "' is damaged: " +
-                        (c.first_bad == 0 && c.cut_at == 0 ? std::string("its header")
-                                                            : "frame " + std::to_string(c.first_bad) + " of " +
-                                                                  std::to_string(c.frames)) +
-                        " does not verify, and " + std::to_string(c.lost_commits) +
-                        " commit(s) written after it would be dropped without a word if it were opened. Keep the "
-                        "files as they are and restore a backup, or, to accept losing those commits, cut the log "
-                        "there (truncate -s " + std::to_string(c.cut_at) + " '" + wal_path +
-                        "') and start again (docs/reliability.md, \"Damaged storage\")");
 }
 
 }  // namespace

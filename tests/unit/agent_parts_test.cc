@@ -17,6 +17,7 @@
 #include "agent/gpu_health.h"
 #include "agent/task_executor.h"
 #include "agent/task_store.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::agent {
 namespace {
@@ -25,6 +26,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using protocol::Json;
 using protocol::TaskStatus;
+using testing_support::TempDir;
 
 // Gate is a latch a test opens once.
 class Gate {
@@ -133,13 +135,6 @@ TEST(TaskExecutorTest, IdleWorkersExit) {
 
 class TaskStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gpupack-store-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   static TaskRecord Sample() {
     protocol::Assignment a;
     a.task_arn = "arn:aws:ecs:us-east-1:000000000000:task/default/0123abcd";
@@ -163,7 +158,8 @@ class TaskStoreTest : public ::testing::Test {
     return r;
   }
 
-  fs::path dir_;
+  TempDir temp_{"gpupack-store"};  // removed with everything in it after each test
+  fs::path dir_ = fs::path(temp_.path()) / "store";  // the store's directory, missing until a test makes it
 };
 
 TEST_F(TaskStoreTest, RecordsSurviveAReopenAndEraseRemovesTheFile) {

@@ -3,8 +3,6 @@
 // The engine tests need GPUPACK_DOCKER_SOCKET: the socket of an engine that has gpupack-test/busybox:latest, e.g.
 //   export GPUPACK_DOCKER_SOCKET=$(scripts/docker-engine.sh start /tmp/gpupack-docker | tail -1)
 // Without it they are skipped (and say so). Each test uses its own gpupack.agent label and removes what it made.
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +23,8 @@
 #include "agent/docker_client.h"
 #include "agent/gpu_injection.h"
 #include "agent/runtime.h"
+#include "tests/unit/fake_docker_engine.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::agent {
 namespace {
@@ -36,16 +36,12 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
+using testing_support::FakeDockerEngine;
+using testing_support::TempDir;
 
 constexpr char kImage[] = "gpupack-test/busybox:latest";
 constexpr auto kDeadline = std::chrono::seconds(60);
 constexpr char kGpu[] = "GPU-00000000-0000-0000-0000-000000000000";
-
-fs::path MakeTempDir(const std::string& prefix) {
-  std::string pattern = "/tmp/" + prefix + "-XXXXXX";
-  char* made = mkdtemp(pattern.data());
-  return made == nullptr ? fs::path() : fs::path(made);
-}
 
 class DockerRuntimeTest : public ::testing::Test {
  protected:
@@ -61,8 +57,6 @@ class DockerRuntimeTest : public ::testing::Test {
     label_ = "gpupack-test-" + std::to_string(getpid()) + "-" + info->name();
     runtime_ = NewRuntime(label_);
     ASSERT_NE(runtime_, nullptr);
-    dir_ = MakeTempDir("gpupack-docker-test");
-    ASSERT_FALSE(dir_.empty());
   }
 
   void TearDown() override {
@@ -73,8 +67,6 @@ class DockerRuntimeTest : public ::testing::Test {
         for (const RuntimeContainer& c : *list) (void)(*runtime)->Remove(c.id);
       }
     }
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
   std::unique_ptr<Runtime> NewRuntime(const std::string& label) {
@@ -169,7 +161,8 @@ class DockerRuntimeTest : public ::testing::Test {
   std::string label_;
   std::vector<std::string> labels_;
   std::unique_ptr<Runtime> runtime_;
-  fs::path dir_;  // a host directory, used as the MPS pipe directory (bind-mounted at the same path)
+  TempDir temp_{"gpupack-docker-test"};  // removed with everything in it after each test
+  fs::path dir_ = temp_.path();  // a host directory, used as the MPS pipe directory (bind-mounted at the same path)
 };
 
 TEST_F(DockerRuntimeTest, CreatesWithEnvLabelsPipeBindAndIpcHost) {
@@ -387,54 +380,26 @@ TEST(DockerRuntimeNoEngineTest, UnreachableEngineAndMissingLabel) {
   EXPECT_EQ(MakeDockerRuntime({"/var/run/docker.sock", ""}).status().code(), ErrorCode::kInvalidParameter);
 }
 
-// FakeEngine serves one connection on a unix socket: it reads the request head, then runs `answer`.
+// FakeEngine serves one connection on a unix socket in its own temp dir: it reads the request, runs `answer`, then
+// holds the connection until the client gives up on it.
 class FakeEngine {
  public:
-  explicit FakeEngine(std::function<void(int fd)> answer) : answer_(std::move(answer)) {
-    dir_ = MakeTempDir("gpupack-fake-engine");
-    path_ = (dir_ / "docker.sock").string();
-    listener_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    path_.copy(address.sun_path, sizeof address.sun_path - 1);
-    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    EXPECT_EQ(listen(listener_, 4), 0);
-    thread_ = std::thread([this] {
-      int fd = accept(listener_, nullptr, nullptr);
-      if (fd < 0) return;
-      std::string head;
-      char chunk[512];
-      while (head.find("\r\n\r\n") == std::string::npos) {
-        ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n <= 0) break;
-        head.append(chunk, static_cast<size_t>(n));
-      }
-      answer_(fd);
-      // Hold the connection until the client gives up on it.
-      while (read(fd, chunk, sizeof chunk) > 0) {
-      }
-      close(fd);
-    });
-  }
-  ~FakeEngine() {
-    shutdown(listener_, SHUT_RDWR);
-    thread_.join();
-    close(listener_);
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const std::string& path() const { return path_; }
+  explicit FakeEngine(std::function<void(int fd)> answer)
+      : engine_(dir_.File("docker.sock"),
+                [answer = std::move(answer)](int fd, const FakeDockerEngine::Request&) {
+                  answer(fd);
+                  FakeDockerEngine::HoldUntilHangUp(fd);
+                },
+                /*max_connections=*/1) {}
+  const std::string& path() const { return engine_.path(); }
 
  private:
-  std::function<void(int)> answer_;
-  fs::path dir_;
-  std::string path_;
-  int listener_ = -1;
-  std::thread thread_;
+  TempDir dir_{"gpupack-fake-engine"};
+  FakeDockerEngine engine_;  // after dir_: stopped before the directory goes
 };
 
 // Send writes what it can; the client may hang up first (no SIGPIPE).
-void Send(int fd, const std::string& text) { (void)send(fd, text.data(), text.size(), MSG_NOSIGNAL); }
+void Send(int fd, const std::string& text) { FakeDockerEngine::Send(fd, text); }
 
 TEST(DockerClientTest, AnEngineThatDoesNotAnswerTimesOut) {
   FakeEngine engine([](int) {});

@@ -9,13 +9,13 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include <gtest/gtest.h>
 
 #include "agent/fake_gpus.h"
 #include "tests/unit/scoped_env.h"
+#include "tests/unit/temp_dir.h"
 
 #ifndef GPUPACK_FAKE_NVML
 #error "tests/CMakeLists.txt defines GPUPACK_FAKE_NVML, the path of the fake libnvidia-ml.so.1"
@@ -161,22 +161,7 @@ TEST(FakeGpusTest, InjectedProcesses) {
   EXPECT_TRUE(fake.Processes()->empty());
 }
 
-// A fresh directory under the test's temporary directory, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "gpupack-gpu-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  void Write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ + "/" + name) << text;
-  }
-
- private:
-  std::string path_;
-};
+using testing_support::TempDir;
 
 TEST(FakeGpusTest, ProcessesFileIsReadOnEveryCall) {
   TempDir dir;

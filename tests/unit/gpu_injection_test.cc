@@ -1,15 +1,9 @@
 // GPU injection (agent/gpu_injection.h): which mode a host gets, and the create call the docker runtime sends for
 // each mode, against a fake engine that records every request. No GPU and no real engine needed: device nodes are
 // symlinks to /dev/null in a temp directory, driver libraries empty files.
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -18,6 +12,8 @@
 
 #include "agent/gpu_injection.h"
 #include "agent/runtime.h"
+#include "tests/unit/fake_docker_engine.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::agent {
 namespace {
@@ -33,34 +29,16 @@ using ::testing::Not;
 constexpr char kH200[] = "GPU-11111111-2222-3333-4444-555555555555";
 constexpr char kA10G[] = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "gpupack-gpu-injection-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Write(const std::string& relative, const std::string& text = "") const {
-    const fs::path p = fs::path(path_) / relative;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << text;
-    return p.string();
-  }
-  // Node makes <path>/dev/<name> a character device (a symlink to /dev/null).
-  std::string Node(const std::string& name) const {
-    const fs::path p = fs::path(path_) / "dev" / name;
-    fs::create_directories(p.parent_path());
-    fs::create_symlink("/dev/null", p);
-    return p.string();
-  }
+using testing_support::FakeDockerEngine;
+using testing_support::TempDir;
 
- private:
-  std::string path_;
-};
+// Node makes <dir>/dev/<name> a character device (a symlink to /dev/null).
+std::string Node(const TempDir& dir, const std::string& name) {
+  const fs::path p = fs::path(dir.path()) / "dev" / name;
+  fs::create_directories(p.parent_path());
+  fs::create_symlink("/dev/null", p);
+  return p.string();
+}
 
 std::vector<GpuDevice> TwoGpus() {
   GpuDevice h200;
@@ -85,7 +63,7 @@ EngineGpuSupport Engine(std::vector<std::string> runtimes, std::vector<std::stri
 
 // DevicesHost: a temp dir with the device nodes of both GPUs and a driver root holding the two libraries.
 GpuInjectionOptions DevicesHost(const TempDir& dir) {
-  for (const char* node : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia3", "nvidia7"}) dir.Node(node);
+  for (const char* node : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia3", "nvidia7"}) Node(dir, node);
   dir.Write("driver/lib64/libcuda.so.1");
   dir.Write("driver/lib64/libnvidia-ml.so.1");
   GpuInjectionOptions o;
@@ -162,8 +140,8 @@ TEST(GpuInjectionTest, DevicesNeedTheNodesAndTheDriverLibraries) {
   o.device_dir = dir.path() + "/dev";
   o.driver_root_candidates = {dir.path() + "/driver"};
   o.run_ldconfig = false;
-  dir.Node("nvidiactl");
-  dir.Node("nvidia3");
+  Node(dir, "nvidiactl");
+  Node(dir, "nvidia3");
   dir.Write("dev/nvidia-uvm");  // a plain file is no device node
   GpuInjection missing = Choose(o, Engine({"runc", "nvidia"}));
   EXPECT_EQ(missing.mode, GpuInjectionMode::kNone);
@@ -172,8 +150,8 @@ TEST(GpuInjectionTest, DevicesNeedTheNodesAndTheDriverLibraries) {
   EXPECT_THAT(missing.summary, Not(HasSubstr("nvidia:")));
 
   fs::remove(dir.path() + "/dev/nvidia-uvm");
-  dir.Node("nvidia-uvm");
-  dir.Node("nvidia7");
+  Node(dir, "nvidia-uvm");
+  Node(dir, "nvidia7");
   GpuInjection no_libs = Choose(o, Engine({"runc"}));
   EXPECT_EQ(no_libs.mode, GpuInjectionMode::kNone);
   EXPECT_THAT(no_libs.summary, HasSubstr("no driver libraries (libcuda.so.1 and libnvidia-ml.so.1) under " +
@@ -238,22 +216,9 @@ class RecordingEngine {
     std::string body;
   };
 
-  explicit RecordingEngine(const TempDir& dir) {
-    path_ = dir.path() + "/docker.sock";
-    listener_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    path_.copy(address.sun_path, sizeof address.sun_path - 1);
-    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    EXPECT_EQ(listen(listener_, 8), 0);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~RecordingEngine() {
-    shutdown(listener_, SHUT_RDWR);
-    thread_.join();
-    close(listener_);
-  }
-  const std::string& path() const { return path_; }
+  explicit RecordingEngine(const TempDir& dir)
+      : engine_(dir.File("docker.sock"), [this](int fd, const FakeDockerEngine::Request& r) { Answer(fd, r); }) {}
+  const std::string& path() const { return engine_.path(); }
   std::vector<Request> requests() const {
     std::lock_guard lock(mu_);
     return requests_;
@@ -267,53 +232,28 @@ class RecordingEngine {
   }
 
  private:
-  void Serve() {
-    while (true) {
-      const int fd = accept(listener_, nullptr, nullptr);
-      if (fd < 0) return;
-      std::string data;
-      char chunk[4096];
-      size_t head_end = std::string::npos;
-      size_t length = 0;
-      while (true) {
-        if (head_end == std::string::npos && (head_end = data.find("\r\n\r\n")) != std::string::npos) {
-          const size_t at = data.find("Content-Length: ");
-          if (at != std::string::npos && at < head_end) length = std::stoul(data.substr(at + 16));
-        }
-        if (head_end != std::string::npos && data.size() >= head_end + 4 + length) break;
-        const ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n <= 0) break;
-        data.append(chunk, static_cast<size_t>(n));
-      }
-      Request request{data.substr(0, data.find("\r\n")),
-                      head_end == std::string::npos ? "" : data.substr(head_end + 4, length)};
-      {
-        std::lock_guard lock(mu_);
-        requests_.push_back(request);
-      }
-      std::string status = "404 Not Found", body = R"({"message":"page not found"})";
-      if (request.line.rfind("GET /version ", 0) == 0) {
-        status = "200 OK";
-        body = R"({"Version":"26.1.0","ApiVersion":"1.47","MinAPIVersion":"1.24"})";
-      } else if (request.line.find("/containers/create") != std::string::npos) {
-        status = "201 Created";
-        body = R"({"Id":"0123456789abcdef0123456789abcdef","Warnings":[]})";
-      } else if (request.line.find("/start ") != std::string::npos) {
-        status = "204 No Content";
-        body = "";
-      }
-      const std::string answer = "HTTP/1.1 " + status + "\r\nContent-Type: application/json\r\nContent-Length: " +
-                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-      (void)send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
-      close(fd);
+  void Answer(int fd, const FakeDockerEngine::Request& r) {
+    {
+      std::lock_guard lock(mu_);
+      requests_.push_back(Request{r.line, r.body});
     }
+    std::string status = "404 Not Found", body = R"({"message":"page not found"})";
+    if (r.line.rfind("GET /version ", 0) == 0) {
+      status = "200 OK";
+      body = R"({"Version":"26.1.0","ApiVersion":"1.47","MinAPIVersion":"1.24"})";
+    } else if (r.line.find("/containers/create") != std::string::npos) {
+      status = "201 Created";
+      body = R"({"Id":"0123456789abcdef0123456789abcdef","Warnings":[]})";
+    } else if (r.line.find("/start ") != std::string::npos) {
+      status = "204 No Content";
+      body = "";
+    }
+    FakeDockerEngine::Reply(fd, status, body);
   }
 
-  std::string path_;
-  int listener_ = -1;
-  std::thread thread_;
   mutable std::mutex mu_;
   std::vector<Request> requests_;  // guarded by mu_
+  FakeDockerEngine engine_;        // last: its thread stops before the rest goes
 };
 
 // SharedSpec: a container sharing the H200 through MPS, as the agent builds it for the docker runtime.

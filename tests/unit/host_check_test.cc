@@ -6,9 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,10 +14,11 @@
 #include <fstream>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "agent/gpu_discovery.h"
+#include "tests/unit/fake_docker_engine.h"
 #include "tests/unit/scoped_env.h"
+#include "tests/unit/temp_dir.h"
 
 #ifndef GPUPACK_FAKE_NVML
 #error "tests/CMakeLists.txt defines GPUPACK_FAKE_NVML, the path of the fake libnvidia-ml.so.1"
@@ -32,29 +31,15 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// TempDir: a fresh directory removed with its contents at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "gpupack-host-check-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  // Script writes an executable shell script and returns its path.
-  std::string Script(const std::string& name, const std::string& body) const {
-    const std::string p = path_ + "/" + name;
-    std::ofstream(p) << "#!/bin/sh\n" << body;
-    chmod(p.c_str(), 0755);
-    return p;
-  }
+using testing_support::FakeDockerEngine;
+using testing_support::TempDir;
 
- private:
-  std::string path_;
-};
+// Script writes an executable shell script into `dir` and returns its path.
+std::string Script(const TempDir& dir, const std::string& name, const std::string& body) {
+  const std::string p = dir.Write(name, "#!/bin/sh\n" + body);
+  chmod(p.c_str(), 0755);
+  return p;
+}
 
 using testing_support::ScopedEnv;
 
@@ -148,13 +133,13 @@ TEST(HostCheckTest, MpsControlProgram) {
 
   // What nvidia-cuda-mps-control answers when no daemon listens on the pipe directory: ok, the agent starts one.
   o.agent.mps_control_program =
-      dir.Script("no-daemon", "cat >/dev/null\necho 'Cannot find MPS control daemon process'\nexit 1\n");
+      Script(dir, "no-daemon", "cat >/dev/null\necho 'Cannot find MPS control daemon process'\nexit 1\n");
   auto item = Item(RunHostCheck(o), "MPS control");
   EXPECT_TRUE(item.ok) << item.detail;
   EXPECT_THAT(item.detail, HasSubstr("no daemon on " + o.agent.mps_pipe_dir));
 
   // A daemon answers: adopted.
-  o.agent.mps_control_program = dir.Script("serving",
+  o.agent.mps_control_program = Script(dir, "serving",
                                      "read cmd\n[ \"$cmd\" = get_default_active_thread_percentage ] && "
                                      "[ \"$CUDA_MPS_PIPE_DIRECTORY\" = '" +
                                          o.agent.mps_pipe_dir + "' ] && echo 100.0\n");
@@ -163,16 +148,16 @@ TEST(HostCheckTest, MpsControlProgram) {
   EXPECT_THAT(item.detail, HasSubstr("a daemon answers"));
 
   // The program cannot run (a missing library makes the loader exit 127) or says something unexpected.
-  o.agent.mps_control_program = dir.Script("broken", "echo 'error while loading shared libraries' >&2\nexit 127\n");
+  o.agent.mps_control_program = Script(dir, "broken", "echo 'error while loading shared libraries' >&2\nexit 127\n");
   item = Item(RunHostCheck(o), "MPS control");
   EXPECT_FALSE(item.ok);
   EXPECT_THAT(item.detail, HasSubstr("exit 127"));
-  o.agent.mps_control_program = dir.Script("odd", "echo 'permission denied'\nexit 1\n");
+  o.agent.mps_control_program = Script(dir, "odd", "echo 'permission denied'\nexit 1\n");
   EXPECT_FALSE(Item(RunHostCheck(o), "MPS control").ok);
 
   // A hung daemon: bounded by the timeout, and the fix says to stop it.
   o.timeout = std::chrono::milliseconds(300);
-  o.agent.mps_control_program = dir.Script("hung", "exec sleep 30\n");
+  o.agent.mps_control_program = Script(dir, "hung", "exec sleep 30\n");
   item = Item(RunHostCheck(o), "MPS control");
   EXPECT_FALSE(item.ok);
   EXPECT_THAT(item.fix, HasSubstr("hung"));
@@ -197,58 +182,22 @@ TEST(HostCheckTest, Directories) {
   EXPECT_THAT(Item(RunHostCheck(o), "MPS pipe dir").detail, HasSubstr("longer than 80"));
 }
 
-// FakeEngine answers every connection on a unix socket: GET /version and GET /info with the bodies given.
-class FakeEngine {
+// FakeEngine answers every connection on a unix socket in `dir`: GET /version and GET /info with the bodies given.
+class FakeEngine : public FakeDockerEngine {
  public:
-  FakeEngine(const TempDir& dir, std::string info) : info_(std::move(info)) {
-    path_ = dir.path() + "/docker.sock";
-    listener_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    path_.copy(address.sun_path, sizeof address.sun_path - 1);
-    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    EXPECT_EQ(listen(listener_, 8), 0);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~FakeEngine() {
-    shutdown(listener_, SHUT_RDWR);
-    thread_.join();
-    close(listener_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  void Serve() {
-    while (true) {
-      const int fd = accept(listener_, nullptr, nullptr);
-      if (fd < 0) return;
-      std::string head;
-      char chunk[512];
-      while (head.find("\r\n\r\n") == std::string::npos) {
-        const ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n <= 0) break;
-        head.append(chunk, static_cast<size_t>(n));
-      }
-      std::string body = R"({"message":"page not found"})";
-      std::string status = "404 Not Found";
-      if (head.rfind("GET /version ", 0) == 0) {
-        body = R"({"Version":"28.2.2","ApiVersion":"1.50","MinAPIVersion":"1.24"})";
-        status = "200 OK";
-      } else if (head.rfind("GET /info ", 0) == 0) {
-        body = info_;
-        status = "200 OK";
-      }
-      const std::string answer = "HTTP/1.1 " + status + "\r\nContent-Type: application/json\r\nContent-Length: " +
-                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-      (void)send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
-      close(fd);
-    }
-  }
-
-  std::string info_;
-  std::string path_;
-  int listener_ = -1;
-  std::thread thread_;
+  FakeEngine(const TempDir& dir, std::string info)
+      : FakeDockerEngine(dir.File("docker.sock"), [info = std::move(info)](int fd, const Request& request) {
+          std::string body = R"({"message":"page not found"})";
+          std::string status = "404 Not Found";
+          if (request.line.rfind("GET /version ", 0) == 0) {
+            body = R"({"Version":"28.2.2","ApiVersion":"1.50","MinAPIVersion":"1.24"})";
+            status = "200 OK";
+          } else if (request.line.rfind("GET /info ", 0) == 0) {
+            body = info;
+            status = "200 OK";
+          }
+          Reply(fd, status, body);
+        }) {}
 };
 
 TEST(HostCheckTest, DockerEngineAndGpuInjection) {

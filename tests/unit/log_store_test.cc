@@ -2,9 +2,7 @@
 // with their positions, filters, resuming a stream, the purge; and the agent's answer to a log request.
 #include "agent/log_store.h"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,6 +20,8 @@
 
 #include "agent/log_service.h"
 #include "agent/runtime.h"
+#include "tests/unit/fake_docker_engine.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::agent {
 namespace {
@@ -29,18 +29,11 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::SizeIs;
+using testing_support::FakeDockerEngine;
+using testing_support::TempDir;
 
 class LogStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("gpupack-log-store-" + std::to_string(getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    dir_ = (root_ / "t" / "c").string();
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   // Messages of a page.
   static std::vector<std::string> Messages(const LogPage& page) {
     std::vector<std::string> out;
@@ -59,8 +52,9 @@ class LogStoreTest : public ::testing::Test {
     }
   }
 
-  fs::path root_;
-  std::string dir_;
+  TempDir temp_{"gpupack-log-store"};  // removed with everything in it after each test
+  fs::path root_ = temp_.path();
+  std::string dir_ = (root_ / "t" / "c").string();
 };
 
 TEST_F(LogStoreTest, LogDirectoryKeepsNamesToSafeCharacters) {
@@ -347,22 +341,10 @@ class LogEngine {
     int stream;        // 1 stdout, 2 stderr
     std::string text;
   };
-  explicit LogEngine(const fs::path& dir) : path_((dir / "engine.sock").string()) {
-    fs::create_directories(dir);
-    listener_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    path_.copy(address.sun_path, sizeof address.sun_path - 1);
-    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    EXPECT_EQ(listen(listener_, 8), 0);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~LogEngine() {
-    shutdown(listener_, SHUT_RDWR);
-    thread_.join();
-    close(listener_);
-  }
-  const std::string& path() const { return path_; }
+  explicit LogEngine(const fs::path& dir)
+      : engine_(SocketIn(dir), [this](int fd, const FakeDockerEngine::Request& r) { Answer(fd, r); },
+                /*max_connections=*/50) {}
+  const std::string& path() const { return engine_.path(); }
   void Add(Line line) {
     std::lock_guard lock(mu_);
     lines_.push_back(std::move(line));
@@ -373,49 +355,39 @@ class LogEngine {
   }
 
  private:
-  void Serve() {
-    for (int served = 0; served < 50; ++served) {
-      const int fd = accept(listener_, nullptr, nullptr);
-      if (fd < 0) return;
-      std::string head;
-      char chunk[512];
-      while (head.find("\r\n\r\n") == std::string::npos) {
-        const ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n <= 0) break;
-        head.append(chunk, static_cast<size_t>(n));
-      }
-      const std::string target = head.substr(head.find(' ') + 1, head.find(" HTTP/") - head.find(' ') - 1);
-      std::string body;
-      if (target == "/version") {
-        body = R"({"Version":"fake","ApiVersion":"1.43","MinAPIVersion":"1.12"})";
-      } else {
-        std::lock_guard lock(mu_);
-        targets_.push_back(target);
-        double since = 0;
-        if (const size_t at = target.find("since="); at != std::string::npos) since = std::stod(target.substr(at + 6));
-        for (const Line& l : lines_) {
-          if (l.seconds < since) continue;
-          const std::string payload = l.time + " " + l.text + "\n";
-          const uint32_t n = static_cast<uint32_t>(payload.size());
-          body += std::string{static_cast<char>(l.stream), 0, 0, 0, static_cast<char>(n >> 24),
-                              static_cast<char>((n >> 16) & 255), static_cast<char>((n >> 8) & 255),
-                              static_cast<char>(n & 255)};
-          body += payload;
-        }
-      }
-      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
-                                 "\r\nConnection: close\r\n\r\n" + body;
-      (void)send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
-      close(fd);
-    }
+  // SocketIn: the engine's socket in `dir`, made if missing.
+  static std::string SocketIn(const fs::path& dir) {
+    fs::create_directories(dir);
+    return (dir / "engine.sock").string();
   }
 
-  std::string path_;
-  int listener_ = -1;
-  std::thread thread_;
+  void Answer(int fd, const FakeDockerEngine::Request& request) {
+    const std::string target = request.Target();
+    std::string body;
+    if (target == "/version") {
+      body = R"({"Version":"fake","ApiVersion":"1.43","MinAPIVersion":"1.12"})";
+    } else {
+      std::lock_guard lock(mu_);
+      targets_.push_back(target);
+      double since = 0;
+      if (const size_t at = target.find("since="); at != std::string::npos) since = std::stod(target.substr(at + 6));
+      for (const Line& l : lines_) {
+        if (l.seconds < since) continue;
+        const std::string payload = l.time + " " + l.text + "\n";
+        const uint32_t n = static_cast<uint32_t>(payload.size());
+        body += std::string{static_cast<char>(l.stream), 0, 0, 0, static_cast<char>(n >> 24),
+                            static_cast<char>((n >> 16) & 255), static_cast<char>((n >> 8) & 255),
+                            static_cast<char>(n & 255)};
+        body += payload;
+      }
+    }
+    FakeDockerEngine::Reply(fd, "200 OK", body, /*content_type=*/"");
+  }
+
   std::mutex mu_;
   std::vector<Line> lines_;
   std::vector<std::string> targets_;
+  FakeDockerEngine engine_;  // last: its thread stops before the rest goes
 };
 
 TEST_F(LogStoreTest, DockerCopiesTheEnginesLinesOnceWithTheirTimestamps) {

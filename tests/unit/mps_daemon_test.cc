@@ -17,12 +17,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/temp_dir.h"
+
 namespace gpupack::agent {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using testing_support::TempDir;
 
 // The fake control program. Every run appends its arguments and MPS directories to $T/calls.log and each
 // command it reads to $T/commands.log. With -d it "starts the daemon" by creating <pipe>/control. On stdin
@@ -99,8 +102,6 @@ int Count(const std::string& text, const std::string& what) {
 class MpsControlDaemonTest : public testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "gpupack-mps-XXXXXX").string();
-    dir_ = mkdtemp(tmpl.data());
     std::string script = kScript;
     script.replace(script.find("@T@"), 3, dir_);
     program_ = dir_ + "/fake-mps-control";
@@ -113,7 +114,6 @@ class MpsControlDaemonTest : public testing::Test {
     options_.probe_timeout = milliseconds(1000);
     options_.start_timeout = milliseconds(5000);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::unique_ptr<MpsSupervisor> Make() { return MakeMpsControlDaemon(options_); }
   std::string Calls() const { return ReadFile(dir_ + "/calls.log"); }
@@ -125,7 +125,8 @@ class MpsControlDaemonTest : public testing::Test {
   }
   void TakeDown() const { fs::remove(options_.pipe_dir + "/control"); }
 
-  std::string dir_;
+  TempDir temp_{"gpupack-mps"};  // removed with everything in it after each test
+  const std::string dir_ = temp_.path();
   std::string program_;
   MpsOptions options_;
 };
@@ -421,18 +422,16 @@ TEST(MpsHealthTest, Names) {
 class FakeMpsTest : public testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "gpupack-fakemps-XXXXXX").string();
-    dir_ = mkdtemp(tmpl.data());
     options_.pipe_dir = dir_ + "/pipe";
     options_.log_dir = dir_ + "/log";
     options_.probe_timeout = milliseconds(200);
   }
-  void TearDown() override { fs::remove_all(dir_); }
   void SetHealth(const std::string& word) const {
     std::ofstream(options_.pipe_dir + "/" + kFakeMpsHealthFile) << word << "\n";
   }
 
-  std::string dir_;
+  TempDir temp_{"gpupack-fakemps"};  // removed with everything in it after each test
+  const std::string dir_ = temp_.path();
   MpsOptions options_;
 };
 

@@ -24,6 +24,7 @@
 
 #include "agent/proc_tree.h"
 #include "agent/runtime.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::agent {
 namespace {
@@ -33,6 +34,7 @@ using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAreArray;
+using testing_support::TempDir;
 
 constexpr auto kDeadline = std::chrono::seconds(30);
 
@@ -79,23 +81,18 @@ std::vector<pid_t> ZombieChildren() {
 class ProcessRuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/gpupack-process-runtime-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
     options_.state_dir = (root_ / "state").string();
     options_.log_dir = (root_ / "logs").string();
     runtime_ = NewRuntime();
   }
 
   void TearDown() override {
-    // Nothing a test started outlives it.
+    // Nothing a test started outlives it (temp_ then removes what it wrote).
     if (auto runtime = MakeProcessRuntime(options_); runtime.ok()) {
       if (auto list = (*runtime)->List(); list.ok()) {
         for (const RuntimeContainer& c : *list) (void)(*runtime)->Stop(c.id, milliseconds(0));
       }
     }
-    std::error_code ec;
-    fs::remove_all(root_, ec);
   }
 
   std::unique_ptr<Runtime> NewRuntime() {
@@ -154,7 +151,8 @@ class ProcessRuntimeTest : public ::testing::Test {
     return root_ / "logs" / task_id / name;
   }
 
-  fs::path root_;
+  TempDir temp_{"gpupack-process-runtime"};
+  fs::path root_ = temp_.path();
   ProcessRuntimeOptions options_;
   std::unique_ptr<Runtime> runtime_;
 };

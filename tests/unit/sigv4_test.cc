@@ -19,6 +19,7 @@
 
 #include "api/errors.h"
 #include "api/http_server.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::api {
 namespace {
@@ -26,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using std::chrono::system_clock;
+using testing_support::TempDir;
 
 // ---- AWS's SigV4 test suite -----------------------------------------------------------------------------------
 // Every case: credentials AKIDEXAMPLE / wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY, region us-east-1, service
@@ -937,22 +939,14 @@ TEST(SigV4Verifier, FirstOfTwoEqualAccessKeysWins) {
 
 class CredentialsFileTest : public testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "gpupack-sigv4-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   std::string Write(const std::string& name, const std::string& text, mode_t mode = 0600) {
     const std::string path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << text;
     EXPECT_EQ(::chmod(path.c_str(), mode), 0);
     return path;
   }
-  fs::path dir_;
+  TempDir temp_{"gpupack-sigv4"};  // removed with everything in it after each test
+  fs::path dir_ = temp_.path();
 };
 
 constexpr char kGoodFile[] =

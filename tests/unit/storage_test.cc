@@ -39,6 +39,7 @@
 #include "storage/sqlite_store.h"
 #include "storage/store.h"
 #include "tests/unit/private_postgres.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack {
 namespace {
@@ -245,26 +246,7 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
 
 // ---- Helpers --------------------------------------------------------------------------------------------
 
-// TempDir is a fresh directory removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/gpupack-storage-XXXXXX";
-    char* made = ::mkdtemp(templ.data());
-    if (made == nullptr) std::abort();
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing_support::TempDir;
 
 // RawDb is a second, plain SQLite connection to a store's file.
 class RawDb {
