@@ -38,32 +38,12 @@ if [[ -z $sock ]]; then
   echo "SKIP: set GPUPACK_DOCKER_SOCKET (scripts/docker-engine.sh start DIR prints it) to run this"
   exit 77
 fi
-export DOCKER_HOST=unix://$sock
 for tool in curl dpkg-deb tar sha256sum; do
   command -v "$tool" >/dev/null || fail "$tool is not installed"
 done
-
-# pick_docker: a docker CLI that builds with BuildKit (only BuildKit skips the unused compile stage): one with
-# the buildx plugin, else a client of 18.09 to 22.x, which carries BuildKit's client itself (Debian 12's docker.io).
-pick_docker() {
-  local cli major
-  for cli in "$(command -v docker || true)" /usr/bin/docker; do
-    [[ -n $cli && -x $cli ]] || continue
-    if "$cli" buildx version >/dev/null 2>&1; then
-      echo "$cli"
-      return 0
-    fi
-    major=$("$cli" version --format '{{.Client.Version}}' 2>/dev/null | cut -d. -f1 || true)
-    if [[ $major =~ ^[0-9]+$ ]] && ((major >= 18 && major < 23)); then
-      echo "$cli"
-      return 0
-    fi
-  done
-  return 1
-}
-docker=$(pick_docker) || fail "no docker CLI with BuildKit (buildx, or Debian 12's docker.io): $(command -v docker || echo none)"
-"$docker" version >/dev/null 2>&1 || fail "no engine answers at $sock"
-echo "   docker CLI $docker ($("$docker" version --format '{{.Client.Version}}')), engine $("$docker" version --format '{{.Server.Version}}')"
+# shellcheck source=tests/deploy/lib.sh
+source "$src/tests/deploy/lib.sh"
+deploy_docker_cli
 
 tag=t$$-$RANDOM
 work=$(mktemp -d /tmp/gpupack-image-test.XXXXXX)
@@ -81,75 +61,10 @@ cleanup() {
 trap cleanup EXIT
 
 step "1. the Debian package of this build (cpack -G DEB)"
-(cd "$build" && "$cpack" -G DEB -B "$work/pkg") >"$work/cpack.log" 2>&1 || {
-  cat "$work/cpack.log"
-  fail "cpack failed"
-}
-debs=("$work"/pkg/gpupack_*.deb)
-[[ -f ${debs[0]} ]] || fail "cpack made no gpupack_*.deb: $(ls "$work/pkg")"
-deb=${debs[0]}
-echo "   $(basename "$deb"): $(stat -c %s "$deb") bytes; Depends: $(dpkg-deb -f "$deb" Depends)"
+deploy_package "$work" "$cpack"
 
 step "2. a Debian 12 base image with the package's dependencies (debootstrap, cached)"
-# include: one package per Depends group; for "systemd | adduser" adduser, as the image runs no systemd. A
-# virtual package (libspdlog1.10-fmt9) becomes the real one that provides it, as apt knows it here: debootstrap
-# resolves no virtual names.
-real_package() {
-  local name=$1 provider
-  if apt-cache policy "$name" 2>/dev/null | grep -q 'Candidate: (none)'; then
-    provider=$(apt-cache showpkg "$name" | sed -n '/^Reverse Provides:/,$p' | sed -n '2p' | awk '{print $1}')
-    [[ -n $provider ]] && name=$provider
-  fi
-  echo "$name"
-}
-include=()
-IFS=',' read -ra groups <<<"$(dpkg-deb -f "$deb" Depends)"
-for group in "${groups[@]}"; do
-  pick=
-  IFS='|' read -ra alternatives <<<"$group"
-  for alternative in "${alternatives[@]}"; do
-    name=$(awk '{print $1}' <<<"$alternative")
-    name=${name%%:*}
-    [[ -z $pick || $name == adduser ]] && pick=$name
-  done
-  [[ -n $pick ]] && include+=("$(real_package "$pick")")
-done
-# The mirror apt is configured with for Debian 12's main suite (never a host named here); $(...) is apt's format.
-# shellcheck disable=SC2016
-mirror=$(apt-get indextargets --format '$(REPO_URI)' 'Identifier: Packages' 'Codename: bookworm' 2>/dev/null |
-  sort -u | head -n 1)
-include_list=$(IFS=,; echo "${include[*]}")
-key=$(printf 'bookworm minbase %s %s v1' "$mirror" "$include_list" | sha256sum | cut -c1-16)
-cache=${GPUPACK_IMAGE_CACHE:-$build/deploy-image-cache}
-base_tar=$cache/debian12-$key.tar
-base_image=gpupack-test/debian12:$key
-if "$docker" image inspect "$base_image" >/dev/null 2>&1; then
-  echo "   $base_image is in the engine already"
-else
-  if [[ ! -f $base_tar ]]; then
-    # shellcheck disable=SC2016
-    [[ -n $mirror ]] || fail "apt has no source for Debian 12 (bookworm) main: $(apt-get indextargets --format '$(REPO_URI) $(CODENAME)' | sort -u)"
-    command -v debootstrap >/dev/null || fail "debootstrap is not installed (scripts/install-deps.sh installs it)"
-    [[ $(id -u) -eq 0 ]] || fail "debootstrap needs root for a cold cache ($base_tar is missing)"
-    echo "   debootstrap --variant=minbase --include=$include_list bookworm from $mirror"
-    t0=$SECONDS
-    debootstrap --variant=minbase --include="$include_list" bookworm "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
-      tail -30 "$work/debootstrap.log"
-      fail "debootstrap failed"
-    }
-    mkdir -p "$cache"
-    rm -f "$cache"/debian12-*.tar
-    tar -C "$work/root" --numeric-owner --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' \
-      --exclude='./var/cache/apt/archives/*.deb' --exclude='./var/lib/apt/lists/*' -cf "$base_tar.tmp" .
-    mv "$base_tar.tmp" "$base_tar"
-    rm -rf "$work/root"
-    echo "   debootstrapped in $((SECONDS - t0)) s; cached as $base_tar ($(stat -c %s "$base_tar") bytes)"
-  else
-    echo "   from the cache: $base_tar"
-  fi
-  "$docker" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    "$base_tar" "$base_image" >/dev/null || fail "docker import of $base_tar failed"
-fi
+deploy_base "$work"
 
 step "3. deploy/Dockerfile's final stage on that base, from the package, with no network"
 mkdir -p "$work/package-root/pkg"
@@ -201,16 +116,18 @@ ecs() {
 # stop_server NAME: `docker stop` with a 30 s grace; exit 0 means the server ended on SIGTERM (the engine's SIGKILL
 # after the grace gives 137).
 stop_server() {
-  local t0=$SECONDS code
+  local t0=$SECONDS code logs
   "$docker" stop -t 30 "$1" >/dev/null
   code=$("$docker" inspect -f '{{.State.ExitCode}} {{.State.OOMKilled}}' "$1")
   [[ $code == "0 false" ]] || fail "$1 after docker stop: exit code and OOMKilled '$code': $("$docker" logs "$1" 2>&1 | tail -20)"
-  "$docker" logs "$1" 2>&1 | tail -3 | grep -q 'shutting down' ||
-    fail "$1 did not log its shutdown: $("$docker" logs "$1" 2>&1 | tail -20)"
+  logs=$("$docker" logs "$1" 2>&1 | tail -n 20)
+  grep -q 'shutting down' <<<"$logs" || fail "$1 did not log its shutdown: $logs"
   echo "   docker stop $1: exit 0 after SIGTERM in $((SECONDS - t0)) s (grace 30 s)"
 }
 definition_revision() {
-  ecs DescribeTaskDefinition '{"taskDefinition": "image-test"}' | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2
+  local out
+  out=$(ecs DescribeTaskDefinition '{"taskDefinition": "image-test"}')
+  grep -o '"revision":[0-9]*' <<<"$out" | sed -n '1s/.*://p' || true
 }
 
 step "4. the container: /healthz, the API, uid 999, the database in the volume"
