@@ -43,24 +43,32 @@ deploy_package() {
   echo "   $(basename "$deb"): $(stat -c %s "$deb") bytes; Depends: $(dpkg-deb -f "$deb" Depends)"
 }
 
-# deploy_real_package NAME: a virtual package (libspdlog1.10-fmt9) as the real one that provides it, as apt knows
-# it here: debootstrap resolves no virtual names.
+# deploy_real_package NAME: a virtual package (libspdlog1.10-fmt9) as the real one that provides it: debootstrap
+# resolves no virtual names. The installed packages answer first (this build's libraries are installed here),
+# then apt's lists.
 deploy_real_package() {
-  local name=$1 provider policy
-  # Captured first: `apt-cache ... | grep -q` fails under pipefail when grep stops reading early.
-  policy=$(apt-cache policy "$name" 2>/dev/null || true)
-  if grep -q 'Candidate: (none)' <<<"$policy"; then
-    provider=$(apt-cache showpkg "$name" | sed -n '/^Reverse Provides:/,$p' | sed -n '2p' | awk '{print $1}')
-    [[ -n $provider ]] && name=$provider
+  local name=$1 provider='' status policy
+  status=$(dpkg-query -W -f '${Status}' "$name" 2>/dev/null || true)
+  if [[ $status != *" installed" ]]; then
+    provider=$(dpkg-query -W -f '${Status} ${Package} ${Provides}\n' 2>/dev/null |
+      awk -v n="$name" '$3 == "installed" { for (i = 5; i <= NF; i++) { p = $i; sub(/,$/, "", p); if (p == n) { print $4; exit } } }')
+    if [[ -z $provider ]]; then
+      # Captured first: `apt-cache ... | grep -q` fails under pipefail when grep stops reading early.
+      policy=$(apt-cache policy "$name" 2>/dev/null || true)
+      if grep -q 'Candidate: (none)' <<<"$policy"; then
+        provider=$(apt-cache showpkg "$name" | sed -n '/^Reverse Provides:/,$p' | sed -n '2p' | awk '{print $1}')
+      fi
+    fi
   fi
-  echo "$name"
+  echo "${provider:-$name}"
 }
 
 # deploy_base WORK EXTRA...: `debootstrap --variant=minbase` of Debian 12 from the mirror apt is configured with,
 # including one package per Depends group of $deb (for "systemd | adduser" adduser: the server image runs no
 # systemd) and EXTRA, then `docker import`. The root's tarball is cached in BUILD_DIR/deploy-image-cache/ (or
 # $GPUPACK_IMAGE_CACHE), keyed by mirror and package list, with the downloaded .debs beside it (debootstrap
-# --cache-dir), so a rerun only imports the tarball and another package list downloads only what it adds.
+# --cache-dir), so a rerun only imports the tarball and another package list downloads only what it adds; a
+# tarball no run has used for 30 days is deleted.
 deploy_base() {
   local work=$1 group groups alternative alternatives name pick mirror include_list key cache base_tar t0
   shift
@@ -111,7 +119,10 @@ deploy_base() {
     echo "   debootstrapped in $((SECONDS - t0)) s; cached as $base_tar ($(stat -c %s "$base_tar") bytes)"
   else
     echo "   from the cache: $base_tar"
+    touch "$base_tar"
   fi
+  # Roots of package lists no run has used for 30 days (the package's dependencies changed) go.
+  find "$cache" -maxdepth 1 -name 'debian12-*.tar' -mtime +30 -delete 2>/dev/null || true
   "$docker" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     "$base_tar" "$base_image" >/dev/null || fail "docker import of $base_tar failed"
 }
