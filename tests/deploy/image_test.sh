@@ -101,7 +101,7 @@ wait_port() {
     lines=$("$docker" logs "$name" 2>&1 | grep -o 'ECS API *http://127\.0\.0\.1:[0-9]*' || true)
     if (($(grep -c . <<<"$lines") >= run)); then
       port=$(sed -n "${run}p" <<<"$lines" | sed 's/.*://')
-      curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && return 0
+      curl --noproxy '*' -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && return 0
     fi
     [[ $("$docker" inspect -f '{{.State.Running}}' "$name") == true ]] ||
       fail "$name exited: $("$docker" logs "$name" 2>&1 | tail -20)"
@@ -110,7 +110,7 @@ wait_port() {
   fail "$name does not serve /healthz: $("$docker" logs "$name" 2>&1 | tail -20)"
 }
 ecs() {
-  curl -sS "http://127.0.0.1:$port/" -H "X-Amz-Target: AmazonEC2ContainerServiceV20141113.$1" \
+  curl --noproxy '*' -sS "http://127.0.0.1:$port/" -H "X-Amz-Target: AmazonEC2ContainerServiceV20141113.$1" \
     -H 'Content-Type: application/x-amz-json-1.1' -d "$2"
 }
 # stop_server NAME: `docker stop` with a 30 s grace; exit 0 means the server ended on SIGTERM (the engine's SIGKILL
@@ -135,7 +135,7 @@ step "4. the container: /healthz, the API, uid 999, the database in the volume"
 first=gpupack-test-server-$tag
 start_server "$first"
 wait_port "$first" 1
-health=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
+health=$(curl --noproxy '*' -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
 [[ $health == 200 ]] || fail "/healthz answered $health"
 out=$(ecs CreateCluster '{"clusterName": "image-test"}')
 grep -q '"clusterName":"image-test"' <<<"$out" || fail "CreateCluster: $out"
