@@ -26,10 +26,10 @@ for arg in "$@"; do
   esac
 done
 
-# systemd (systemd-analyze, -sysusers, -tmpfiles), dpkg-dev and file (cpack's dpkg-shlibdeps step) are for the
-# install test (tests/install/install_test.sh).
+# pkg-config finds libpq (storage/CMakeLists.txt). systemd (systemd-analyze, -sysusers, -tmpfiles), dpkg-dev and
+# file (cpack's dpkg-shlibdeps step) are for the install test (tests/install/install_test.sh).
 build_packages=(cmake ninja-build g++ libboost-dev nlohmann-json3-dev libsqlite3-dev libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libcli11-dev ccache libpq-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libcli11-dev ccache libpq-dev pkg-config
   systemd dpkg-dev file)
 
 installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]; }
@@ -38,8 +38,9 @@ installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install 
 # and the README's curl commands; the console test (tests/console) drives Debian's headless chromium;
 # prometheus gives promtool, which checks /metrics and deploy/prometheus/ (metrics_test,
 # tests/integration/metrics_promtool.test.mjs); postgresql: the PostgreSQL store's tests start private servers
-# from its binaries (/usr/lib/postgresql/N/bin; never its system service).
-test_packages=(awscli python3-boto3 curl chromium prometheus postgresql)
+# from its binaries (/usr/lib/postgresql/N/bin; never its system service); debootstrap makes the Debian 12 base
+# image the container image test builds deploy/Dockerfile on (tests/deploy/image_test.sh).
+test_packages=(awscli python3-boto3 curl chromium prometheus postgresql debootstrap)
 
 missing=()
 for p in "${build_packages[@]}"; do installed "$p" || missing+=("$p"); done
