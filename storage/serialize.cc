@@ -32,7 +32,9 @@ struct Path {
       if (!out.empty()) out += '.';
       out += key;
     } else {
-      out += "[" + std::to_string(index) + "]";
+      out += '[';  // three appends, not "[" + ... + "]": GCC 12 at -O3 warns on that (-Wrestrict, a false positive)
+      out += std::to_string(index);
+      out += ']';
     }
     return out;
   }
