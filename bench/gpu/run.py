@@ -221,21 +221,31 @@ class Run:
     def output(self, arn):
         """The JSON lines the task's workload printed (the process runtime's log of container `main`; docker: the
         file the workload wrote in the bound log directory)."""
-        path = os.path.join(self.state, "logs", arn.rsplit("/", 1)[1], "main.log")
-        if self.docker:
-            path = os.path.join(self.task_logs, self.tags.get(arn, "none") + ".log")
-        lines = []
+        # The process runtime's log store: <state>/logs/<task id>/<container>/ holds the stream as files named
+        # by their start offset (20 digits + ".log"), so name order is stream order; each record is
+        # "<timestamp ms> <line>".
+        folder = os.path.join(self.state, "logs", arn.rsplit("/", 1)[1], "main")
         try:
-            with open(path) as f:
-                for line in f:
-                    line = line.strip()
-                    if line.startswith("{"):
-                        try:
-                            lines.append(json.loads(line))
-                        except ValueError:
-                            pass
+            paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".log")]
         except OSError:
-            pass
+            paths = []
+        if self.docker:
+            paths = [os.path.join(self.task_logs, self.tags.get(arn, "none") + ".log")]
+        lines = []
+        for path in paths:
+            try:
+                with open(path) as f:
+                    for line in f:
+                        line = line.strip()
+                        if not self.docker:  # the log store's record: "<timestamp ms> <line>"
+                            line = line.partition(" ")[2]
+                        if line.startswith("{"):
+                            try:
+                                lines.append(json.loads(line))
+                            except ValueError:
+                                pass
+            except OSError:
+                pass
         return lines
 
     def summary(self, arn):
@@ -264,6 +274,53 @@ class Run:
         self.wait([a for _, _, a in arns], "STOPPED", 120)
         self.results["scenarios"]["memory"] = [
             {"declaredMiB": mem, "stepMiB": step, **self.summary(arn)} for mem, step, arn in arns]
+        self.save()
+
+    def used(self):
+        """Each task's GPU memory in use, as the console shows it beside what the task declared: two MPS tasks
+        hold known amounts; the console's figure (agent watchdog -> heartbeat -> server) is read until it
+        appears, beside NVML's per-process list (nvidia-smi) and what the workload says it allocated."""
+        self.log("GPU memory in use, as the console shows it")
+        cases = [(8192, 3072), (16384, 10240)]
+        arns = []
+        for declared, hold in cases:
+            fam = f"used-{declared}"
+            self.register(fam, mps_memory=declared)
+            arns.append((declared, hold, self.run_task(
+                fam, ["hold", "--hold-mib", str(hold), "--seconds", "120", "--size", "1024"])[0]))
+        self.wait([a for _, _, a in arns], "RUNNING", 60)
+        rows, deadline, seen = {}, time.time() + 60, {}
+        while time.time() < deadline and len(rows) < len(arns):
+            time.sleep(1)
+            with urllib.request.urlopen(self.url + "console/api/tasks?cluster=gpu&status=RUNNING", timeout=10) as r:
+                answer = json.loads(r.read())
+            allocated = {a: next((l.get("allocatedMiB") for l in self.output(a) if l.get("event") == "allocated"),
+                                 None) for _, _, a in arns}
+            for t in answer.get("tasks", []):
+                if t["arn"] in allocated:
+                    seen[t["arn"]] = {"console": t, "outputLines": len(self.output(t["arn"]))}
+                if t["arn"] in allocated and allocated[t["arn"]] and "gpuMemoryUsedBytes" in t:
+                    rows[t["arn"]] = {"consoleUsedBytes": t["gpuMemoryUsedBytes"],
+                                      "consoleDeclaredMib": t["gpuMemoryDeclaredMib"],
+                                      "readAgoMs": t.get("gpuMemoryReadAgoMs"),
+                                      "workloadAllocatedMiB": allocated[t["arn"]]}
+        self.results["scenarios"]["usedLastSeen"] = seen  # the last console entry of each task while RUNNING
+        smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                              "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        smi_mib = {}  # pid -> MiB in use, NVML's per-process list as nvidia-smi prints it
+        for line in smi.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 3 and parts[0].isdigit() and parts[2].endswith(" MiB"):
+                smi_mib[int(parts[0])] = int(parts[2][:-4])
+        out = []
+        for declared, hold, arn in arns:
+            pid = next((l.get("pid") for l in self.output(arn) if l.get("pid")), None)
+            out.append({"declaredMiB": declared, "holdMiB": hold, "taskArn": arn, "workloadPid": pid,
+                        "nvidiaSmiMiB": smi_mib.get(pid), **rows.get(arn, {"console": None})})
+        self.results["scenarios"]["used"] = {"tasks": out, "nvidiaSmiComputeApps": smi.splitlines()}
+        for _, _, arn in arns:
+            self.ecs("StopTask", {"cluster": "gpu", "task": arn, "reason": "used measured"})
+        self.wait([a for _, _, a in arns], "STOPPED", 60)
         self.save()
 
     def compute(self):
@@ -533,7 +590,7 @@ class Run:
             self.results["setup"]["instance"] = ci
             self.results["setup"]["gpuInjection"] = self.injection_line()
             self.save()
-            for name, fn in (("memory", self.memory), ("compute", self.compute), ("neighbours", self.neighbours),
+            for name, fn in (("used", self.used), ("memory", self.memory), ("compute", self.compute), ("neighbours", self.neighbours),
                              ("bypass", self.bypass_with_watchdog), ("fault", self.fault),
                              ("mps", self.mps_killed)):
                 if want(name):
@@ -566,7 +623,7 @@ def main():
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--seconds", type=float, default=6.0, help="measuring window of each compute task")
     p.add_argument("--barrier", type=float, default=20.0, help="seconds from RunTask to a group's common start")
-    p.add_argument("--only", default="", help="comma list: bypass0,memory,compute,neighbours,bypass,fault,mps")
+    p.add_argument("--only", default="", help="comma list: bypass0,used,memory,compute,neighbours,bypass,fault,mps")
     p.add_argument("--runtime", choices=["process", "docker"], default="process")
     p.add_argument("--docker-socket", default=os.environ.get("GPUPACK_DOCKER_SOCKET", "/var/run/docker.sock"))
     p.add_argument("--docker-gpu", default="auto", help="the agent's --docker-gpu: auto, nvidia, cdi or devices")
