@@ -1,7 +1,9 @@
 #include "agent/server_connection.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include <spdlog/spdlog.h>
 
@@ -34,9 +36,58 @@ bool WriteFileAtomically(const fs::path& path, const std::string& content) {
 
 }  // namespace
 
+// ---- ReconnectPolicy ---------------------------------------------------------------------------------------------
+
+ReconnectPolicy::ReconnectPolicy(size_t servers, Random random)
+    : servers_(std::max<size_t>(1, servers)), random_(std::move(random)) {
+  if (!random_) {
+    random_ = [engine = std::mt19937_64(std::random_device{}())]() mutable {
+      return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
+    };
+  }
+}
+
+ReconnectPolicy::Outcome ReconnectPolicy::Classify(const std::string& why) {
+  if (why.find("served by the leader at ") != std::string::npos) return Outcome::kLeaderNamed;
+  if (why.find("the server refused the agent channel") != std::string::npos) return Outcome::kAnswered;
+  return Outcome::kUnreachable;
+}
+
+void ReconnectPolicy::SetServers(size_t servers) { servers_ = std::max<size_t>(1, servers); }
+
+void ReconnectPolicy::Connected() {
+  backoff_ = kBase;
+  tried_ = 0;
+}
+
+std::chrono::milliseconds ReconnectPolicy::Closed() {
+  tried_ = 0;
+  return Jitter(kBase);
+}
+
+std::chrono::milliseconds ReconnectPolicy::Failed(Outcome outcome) {
+  ++tried_;
+  // A leader named is followed at once even on the walk's last attempt (one beyond the list): a standby that
+  // names a dead leader costs one refused connection more, then the walk ends.
+  const size_t limit = outcome == Outcome::kLeaderNamed ? servers_ + 1 : servers_;
+  if (tried_ < limit) return std::chrono::milliseconds(0);
+  tried_ = 0;
+  const std::chrono::milliseconds wait = Jitter(backoff_);
+  backoff_ = std::min(backoff_ * 2, kCap);
+  return wait;
+}
+
+std::chrono::milliseconds ReconnectPolicy::Jitter(std::chrono::milliseconds ceiling) {
+  const double r = std::clamp(random_(), 0.0, 1.0);
+  return std::chrono::milliseconds(static_cast<int64_t>(r * static_cast<double>(ceiling.count())));
+}
+
+// ---- ServerConnection --------------------------------------------------------------------------------------------
+
 ServerConnection::ServerConnection(ConnectionOptions options, Listener& listener, Health health)
     : options_(std::move(options)), listener_(listener), health_(std::move(health)) {
   servers_ = options_.servers.empty() ? std::vector<ServerEndpoint>{options_.server} : options_.servers;
+  reconnect_.SetServers(servers_.size());
   for (auto& s : servers_) s.signing = options_.server.signing;
   if (std::ifstream in(fs::path(options_.state_dir) / "instance.json"); in) {
     Json j = Json::parse(in, nullptr, false);
@@ -165,9 +216,10 @@ void ServerConnection::Loop() {
       std::unique_ptr<ChannelClient> old = std::move(channel_);
       closed_ = false;
       ready_ = false;
-      next_connect_ = Clock::now() + backoff_;
+      const std::chrono::milliseconds wait = reconnect_.Closed();
+      next_connect_ = Clock::now() + wait;
       lock.unlock();
-      spdlog::warn("agent: channel closed; reconnecting");
+      spdlog::warn("agent: channel closed; reconnecting in {} ms", wait.count());
       old.reset();
       lock.lock();
       continue;
@@ -242,12 +294,7 @@ void ServerConnection::Connect() {
                                   {[this, generation](std::string m) { OnMessage(generation, m); },
                                    [this, generation] { OnClosed(generation); }});
   if (!c.ok()) {
-    std::chrono::milliseconds retry;
-    {
-      std::lock_guard lock(mu_);
-      retry = backoff_;
-    }
-    spdlog::warn("agent: channel: {}; retrying in {} ms", c.status().message(), retry.count());
+    const ServerEndpoint failed = Current();
     NextServer(c.status().message());
     // A server at its limit of channel connections (503 ServerException) knows the instance: it is only busy.
     // Only a refused upgrade says so: a server that cannot be reached at all ("Connection refused" from TCP)
@@ -267,15 +314,19 @@ void ServerConnection::Connect() {
       }
     }
     std::lock_guard lock(mu_);
-    next_connect_ = Clock::now() + backoff_;
-    backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(5000));
+    // The next server of the walk at once; after a whole walk failed, a jittered backoff.
+    reconnect_.SetServers(servers_.size());
+    const std::chrono::milliseconds wait = reconnect_.Failed(ReconnectPolicy::Classify(why));
+    next_connect_ = Clock::now() + wait;
+    spdlog::warn("agent: channel to {}: {}; trying {} in {} ms", failed.Url(), why, servers_[current_].Url(),
+                 wait.count());
     return;
   }
   const bool impaired = health_.impaired ? health_.impaired() : false;
   std::lock_guard lock(mu_);
   channel_ = std::move(*c);
   closed_ = false;
-  backoff_ = std::chrono::milliseconds(100);
+  reconnect_.Connected();
   pending_acks_.clear();
   hello_stopped_.clear();
   // Under the lock SendState takes: a report either made it into this snapshot or goes out after the hello.

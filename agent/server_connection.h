@@ -1,8 +1,9 @@
 // ServerConnection: the agent's connection to the server. It registers the instance (RegisterContainerInstance,
 // again whenever the MPS capability changes or the server no longer knows the instance), holds the WebSocket
-// channel (hello, welcome, pushes and their acks, state reports and their acks) and reconnects with backoff
-// (100 ms doubling to 5 s). Heartbeats run on the connection's own thread and timer, so they keep flowing
-// whatever the tasks are doing; they read the GPU health's held GPUs and impairment, which never wait on a probe.
+// channel (hello, welcome, pushes and their acks, state reports and their acks) and reconnects as
+// ReconnectPolicy says (the servers of the list one after the other, then a jittered backoff of 100 ms doubling
+// to 1 s). Heartbeats run on the connection's own thread and timer, so they keep flowing whatever the tasks are
+// doing; they read the GPU health's held GPUs and impairment, which never wait on a probe.
 //
 // Threads: the connection thread (Start/Stop) connects, reconnects, re-registers after a refused upgrade and
 // sends heartbeats; the channel's io thread parses each message (protocol::ParseServerMessage) and hands it to
@@ -46,6 +47,50 @@
 #include "protocol/messages.h"
 
 namespace gpupack::agent {
+
+// ReconnectPolicy: how long the agent's channel waits before its next connection attempt. Attempts go in walks: a
+// walk tries the servers of the list one after the other (or the leader a standby named) without waiting between
+// them, so after a takeover the agent finds the new leader in one walk; only when a whole walk failed (as many
+// failed attempts as there are servers: one, for a single server) does it wait, a random time in [0, backoff]
+// ("full jitter", so thousands of agents that lost the same leader do not come back in lockstep), and the backoff
+// doubles from kBase to kCap. A connection that opens resets it; a channel that closes waits a random time in
+// [0, kBase] before the first attempt. The random source is injected (tests fix it). Not thread-safe: the
+// ServerConnection holds it under its lock.
+class ReconnectPolicy {
+ public:
+  // Outcome: what a failed attempt learned. kUnreachable: no answer (connection refused, timed out, no such
+  // host). kAnswered: a server answered and refused (a standby declines the channel). kLeaderNamed: a standby
+  // named the leader, which the next attempt goes to.
+  enum class Outcome { kUnreachable, kAnswered, kLeaderNamed };
+  using Random = std::function<double()>;  // uniform in [0, 1)
+  static constexpr std::chrono::milliseconds kBase{100};
+  static constexpr std::chrono::milliseconds kCap{1000};
+
+  // servers: how many the list holds (at least 1); random: nullptr takes a Mersenne Twister seeded from
+  // std::random_device.
+  explicit ReconnectPolicy(size_t servers, Random random = nullptr);
+
+  // Classify reads a failed connection's status message (ChannelClient::Connect's) as an Outcome.
+  static Outcome Classify(const std::string& why);
+
+  void SetServers(size_t servers);  // the list grew (a leader named that was not on it)
+  void Connected();                 // a channel opened: the backoff starts again from kBase
+  std::chrono::milliseconds Closed();  // an open channel closed: the wait before the first attempt
+  // Failed: the wait before the next attempt after one failed with `outcome` (the caller has already moved to
+  // the next server or the leader named): zero within a walk, a jittered backoff after a whole walk failed.
+  std::chrono::milliseconds Failed(Outcome outcome);
+
+  std::chrono::milliseconds backoff() const { return backoff_; }  // the ceiling of the next walk's wait
+  size_t tried() const { return tried_; }                          // failed attempts in the current walk
+
+ private:
+  std::chrono::milliseconds Jitter(std::chrono::milliseconds ceiling);
+
+  size_t servers_;
+  Random random_;
+  std::chrono::milliseconds backoff_ = kBase;
+  size_t tried_ = 0;
+};
 
 // Registration: what RegisterContainerInstance says about this instance.
 struct Registration {
@@ -172,7 +217,7 @@ class ServerConnection final : public Reporter {
   std::chrono::milliseconds heartbeat_interval_{5000};
   int64_t epoch_ = 0;                           // guarded by mu_: the highest leadership epoch seen
   Clock::time_point last_heard_{};              // guarded by mu_: when channel_ opened or last brought a message
-  std::chrono::milliseconds backoff_{100};
+  ReconnectPolicy reconnect_{1};                // guarded by mu_: the wait before the next connection attempt
   Clock::time_point next_heartbeat_{}, next_connect_{};
   std::atomic<int64_t> next_id_{1};
   std::thread thread_;

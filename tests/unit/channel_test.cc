@@ -13,11 +13,13 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
@@ -1448,6 +1450,110 @@ TEST_F(ChannelTest, AnAgentLeavesASilentServerForTheNextOne) {
   EXPECT_TRUE(silent.closed());
   WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
   connection.Stop();
+}
+
+// ---- ReconnectPolicy: which attempt waits how long (the random source fixed; no clock involved) ----------------
+
+// FixedRandom returns `values` in turn (the last one again when they run out): the policy's jitter made exact.
+agent::ReconnectPolicy::Random FixedRandom(std::vector<double> values) {
+  auto next = std::make_shared<size_t>(0);
+  return [values = std::move(values), next]() {
+    const double v = values[std::min(*next, values.size() - 1)];
+    ++*next;
+    return v;
+  };
+}
+
+TEST(ReconnectPolicyTest, AWalkTriesEveryServerAtOnceAndWaitsOnlyAfterTheWholeListFailed) {
+  using Outcome = agent::ReconnectPolicy::Outcome;
+  agent::ReconnectPolicy policy(3, FixedRandom({0.5}));
+  // The first two failures of a walk of three servers: the next server at once.
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 0ms);
+  EXPECT_EQ(policy.Failed(Outcome::kAnswered), 0ms);
+  // The third ends the walk: half (the random draw) of the 100 ms backoff, which then doubles.
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 50ms);
+  EXPECT_EQ(policy.backoff(), 200ms);
+  EXPECT_EQ(policy.tried(), 0u);
+  // The next walk again tries the three at once, then waits half of 200 ms.
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 0ms);
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 0ms);
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 100ms);
+  EXPECT_EQ(policy.backoff(), 400ms);
+}
+
+TEST(ReconnectPolicyTest, TheBackoffDoublesToOneSecondAndAConnectionResetsIt) {
+  using Outcome = agent::ReconnectPolicy::Outcome;
+  agent::ReconnectPolicy policy(1, FixedRandom({1.0}));  // the draw at its top: the wait is the backoff itself
+  std::vector<int64_t> waits;
+  for (int i = 0; i < 6; ++i) waits.push_back(policy.Failed(Outcome::kUnreachable).count());
+  EXPECT_EQ(waits, (std::vector<int64_t>{100, 200, 400, 800, 1000, 1000}));
+  EXPECT_EQ(policy.backoff(), agent::ReconnectPolicy::kCap);
+  policy.Connected();
+  EXPECT_EQ(policy.backoff(), 100ms);
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 100ms);
+}
+
+TEST(ReconnectPolicyTest, ASingleServersWaitIsJitteredOverTheWholeBackoff) {
+  using Outcome = agent::ReconnectPolicy::Outcome;
+  // Full jitter: the draw scales the whole backoff, from nothing to all of it, so agents that lost the same
+  // server spread their attempts over it instead of coming back together.
+  agent::ReconnectPolicy policy(1, FixedRandom({0.0, 0.25, 0.999, 0.5}));
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 0ms);    // 0 x 100 ms
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 50ms);   // 0.25 x 200 ms
+  EXPECT_EQ(policy.Failed(Outcome::kAnswered), 399ms);     // 0.999 x 400 ms
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 400ms);  // 0.5 x 800 ms
+  // A source that strays out of [0, 1) is clamped: never a negative wait nor one above the backoff.
+  agent::ReconnectPolicy strays(1, FixedRandom({-3.0, 7.0}));
+  EXPECT_EQ(strays.Failed(Outcome::kUnreachable), 0ms);
+  EXPECT_EQ(strays.Failed(Outcome::kUnreachable), 200ms);
+}
+
+TEST(ReconnectPolicyTest, AClosedChannelWaitsAJitteredBaseAndStartsANewWalk) {
+  using Outcome = agent::ReconnectPolicy::Outcome;
+  agent::ReconnectPolicy policy(2, FixedRandom({0.3}));
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 0ms);
+  EXPECT_EQ(policy.tried(), 1u);
+  EXPECT_EQ(policy.Closed(), 30ms);  // 0.3 x 100 ms
+  EXPECT_EQ(policy.tried(), 0u);
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 0ms);  // the walk starts over: two attempts before a wait
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 30ms);
+}
+
+TEST(ReconnectPolicyTest, ALeaderNamedByAStandbyIsFollowedAtOnceButAPingPongEnds) {
+  using Outcome = agent::ReconnectPolicy::Outcome;
+  agent::ReconnectPolicy policy(2, FixedRandom({1.0}));
+  // The last attempt of a walk of two learns the leader's name: followed at once, one beyond the list.
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 0ms);
+  EXPECT_EQ(policy.Failed(Outcome::kLeaderNamed), 0ms);
+  // The leader named does not answer (a dead one a standby still names): the walk ends with a wait.
+  EXPECT_EQ(policy.Failed(Outcome::kUnreachable), 100ms);
+  // Standbys that keep naming each other never make a loop without waits.
+  int without_wait = 0;
+  while (policy.Failed(Outcome::kLeaderNamed) == 0ms && without_wait < 100) ++without_wait;
+  EXPECT_EQ(without_wait, 2);
+  // A leader named that is not on the list grows the walk by one.
+  agent::ReconnectPolicy single(1, FixedRandom({1.0}));
+  single.SetServers(2);
+  EXPECT_EQ(single.Failed(Outcome::kLeaderNamed), 0ms);
+  EXPECT_EQ(single.Failed(Outcome::kUnreachable), 100ms);
+}
+
+TEST(ReconnectPolicyTest, ClassifiesTheChannelClientsFailures) {
+  using Outcome = agent::ReconnectPolicy::Outcome;
+  EXPECT_EQ(agent::ReconnectPolicy::Classify("cannot reach the server at http://127.0.0.1:1: Connection refused"),
+            Outcome::kUnreachable);
+  EXPECT_EQ(agent::ReconnectPolicy::Classify("cannot resolve nowhere.invalid: Host not found"), Outcome::kUnreachable);
+  EXPECT_EQ(agent::ReconnectPolicy::Classify(
+                "the server refused the agent channel: the WebSocket upgrade was declined"),
+            Outcome::kAnswered);
+  EXPECT_EQ(agent::ReconnectPolicy::Classify(
+                "the server refused the agent channel: ServerException: this gpupack server is a standby; the agent "
+                "channel is served by the leader at http://127.0.0.1:8081"),
+            Outcome::kLeaderNamed);
+  EXPECT_EQ(agent::ReconnectPolicy::Classify(
+                "the server refused the agent channel: ServerException: this gpupack server is a standby; the agent "
+                "channel is served by the leader, unknown now: retry"),
+            Outcome::kAnswered);
 }
 
 }  // namespace
