@@ -8,6 +8,8 @@
 #include <cstring>
 #include <functional>
 #include <regex>
+#include <set>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -610,6 +612,25 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
 
 namespace {
 
+// UpsertByArn: the statement that writes `rows` of `table` (container_instances or tasks: keyed by ARN, with a
+// seq) in batch order, so a new key's seq follows the order it was first put.
+template <typename T>
+PostgresStore::Conn::Statement UpsertByArn(const std::string& table, const std::vector<T>& rows) {
+  return {"writing " + table,
+          "INSERT INTO " + table + " (arn, doc) SELECT a, d FROM "
+          "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
+          "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
+          {ArrayLiteral(rows, [](const T& x) { return x.arn; }),
+           ArrayLiteral(rows, [](const T& x) { return ToDoc(x); })}};
+}
+
+// DeleteByArn: the statement that deletes the rows of `table` (container_instances or tasks) whose ARN is in
+// `arns`.
+PostgresStore::Conn::Statement DeleteByArn(const std::string& table, const std::set<std::string>& arns) {
+  return {"deleting " + table, "DELETE FROM " + table + " WHERE arn = ANY($1::text[])",
+          {ArrayLiteral(arns, [](const std::string& x) { return x; })}};
+}
+
 std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch) {
   std::vector<PostgresStore::Conn::Statement> out;
   if (!batch.clusters().empty())
@@ -627,21 +648,8 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                     ArrayLiteral(batch.task_definitions(),
                                  [](const TaskDefinition& x) { return std::to_string(x.revision); }),
                     ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return ToDoc(x); })}});
-  // Instances and tasks in batch order, so a new key's seq follows the order it was first put.
-  if (!batch.instances().empty())
-    out.push_back({"writing container_instances",
-                   "INSERT INTO container_instances (arn, doc) SELECT a, d FROM "
-                   "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
-                   "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
-                   {ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return x.arn; }),
-                    ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return ToDoc(x); })}});
-  if (!batch.tasks().empty())
-    out.push_back({"writing tasks",
-                   "INSERT INTO tasks (arn, doc) SELECT a, d FROM "
-                   "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
-                   "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
-                   {ArrayLiteral(batch.tasks(), [](const Task& x) { return x.arn; }),
-                    ArrayLiteral(batch.tasks(), [](const Task& x) { return ToDoc(x); })}});
+  if (!batch.instances().empty()) out.push_back(UpsertByArn("container_instances", batch.instances()));
+  if (!batch.tasks().empty()) out.push_back(UpsertByArn("tasks", batch.tasks()));
   if (!batch.client_tokens().empty())
     out.push_back({"writing client_tokens",
                    "INSERT INTO client_tokens (cluster, token, doc) "
@@ -650,10 +658,7 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                    {ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.cluster; }),
                     ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.token; }),
                     ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return ToDoc(x); })}});
-  auto same = [](const std::string& x) { return x; };
-  if (!batch.deleted_tasks().empty())
-    out.push_back({"deleting tasks", "DELETE FROM tasks WHERE arn = ANY($1::text[])",
-                   {ArrayLiteral(batch.deleted_tasks(), same)}});
+  if (!batch.deleted_tasks().empty()) out.push_back(DeleteByArn("tasks", batch.deleted_tasks()));
   if (!batch.deleted_client_tokens().empty())
     out.push_back({"deleting client_tokens",
                    "DELETE FROM client_tokens c USING unnest($1::text[], $2::text[]) AS u(cl, tok) "
@@ -661,8 +666,7 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                    {ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.first; }),
                     ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.second; })}});
   if (!batch.deleted_instances().empty())
-    out.push_back({"deleting container_instances", "DELETE FROM container_instances WHERE arn = ANY($1::text[])",
-                   {ArrayLiteral(batch.deleted_instances(), same)}});
+    out.push_back(DeleteByArn("container_instances", batch.deleted_instances()));
   return out;
 }
 
