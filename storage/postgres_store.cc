@@ -154,30 +154,18 @@ class PostgresStore::Conn {
     if (pg_ == nullptr || PQstatus(pg_) != CONNECTION_OK) {
       if (Status s = Connect(); !s.ok()) return s;
     }
-    std::vector<const char*> values;
-    values.reserve(params.size());
-    for (const auto& p : params) values.push_back(p.c_str());
+    const std::vector<const char*> values = CStrings(params);
     const int sent = params.empty() ? PQsendQuery(pg_, sql.c_str())
                                     : PQsendQueryParams(pg_, sql.c_str(), static_cast<int>(values.size()), nullptr,
                                                         values.data(), nullptr, nullptr, 0);
     if (sent == 0) return Fail("cannot send a statement: ");
     if (single_row) PQsetSingleRowMode(pg_);
     auto deadline = Clock::now() + timeout_;
-    for (;;) {  // send everything
-      const int f = PQflush(pg_);
-      if (f == 0) break;
-      if (f < 0) return Fail("cannot send a statement: ");
-      if (!Wait(POLLOUT | POLLIN, deadline)) return Timeout("sending a statement");
-      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
-    }
+    if (Status s = Flush(deadline); !s.ok()) return s;
     Status first_error;
     Status sink_error;
     for (;;) {
-      while (PQisBusy(pg_) != 0) {
-        if (!Wait(POLLIN, deadline)) return Timeout("waiting for its answer");
-        if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
-        deadline = Clock::now() + timeout_;  // an answer that keeps coming is not a silent database
-      }
+      if (Status s = AwaitResult(deadline); !s.ok()) return s;
       ResultPtr r(PQgetResult(pg_));
       if (!r) break;
       const ExecStatusType st = PQresultStatus(r.get());
@@ -216,31 +204,19 @@ class PostgresStore::Conn {
     }
     if (PQenterPipelineMode(pg_) == 0) return Fail("cannot enter pipeline mode: ");
     for (const auto& st : statements) {
-      std::vector<const char*> values;
-      values.reserve(st.params.size());
-      for (const auto& p : st.params) values.push_back(p.c_str());
+      const std::vector<const char*> values = CStrings(st.params);
       if (PQsendQueryParams(pg_, st.sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
                             nullptr, 0) == 0)
         return Fail("cannot send a statement: ");
     }
     if (PQpipelineSync(pg_) == 0) return Fail("cannot send a statement: ");
     auto deadline = Clock::now() + timeout_;
-    for (;;) {  // send everything (reading meanwhile, so neither side's buffers fill up)
-      const int f = PQflush(pg_);
-      if (f == 0) break;
-      if (f < 0) return Fail("cannot send a statement: ");
-      if (!Wait(POLLOUT | POLLIN, deadline)) return Timeout("sending a statement");
-      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
-    }
+    if (Status s = Flush(deadline); !s.ok()) return s;
     Status first_error;
     Status sink_error;
     size_t index = 0;  // the statement whose results come next
     for (;;) {
-      while (PQisBusy(pg_) != 0) {
-        if (!Wait(POLLIN, deadline)) return Timeout("waiting for its answer");
-        if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
-        deadline = Clock::now() + timeout_;  // an answer that keeps coming is not a silent database
-      }
+      if (Status s = AwaitResult(deadline); !s.ok()) return s;
       ResultPtr r(PQgetResult(pg_));
       if (!r) {  // the end of one statement's results
         if (PQstatus(pg_) != CONNECTION_OK) return Fail("the connection broke: ");
@@ -320,6 +296,37 @@ class PostgresStore::Conn {
       if (n > 0) return true;
       if (n < 0 && errno != EINTR) return false;
     }
+  }
+
+  // CStrings: the text parameters as libpq takes them (pointers into `params`, which must outlive them).
+  static std::vector<const char*> CStrings(const std::vector<std::string>& params) {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const auto& p : params) values.push_back(p.c_str());
+    return values;
+  }
+
+  // Flush sends everything libpq holds for the database before `deadline`, reading meanwhile (so neither side's
+  // buffers fill up).
+  Status Flush(Clock::time_point deadline) {
+    for (;;) {
+      const int f = PQflush(pg_);
+      if (f == 0) return Status::Ok();
+      if (f < 0) return Fail("cannot send a statement: ");
+      if (!Wait(POLLOUT | POLLIN, deadline)) return Timeout("sending a statement");
+      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
+    }
+  }
+
+  // AwaitResult waits until libpq can hand out the next result without blocking; every piece of answer that
+  // arrives moves `deadline` on (an answer that keeps coming is not a silent database).
+  Status AwaitResult(Clock::time_point& deadline) {
+    while (PQisBusy(pg_) != 0) {
+      if (!Wait(POLLIN, deadline)) return Timeout("waiting for its answer");
+      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
+      deadline = Clock::now() + timeout_;
+    }
+    return Status::Ok();
   }
 
   Status Fail(const std::string& what) {
