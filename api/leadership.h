@@ -105,7 +105,7 @@ class Replica {
   Readiness readiness() const;
 
  private:
-  class StandbyFront;  // the standby's HTTP server and forwarder (leadership.cc)
+  class StandbyFront;  // the standby's HTTP server and forwarding threads (leadership.cc; forwarding.h sends)
 
   Replica(ReplicaOptions options, PostgresStore& data, PostgresStore& lease);
   void LeaseLoop();

@@ -136,15 +136,22 @@ namespace {
 // and negative values, and values no host could honour (more connections than file descriptors, a queue or
 // hello of more than 1 GiB per agent).
 std::string ChannelBoundsError(const ServerFlags& f) {
-  auto out_of = [](const char* flag, int64_t v, int64_t hi, const char* what) {
-    return std::string(flag) + " must be 1.." + std::to_string(hi) + " (" + what + "), got " + std::to_string(v);
+  struct Bound {
+    const char* flag;
+    int64_t value;
+    int64_t hi;  // the range is 1..hi
+    const char* what;
   };
-  if (f.max_agent_channels < 1 || f.max_agent_channels > 100'000)
-    return out_of("--max-agent-channels", f.max_agent_channels, 100'000, "agent channel connections open at once");
-  if (f.agent_send_queue_mib < 1 || f.agent_send_queue_mib > 1024)
-    return out_of("--agent-send-queue-mib", f.agent_send_queue_mib, 1024, "MiB queued per agent connection");
-  if (f.agent_hello_mib < 1 || f.agent_hello_mib > 1024)
-    return out_of("--agent-hello-mib", f.agent_hello_mib, 1024, "MiB of one agent's hello");
+  const Bound bounds[] = {
+      {"--max-agent-channels", f.max_agent_channels, 100'000, "agent channel connections open at once"},
+      {"--agent-send-queue-mib", f.agent_send_queue_mib, 1024, "MiB queued per agent connection"},
+      {"--agent-hello-mib", f.agent_hello_mib, 1024, "MiB of one agent's hello"},
+  };
+  for (const Bound& b : bounds) {
+    if (b.value < 1 || b.value > b.hi)
+      return std::string(b.flag) + " must be 1.." + std::to_string(b.hi) + " (" + b.what + "), got " +
+             std::to_string(b.value);
+  }
   return "";
 }
 

@@ -1,143 +1,18 @@
 #include "protocol/messages.h"
 
-#include <climits>
 #include <cstdio>
-#include <limits>
-#include <set>
 #include <utility>
+
+#include "protocol/fields.h"
 
 namespace gpupack::protocol {
 
+using internal::CutReason;
+using internal::Fields;
+using internal::Finish;
+using internal::ReadId;
+
 namespace {
-
-std::string Indexed(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
-
-// CutReason shortens a reason to kMaxReasonBytes without splitting a UTF-8 character.
-void CutReason(std::string& s) {
-  if (s.size() <= kMaxReasonBytes) return;
-  size_t n = kMaxReasonBytes;
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  s.resize(n);
-}
-
-// Fields reads the members of one JSON object and keeps the first error: after one, every read is a no-op, so
-// a parser reads all its fields and checks status() once. `path` prefixes every field name in messages.
-class Fields {
- public:
-  Fields(const Json& j, std::string path) : j_(j), path_(std::move(path)) {
-    if (!j_.is_object()) error_ = Status::InvalidParameter(path_ + " must be an object");
-  }
-
-  const Status& status() const { return error_; }
-  bool ok() const { return error_.ok(); }
-  std::string Path(std::string_view key) const { return path_ + "." + std::string(key); }
-  void Fail(const std::string& field, const std::string& what) {
-    if (error_.ok()) error_ = Status::InvalidParameter(field + " " + what);
-  }
-  void Take(const Status& s) {
-    if (error_.ok() && !s.ok()) error_ = s;
-  }
-
-  // Get: the member, or null when absent (an error first when required) or after an error.
-  const Json* Get(const char* key, bool required) {
-    if (!error_.ok()) return nullptr;
-    auto it = j_.find(key);
-    if (it == j_.end()) {
-      if (required) Fail(Path(key), "is required");
-      return nullptr;
-    }
-    return &*it;
-  }
-
-  void String(const char* key, std::string& out, bool required = false) {
-    const Json* v = Get(key, required);
-    if (v == nullptr) return;
-    if (!v->is_string()) return Fail(Path(key), "must be a string");
-    out = v->get<std::string>();
-  }
-  void Bool(const char* key, bool& out) {
-    const Json* v = Get(key, false);
-    if (v == nullptr) return;
-    if (!v->is_boolean()) return Fail(Path(key), "must be true or false");
-    out = v->get<bool>();
-  }
-  void Int64(const char* key, int64_t& out, bool required = false) {
-    const Json* v = Get(key, required);
-    if (v == nullptr) return;
-    if (auto n = AsInt64(*v)) out = *n;
-    else Fail(Path(key), "must be an integer");
-  }
-  void Int64(const char* key, std::optional<int64_t>& out) {
-    int64_t n = 0;
-    if (Get(key, false) == nullptr) return;
-    Int64(key, n, true);
-    if (ok()) out = n;
-  }
-  void Int(const char* key, std::optional<int>& out) {
-    const Json* v = Get(key, false);
-    if (v == nullptr) return;
-    auto n = AsInt64(*v);
-    if (!n || *n < INT_MIN || *n > INT_MAX) return Fail(Path(key), "must be a 32-bit integer");
-    out = static_cast<int>(*n);
-  }
-  void Strings(const char* key, std::vector<std::string>& out) {
-    const Json* v = Get(key, false);
-    if (v == nullptr) return;
-    if (!v->is_array()) return Fail(Path(key), "must be an array of strings");
-    out.clear();
-    for (size_t i = 0; i < v->size(); ++i) {
-      if (!(*v)[i].is_string()) return Fail(Indexed(Path(key), i), "must be a string");
-      out.push_back((*v)[i].get<std::string>());
-    }
-  }
-  void TaskStatusField(const char* key, TaskStatus& out, bool required) {
-    const Json* v = Get(key, required);
-    if (v == nullptr) return;
-    auto s = v->is_string() ? ParseTaskStatus(v->get<std::string>()) : std::nullopt;
-    if (!s) return Fail(Path(key), "must be PENDING, RUNNING or STOPPED");
-    out = *s;
-  }
-  void DesiredStatus(const char* key, TaskStatus& out) {
-    const Json* v = Get(key, false);
-    if (v == nullptr) return;
-    auto s = v->is_string() ? ParseTaskStatus(v->get<std::string>()) : std::nullopt;
-    if (!s || *s == TaskStatus::kPending) return Fail(Path(key), "must be RUNNING or STOPPED");
-    out = *s;
-  }
-  void StopCodeField(const char* key, std::optional<StopCode>& out) {
-    const Json* v = Get(key, false);
-    if (v == nullptr) return;
-    auto c = v->is_string() ? ParseStopCode(v->get<std::string>()) : std::nullopt;
-    if (!c) {
-      return Fail(Path(key), "must be one of TaskFailedToStart, EssentialContainerExited, UserInitiated, "
-                             "ServiceSchedulerInitiated, SpotInterruption, TerminationNotice, InfrastructureHealth");
-    }
-    out = *c;
-  }
-  // Array calls `each(element, path)` for every element of an array member; it returns the element's Status.
-  template <typename Each>
-  void Array(const char* key, bool required, Each each) {
-    const Json* v = Get(key, required);
-    if (v == nullptr) return;
-    if (!v->is_array()) return Fail(Path(key), "must be an array");
-    for (size_t i = 0; i < v->size() && ok(); ++i) Take(each((*v)[i], Indexed(Path(key), i)));
-  }
-
- private:
-  static std::optional<int64_t> AsInt64(const Json& v) {
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-      return static_cast<int64_t>(u);
-    }
-    if (v.is_number_integer()) return v.get<int64_t>();
-    return std::nullopt;
-  }
-
-  const Json& j_;
-  std::string path_;
-  gpupack::Status error_;
-};
 
 Result<KeyValuePair> KeyValueFromJson(const Json& j, const std::string& path) {
   KeyValuePair kv;
@@ -232,9 +107,6 @@ Result<AssignedContainer> AssignedContainerFromJson(const Json& j, const std::st
   return c;
 }
 
-// Id reads a message's "id": required, or 0 when absent and optional (a push from a server that gives none).
-void ReadId(Fields& f, int64_t& id, bool required) { f.Int64("id", id, required); }
-
 // Envelope parses the text and checks the message's shape: the document and its "type".
 Result<std::pair<Json, std::string>> Envelope(std::string_view text) {
   auto j = ParseJsonBounded(text);
@@ -247,12 +119,6 @@ Result<std::pair<Json, std::string>> Envelope(std::string_view text) {
 
 Status UnknownType(const std::string& type) {
   return Status::InvalidParameter("unknown message type '" + type.substr(0, 64) + "'");
-}
-
-template <typename T>
-Result<T> Finish(const Fields& f, T value) {
-  if (!f.ok()) return f.status();
-  return value;
 }
 
 }  // namespace
@@ -450,68 +316,6 @@ Result<StopOrder> StopOrderFromJson(const Json& j, const std::string& path) {
 
 // ---- agent -> server -------------------------------------------------------------------------------------------
 
-namespace {
-
-// BoundedName reads a required string member of at most kMaxGpuMemoryNameBytes bytes.
-void BoundedName(Fields& f, const char* key, std::string& out) {
-  f.String(key, out, true);
-  if (f.ok() && (out.empty() || out.size() > kMaxGpuMemoryNameBytes))
-    f.Fail(f.Path(key), "must be 1 to " + std::to_string(kMaxGpuMemoryNameBytes) + " bytes");
-}
-
-// BoundedCount reads a required integer member from 0 to `max`.
-void BoundedCount(Fields& f, const char* key, int64_t& out, int64_t max) {
-  f.Int64(key, out, true);
-  if (f.ok() && (out < 0 || out > max)) f.Fail(f.Path(key), "must be an integer from 0 to " + std::to_string(max));
-}
-
-// BoundedArray checks that a required member is an array of at most `max` elements before any is read.
-bool BoundedArray(Fields& f, const char* key, size_t max) {
-  const Json* v = f.Get(key, true);
-  if (v == nullptr) return false;
-  if (!v->is_array()) {
-    f.Fail(f.Path(key), "must be an array");
-    return false;
-  }
-  if (v->size() > max) {
-    f.Fail(f.Path(key), "must hold at most " + std::to_string(max) + " entries");
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-Result<GpuMemoryReading> ParseGpuMemoryReading(const Json& j, const std::string& path) {
-  GpuMemoryReading m;
-  Fields f(j, path);
-  BoundedCount(f, "ageMs", m.age_ms, kMaxGpuMemoryAgeMs);
-  if (!BoundedArray(f, "tasks", kMaxGpuMemoryTasks)) return Finish(f, std::move(m));
-  std::set<std::string> tasks_seen;
-  f.Array("tasks", true, [&m, &tasks_seen](const Json& e, const std::string& p) -> Status {
-    TaskGpuMemory t;
-    Fields tf(e, p);
-    BoundedName(tf, "taskArn", t.task_arn);
-    if (tf.ok() && !tasks_seen.insert(t.task_arn).second) tf.Fail(tf.Path("taskArn"), "appears twice");
-    if (!BoundedArray(tf, "gpus", kMaxGpuMemoryGpus)) return tf.status();
-    std::set<std::string> gpus_seen;
-    tf.Array("gpus", true, [&t, &gpus_seen](const Json& ge, const std::string& gp) -> Status {
-      GpuBytes g;
-      Fields gf(ge, gp);
-      BoundedName(gf, "gpuId", g.gpu_id);
-      if (gf.ok() && !gpus_seen.insert(g.gpu_id).second) gf.Fail(gf.Path("gpuId"), "appears twice");
-      BoundedCount(gf, "bytes", g.bytes, kMaxGpuMemoryBytes);
-      if (!gf.ok()) return gf.status();
-      t.gpus.push_back(std::move(g));
-      return Status::Ok();
-    });
-    if (!tf.ok()) return tf.status();
-    m.tasks.push_back(std::move(t));
-    return Status::Ok();
-  });
-  return Finish(f, std::move(m));
-}
-
 Result<AgentMessage> ParseAgentMessage(std::string_view text) {
   auto env = Envelope(text);
   if (!env.ok()) return env.status();
@@ -546,15 +350,7 @@ Result<AgentMessage> ParseAgentMessage(std::string_view text) {
   }
   if (type == "heartbeat") {
     Heartbeat m;
-    ReadId(f, m.id, true);
-    f.Bool("impaired", m.impaired);
-    f.Strings("heldGpus", m.held_gpus);
-    // gpuMemoryUsed stands apart: a bad one is dropped with a note, never the heartbeat's health with it.
-    if (const Json* used = f.Get("gpuMemoryUsed", false)) {
-      auto reading = ParseGpuMemoryReading(*used, f.Path("gpuMemoryUsed"));
-      if (reading.ok()) m.gpu_memory = std::move(*reading);
-      else m.gpu_memory_refused = reading.status().message();
-    }
+    internal::ReadHeartbeat(f, m);
     return Finish<AgentMessage>(f, std::move(m));
   }
   if (type == "ack") {
@@ -602,19 +398,7 @@ struct AgentWriter {
     WriteTaskReport(m.report, j);
     return j;
   }
-  Json operator()(const Heartbeat& m) const {
-    Json j = {{"type", "heartbeat"}, {"id", m.id}, {"impaired", m.impaired}, {"heldGpus", m.held_gpus}};
-    if (m.gpu_memory) {
-      Json tasks = Json::array();
-      for (const auto& t : m.gpu_memory->tasks) {
-        Json gpus = Json::array();
-        for (const auto& g : t.gpus) gpus.push_back({{"gpuId", g.gpu_id}, {"bytes", g.bytes}});
-        tasks.push_back({{"taskArn", t.task_arn}, {"gpus", std::move(gpus)}});
-      }
-      j["gpuMemoryUsed"] = {{"ageMs", m.gpu_memory->age_ms}, {"tasks", std::move(tasks)}};
-    }
-    return j;
-  }
+  Json operator()(const Heartbeat& m) const { return internal::HeartbeatJson(m); }
   Json operator()(const Ack& m) const { return {{"type", "ack"}, {"id", m.id}}; }
   Json operator()(const LogsAnswer& m) const {
     Json events = Json::array();

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <functional>
 #include <regex>
+#include <set>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -152,30 +154,18 @@ class PostgresStore::Conn {
     if (pg_ == nullptr || PQstatus(pg_) != CONNECTION_OK) {
       if (Status s = Connect(); !s.ok()) return s;
     }
-    std::vector<const char*> values;
-    values.reserve(params.size());
-    for (const auto& p : params) values.push_back(p.c_str());
+    const std::vector<const char*> values = CStrings(params);
     const int sent = params.empty() ? PQsendQuery(pg_, sql.c_str())
                                     : PQsendQueryParams(pg_, sql.c_str(), static_cast<int>(values.size()), nullptr,
                                                         values.data(), nullptr, nullptr, 0);
     if (sent == 0) return Fail("cannot send a statement: ");
     if (single_row) PQsetSingleRowMode(pg_);
     auto deadline = Clock::now() + timeout_;
-    for (;;) {  // send everything
-      const int f = PQflush(pg_);
-      if (f == 0) break;
-      if (f < 0) return Fail("cannot send a statement: ");
-      if (!Wait(POLLOUT | POLLIN, deadline)) return Timeout("sending a statement");
-      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
-    }
+    if (Status s = Flush(deadline); !s.ok()) return s;
     Status first_error;
     Status sink_error;
     for (;;) {
-      while (PQisBusy(pg_) != 0) {
-        if (!Wait(POLLIN, deadline)) return Timeout("waiting for its answer");
-        if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
-        deadline = Clock::now() + timeout_;  // an answer that keeps coming is not a silent database
-      }
+      if (Status s = AwaitResult(deadline); !s.ok()) return s;
       ResultPtr r(PQgetResult(pg_));
       if (!r) break;
       const ExecStatusType st = PQresultStatus(r.get());
@@ -214,31 +204,19 @@ class PostgresStore::Conn {
     }
     if (PQenterPipelineMode(pg_) == 0) return Fail("cannot enter pipeline mode: ");
     for (const auto& st : statements) {
-      std::vector<const char*> values;
-      values.reserve(st.params.size());
-      for (const auto& p : st.params) values.push_back(p.c_str());
+      const std::vector<const char*> values = CStrings(st.params);
       if (PQsendQueryParams(pg_, st.sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
                             nullptr, 0) == 0)
         return Fail("cannot send a statement: ");
     }
     if (PQpipelineSync(pg_) == 0) return Fail("cannot send a statement: ");
     auto deadline = Clock::now() + timeout_;
-    for (;;) {  // send everything (reading meanwhile, so neither side's buffers fill up)
-      const int f = PQflush(pg_);
-      if (f == 0) break;
-      if (f < 0) return Fail("cannot send a statement: ");
-      if (!Wait(POLLOUT | POLLIN, deadline)) return Timeout("sending a statement");
-      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
-    }
+    if (Status s = Flush(deadline); !s.ok()) return s;
     Status first_error;
     Status sink_error;
     size_t index = 0;  // the statement whose results come next
     for (;;) {
-      while (PQisBusy(pg_) != 0) {
-        if (!Wait(POLLIN, deadline)) return Timeout("waiting for its answer");
-        if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
-        deadline = Clock::now() + timeout_;  // an answer that keeps coming is not a silent database
-      }
+      if (Status s = AwaitResult(deadline); !s.ok()) return s;
       ResultPtr r(PQgetResult(pg_));
       if (!r) {  // the end of one statement's results
         if (PQstatus(pg_) != CONNECTION_OK) return Fail("the connection broke: ");
@@ -318,6 +296,37 @@ class PostgresStore::Conn {
       if (n > 0) return true;
       if (n < 0 && errno != EINTR) return false;
     }
+  }
+
+  // CStrings: the text parameters as libpq takes them (pointers into `params`, which must outlive them).
+  static std::vector<const char*> CStrings(const std::vector<std::string>& params) {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const auto& p : params) values.push_back(p.c_str());
+    return values;
+  }
+
+  // Flush sends everything libpq holds for the database before `deadline`, reading meanwhile (so neither side's
+  // buffers fill up).
+  Status Flush(Clock::time_point deadline) {
+    for (;;) {
+      const int f = PQflush(pg_);
+      if (f == 0) return Status::Ok();
+      if (f < 0) return Fail("cannot send a statement: ");
+      if (!Wait(POLLOUT | POLLIN, deadline)) return Timeout("sending a statement");
+      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
+    }
+  }
+
+  // AwaitResult waits until libpq can hand out the next result without blocking; every piece of answer that
+  // arrives moves `deadline` on (an answer that keeps coming is not a silent database).
+  Status AwaitResult(Clock::time_point& deadline) {
+    while (PQisBusy(pg_) != 0) {
+      if (!Wait(POLLIN, deadline)) return Timeout("waiting for its answer");
+      if (PQconsumeInput(pg_) == 0) return Fail("the connection broke: ");
+      deadline = Clock::now() + timeout_;
+    }
+    return Status::Ok();
   }
 
   Status Fail(const std::string& what) {
@@ -610,6 +619,25 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
 
 namespace {
 
+// UpsertByArn: the statement that writes `rows` of `table` (container_instances or tasks: keyed by ARN, with a
+// seq) in batch order, so a new key's seq follows the order it was first put.
+template <typename T>
+PostgresStore::Conn::Statement UpsertByArn(const std::string& table, const std::vector<T>& rows) {
+  return {"writing " + table,
+          "INSERT INTO " + table + " (arn, doc) SELECT a, d FROM "
+          "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
+          "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
+          {ArrayLiteral(rows, [](const T& x) { return x.arn; }),
+           ArrayLiteral(rows, [](const T& x) { return ToDoc(x); })}};
+}
+
+// DeleteByArn: the statement that deletes the rows of `table` (container_instances or tasks) whose ARN is in
+// `arns`.
+PostgresStore::Conn::Statement DeleteByArn(const std::string& table, const std::set<std::string>& arns) {
+  return {"deleting " + table, "DELETE FROM " + table + " WHERE arn = ANY($1::text[])",
+          {ArrayLiteral(arns, [](const std::string& x) { return x; })}};
+}
+
 std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch) {
   std::vector<PostgresStore::Conn::Statement> out;
   if (!batch.clusters().empty())
@@ -627,21 +655,8 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                     ArrayLiteral(batch.task_definitions(),
                                  [](const TaskDefinition& x) { return std::to_string(x.revision); }),
                     ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return ToDoc(x); })}});
-  // Instances and tasks in batch order, so a new key's seq follows the order it was first put.
-  if (!batch.instances().empty())
-    out.push_back({"writing container_instances",
-                   "INSERT INTO container_instances (arn, doc) SELECT a, d FROM "
-                   "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
-                   "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
-                   {ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return x.arn; }),
-                    ArrayLiteral(batch.instances(), [](const ContainerInstance& x) { return ToDoc(x); })}});
-  if (!batch.tasks().empty())
-    out.push_back({"writing tasks",
-                   "INSERT INTO tasks (arn, doc) SELECT a, d FROM "
-                   "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
-                   "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
-                   {ArrayLiteral(batch.tasks(), [](const Task& x) { return x.arn; }),
-                    ArrayLiteral(batch.tasks(), [](const Task& x) { return ToDoc(x); })}});
+  if (!batch.instances().empty()) out.push_back(UpsertByArn("container_instances", batch.instances()));
+  if (!batch.tasks().empty()) out.push_back(UpsertByArn("tasks", batch.tasks()));
   if (!batch.client_tokens().empty())
     out.push_back({"writing client_tokens",
                    "INSERT INTO client_tokens (cluster, token, doc) "
@@ -650,10 +665,7 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                    {ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.cluster; }),
                     ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.token; }),
                     ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return ToDoc(x); })}});
-  auto same = [](const std::string& x) { return x; };
-  if (!batch.deleted_tasks().empty())
-    out.push_back({"deleting tasks", "DELETE FROM tasks WHERE arn = ANY($1::text[])",
-                   {ArrayLiteral(batch.deleted_tasks(), same)}});
+  if (!batch.deleted_tasks().empty()) out.push_back(DeleteByArn("tasks", batch.deleted_tasks()));
   if (!batch.deleted_client_tokens().empty())
     out.push_back({"deleting client_tokens",
                    "DELETE FROM client_tokens c USING unnest($1::text[], $2::text[]) AS u(cl, tok) "
@@ -661,8 +673,7 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                    {ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.first; }),
                     ArrayLiteral(batch.deleted_client_tokens(), [](const ClientTokenKey& k) { return k.second; })}});
   if (!batch.deleted_instances().empty())
-    out.push_back({"deleting container_instances", "DELETE FROM container_instances WHERE arn = ANY($1::text[])",
-                   {ArrayLiteral(batch.deleted_instances(), same)}});
+    out.push_back(DeleteByArn("container_instances", batch.deleted_instances()));
   return out;
 }
 
