@@ -8,13 +8,12 @@
 // startReplica(): `gpupack server --db postgres://... --listen 127.0.0.1:PORT --advertise http://127.0.0.1:PORT`.
 // TcpProxy: a loopback TCP proxy a test can cut (a partition: bytes stop flowing both ways, sockets stay open)
 // and heal.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 
-import { call, gpupackBin } from './harness.mjs';
+import { call, launch, removeTempDir, tempDir } from './harness.mjs';
 
 export function postgresBinDir() {
   if (process.env.GPUPACK_PG_BIN) return process.env.GPUPACK_PG_BIN;
@@ -64,7 +63,7 @@ function runPg(bin, args, opts = {}) {
 export async function startPostgres({ durable = false } = {}) {
   const binDir = postgresBinDir();
   if (!binDir) throw new Error(NO_POSTGRES);
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gpupack-pg-'));
+  const dir = tempDir('gpupack-pg-');
   if (asRoot) execFileSync('chown', ['nobody', dir]);
   runPg(path.join(binDir, 'initdb'), ['-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--no-sync', '-D', path.join(dir, 'data')]);
   const pg = {
@@ -95,81 +94,27 @@ export async function startPostgres({ durable = false } = {}) {
     },
     close() {
       pg.stop();
-      fs.rmSync(dir, { recursive: true, force: true });
+      removeTempDir(dir);
     },
   };
   await pg.start();
   return pg;
 }
 
-const live = new Set();
-process.on('exit', () => {
-  for (const c of live) c.kill('SIGKILL');
-});
-
 // startReplica runs one `gpupack server` on `port` against the PostgreSQL database `db`. Resolves once its banner
-// is out (it may still be a standby or starting: see waitReady). The result: endpoint, port, child, stderr,
-// stop() (SIGTERM), kill9() (SIGKILL), both waiting for the exit.
+// is out (it may still be a standby or starting: see waitLeader). The result is harness.mjs's launch() with the
+// port: endpoint, port, child, stdout, stderr, stop() (SIGTERM), kill9() (SIGKILL), both waiting for the exit.
 export async function startReplica({ db, port, ttlMs = 2000, extraArgs = [], logLevel = 'warn', startTimeoutMs = 20000 }) {
   const endpoint = `http://127.0.0.1:${port}`;
   const args = ['server', '--listen', `127.0.0.1:${port}`, '--advertise', endpoint, '--db', db,
     '--lease-ttl-ms', String(ttlMs), '--log-level', logLevel, ...extraArgs];
-  const child = spawn(gpupackBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  live.add(child);
-  let stdout = '';
-  let stderr = '';
-  const exited = new Promise((resolve) => {
-    child.on('exit', (code, signal) => {
-      live.delete(child);
-      resolve({ code, signal });
-    });
+  const replica = await launch(args, {
+    what: `gpupack on ${port}`,
+    ready: (stdout) => (/ECS API\s+http/.test(stdout) ? endpoint : null),
+    startTimeoutMs,
   });
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (d) => {
-    stderr += d;
-  });
-  child.stdout.setEncoding('utf8');
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`gpupack on ${port} printed no banner within ${startTimeoutMs} ms\n${stdout}\n${stderr}`));
-    }, startTimeoutMs);
-    child.stdout.on('data', (d) => {
-      stdout += d;
-      if (/ECS API\s+http/.test(stdout)) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`gpupack on ${port} exited (code ${code}, signal ${signal}) before serving\n${stdout}\n${stderr}`));
-    });
-  });
-  return {
-    endpoint,
-    port,
-    child,
-    exited,
-    get stderr() {
-      return stderr;
-    },
-    get stdout() {
-      return stdout;
-    },
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return exited;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10000);
-      const r = await exited;
-      clearTimeout(timer);
-      return r;
-    },
-    async kill9() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      return exited;
-    },
-  };
+  replica.port = port;
+  return replica;
 }
 
 // readyz answers {status, json} of GET /readyz, or {status: 0} when nothing answers.
