@@ -6,14 +6,17 @@
 // the newest /usr/lib/postgresql/N/bin; postgresBinDir() is null when there are none (the tests then skip and
 // say why). As root, initdb and postgres run as `nobody` (PostgreSQL refuses root).
 // startReplica(): `gpupack server --db postgres://... --listen 127.0.0.1:PORT --advertise http://127.0.0.1:PORT`.
+// startAgent(): `gpupack agent` given every replica, its log in a file; waitFor(): a bounded poll that fails with
+// that log.
 // TcpProxy: a loopback TCP proxy a test can cut (a partition: bytes stop flowing both ways, sockets stay open)
 // and heal.
+import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 
-import { call, launch, removeTempDir, tempDir } from './harness.mjs';
+import { call, launch, removeTempDir, spawnTracked, tempDir } from './harness.mjs';
 
 export function postgresBinDir() {
   if (process.env.GPUPACK_PG_BIN) return process.env.GPUPACK_PG_BIN;
@@ -115,6 +118,48 @@ export async function startReplica({ db, port, ttlMs = 2000, extraArgs = [], log
   });
   replica.port = port;
   return replica;
+}
+
+// startAgent runs `gpupack agent` given the replicas' endpoints `servers` in order (the process runtime, fake
+// GPUs `gpus`, its state and MPS pipes under `dir`, logging at info to dir/agent.log, killed at exit as every
+// launched process is). The result: child, exited (a promise of the exit), log() (the log so far; '' before
+// there is one) and stop() (SIGTERM, SIGKILL after 10 s, waits for the exit).
+export function startAgent({ servers, cluster, dir, name, gpus }) {
+  const logPath = path.join(dir, 'agent.log');
+  const log = fs.openSync(logPath, 'a');
+  const child = spawnTracked(['agent', '--server', servers.join(','), '--cluster', cluster, '--gpus', gpus,
+    '--runtime', 'process', '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'),
+    '--name', name, '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info'],
+  { stdio: ['ignore', log, log] });
+  fs.closeSync(log);
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  return {
+    child,
+    exited,
+    log: () => (fs.existsSync(logPath) ? fs.readFileSync(logPath, 'utf8') : ''),
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return exited;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10000);
+      const r = await exited;
+      clearTimeout(timer);
+      return r;
+    },
+  };
+}
+
+// waitFor polls f (every 100 ms, for at most `ms`) until it answers something truthy, which it resolves; an f that
+// throws (a replica changing role) is asked again. It fails the test with `what` and log() (the agent's log).
+export async function waitFor(what, f, ms, log) {
+  for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 100))) {
+    try {
+      const v = await f();
+      if (v) return v;
+    } catch {
+      // a replica changing role: ask again
+    }
+  }
+  assert.fail(`${what} within ${ms} ms; agent log:\n${log()}`);
 }
 
 // readyz answers {status, json} of GET /readyz, or {status: 0} when nothing answers.

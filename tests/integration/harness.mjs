@@ -39,30 +39,34 @@ process.on('exit', () => {
 // whose agent is not connected (AGENT), as ECS does. Tests of the agent start a real `gpupack agent` instead.
 export const PLAY_AGENT = ['--place-on-disconnected'];
 
+// spawnTracked spawns the gpupack binary with `args` (spawn's `options`); the child is killed with SIGKILL if it is
+// still running when the test process exits.
+export function spawnTracked(args, options) {
+  const child = spawn(gpupackBin(), args, options);
+  live.add(child);
+  child.on('exit', () => live.delete(child));
+  return child;
+}
+
 // bannerEndpoint: the endpoint named by a banner line "ECS API   http://127.0.0.1:NNNN" in `stdout`, or null.
 export function bannerEndpoint(stdout) {
   return /ECS API\s+(http:\/\/[^\s]+)/.exec(stdout)?.[1] ?? null;
 }
 
-// launch runs the gpupack binary with `args` (stdout and stderr collected), resolving once `ready(stdout)`
-// answers the endpoint (until then it answers null); `what` names the process in errors. A process that prints no
-// endpoint within startTimeoutMs is killed; one that exits first rejects. Every launched process is killed with
-// SIGKILL when the test process exits. The result: endpoint, child, exited (a promise of {code, signal}),
-// stdout, stderr, output (both as they came), stop() (SIGTERM, SIGKILL after stopTimeoutMs, waits for the exit)
-// and kill9() (SIGKILL, waits).
+// launch runs the gpupack binary with `args` (spawnTracked; stdout and stderr collected), resolving once
+// `ready(stdout)` answers the endpoint (until then it answers null); `what` names the process in errors. A process
+// that prints no endpoint within startTimeoutMs is killed; one that exits first rejects. The result: endpoint,
+// child, exited (a promise of {code, signal}), stdout, stderr, output (both as they came), stop() (SIGTERM,
+// SIGKILL after stopTimeoutMs, waits for the exit) and kill9() (SIGKILL, waits).
 export async function launch(args, {
   ready = bannerEndpoint, what = 'gpupack', startTimeoutMs = 20000, stopTimeoutMs = 10000,
 } = {}) {
-  const child = spawn(gpupackBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  live.add(child);
+  const child = spawnTracked(args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   let output = '';
   const exited = new Promise((resolve) => {
-    child.on('exit', (code, signal) => {
-      live.delete(child);
-      resolve({ code, signal });
-    });
+    child.on('exit', (code, signal) => resolve({ code, signal }));
   });
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (d) => {
@@ -208,10 +212,9 @@ export async function registerInstance(endpoint, cluster, gpus, { cpu = 65536, m
   return r.containerInstance.containerInstanceArn;
 }
 
-// sharedTaskDefinition is a one-container task definition that asks for `memory` MiB of a shared GPU.
-export function sharedTaskDefinition(family, memory, maxComputePercent) {
-  const nvidiaMps = { memory };
-  if (maxComputePercent !== undefined) nvidiaMps.maxComputePercent = maxComputePercent;
+// oneContainerTaskDefinition: a task definition of one busybox container with `gpuRequirement` (one
+// resourceRequirements entry).
+function oneContainerTaskDefinition(family, gpuRequirement) {
   return {
     family,
     containerDefinitions: [
@@ -221,27 +224,22 @@ export function sharedTaskDefinition(family, memory, maxComputePercent) {
         cpu: 64,
         memory: 128,
         essential: true,
-        resourceRequirements: [{ type: 'GPU', sharingStrategy: { nvidiaMps } }],
+        resourceRequirements: [gpuRequirement],
       },
     ],
   };
 }
 
+// sharedTaskDefinition is a one-container task definition that asks for `memory` MiB of a shared GPU.
+export function sharedTaskDefinition(family, memory, maxComputePercent) {
+  const nvidiaMps = { memory };
+  if (maxComputePercent !== undefined) nvidiaMps.maxComputePercent = maxComputePercent;
+  return oneContainerTaskDefinition(family, { type: 'GPU', sharingStrategy: { nvidiaMps } });
+}
+
 // dedicatedTaskDefinition asks for `count` whole GPUs.
 export function dedicatedTaskDefinition(family, count = 1) {
-  return {
-    family,
-    containerDefinitions: [
-      {
-        name: 'main',
-        image: 'busybox',
-        cpu: 64,
-        memory: 128,
-        essential: true,
-        resourceRequirements: [{ type: 'GPU', value: String(count) }],
-      },
-    ],
-  };
+  return oneContainerTaskDefinition(family, { type: 'GPU', value: String(count) });
 }
 
 // gpuDevices answers DescribeContainerInstances' gpuDevices of one instance, keyed by gpuId.
