@@ -1,10 +1,44 @@
 # shellcheck shell=bash disable=SC2154
-# tests/deploy/lib.sh: what the container tests of tests/deploy share (sourced, never run). Needs $build (the
-# build directory), fail() and step(), and GPUPACK_DOCKER_SOCKET set by the caller.
+# tests/deploy/lib.sh: what the shell tests of tests/deploy and tests/install share (sourced first, never run). It
+# defines fail() and step() and starts the clock step() reads; the functions need $build (the build directory):
+#   deploy_args "$@"              sets $build, $src (both absolute) and $cpack from a container test's arguments
+#                                 BUILD_DIR SOURCE_DIR [CPACK]
+#   deploy_engine_or_skip TOOL... exits 77 (ctest: skipped) unless GPUPACK_DOCKER_SOCKET is set, fails unless every
+#                                 TOOL is installed, then deploy_docker_cli
 #   deploy_docker_cli             sets $docker: a docker CLI that builds with BuildKit, or fails
 #   deploy_package WORK CPACK     sets $deb: the Debian package of this build (cpack -G DEB into WORK/pkg)
 #   deploy_base WORK EXTRA...     sets $base_image: a Debian 12 image with the package's dependencies and EXTRA
 #                                 packages, made with debootstrap and cached (below)
+
+# fail: says why on stderr and ends the test with status 1.
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+# step: a heading, with the seconds since the test started.
+step() { echo "== $* ($((SECONDS - started)) s)"; }
+started=$SECONDS
+
+deploy_args() {
+  local usage="usage: ${0##*/} BUILD_DIR SOURCE_DIR CPACK"
+  build=${1:?$usage}
+  src=${2:?$usage}
+  cpack=${3:-cpack}
+  build=$(cd "$build" && pwd)
+  src=$(cd "$src" && pwd)
+}
+
+deploy_engine_or_skip() {
+  local tool
+  if [[ -z ${GPUPACK_DOCKER_SOCKET:-} ]]; then
+    echo "SKIP: set GPUPACK_DOCKER_SOCKET (scripts/docker-engine.sh start DIR prints it) to run this"
+    exit 77
+  fi
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || fail "$tool is not installed"
+  done
+  deploy_docker_cli
+}
 
 # deploy_docker_cli: one with the buildx plugin, else a client of 18.09 to 22.x, which carries BuildKit's client
 # itself (Debian 12's docker.io). Only BuildKit skips deploy/Dockerfile's unused compile stage.

@@ -19,29 +19,10 @@
 # (tests/CMakeLists.txt, label docker).
 set -euo pipefail
 
-build=${1:?usage: systemd_test.sh BUILD_DIR SOURCE_DIR CPACK}
-src=${2:?usage: systemd_test.sh BUILD_DIR SOURCE_DIR CPACK}
-cpack=${3:-cpack}
-build=$(cd "$build" && pwd)
-src=$(cd "$src" && pwd)
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-step() { echo "== $* ($((SECONDS - started)) s)"; }
-started=$SECONDS
-
-if [[ -z ${GPUPACK_DOCKER_SOCKET:-} ]]; then
-  echo "SKIP: set GPUPACK_DOCKER_SOCKET (scripts/docker-engine.sh start DIR prints it) to run this"
-  exit 77
-fi
-for tool in dpkg-deb tar sha256sum; do
-  command -v "$tool" >/dev/null || fail "$tool is not installed"
-done
 # shellcheck source=tests/deploy/lib.sh
-source "$src/tests/deploy/lib.sh"
-deploy_docker_cli
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+deploy_args "$@"
+deploy_engine_or_skip dpkg-deb tar sha256sum
 
 tag=t$$-$RANDOM
 work=$(mktemp -d /tmp/gpupack-systemd-test.XXXXXX)

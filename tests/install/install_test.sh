@@ -12,6 +12,9 @@
 # Registered with ctest as install_package (tests/CMakeLists.txt); CI installs systemd, dpkg-dev and file for it
 # (scripts/install-deps.sh).
 set -euo pipefail
+# fail, step and deploy_package (cpack -G DEB of this build): shared with the container tests.
+# shellcheck source=tests/deploy/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../deploy/lib.sh"
 
 build=${1:?usage: install_test.sh BUILD_DIR CMAKE CPACK}
 cmake=${2:-cmake}
@@ -20,12 +23,6 @@ build=$(cd "$build" && pwd)
 
 work=$(mktemp -d /tmp/gpupack-install-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-step() { echo "== $*"; }
 
 for tool in systemd-analyze systemd-sysusers systemd-tmpfiles dpkg-deb dpkg-shlibdeps file readelf; do
   command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/install-deps.sh installs systemd, dpkg-dev and file)"
@@ -80,19 +77,12 @@ grep -q 'FAIL  docker engine' <<<"$out" || fail "agent --check without an engine
 echo "   installed binary runs; agent --check: ok with fake GPUs, exit 1 and FAIL without a docker engine"
 
 step "2. cpack -G DEB, then dpkg-deb -x into a scratch root"
-(cd "$build" && "$cpack" -G DEB -B "$work/pkg") >"$work/cpack.log" 2>&1 || {
-  cat "$work/cpack.log"
-  fail "cpack failed"
-}
-debs=("$work"/pkg/gpupack_*.deb)
-[[ -f ${debs[0]} ]] || fail "cpack made no gpupack_*.deb: $(ls "$work/pkg")"
-deb=${debs[0]}
+deploy_package "$work" "$cpack"
 info=$(dpkg-deb -I "$deb")
 for want in 'Package: gpupack' 'libsqlite3-0' 'libspdlog' 'libssl3' 'libstdc++6' ' postinst ' ' prerm ' ' postrm '; do
   grep -q -- "$want" <<<"$info" || fail "the package's control data lacks '$want':
 $info"
 done
-echo "   $(basename "$deb"): $(stat -c %s "$deb") bytes; $(grep '^ Depends:' <<<"$info" | sed 's/^ //')"
 root="$work/root"
 dpkg-deb -x "$deb" "$root"
 check_tree "$root" /usr

@@ -13,15 +13,16 @@
 // 3. B comes back (it takes its own lease at once: e3) and the proxy heals: A learns it lost the lease and
 //    turns standby; the agent ends on B. T1 and T2 ran all along: each started once, never stopped.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { call, gpupackBin, ok, removeTempDir, sharedTaskDefinition, tempDir } from './harness.mjs';
-import { freePort, NO_POSTGRES, postgresBinDir, startPostgres, startReplica, TcpProxy, waitLeader } from './ha_harness.mjs';
+import { call, ok, removeTempDir, sharedTaskDefinition, tempDir } from './harness.mjs';
+import {
+  freePort, NO_POSTGRES, postgresBinDir, startAgent, startPostgres, startReplica, TcpProxy, waitFor, waitLeader,
+} from './ha_harness.mjs';
 
 const skip = postgresBinDir() ? false : NO_POSTGRES;
 const TTL_MS = 2000;
@@ -99,17 +100,6 @@ function frame(text) {
   return Buffer.concat([head, body]);
 }
 
-async function waitFor(what, f, ms, log) {
-  for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 100))) {
-    try {
-      const v = await f();
-      if (v) return v;
-    } catch {
-      // a replica changing role: ask again
-    }
-  }
-  assert.fail(`${what} within ${ms} ms; agent log:\n${log()}`);
-}
 
 test('after a takeover the deposed leader cannot make the agent start or stop anything, and its epoch is refused', { skip, timeout: 90000 }, async () => {
   pg.createDatabase('epoch');
@@ -119,8 +109,7 @@ test('after a takeover the deposed leader cannot make the agent start or stop an
   await late.listen();
   const dir = tempDir('gpupack-ha-epoch-');
   let agent;
-  let exited;
-  const agentLog = () => (fs.existsSync(path.join(dir, 'agent.log')) ? fs.readFileSync(path.join(dir, 'agent.log'), 'utf8') : '');
+  const agentLog = () => agent?.log() ?? '';
   try {
     const a = await replica(`postgresql://postgres@127.0.0.1:${proxyPort}/epoch`);
     await waitLeader([a]);
@@ -134,12 +123,8 @@ test('after a takeover the deposed leader cannot make the agent start or stop an
     def.containerDefinitions[0].command = ['exec sleep 600'];
     await ok(a.endpoint, 'RegisterTaskDefinition', def);
 
-    const log = fs.openSync(path.join(dir, 'agent.log'), 'a');
-    agent = spawn(gpupackBin(), ['agent', '--server', [a.endpoint, b.endpoint, late.endpoint].join(','), '--cluster', CLUSTER,
-      '--gpus', 'fake:1x22587', '--runtime', 'process', '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'),
-      '--name', 'epoch-node', '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info'], { stdio: ['ignore', log, log] });
-    fs.closeSync(log);
-    exited = new Promise((resolve) => agent.on('exit', resolve));
+    agent = startAgent({ servers: [a.endpoint, b.endpoint, late.endpoint], cluster: CLUSTER, dir, name: 'epoch-node',
+      gpus: 'fake:1x22587' });
     const connectedTo = (r) => async () => {
       const arns = (await ok(r.endpoint, 'ListContainerInstances', { cluster: CLUSTER })).containerInstanceArns;
       if (arns.length !== 1) return false;
@@ -204,12 +189,7 @@ test('after a takeover the deposed leader cannot make the agent start or stop an
     const remembered = JSON.parse(fs.readFileSync(path.join(dir, 'agent', 'leader_epoch.json'), 'utf8'));
     assert.equal(remembered.epoch, e3, 'the agent remembers the newest epoch in its state directory');
   } finally {
-    if (agent) {
-      agent.kill('SIGTERM');
-      const timer = setTimeout(() => agent.kill('SIGKILL'), 10000);
-      await exited;
-      clearTimeout(timer);
-    }
+    await agent?.stop();
     proxy.close();
     late.server.close();
     removeTempDir(dir);

@@ -7,13 +7,12 @@
 // After each round: every acknowledged task exists exactly once (one task per clientToken, the ARN every
 // acknowledgement gave), and every GPU's used memory equals what the RUNNING and PENDING tasks on it declare.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import fs from 'node:fs';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { gpupackBin, ok, PLAY_AGENT, registerInstance, removeTempDir, sharedTaskDefinition, tempDir } from './harness.mjs';
-import { callAny, freePort, NO_POSTGRES, postgresBinDir, readyz, startPostgres, startReplica, waitLeader } from './ha_harness.mjs';
+import { ok, PLAY_AGENT, registerInstance, removeTempDir, sharedTaskDefinition, tempDir } from './harness.mjs';
+import {
+  callAny, freePort, NO_POSTGRES, postgresBinDir, readyz, startAgent, startPostgres, startReplica, waitFor, waitLeader,
+} from './ha_harness.mjs';
 
 const skip = postgresBinDir() ? false : NO_POSTGRES;
 const TTL_MS = 2000;
@@ -155,24 +154,9 @@ test('an agent given every replica follows the leader', { skip, timeout: 120000 
   def.containerDefinitions[0].entryPoint = ['/bin/sh', '-c'];
   def.containerDefinitions[0].command = ['exec sleep 600'];
   await ok(leader.endpoint, 'RegisterTaskDefinition', def);
-  const log = fs.openSync(path.join(dir, 'agent.log'), 'a');
-  const agent = spawn(gpupackBin(), ['agent', '--server', [nobody, ...ordered.map((r) => r.endpoint)].join(','), '--cluster', cluster,
-    '--gpus', 'fake:2x22587', '--runtime', 'process', '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'),
-    '--name', 'ha-node', '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info'], { stdio: ['ignore', log, log] });
-  fs.closeSync(log);
-  const exited = new Promise((resolve) => agent.on('exit', resolve));
-  const agentLog = () => fs.readFileSync(path.join(dir, 'agent.log'), 'utf8');
-  async function waitFor(what, f, ms = 30000) {
-    for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 100))) {
-      try {
-        const v = await f();
-        if (v) return v;
-      } catch {
-        // a replica changing role: ask again
-      }
-    }
-    assert.fail(`${what} within ${ms} ms; agent log:\n${agentLog()}`);
-  }
+  const servers = [nobody, ...ordered.map((r) => r.endpoint)];
+  const agent = startAgent({ servers, cluster, dir, name: 'ha-node', gpus: 'fake:2x22587' });
+  const waitForAgent = (what, f, ms = 30000) => waitFor(what, f, ms, agent.log);
   const connected = async () => {
     const { leader: now } = await waitLeader(replicas, { timeoutMs: 5000 });
     const arns = (await ok(now.endpoint, 'ListContainerInstances', { cluster })).containerInstanceArns;
@@ -186,22 +170,19 @@ test('an agent given every replica follows the leader', { skip, timeout: 120000 
     return t.lastStatus === 'RUNNING';
   };
   try {
-    await waitFor('the agent connected to the leader', connected);
+    await waitForAgent('the agent connected to the leader', connected);
     const first = (await ok(ordered[0].endpoint, 'RunTask', { cluster, taskDefinition: 'sleepy' })).tasks[0].taskArn;
-    await waitFor('the first task RUNNING', running(first));
+    await waitForAgent('the first task RUNNING', running(first));
 
     await leader.kill9();
     await waitLeader(replicas, { not: leader, timeoutMs: 4 * TTL_MS + 10000 });
     replicas[replicas.indexOf(leader)] = await startReplica({ db, port: leader.port, ttlMs: TTL_MS, extraArgs: PLAY_AGENT });
-    await waitFor('the agent connected to the new leader', connected);
-    await waitFor('the first task still RUNNING', running(first));
+    await waitForAgent('the agent connected to the new leader', connected);
+    await waitForAgent('the first task still RUNNING', running(first));
     const second = (await ok(ordered[0].endpoint, 'RunTask', { cluster, taskDefinition: 'sleepy' })).tasks[0].taskArn;
-    await waitFor('a task run after the takeover RUNNING', running(second));
+    await waitForAgent('a task run after the takeover RUNNING', running(second));
   } finally {
-    agent.kill('SIGTERM');
-    const timer = setTimeout(() => agent.kill('SIGKILL'), 10000);
-    await exited;
-    clearTimeout(timer);
+    await agent.stop();
     removeTempDir(dir);
   }
 });

@@ -6,15 +6,17 @@
 // the newest /usr/lib/postgresql/N/bin; postgresBinDir() is null when there are none (the tests then skip and
 // say why). As root, initdb and postgres run as `nobody` (PostgreSQL refuses root).
 // startReplica(): `gpupack server --db postgres://... --listen 127.0.0.1:PORT --advertise http://127.0.0.1:PORT`.
+// startAgent(): `gpupack agent` given every replica, its log in a file; waitFor(): a bounded poll that fails with
+// that log.
 // TcpProxy: a loopback TCP proxy a test can cut (a partition: bytes stop flowing both ways, sockets stay open)
 // and heal.
-import { execFileSync, spawn } from 'node:child_process';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 
-import { call, gpupackBin } from './harness.mjs';
+import { call, launch, removeTempDir, spawnTracked, tempDir } from './harness.mjs';
 
 export function postgresBinDir() {
   if (process.env.GPUPACK_PG_BIN) return process.env.GPUPACK_PG_BIN;
@@ -64,7 +66,7 @@ function runPg(bin, args, opts = {}) {
 export async function startPostgres({ durable = false } = {}) {
   const binDir = postgresBinDir();
   if (!binDir) throw new Error(NO_POSTGRES);
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gpupack-pg-'));
+  const dir = tempDir('gpupack-pg-');
   if (asRoot) execFileSync('chown', ['nobody', dir]);
   runPg(path.join(binDir, 'initdb'), ['-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--no-sync', '-D', path.join(dir, 'data')]);
   const pg = {
@@ -95,68 +97,46 @@ export async function startPostgres({ durable = false } = {}) {
     },
     close() {
       pg.stop();
-      fs.rmSync(dir, { recursive: true, force: true });
+      removeTempDir(dir);
     },
   };
   await pg.start();
   return pg;
 }
 
-const live = new Set();
-process.on('exit', () => {
-  for (const c of live) c.kill('SIGKILL');
-});
-
 // startReplica runs one `gpupack server` on `port` against the PostgreSQL database `db`. Resolves once its banner
-// is out (it may still be a standby or starting: see waitReady). The result: endpoint, port, child, stderr,
-// stop() (SIGTERM), kill9() (SIGKILL), both waiting for the exit.
+// is out (it may still be a standby or starting: see waitLeader). The result is harness.mjs's launch() with the
+// port: endpoint, port, child, stdout, stderr, stop() (SIGTERM), kill9() (SIGKILL), both waiting for the exit.
 export async function startReplica({ db, port, ttlMs = 2000, extraArgs = [], logLevel = 'warn', startTimeoutMs = 20000 }) {
   const endpoint = `http://127.0.0.1:${port}`;
   const args = ['server', '--listen', `127.0.0.1:${port}`, '--advertise', endpoint, '--db', db,
     '--lease-ttl-ms', String(ttlMs), '--log-level', logLevel, ...extraArgs];
-  const child = spawn(gpupackBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  live.add(child);
-  let stdout = '';
-  let stderr = '';
-  const exited = new Promise((resolve) => {
-    child.on('exit', (code, signal) => {
-      live.delete(child);
-      resolve({ code, signal });
-    });
+  const replica = await launch(args, {
+    what: `gpupack on ${port}`,
+    ready: (stdout) => (/ECS API\s+http/.test(stdout) ? endpoint : null),
+    startTimeoutMs,
   });
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (d) => {
-    stderr += d;
-  });
-  child.stdout.setEncoding('utf8');
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`gpupack on ${port} printed no banner within ${startTimeoutMs} ms\n${stdout}\n${stderr}`));
-    }, startTimeoutMs);
-    child.stdout.on('data', (d) => {
-      stdout += d;
-      if (/ECS API\s+http/.test(stdout)) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`gpupack on ${port} exited (code ${code}, signal ${signal}) before serving\n${stdout}\n${stderr}`));
-    });
-  });
+  replica.port = port;
+  return replica;
+}
+
+// startAgent runs `gpupack agent` given the replicas' endpoints `servers` in order (the process runtime, fake
+// GPUs `gpus`, its state and MPS pipes under `dir`, logging at info to dir/agent.log, killed at exit as every
+// launched process is). The result: child, exited (a promise of the exit), log() (the log so far; '' before
+// there is one) and stop() (SIGTERM, SIGKILL after 10 s, waits for the exit).
+export function startAgent({ servers, cluster, dir, name, gpus }) {
+  const logPath = path.join(dir, 'agent.log');
+  const log = fs.openSync(logPath, 'a');
+  const child = spawnTracked(['agent', '--server', servers.join(','), '--cluster', cluster, '--gpus', gpus,
+    '--runtime', 'process', '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'),
+    '--name', name, '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info'],
+  { stdio: ['ignore', log, log] });
+  fs.closeSync(log);
+  const exited = new Promise((resolve) => child.on('exit', resolve));
   return {
-    endpoint,
-    port,
     child,
     exited,
-    get stderr() {
-      return stderr;
-    },
-    get stdout() {
-      return stdout;
-    },
+    log: () => (fs.existsSync(logPath) ? fs.readFileSync(logPath, 'utf8') : ''),
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return exited;
       child.kill('SIGTERM');
@@ -165,11 +145,21 @@ export async function startReplica({ db, port, ttlMs = 2000, extraArgs = [], log
       clearTimeout(timer);
       return r;
     },
-    async kill9() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      return exited;
-    },
   };
+}
+
+// waitFor polls f (every 100 ms, for at most `ms`) until it answers something truthy, which it resolves; an f that
+// throws (a replica changing role) is asked again. It fails the test with `what` and log() (the agent's log).
+export async function waitFor(what, f, ms, log) {
+  for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 100))) {
+    try {
+      const v = await f();
+      if (v) return v;
+    } catch {
+      // a replica changing role: ask again
+    }
+  }
+  assert.fail(`${what} within ${ms} ms; agent log:\n${log()}`);
 }
 
 // readyz answers {status, json} of GET /readyz, or {status: 0} when nothing answers.

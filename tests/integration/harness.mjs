@@ -39,55 +39,77 @@ process.on('exit', () => {
 // whose agent is not connected (AGENT), as ECS does. Tests of the agent start a real `gpupack agent` instead.
 export const PLAY_AGENT = ['--place-on-disconnected'];
 
-// startServer runs `gpupack server` on a free loopback port against `db` (logging at `logLevel`), resolving once
-// the banner names the endpoint. The result has endpoint, child, stop() (SIGTERM, waits for exit) and kill9() (SIGKILL, waits).
-export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000, logLevel = 'warn' } = {}) {
-  const bin = gpupackBin();
-  const args = ['server', '--listen', '127.0.0.1:0', '--db', db, '--log-level', logLevel, ...extraArgs];
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+// spawnTracked spawns the gpupack binary with `args` (spawn's `options`); the child is killed with SIGKILL if it is
+// still running when the test process exits.
+export function spawnTracked(args, options) {
+  const child = spawn(gpupackBin(), args, options);
   live.add(child);
+  child.on('exit', () => live.delete(child));
+  return child;
+}
+
+// bannerEndpoint: the endpoint named by a banner line "ECS API   http://127.0.0.1:NNNN" in `stdout`, or null.
+export function bannerEndpoint(stdout) {
+  return /ECS API\s+(http:\/\/[^\s]+)/.exec(stdout)?.[1] ?? null;
+}
+
+// launch runs the gpupack binary with `args` (spawnTracked; stdout and stderr collected), resolving once
+// `ready(stdout)` answers the endpoint (until then it answers null); `what` names the process in errors. A process
+// that prints no endpoint within startTimeoutMs is killed; one that exits first rejects. The result: endpoint,
+// child, exited (a promise of {code, signal}), stdout, stderr, output (both as they came), stop() (SIGTERM,
+// SIGKILL after stopTimeoutMs, waits for the exit) and kill9() (SIGKILL, waits).
+export async function launch(args, {
+  ready = bannerEndpoint, what = 'gpupack', startTimeoutMs = 20000, stopTimeoutMs = 10000,
+} = {}) {
+  const child = spawnTracked(args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
+  let output = '';
   const exited = new Promise((resolve) => {
-    child.on('exit', (code, signal) => {
-      live.delete(child);
-      resolve({ code, signal });
-    });
+    child.on('exit', (code, signal) => resolve({ code, signal }));
   });
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (d) => {
     stderr += d;
+    output += d;
   });
   child.stdout.setEncoding('utf8');
   const endpoint = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`gpupack printed no endpoint within ${startTimeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
+      reject(new Error(`${what} printed no endpoint within ${startTimeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
     }, startTimeoutMs);
     child.stdout.on('data', (d) => {
       stdout += d;
-      const m = /ECS API\s+(http:\/\/[^\s]+)/.exec(stdout);
-      if (m) {
+      output += d;
+      const found = ready(stdout);
+      if (found) {
         clearTimeout(timer);
-        resolve(m[1]);
+        resolve(found);
       }
     });
     exited.then(({ code, signal }) => {
       clearTimeout(timer);
-      reject(new Error(`gpupack exited (code ${code}, signal ${signal}) before serving\nstdout:\n${stdout}\nstderr:\n${stderr}`));
+      reject(new Error(`${what} exited (code ${code}, signal ${signal}) before serving\nstdout:\n${stdout}\nstderr:\n${stderr}`));
     });
   });
-  const server = {
+  return {
     endpoint,
     child,
     exited,
+    get stdout() {
+      return stdout;
+    },
     get stderr() {
       return stderr;
+    },
+    get output() {
+      return output;
     },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return exited;
       child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10000);
+      const timer = setTimeout(() => child.kill('SIGKILL'), stopTimeoutMs);
       const r = await exited;
       clearTimeout(timer);
       return r;
@@ -97,58 +119,27 @@ export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000, 
       return exited;
     },
   };
-  return server;
+}
+
+// startServer runs `gpupack server` on a free loopback port against `db` (logging at `logLevel`), resolving once
+// the banner names the endpoint. The result is launch's: endpoint, child, stop() (SIGTERM, waits for exit),
+// kill9() (SIGKILL, waits), ...
+export async function startServer({ db, extraArgs = [], startTimeoutMs = 20000, logLevel = 'warn' } = {}) {
+  const args = ['server', '--listen', '127.0.0.1:0', '--db', db, '--log-level', logLevel, ...extraArgs];
+  return launch(args, { startTimeoutMs });
 }
 
 // startUp runs `gpupack up` (the server and its local agents with simulated GPUs) on a free loopback port with
 // its data under `dir`, resolving once the whole banner is out. The result has endpoint, banner() (stdout and
 // stderr so far) and stop() (SIGTERM, waits for exit).
 export async function startUp(dir, extraArgs = [], { logLevel = 'warn' } = {}) {
-  const child = spawn(gpupackBin(), ['up', '--listen', '127.0.0.1:0', '--dir', dir, '--log-level', logLevel, ...extraArgs], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+  const args = ['up', '--listen', '127.0.0.1:0', '--dir', dir, '--log-level', logLevel, ...extraArgs];
+  const up = await launch(args, {
+    what: 'gpupack up',
+    ready: (stdout) => (stdout.includes('Ctrl-C') ? bannerEndpoint(stdout) : null),
+    stopTimeoutMs: 30000,
   });
-  live.add(child);
-  let out = '';
-  const exited = new Promise((resolve) => {
-    child.on('exit', (code, signal) => {
-      live.delete(child);
-      resolve({ code, signal });
-    });
-  });
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (d) => (out += d));
-  child.stdout.setEncoding('utf8');
-  const endpoint = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`gpupack up printed no endpoint within 20 s:\n${out}`));
-    }, 20000);
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = /ECS API\s+(http:\/\/[^\s]+)/.exec(out);
-      if (m && out.includes('Ctrl-C')) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-    exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`gpupack up exited (code ${code}, signal ${signal}) before serving:\n${out}`));
-    });
-  });
-  return {
-    endpoint,
-    child,
-    banner: () => out,
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return exited;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 30000);
-      const r = await exited;
-      clearTimeout(timer);
-      return r;
-    },
-  };
+  return { endpoint: up.endpoint, child: up.child, banner: () => up.output, stop: () => up.stop() };
 }
 
 // DEBIAN_AWS, DEBIAN_PYTHON: the AWS CLI and the Python with boto3 that Debian ships (packages awscli and
@@ -221,10 +212,9 @@ export async function registerInstance(endpoint, cluster, gpus, { cpu = 65536, m
   return r.containerInstance.containerInstanceArn;
 }
 
-// sharedTaskDefinition is a one-container task definition that asks for `memory` MiB of a shared GPU.
-export function sharedTaskDefinition(family, memory, maxComputePercent) {
-  const nvidiaMps = { memory };
-  if (maxComputePercent !== undefined) nvidiaMps.maxComputePercent = maxComputePercent;
+// oneContainerTaskDefinition: a task definition of one busybox container with `gpuRequirement` (one
+// resourceRequirements entry).
+function oneContainerTaskDefinition(family, gpuRequirement) {
   return {
     family,
     containerDefinitions: [
@@ -234,27 +224,22 @@ export function sharedTaskDefinition(family, memory, maxComputePercent) {
         cpu: 64,
         memory: 128,
         essential: true,
-        resourceRequirements: [{ type: 'GPU', sharingStrategy: { nvidiaMps } }],
+        resourceRequirements: [gpuRequirement],
       },
     ],
   };
 }
 
+// sharedTaskDefinition is a one-container task definition that asks for `memory` MiB of a shared GPU.
+export function sharedTaskDefinition(family, memory, maxComputePercent) {
+  const nvidiaMps = { memory };
+  if (maxComputePercent !== undefined) nvidiaMps.maxComputePercent = maxComputePercent;
+  return oneContainerTaskDefinition(family, { type: 'GPU', sharingStrategy: { nvidiaMps } });
+}
+
 // dedicatedTaskDefinition asks for `count` whole GPUs.
 export function dedicatedTaskDefinition(family, count = 1) {
-  return {
-    family,
-    containerDefinitions: [
-      {
-        name: 'main',
-        image: 'busybox',
-        cpu: 64,
-        memory: 128,
-        essential: true,
-        resourceRequirements: [{ type: 'GPU', value: String(count) }],
-      },
-    ],
-  };
+  return oneContainerTaskDefinition(family, { type: 'GPU', value: String(count) });
 }
 
 // gpuDevices answers DescribeContainerInstances' gpuDevices of one instance, keyed by gpuId.

@@ -29,6 +29,7 @@
 #include "storage/group_committer.h"
 #include "storage/sqlite_store.h"
 #include "tests/unit/in_process_server.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack {
 namespace {
@@ -186,16 +187,11 @@ class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
     spdlog::set_level(spdlog::level::err);
-    dir_ = fs::temp_directory_path() / ("gpupack-auth-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     server_ = std::make_unique<AuthServer>((dir_ / "state.db").string());
   }
   void TearDown() override {
     agent_.reset();
     server_.reset();
-    fs::remove_all(dir_);
   }
 
   // FixClock makes the server's clock read T0 (for requests this test signs itself).
@@ -217,7 +213,8 @@ class AuthTest : public ::testing::Test {
                                             {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 8192}}})}};
   }
 
-  fs::path dir_;
+  testing_support::TempDir tmp_{"gpupack-auth"};  // tmp_: this test's directory; outlives the server and agent
+  fs::path dir_ = tmp_.path();
   std::unique_ptr<AuthServer> server_;
   std::unique_ptr<agent::Agent> agent_;
 };

@@ -35,6 +35,7 @@
 #include "storage/group_committer.h"
 #include "storage/sqlite_store.h"
 #include "tests/unit/in_process_server.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack {
 namespace {
@@ -60,10 +61,6 @@ class ChannelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     spdlog::set_level(spdlog::level::warn);
-    dir_ = fs::temp_directory_path() / ("gpupack-channel-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     // The simulated GPUs read <dir_>/fake-gpu-processes.json on every call: the watchdog's input.
     setenv(agent::kFakeGpuDirEnv, dir_.c_str(), 1);
     server_ = std::make_unique<TestServer>((dir_ / "state.db").string());
@@ -72,7 +69,6 @@ class ChannelTest : public ::testing::Test {
     agent_.reset();
     server_.reset();
     unsetenv(agent::kFakeGpuDirEnv);
-    fs::remove_all(dir_);
   }
 
   agent::AgentOptions Options() {
@@ -227,7 +223,8 @@ class ChannelTest : public ::testing::Test {
            pid_file.string() + "; wait";
   }
 
-  fs::path dir_;
+  testing_support::TempDir tmp_{"gpupack-channel"};  // tmp_: this test's directory; outlives the server and agent
+  fs::path dir_ = tmp_.path();
   std::chrono::milliseconds watchdog_interval_ = 20ms;
   std::chrono::milliseconds stop_grace_ = 300ms;
   bool stop_tasks_on_exit_ = true;

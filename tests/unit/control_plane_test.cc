@@ -20,6 +20,7 @@
 #include "storage/memory_store.h"
 #include "storage/sqlite_store.h"
 #include "tests/unit/gated_store.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::api {
 namespace {
@@ -115,16 +116,9 @@ Json Gpus(Server& s, const std::string& instance_arn) {
 
 class ControlPlaneTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gpupack-cp-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    db_ = (dir_ / "state.db").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-  std::string db_;
+  testing_support::TempDir tmp_{"gpupack-cp"};  // tmp_: this test's directory, removed after it
+  fs::path dir_ = tmp_.path();
+  std::string db_ = (dir_ / "state.db").string();
 };
 
 // An instance holds at most kMaxInstanceAttributes attributes: a registration or a PutAttributes past it is

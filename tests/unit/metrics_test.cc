@@ -6,8 +6,6 @@
 // by status, the per-task allocations and the store's commit latency.
 #include "metrics/registry.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -31,6 +29,7 @@
 #include "api/server_metrics.h"
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::api {
 namespace {
@@ -355,17 +354,13 @@ TEST(MetricsRegistryTest, PromtoolAcceptsTheRendering) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "promtool is not on PATH (Debian: apt-get install prometheus)";
   }
-  const auto dir = std::filesystem::temp_directory_path() / ("metrics_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const auto input = dir / "metrics.txt";
-  const auto report = dir / "promtool.txt";
-  std::ofstream(input) << SampleExposition();
-  const std::string command =
-      "promtool check metrics < '" + input.string() + "' > '" + report.string() + "' 2>&1";
+  const testing_support::TempDir dir("gpupack-metrics");
+  const std::string input = dir.Write("metrics.txt", SampleExposition());
+  const std::string report = dir.File("promtool.txt");
+  const std::string command = "promtool check metrics < '" + input + "' > '" + report + "' 2>&1";
   const int rc = std::system(command.c_str());
   std::ifstream in(report);
   const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::filesystem::remove_all(dir);
   // Exit 0 and no findings: the text parses and passes promtool's lint (HELP present, names, units, _total).
   EXPECT_EQ(rc, 0) << output;
   EXPECT_EQ(output, "");
@@ -523,15 +518,13 @@ TEST(ServerMetricsTest, PromtoolAcceptsTheServerFamilies) {
   RegisterHost(s, "h1", {"GPU-1", "GPU-2"}, 10000);
   RegisterShared(s, "small", 1000, 25);
   for (int i = 0; i < 3; ++i) s.Ok("RunTask", {{"taskDefinition", "small"}, {"count", 10}});  // 20 fit
-  const auto dir = std::filesystem::temp_directory_path() / ("server_metrics_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "metrics.txt") << s.Render();
-  const std::string command = "promtool check metrics < '" + (dir / "metrics.txt").string() + "' > '" +
-                              (dir / "promtool.txt").string() + "' 2>&1";
+  const testing_support::TempDir dir("gpupack-server-metrics");
+  const std::string input = dir.Write("metrics.txt", s.Render());
+  const std::string report = dir.File("promtool.txt");
+  const std::string command = "promtool check metrics < '" + input + "' > '" + report + "' 2>&1";
   const int rc = std::system(command.c_str());
-  std::ifstream in(dir / "promtool.txt");
+  std::ifstream in(report);
   const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::filesystem::remove_all(dir);
   EXPECT_EQ(rc, 0) << output;
   EXPECT_EQ(output, "");
 }

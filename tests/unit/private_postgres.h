@@ -4,9 +4,10 @@
 // Start() runs initdb (trust authentication, user `postgres`) in a fresh temporary directory and `pg_ctl start`
 // on a free loopback port, with its unix socket in that directory too, so nothing of the machine's own
 // PostgreSQL (if any) is touched or needed. Stop() stops it (Kill(): SIGKILL of the postmaster, as a crash);
-// Start() again reuses the data directory (a database restart). The destructor stops it and removes the
-// directory. The binaries come from the newest /usr/lib/postgresql/N/bin (or $GPUPACK_PG_BIN); when there are
-// none, Available() is false and the tests skip, saying why.
+// Start() again reuses the data directory (a database restart). The destructor stops it, then the TempDir
+// (tests/unit/temp_dir.h) that holds the directory removes it. The binaries come from the newest
+// /usr/lib/postgresql/N/bin (or $GPUPACK_PG_BIN); when there are none, Available() is false and the tests skip,
+// saying why.
 //
 // PostgreSQL refuses to run as root: when the test runs as root, initdb and postgres run as `nobody` through
 // runuser, and the directory is given to that user.
@@ -26,9 +27,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/unit/temp_dir.h"
 
 namespace gpupack::testing {
 
@@ -42,10 +46,6 @@ class PrivatePostgres {
   explicit PrivatePostgres(Options options) : options_(options), bin_(FindBinDir()) {}
   ~PrivatePostgres() {
     if (running_) Stop();
-    if (!dir_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir_, ec);
-    }
   }
   PrivatePostgres(const PrivatePostgres&) = delete;
   PrivatePostgres& operator=(const PrivatePostgres&) = delete;
@@ -140,14 +140,8 @@ class PrivatePostgres {
 
  private:
   bool Init(std::string* error) {
-    const char* base = std::getenv("TMPDIR");
-    std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/gpupack-pg-XXXXXX";
-    char* made = ::mkdtemp(templ.data());
-    if (made == nullptr) {
-      *error = "mkdtemp failed";
-      return false;
-    }
-    dir_ = made;
+    tmp_.emplace("gpupack-pg");
+    dir_ = tmp_->path();
     if (::geteuid() == 0) {
       if (std::system(("chown nobody " + dir_).c_str()) != 0) {
         *error = "cannot give " + dir_ + " to user nobody";
@@ -199,7 +193,8 @@ class PrivatePostgres {
 
   const Options options_;
   const std::string bin_;
-  std::string dir_;
+  std::optional<testing_support::TempDir> tmp_;  // tmp_: made by the first Start, removed after the destructor's Stop
+  std::string dir_;                               // tmp_'s path; "" before the first Start
   int port_ = 0;
   bool running_ = false;
   int databases_ = 0;
