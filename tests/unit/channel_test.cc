@@ -136,8 +136,7 @@ class ChannelTest : public ::testing::Test {
     RegisterScript("sleeper", "echo $$ > " + pid_file.string() + "; exec sleep 60");
     const std::string arn = Run("sleeper");
     WaitTask(arn, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
-    for (int i = 0; i < 250 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(20ms);
-    std::ifstream(pid_file) >> pid;
+    pid = ReadPid(pid_file);  // waits for a whole line: the file exists, still empty, before echo writes it
     return arn;
   }
 
