@@ -1561,6 +1561,81 @@ TEST_F(ChannelTest, AStandbysChannelRefusalSendsTheAgentToTheLeaderItNames) {
   connection.Stop();
 }
 
+// An agent registers again only when a declined upgrade says the server does not know the instance: a standby
+// that knows no leader, a server that fails or is full, or an authentication refusal makes it walk on (with the
+// backoff) without a RegisterContainerInstance each time.
+TEST_F(ChannelTest, OnlyAnUnknownInstanceMakesTheAgentRegisterAgain) {
+  struct Case {
+    const char* what;
+    Status refusal;
+    bool registers;
+  };
+  const std::vector<Case> cases = {
+      {"standby, leader unknown", StandbyRefusal(""), false},
+      {"server failing", Status::Server("too many agent channel connections (limit 1); retry later"), false},
+      {"authentication", Status(ErrorCode::kAccessDenied, "the agent key may not hold this instance's channel"),
+       false},
+      {"signature", Status(ErrorCode::kInvalidSignature, "the signature does not match"), false},
+      {"unknown instance", Status::InvalidParameter("containerInstance x is not registered"), true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    DecliningServer declining(c.refusal);
+    agent::ConnectionOptions o;
+    o.server = *agent::ServerEndpoint::Parse(declining.url());
+    o.state_dir = (dir_ / "agent" / std::to_string(&c - cases.data())).string();
+    fs::create_directories(o.state_dir);
+    EpochListener listener;
+    agent::ServerConnection connection(o, listener, {});
+    listener.connection = &connection;
+    connection.Start();
+    // Three declined upgrades (the backoff between them at most 100 + 200 ms, jittered).
+    for (int i = 0; i < 500 && declining.upgrades() < 3; ++i) std::this_thread::sleep_for(20ms);
+    connection.Stop();
+    EXPECT_GE(declining.upgrades(), 3);
+    if (c.registers) {
+      EXPECT_GE(declining.requests(), 1);  // RegisterContainerInstance (answered 503 here)
+    } else {
+      EXPECT_EQ(declining.requests(), 0);
+    }
+    EXPECT_FALSE(connection.deregistered());
+    EXPECT_EQ(listener.welcomes(), 0u);
+  }
+}
+
+TEST(ReadDeclineTest, EveryWayTheServerDeclinesMapsToWhatTheAgentDoes) {
+  using Action = agent::ChannelDecline::Action;
+  auto read = [](int status, const std::string& type, const std::string& message) {
+    return agent::ReadDecline({status, Json{{"__type", type}, {"message", message}}.dump()});
+  };
+  // A standby naming the leader (500: api/leadership.cc), and one that knows none.
+  agent::ChannelDecline named = read(500, "ClientException",
+                                     "this gpupack server is a standby; the agent channel is served by the leader at "
+                                     "http://10.0.0.2:8080");
+  EXPECT_EQ(named.action, Action::kFollowLeader);
+  EXPECT_EQ(named.leader, "http://10.0.0.2:8080");
+  EXPECT_EQ(read(500, "ClientException",
+                 "this gpupack server is a standby; the agent channel is served by the leader, unknown now: retry")
+                .action,
+            Action::kRetry);
+  // The leader at its channel limit (503 with Retry-After) or failing.
+  EXPECT_EQ(read(503, "ServerException", "too many agent channel connections (limit 10000); retry later").action,
+            Action::kRetry);
+  // The instance unknown, inactive (deregistered) or missing from the target: register again.
+  EXPECT_EQ(read(400, "ClientException", "containerInstance arn:x is not registered").action, Action::kRegister);
+  EXPECT_EQ(read(400, "ClientException", "the agent channel needs ?containerInstance=<ARN>").action,
+            Action::kRegister);
+  // Authentication and authorization: never a registration.
+  for (const char* type : {"AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
+                           "IncompleteSignatureException", "MissingAuthenticationTokenException"})
+    EXPECT_EQ(read(403, type, "refused").action, Action::kAuthRefused) << type;
+  // No channel endpoint (404), or an answer that is no ECS error (a proxy's 502): walk on.
+  EXPECT_EQ(read(404, "ClientException", "no WebSocket endpoint at /agent/v1/channel").action, Action::kRetry);
+  agent::ChannelDecline proxy = agent::ReadDecline({502, "<html>Bad Gateway</html>"});
+  EXPECT_EQ(proxy.action, Action::kRetry);
+  EXPECT_EQ(proxy.message, "<html>Bad Gateway</html>");
+}
+
 // ---- ReconnectPolicy: which attempt waits how long (the random source fixed; no clock involved) ----------------
 
 // FixedRandom returns `values` in turn (the last one again when they run out): the policy's jitter made exact.
