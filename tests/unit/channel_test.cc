@@ -1492,7 +1492,7 @@ Status StandbyRefusal(const std::string& leader_url) {
 
 // A declined upgrade comes back with its HTTP status and body (bounded), and the Status carries the server's
 // error type and message: a standby's names the leader.
-TEST(ChannelClientTest, ADeclinedUpgradeReturnsItsStatusAndBody) {
+TEST_F(ChannelTest, ADeclinedUpgradeReturnsItsStatusAndBody) {
   DecliningServer standby(StandbyRefusal("http://127.0.0.1:8081"));
   agent::DeclinedUpgrade declined;
   auto c = agent::ChannelClient::Connect(*agent::ServerEndpoint::Parse(standby.url()),
@@ -1603,7 +1603,7 @@ TEST_F(ChannelTest, OnlyAnUnknownInstanceMakesTheAgentRegisterAgain) {
   }
 }
 
-TEST(ReadDeclineTest, EveryWayTheServerDeclinesMapsToWhatTheAgentDoes) {
+TEST(ReconnectPolicyTest, ReadDeclineMapsEveryWayTheServerDeclinesToWhatTheAgentDoes) {
   using Action = agent::ChannelDecline::Action;
   auto read = [](int status, const std::string& type, const std::string& message) {
     return agent::ReadDecline({status, Json{{"__type", type}, {"message", message}}.dump()});
