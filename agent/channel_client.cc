@@ -142,25 +142,17 @@ std::pair<std::string, std::string> ErrorOf(const http::response<http::string_bo
           has_message ? j["message"].get<std::string>() : res.body().substr(0, 200)};
 }
 
-bool IsAuthError(ErrorCode code) {
-  return code == ErrorCode::kAccessDenied || code == ErrorCode::kUnrecognizedClient ||
-         code == ErrorCode::kInvalidSignature || code == ErrorCode::kIncompleteSignature ||
-         code == ErrorCode::kMissingAuthenticationToken;
-}
-
-// DiagnoseDeclinedUpgrade finds out why the server declined the channel's upgrade. Beast drops the refusal's
-// body, so the same target is fetched once more as a plain GET, signed the same way: the server authenticates
-// it exactly as it did the upgrade and answers an authentication error in ECS's shape (an authenticated
-// plain GET gets a 404, which says nothing: then the refusal was not about authentication).
-Status DiagnoseDeclinedUpgrade(const ServerEndpoint& server, const std::string& target) {
-  const Status declined = Status::Server("the server refused the agent channel: the WebSocket upgrade was declined");
-  http::request<http::string_body> req{http::verb::get, target, 11};
-  req.set(http::field::host, server.host + ":" + std::to_string(server.port));
-  auto res = RoundTrip(server, req, "agent channel", std::chrono::milliseconds(5000));
-  if (!res.ok() || res->result_int() == 200) return declined;
-  const auto [type, message] = ErrorOf(*res);
-  const ErrorCode code = CodeOf(type, res->result_int());
-  if (!IsAuthError(code)) return declined;
+// RefusalOf reads a declined upgrade's answer (`res`, whose body Beast read whole) into `declined` (its status
+// and first DeclinedUpgrade::kMaxBody bytes) and a Status with the server's error type and message: the code of
+// that type (authentication errors with their own codes and the operator's hint), the message bounded.
+Status RefusalOf(const ServerEndpoint& server, const http::response<http::string_body>& res,
+                 DeclinedUpgrade& declined) {
+  declined.http_status = res.result_int();
+  declined.body = res.body().substr(0, DeclinedUpgrade::kMaxBody);
+  http::response<http::string_body> bounded{res.result(), res.version()};
+  bounded.body() = declined.body;
+  const auto [type, message] = ErrorOf(bounded);
+  const ErrorCode code = CodeOf(type, declined.http_status);
   return Status(code, "the server refused the agent channel: " + type + ": " + AuthHint(type, server, message));
 }
 
@@ -233,7 +225,8 @@ struct ChannelClient::Impl {
 ChannelClient::ChannelClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<ChannelClient>> ChannelClient::Connect(const ServerEndpoint& server, const std::string& target,
-                                                              Callbacks callbacks, std::chrono::milliseconds timeout) {
+                                                              Callbacks callbacks, std::chrono::milliseconds timeout,
+                                                              DeclinedUpgrade* declined) {
   auto impl = std::make_unique<Impl>();
   impl->callbacks = std::move(callbacks);
   auto ep = Resolve(impl->ioc, server);
@@ -248,8 +241,19 @@ Result<std::unique_ptr<ChannelClient>> ChannelClient::Connect(const ServerEndpoi
     impl->ws.set_option(websocket::stream_base::decorator(
         [id = *server.signing](websocket::request_type& req) { Sign(id, req, ""); }));
   }
-  impl->ws.handshake(server.host + ":" + std::to_string(server.port), target, ec);
-  if (ec == websocket::error::upgrade_declined) return DiagnoseDeclinedUpgrade(server, target);
+  // The handshake runs asynchronously on the client's io_context before its io thread starts: only the
+  // asynchronous handshake hands back a declined answer (status and body), and the stream's expiry bounds it.
+  websocket::response_type res;
+  impl->ws.async_handshake(res, server.host + ":" + std::to_string(server.port), target,
+                           [&ec](beast::error_code e) { ec = e; });
+  impl->ioc.run();
+  impl->ioc.restart();
+  if (ec == websocket::error::upgrade_declined) {
+    DeclinedUpgrade answer;
+    Status refused = RefusalOf(server, res, answer);
+    if (declined) *declined = std::move(answer);
+    return refused;
+  }
   if (ec) return Status::Server("the server refused the agent channel: " + ec.message());
   tcp_layer.expires_never();
   impl->ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));

@@ -34,6 +34,15 @@ struct ServerEndpoint {
 Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation, const Json& body,
                      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
 
+// DeclinedUpgrade: the server's answer to a channel upgrade it declined (any status but 101 Switching
+// Protocols): its HTTP status and the first kMaxBody bytes of its body (gpupack answers an ECS error,
+// {"__type": ..., "message": ...}; a standby's message names the leader). Filled by ChannelClient::Connect.
+struct DeclinedUpgrade {
+  static constexpr size_t kMaxBody = 4096;
+  int http_status = 0;  // 0: the upgrade was not declined (it opened, or no answer came)
+  std::string body;
+};
+
 // ChannelClient: one WebSocket to the server. Messages arrive on the client's own io thread through
 // on_message; on_close is called once when the connection ends. Send and Close are thread-safe.
 class ChannelClient {
@@ -43,11 +52,14 @@ class ChannelClient {
     std::function<void()> on_close;
   };
   // Connect opens the WebSocket at `target` (e.g. "/agent/v1/channel?containerInstance=...") or fails within
-  // `timeout`. The upgrade request is SigV4-signed when server.signing is set; a refused upgrade fails with the
-  // server's error type and message ("the server refused the agent channel: InvalidSignatureException: ...").
+  // `timeout`. The upgrade request is SigV4-signed when server.signing is set; a declined upgrade fails with the
+  // server's error type and message ("the server refused the agent channel: InvalidSignatureException: ...",
+  // "... ServerException: this gpupack server is a standby; the agent channel is served by the leader at URL")
+  // and, when `declined` is given, fills it with the answer's status and (bounded) body.
   static Result<std::unique_ptr<ChannelClient>> Connect(const ServerEndpoint& server, const std::string& target,
                                                         Callbacks callbacks,
-                                                        std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+                                                        std::chrono::milliseconds timeout = std::chrono::milliseconds(5000),
+                                                        DeclinedUpgrade* declined = nullptr);
   ~ChannelClient();  // closes and joins the io thread; on_close has been called when it returns
   ChannelClient(const ChannelClient&) = delete;
   ChannelClient& operator=(const ChannelClient&) = delete;

@@ -34,7 +34,48 @@ bool WriteFileAtomically(const fs::path& path, const std::string& content) {
   return !ec;
 }
 
+// kLeaderMarker: the words before the leader's URL in a standby's refusal (api/leadership.cc), of the channel
+// and of an ECS call alike.
+constexpr const char* kLeaderMarker = "served by the leader at ";
+
+// LeaderNamedIn is the URL a standby's refusal names ("... served by the leader at http://HOST:PORT"), "" when
+// `text` names none.
+std::string LeaderNamedIn(const std::string& text) {
+  const size_t at = text.find(kLeaderMarker);
+  if (at == std::string::npos) return "";
+  std::string url = text.substr(at + std::string(kLeaderMarker).size());
+  return url.substr(0, url.find_first_of(" ;\"'"));
+}
+
+bool IsAuthErrorType(const std::string& type) {
+  return type == "AccessDeniedException" || type == "UnrecognizedClientException" ||
+         type == "InvalidSignatureException" || type == "IncompleteSignatureException" ||
+         type == "MissingAuthenticationTokenException";
+}
+
 }  // namespace
+
+// ---- declined upgrades -------------------------------------------------------------------------------------------
+
+ChannelDecline ReadDecline(const DeclinedUpgrade& declined) {
+  ChannelDecline d;
+  const Json j = Json::parse(declined.body, nullptr, false);
+  std::string type;
+  if (j.is_object() && j.contains("__type") && j["__type"].is_string()) type = j["__type"].get<std::string>();
+  if (j.is_object() && j.contains("message") && j["message"].is_string())
+    d.message = j["message"].get<std::string>().substr(0, 500);
+  else
+    d.message = declined.body.substr(0, 200);
+  if (declined.http_status == 401 || declined.http_status == 403 || IsAuthErrorType(type)) {
+    d.action = ChannelDecline::Action::kAuthRefused;
+  } else if (std::string leader = LeaderNamedIn(d.message); !leader.empty()) {
+    d.action = ChannelDecline::Action::kFollowLeader;
+    d.leader = std::move(leader);
+  } else if (declined.http_status == 400) {
+    d.action = ChannelDecline::Action::kRegister;
+  }
+  return d;
+}
 
 // ---- ReconnectPolicy ---------------------------------------------------------------------------------------------
 
@@ -48,7 +89,7 @@ ReconnectPolicy::ReconnectPolicy(size_t servers, Random random)
 }
 
 ReconnectPolicy::Outcome ReconnectPolicy::Classify(const std::string& why) {
-  if (why.find("served by the leader at ") != std::string::npos) return Outcome::kLeaderNamed;
+  if (why.find(kLeaderMarker) != std::string::npos) return Outcome::kLeaderNamed;
   if (why.find("the server refused the agent channel") != std::string::npos) return Outcome::kAnswered;
   return Outcome::kUnreachable;
 }
@@ -265,10 +306,7 @@ ServerEndpoint ServerConnection::Current() const {
 
 void ServerConnection::NextServer(const std::string& refusal) {
   std::lock_guard lock(mu_);
-  const std::string marker = "served by the leader at ";
-  if (const size_t at = refusal.find(marker); at != std::string::npos) {
-    std::string url = refusal.substr(at + marker.size());
-    url = url.substr(0, url.find_first_of(" ;\"'"));
+  if (const std::string url = LeaderNamedIn(refusal); !url.empty()) {
     if (auto leader = ServerEndpoint::Parse(url); leader.ok()) {
       leader->signing = options_.server.signing;
       for (size_t i = 0; i < servers_.size(); ++i)
@@ -290,33 +328,46 @@ void ServerConnection::Connect() {
     std::lock_guard lock(mu_);
     generation = ++generation_;
   }
+  DeclinedUpgrade declined;
   auto c = ChannelClient::Connect(Current(), protocol::ChannelTarget(instance_arn()),
                                   {[this, generation](std::string m) { OnMessage(generation, m); },
-                                   [this, generation] { OnClosed(generation); }});
+                                   [this, generation] { OnClosed(generation); }},
+                                  std::chrono::milliseconds(5000), &declined);
   if (!c.ok()) {
     const ServerEndpoint failed = Current();
-    NextServer(c.status().message());
-    // A server at its limit of channel connections (503 ServerException) knows the instance: it is only busy.
-    // Only a refused upgrade says so: a server that cannot be reached at all ("Connection refused" from TCP)
-    // says nothing about the instance, and registering there would walk the list away from the next server.
     const std::string& why = c.status().message();
-    if (why.find("the server refused the agent channel") != std::string::npos &&
-        why.find("ServerException") == std::string::npos) {
-      // The server may have forgotten the instance (a new database): register again.
-      if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
-      if (deregistered_.load()) {
-        spdlog::error("agent: the server deregistered this instance while the channel was away: stopping every "
-                      "task; this agent connects no more");
-        listener_.OnDeregistered();
-        std::lock_guard lock(mu_);
-        next_connect_ = Clock::now() + std::chrono::hours(24 * 365);  // (max() would overflow wait_until)
-        return;
+    ReconnectPolicy::Outcome outcome = ReconnectPolicy::Classify(why);
+    // NextServer moves to the leader a standby named (the refusal's message carries it), else to the next server.
+    NextServer(why);
+    if (declined.http_status != 0) {
+      // The server answered: what it said decides. Only an instance it does not know is registered again: a
+      // standby's redirect, a busy server (503) or an authentication refusal says nothing about the instance,
+      // and re-registering on each would make every agent register on every walk of a takeover.
+      const ChannelDecline decline = ReadDecline(declined);
+      outcome = decline.action == ChannelDecline::Action::kFollowLeader ? ReconnectPolicy::Outcome::kLeaderNamed
+                                                                         : ReconnectPolicy::Outcome::kAnswered;
+      if (decline.action == ChannelDecline::Action::kAuthRefused) {
+        spdlog::error("agent: the server at {} refused this agent's credentials for the channel (HTTP {}): {}; "
+                      "not registering again, retrying with the backoff",
+                      failed.Url(), declined.http_status, why);
+      }
+      if (decline.action == ChannelDecline::Action::kRegister) {
+        // The server may have forgotten the instance (a new database), or deregistered it: register again.
+        if (Status s = Register(); !s.ok()) spdlog::warn("agent: re-registration failed: {}", s.message());
+        if (deregistered_.load()) {
+          spdlog::error("agent: the server deregistered this instance while the channel was away: stopping every "
+                        "task; this agent connects no more");
+          listener_.OnDeregistered();
+          std::lock_guard lock(mu_);
+          next_connect_ = Clock::now() + std::chrono::hours(24 * 365);  // (max() would overflow wait_until)
+          return;
+        }
       }
     }
     std::lock_guard lock(mu_);
     // The next server of the walk at once; after a whole walk failed, a jittered backoff.
     reconnect_.SetServers(servers_.size());
-    const std::chrono::milliseconds wait = reconnect_.Failed(ReconnectPolicy::Classify(why));
+    const std::chrono::milliseconds wait = reconnect_.Failed(outcome);
     next_connect_ = Clock::now() + wait;
     spdlog::warn("agent: channel to {}: {}; trying {} in {} ms", failed.Url(), why, servers_[current_].Url(),
                  wait.count());

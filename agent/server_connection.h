@@ -5,8 +5,9 @@
 // to 1 s). Heartbeats run on the connection's own thread and timer, so they keep flowing whatever the tasks are
 // doing; they read the GPU health's held GPUs and impairment, which never wait on a probe.
 //
-// Threads: the connection thread (Start/Stop) connects, reconnects, re-registers after a refused upgrade and
-// sends heartbeats; the channel's io thread parses each message (protocol::ParseServerMessage) and hands it to
+// Threads: the connection thread (Start/Stop) connects, reconnects, re-registers when a declined upgrade says the
+// server does not know the instance (ReadDecline: not on a standby's redirect, a busy server or an authentication
+// refusal) and sends heartbeats; the channel's io thread parses each message (protocol::ParseServerMessage) and hands it to
 // the Listener, whose calls must be quick (the TaskManager only records and posts). SendState, Ack and
 // HeartbeatNow may be called from any thread. Thread-safe.
 //
@@ -91,6 +92,21 @@ class ReconnectPolicy {
   std::chrono::milliseconds backoff_ = kBase;
   size_t tried_ = 0;
 };
+
+// ChannelDecline: what the agent does about a declined channel upgrade, read from the server's answer by
+// ReadDecline (every way a gpupack server declines is listed in docs/agent-channel.md, "Declined upgrades").
+struct ChannelDecline {
+  enum class Action {
+    kRegister,      // 400: the server does not know the instance (never registered, forgotten, deregistered)
+    kFollowLeader,  // a standby named the leader: the next attempt goes there at once
+    kRetry,         // a standby that knows no leader, a server at its channel limit or failing: walk on
+    kAuthRefused,   // 401/403: the signature or the key is refused: logged as an error, walk on with the backoff
+  };
+  Action action = Action::kRetry;
+  std::string leader;   // kFollowLeader: the leader's URL as the standby named it
+  std::string message;  // the server's message (its ECS error's, else the body's start)
+};
+ChannelDecline ReadDecline(const DeclinedUpgrade& declined);
 
 // Registration: what RegisterContainerInstance says about this instance.
 struct Registration {

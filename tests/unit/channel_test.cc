@@ -1448,6 +1448,193 @@ TEST_F(ChannelTest, AnAgentLeavesASilentServerForTheNextOne) {
   connection.Stop();
 }
 
+// DecliningServer: an agent channel endpoint that declines every upgrade with `refusal` (mapped to an HTTP status
+// as gpupack's server maps it: 500 for a ServerException, 400 for a client error, 403 for an authentication
+// refusal) and answers every plain HTTP request (RegisterContainerInstance) 503. It counts both.
+class DecliningServer {
+ public:
+  explicit DecliningServer(Status refusal) : refusal_(std::move(refusal)) {
+    api::HttpServerOptions o;
+    o.port = 0;
+    api::WebSocketHandler ws;
+    ws.accept = [this](const api::HttpRequest&) {
+      ++upgrades_;
+      return refusal_;
+    };
+    ws.on_open = [](const std::shared_ptr<api::WebSocketConnection>& c, const api::HttpRequest&) { c->Close(); };
+    ws.on_message = [](const std::shared_ptr<api::WebSocketConnection>&, std::string) {};
+    ws.on_close = [](const std::shared_ptr<api::WebSocketConnection>&) {};
+    o.websockets[protocol::kChannelPath] = ws;
+    auto created = api::HttpServer::Create(o, [this](api::HttpRequest&&, api::Responder r) {
+      ++requests_;
+      r({503, {}, R"({"__type":"ServerException","message":"not now"})"});
+    });
+    EXPECT_TRUE(created.ok()) << created.status().message();
+    server_ = std::move(*created);
+    server_->Start();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+  int upgrades() const { return upgrades_; }
+  int requests() const { return requests_; }
+
+ private:
+  const Status refusal_;
+  std::atomic<int> upgrades_{0}, requests_{0};
+  std::unique_ptr<api::HttpServer> server_;
+};
+
+// StandbyRefusal is a standby's refusal of the channel, as api/leadership.cc words it.
+Status StandbyRefusal(const std::string& leader_url) {
+  return Status::Server("this gpupack server is a standby; the agent channel is served by the leader" +
+                        (leader_url.empty() ? std::string(", unknown now: retry") : " at " + leader_url));
+}
+
+// A declined upgrade comes back with its HTTP status and body (bounded), and the Status carries the server's
+// error type and message: a standby's names the leader.
+TEST_F(ChannelTest, ADeclinedUpgradeReturnsItsStatusAndBody) {
+  DecliningServer standby(StandbyRefusal("http://127.0.0.1:8081"));
+  agent::DeclinedUpgrade declined;
+  auto c = agent::ChannelClient::Connect(*agent::ServerEndpoint::Parse(standby.url()),
+                                         protocol::ChannelTarget("arn:aws:ecs:us-east-1:0:container-instance/x"),
+                                         {}, 5000ms, &declined);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(declined.http_status, 500);
+  Json body = Json::parse(declined.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << declined.body;
+  EXPECT_EQ(body["__type"], "ClientException");  // the HTTP server names every non-authentication refusal so
+  EXPECT_NE(body["message"].get<std::string>().find("served by the leader at http://127.0.0.1:8081"),
+            std::string::npos);
+  EXPECT_EQ(c.status().code(), ErrorCode::kServer);
+  EXPECT_EQ(c.status().message(),
+            "the server refused the agent channel: ClientException: this gpupack server is a standby; the agent "
+            "channel is served by the leader at http://127.0.0.1:8081");
+  EXPECT_EQ(standby.requests(), 0);  // the refusal's own answer says it all: no second request
+
+  // An unknown instance: 400 with the server's words.
+  DecliningServer leader(Status::InvalidParameter("containerInstance x is not registered"));
+  agent::DeclinedUpgrade unknown;
+  auto u = agent::ChannelClient::Connect(*agent::ServerEndpoint::Parse(leader.url()), protocol::ChannelTarget("x"),
+                                         {}, 5000ms, &unknown);
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(unknown.http_status, 400);
+  EXPECT_NE(u.status().message().find("ClientException: containerInstance x is not registered"), std::string::npos);
+
+  // A body beyond the bound is cut to DeclinedUpgrade::kMaxBody bytes.
+  DecliningServer wordy(Status::Server(std::string(3 * agent::DeclinedUpgrade::kMaxBody, 'w')));
+  agent::DeclinedUpgrade long_one;
+  auto w = agent::ChannelClient::Connect(*agent::ServerEndpoint::Parse(wordy.url()), protocol::ChannelTarget("x"),
+                                         {}, 5000ms, &long_one);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(long_one.http_status, 500);
+  EXPECT_EQ(long_one.body.size(), agent::DeclinedUpgrade::kMaxBody);
+}
+
+// A standby that declines the channel naming the leader (not on the agent's list) sends the agent there: the
+// agent's channel opens at the leader without registering anywhere again.
+TEST_F(ChannelTest, AStandbysChannelRefusalSendsTheAgentToTheLeaderItNames) {
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.name = "follower";
+  o.registration.cpu = 4096;
+  o.registration.memory = 8192;
+  {
+    EpochListener registering;  // registered at the leader (instance.json): the channel goes straight on
+    agent::ServerConnection c(o, registering, {});
+    ASSERT_TRUE(c.Register().ok());
+  }
+  DecliningServer standby(StandbyRefusal(server_->url()));
+  o.server = *agent::ServerEndpoint::Parse(standby.url());
+  o.servers = {o.server};
+  EpochListener listener;
+  agent::ServerConnection connection(o, listener, {});
+  listener.connection = &connection;
+  connection.Start();
+  for (int i = 0; i < 500 && listener.welcomes() < 1; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(listener.welcomes(), 1u);
+  EXPECT_GE(standby.upgrades(), 1);
+  EXPECT_EQ(standby.requests(), 0);  // no RegisterContainerInstance at the standby
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  connection.Stop();
+}
+
+// An agent registers again only when a declined upgrade says the server does not know the instance: a standby
+// that knows no leader, a server that fails or is full, or an authentication refusal makes it walk on (with the
+// backoff) without a RegisterContainerInstance each time.
+TEST_F(ChannelTest, OnlyAnUnknownInstanceMakesTheAgentRegisterAgain) {
+  struct Case {
+    const char* what;
+    Status refusal;
+    bool registers;
+  };
+  const std::vector<Case> cases = {
+      {"standby, leader unknown", StandbyRefusal(""), false},
+      {"server failing", Status::Server("too many agent channel connections (limit 1); retry later"), false},
+      {"authentication", Status(ErrorCode::kAccessDenied, "the agent key may not hold this instance's channel"),
+       false},
+      {"signature", Status(ErrorCode::kInvalidSignature, "the signature does not match"), false},
+      {"unknown instance", Status::InvalidParameter("containerInstance x is not registered"), true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    DecliningServer declining(c.refusal);
+    agent::ConnectionOptions o;
+    o.server = *agent::ServerEndpoint::Parse(declining.url());
+    o.state_dir = (dir_ / "agent" / std::to_string(&c - cases.data())).string();
+    fs::create_directories(o.state_dir);
+    EpochListener listener;
+    agent::ServerConnection connection(o, listener, {});
+    listener.connection = &connection;
+    connection.Start();
+    // Three declined upgrades (the backoff between them at most 100 + 200 ms, jittered).
+    for (int i = 0; i < 500 && declining.upgrades() < 3; ++i) std::this_thread::sleep_for(20ms);
+    connection.Stop();
+    EXPECT_GE(declining.upgrades(), 3);
+    if (c.registers) {
+      EXPECT_GE(declining.requests(), 1);  // RegisterContainerInstance (answered 503 here)
+    } else {
+      EXPECT_EQ(declining.requests(), 0);
+    }
+    EXPECT_FALSE(connection.deregistered());
+    EXPECT_EQ(listener.welcomes(), 0u);
+  }
+}
+
+TEST(ReconnectPolicyTest, ReadDeclineMapsEveryWayTheServerDeclinesToWhatTheAgentDoes) {
+  using Action = agent::ChannelDecline::Action;
+  auto read = [](int status, const std::string& type, const std::string& message) {
+    return agent::ReadDecline({status, Json{{"__type", type}, {"message", message}}.dump()});
+  };
+  // A standby naming the leader (500: api/leadership.cc), and one that knows none.
+  agent::ChannelDecline named = read(500, "ClientException",
+                                     "this gpupack server is a standby; the agent channel is served by the leader at "
+                                     "http://10.0.0.2:8080");
+  EXPECT_EQ(named.action, Action::kFollowLeader);
+  EXPECT_EQ(named.leader, "http://10.0.0.2:8080");
+  EXPECT_EQ(read(500, "ClientException",
+                 "this gpupack server is a standby; the agent channel is served by the leader, unknown now: retry")
+                .action,
+            Action::kRetry);
+  // The leader at its channel limit (503 with Retry-After) or failing.
+  EXPECT_EQ(read(503, "ServerException", "too many agent channel connections (limit 10000); retry later").action,
+            Action::kRetry);
+  // The instance unknown, inactive (deregistered) or missing from the target: register again.
+  EXPECT_EQ(read(400, "ClientException", "containerInstance arn:x is not registered").action, Action::kRegister);
+  EXPECT_EQ(read(400, "ClientException", "the agent channel needs ?containerInstance=<ARN>").action,
+            Action::kRegister);
+  // Authentication and authorization: never a registration.
+  for (const char* type : {"AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
+                           "IncompleteSignatureException", "MissingAuthenticationTokenException"})
+    EXPECT_EQ(read(403, type, "refused").action, Action::kAuthRefused) << type;
+  // No channel endpoint (404), or an answer that is no ECS error (a proxy's 502): walk on.
+  EXPECT_EQ(read(404, "ClientException", "no WebSocket endpoint at /agent/v1/channel").action, Action::kRetry);
+  agent::ChannelDecline proxy = agent::ReadDecline({502, "<html>Bad Gateway</html>"});
+  EXPECT_EQ(proxy.action, Action::kRetry);
+  EXPECT_EQ(proxy.message, "<html>Bad Gateway</html>");
+}
+
 // ---- ReconnectPolicy: which attempt waits how long (the random source fixed; no clock involved) ----------------
 
 // FixedRandom returns `values` in turn (the last one again when they run out): the policy's jitter made exact.
