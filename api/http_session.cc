@@ -348,9 +348,10 @@ bool Session::TryUpgrade(http::request<http::string_body>& req, HttpRequest& req
     Status s = handler.accept(request);
     if (!s.ok()) {
       // Authentication and authorization refusals are 403 with their ECS error name (the upgrade is ours, not an
-      // ECS operation: 403 tells a WebSocket client "not allowed" before any upgrade); others keep 400/500.
+      // ECS operation: 403 tells a WebSocket client "not allowed" before any upgrade); others keep 400/500, named
+      // as ECS names them (ServerException: the server cannot serve it now, e.g. a standby; ClientException).
       int status = s.code() == ErrorCode::kServer ? 500 : 400;
-      std::string type = "ClientException";
+      std::string type = s.code() == ErrorCode::kServer ? "ServerException" : "ClientException";
       switch (s.code()) {
         case ErrorCode::kAccessDenied:
         case ErrorCode::kMissingAuthenticationToken:

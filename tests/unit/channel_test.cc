@@ -1501,12 +1501,12 @@ TEST_F(ChannelTest, ADeclinedUpgradeReturnsItsStatusAndBody) {
   EXPECT_EQ(declined.http_status, 500);
   Json body = Json::parse(declined.body, nullptr, false);
   ASSERT_TRUE(body.is_object()) << declined.body;
-  EXPECT_EQ(body["__type"], "ClientException");  // the HTTP server names every non-authentication refusal so
+  EXPECT_EQ(body["__type"], "ServerException");  // a refusal at 500: the server cannot serve the channel here
   EXPECT_NE(body["message"].get<std::string>().find("served by the leader at http://127.0.0.1:8081"),
             std::string::npos);
   EXPECT_EQ(c.status().code(), ErrorCode::kServer);
   EXPECT_EQ(c.status().message(),
-            "the server refused the agent channel: ClientException: this gpupack server is a standby; the agent "
+            "the server refused the agent channel: ServerException: this gpupack server is a standby; the agent "
             "channel is served by the leader at http://127.0.0.1:8081");
   EXPECT_EQ(standby.requests(), 0);  // the refusal's own answer says it all: no second request
 
@@ -1608,12 +1608,12 @@ TEST(ReconnectPolicyTest, ReadDeclineMapsEveryWayTheServerDeclinesToWhatTheAgent
     return agent::ReadDecline({status, Json{{"__type", type}, {"message", message}}.dump()});
   };
   // A standby naming the leader (500: api/leadership.cc), and one that knows none.
-  agent::ChannelDecline named = read(500, "ClientException",
+  agent::ChannelDecline named = read(500, "ServerException",
                                      "this gpupack server is a standby; the agent channel is served by the leader at "
                                      "http://10.0.0.2:8080");
   EXPECT_EQ(named.action, Action::kFollowLeader);
   EXPECT_EQ(named.leader, "http://10.0.0.2:8080");
-  EXPECT_EQ(read(500, "ClientException",
+  EXPECT_EQ(read(500, "ServerException",
                  "this gpupack server is a standby; the agent channel is served by the leader, unknown now: retry")
                 .action,
             Action::kRetry);
