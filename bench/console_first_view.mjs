@@ -23,7 +23,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
-import { PLAY_AGENT, call, ok, removeTempDir, startServer, tempDir } from '../tests/integration/harness.mjs';
+import { PLAY_AGENT, call, ok, pool, removeTempDir, startServer, tempDir } from '../tests/integration/harness.mjs';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const puppeteer = createRequire(path.join(repo, 'tests/console/package.json'))('puppeteer-core');
@@ -37,13 +37,6 @@ const TASKS = Number(args.tasks ?? 4000);
 const ROUNDS = Number(args.rounds ?? 5);
 const SCREENSHOTS = args.screenshots;
 const GPU_MIB = 81559;
-
-async function pool(n, width, f) {
-  let next = 0;
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (next < n) await f(next++);
-  }));
-}
 
 console.log(`load average before: ${os.loadavg().map((x) => x.toFixed(2)).join(' ')} (${os.cpus().length} CPUs)`);
 const dir = tempDir('gpupack-console-bench-');

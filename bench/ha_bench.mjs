@@ -33,7 +33,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { call, gpupackBin, ok, PLAY_AGENT, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
+import { call, gpupackBin, ok, PLAY_AGENT, pool, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
 import { callAny, freePort, postgresBinDir, NO_POSTGRES, startPostgres, startReplica, waitLeader } from '../tests/integration/ha_harness.mjs';
 
 const { values: opt } = parseArgs({
@@ -71,24 +71,6 @@ const pctl = (xs, p) => {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
 };
 const fmt = (xs) => `p50 ${pctl(xs, 50)} ms  p99 ${pctl(xs, 99)} ms  max ${Math.max(...xs)} ms  (n=${xs.length})`;
-
-// pool runs `count` jobs numbered 0..count-1 from `workers` concurrent loops; the first error stops them all.
-async function pool(count, workers, job) {
-  let next = 0;
-  let failed;
-  const worker = async () => {
-    while (!failed && next < count) {
-      const i = next++;
-      try {
-        await job(i);
-      } catch (e) {
-        failed ??= e;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(workers, count) }, worker));
-  if (failed) throw failed;
-}
 
 async function setUpCluster(endpoint, cluster, count) {
   await ok(endpoint, 'CreateCluster', { clusterName: cluster });

@@ -31,7 +31,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-import { PLAY_AGENT, call, ok, removeTempDir, sharedTaskDefinition, startServer } from '../tests/integration/harness.mjs';
+import { PLAY_AGENT, call, ok, pool, removeTempDir, sharedTaskDefinition, startServer } from '../tests/integration/harness.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const { values: opt } = parseArgs({
@@ -138,24 +138,6 @@ function serverCpuSeconds() {
   return (Number(fields[11]) + Number(fields[12])) / HZ; // utime + stime (fields 14 and 15 of stat)
 }
 
-// pool runs `count` jobs numbered 0..count-1 from WORKERS concurrent loops; the first error stops them all.
-async function pool(count, job) {
-  let next = 0;
-  let failed;
-  const worker = async () => {
-    while (!failed && next < count) {
-      const i = next++;
-      try {
-        await job(i);
-      } catch (e) {
-        failed ??= e;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(WORKERS, count) }, worker));
-  if (failed) throw failed;
-}
-
 const hex = (n, width) => n.toString(16).padStart(width, '0');
 function instanceBody(i) {
   const platformDevices = [];
@@ -184,7 +166,7 @@ try {
 
   await phase(`register ${INSTANCES} instances`, async () => {
     await ok(server.endpoint, 'CreateCluster', { clusterName: cluster });
-    await pool(INSTANCES, (i) => ok(server.endpoint, 'RegisterContainerInstance', instanceBody(i)));
+    await pool(INSTANCES, WORKERS, (i) => ok(server.endpoint, 'RegisterContainerInstance', instanceBody(i)));
   });
   const families = [];
   for (const mib of TASK_GPU_MIB) {
@@ -220,7 +202,7 @@ try {
   while (done < calls) {
     const end = Math.min(calls, Math.ceil(nextMark / PER_CALL));
     const first = done;
-    await phase(`RunTask ${first * PER_CALL}..${Math.min(TASKS, end * PER_CALL)} tasks`, () => pool(end - first, (k) => runOne(first + k)));
+    await phase(`RunTask ${first * PER_CALL}..${Math.min(TASKS, end * PER_CALL)} tasks`, () => pool(end - first, WORKERS, (k) => runOne(first + k)));
     done = end;
     milestone(`${counts.placed} tasks (${counts.running} RUNNING)`, counts.placed);
     nextMark = Math.min(TASKS, nextMark + MILESTONE);

@@ -249,3 +249,21 @@ export async function gpuDevices(endpoint, cluster, instanceArn) {
   for (const g of r.containerInstances[0].gpuDevices) out[g.gpuId] = g;
   return out;
 }
+
+// pool runs `count` jobs numbered 0..count-1 from `workers` concurrent loops; the first error stops them all.
+export async function pool(count, workers, job) {
+  let next = 0;
+  let failed;
+  const worker = async () => {
+    while (!failed && next < count) {
+      const i = next++;
+      try {
+        await job(i);
+      } catch (e) {
+        failed ??= e;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(workers, count) }, worker));
+  if (failed) throw failed;
+}
