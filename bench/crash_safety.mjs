@@ -45,7 +45,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { PLAY_AGENT, call, gpupackBin, gpuDevice, ok, removeTempDir, sharedTaskDefinition, dedicatedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
+import { PLAY_AGENT, call, gpupackBin, gpuDevice, listAll, ok, removeTempDir, sharedTaskDefinition, dedicatedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -112,18 +112,6 @@ function violation(where, what) {
 }
 
 // ---- reading the whole state through the API ---------------------------------------------------------------
-
-async function listAll(endpoint, op, body, key) {
-  const out = [];
-  let nextToken;
-  for (let page = 0; page < 10000; ++page) {
-    const r = await ok(endpoint, op, { ...body, nextToken, maxResults: 100 });
-    out.push(...r[key]);
-    nextToken = r.nextToken;
-    if (!nextToken) break;
-  }
-  return out;
-}
 
 async function describeTasks(endpoint, cluster, arns) {
   const tasks = new Map();

@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { ok, PLAY_AGENT, registerInstance, removeTempDir, sharedTaskDefinition, tempDir } from './harness.mjs';
+import { listAll, ok, PLAY_AGENT, registerInstance, removeTempDir, sharedTaskDefinition, tempDir } from './harness.mjs';
 import {
   callAny, freePort, NO_POSTGRES, postgresBinDir, readyz, startAgent, startPostgres, startReplica, waitFor, waitLeader,
 } from './ha_harness.mjs';
@@ -32,18 +32,6 @@ after(async () => {
   for (const r of replicas) await r.stop();
   pg?.close();
 });
-
-async function listAll(endpoint, op, body, key) {
-  const out = [];
-  let nextToken;
-  for (let page = 0; page < 1000; ++page) {
-    const r = await ok(endpoint, op, { ...body, nextToken, maxResults: 100 });
-    out.push(...r[key]);
-    nextToken = r.nextToken;
-    if (!nextToken) break;
-  }
-  return out;
-}
 
 // check reads the whole cluster through the leader and asserts the safety properties: the acknowledgements
 // made before the read; with `accounting` (no load running) also the GPU accounting.

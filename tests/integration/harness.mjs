@@ -267,3 +267,16 @@ export async function pool(count, workers, job) {
   await Promise.all(Array.from({ length: Math.min(workers, count) }, worker));
   if (failed) throw failed;
 }
+
+// listAll pages through a List operation (`op` with `body`, 100 per page) and returns every entry of `key`.
+export async function listAll(endpoint, op, body, key) {
+  const out = [];
+  let nextToken;
+  for (let page = 0; page < 10000; ++page) {
+    const r = await ok(endpoint, op, { ...body, nextToken, maxResults: 100 });
+    out.push(...r[key]);
+    nextToken = r.nextToken;
+    if (!nextToken) return out;
+  }
+  throw new Error(`${op}: more than 10,000 pages`);
+}
