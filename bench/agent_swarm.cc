@@ -65,6 +65,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/channel_client.h"
+#include "bench/proc_stats.h"
+#include "bench/swarm_agent.h"
 #include "protocol/messages.h"
 
 namespace {
@@ -72,10 +74,8 @@ namespace {
 namespace fs = std::filesystem;
 namespace protocol = gpupack::protocol;
 using gpupack::agent::CallEcs;
-using gpupack::agent::ChannelClient;
-using gpupack::agent::ServerEndpoint;
 using Json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using namespace gpupack::bench;  // SimAgent, Swarm (swarm_agent.h); SampleProc, ... (proc_stats.h); Clock
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -86,68 +86,7 @@ double Millis(Clock::duration d) { return std::chrono::duration<double, std::mil
   _exit(1);  // without running destructors under the channels' io threads
 }
 
-// ---- /proc -----------------------------------------------------------------------------------------------------
-
-struct ProcSample {
-  double cpu_s = 0;       // utime + stime (clock ticks: 10 ms)
-  double sched_s = 0;     // sum of the threads' run time from /proc/PID/task/*/schedstat (ns)
-  int64_t rss_kib = 0;    // VmRSS
-  int64_t hwm_kib = 0;    // VmHWM
-  int threads = 0;
-  int fds = 0;
-};
-
-ProcSample SampleProc(pid_t pid) {
-  ProcSample s;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  size_t paren = text.rfind(')');
-  if (paren != std::string::npos) {
-    std::istringstream fields(text.substr(paren + 2));
-    std::vector<std::string> f;
-    for (std::string x; fields >> x && f.size() < 13;) f.push_back(x);
-    if (f.size() >= 13) s.cpu_s = static_cast<double>(std::stoll(f[11]) + std::stoll(f[12])) / sysconf(_SC_CLK_TCK);
-  }
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    auto value = [&] { return std::atoll(line.c_str() + line.find(':') + 1); };
-    if (line.rfind("VmRSS:", 0) == 0) s.rss_kib = value();
-    else if (line.rfind("VmHWM:", 0) == 0) s.hwm_kib = value();
-    else if (line.rfind("Threads:", 0) == 0) s.threads = static_cast<int>(value());
-  }
-  std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
-    std::ifstream in(it->path() / "schedstat");
-    long long run_ns = 0;
-    if (in >> run_ns) s.sched_s += run_ns / 1e9;
-  }
-  ec.clear();
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec))
-    ++s.fds;
-  return s;
-}
-
-double SelfCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
+// ---- the simulated agents and /proc: bench/swarm_agent.h, bench/proc_stats.h ----------------------------------
 
 // ---- options ---------------------------------------------------------------------------------------------------
 
@@ -254,217 +193,6 @@ pid_t StartServer(const Options& o, const std::string& dir, std::string* endpoin
   Die("the server printed no endpoint within 10 s");
 }
 
-// ---- the simulated agents --------------------------------------------------------------------------------------
-
-struct TaskTimes {
-  Clock::time_point sent{}, answered{}, assigned{}, running_acked{}, stop_sent{}, stopped_acked{};
-};
-
-struct Swarm;
-
-// SimAgent keeps what a real agent keeps (docs/agent-channel.md): every task it was given, reported in each
-// hello until the server acknowledged its STOPPED report; an assign for a task it has is ignored.
-struct SimAgent {
-  Swarm* swarm = nullptr;
-  int index = 0;
-  std::string arn;
-  std::mutex chan_mu;                     // guards client: Send and replacement
-  std::unique_ptr<ChannelClient> client;  // guarded by chan_mu
-  std::atomic<bool> connected{false};
-  std::mutex mu;
-  std::map<int64_t, std::pair<std::string, std::string>> pending;  // state id -> (task ARN, status); guarded by mu
-  std::map<std::string, std::string> tasks;                        // task ARN -> RUNNING | STOPPED; guarded by mu
-  std::map<std::string, std::string> hello_reported;               // what the last hello said; guarded by mu
-  std::atomic<int64_t> next_id{1};
-  std::atomic<bool> welcomed{false};
-  std::atomic<bool> churning{false};   // the churn thread has it down or is reconnecting it
-  Clock::time_point next_heartbeat{};  // heartbeat thread only
-
-  void OnMessage(const std::string& text);
-  void SendState(const std::string& task_arn, const std::string& status,
-                 const std::vector<std::string>& container_names);
-  void Send(const std::string& text) {
-    std::lock_guard lock(chan_mu);
-    if (client) client->Send(text);
-  }
-  // Connect opens the channel and says hello with every task it has; false when the server refused.
-  bool Connect(const ServerEndpoint& server, std::string* error);
-  // Disconnect closes the channel (the io thread is joined when it returns); unacknowledged reports are
-  // forgotten, as a real agent forgets them, and sent again in the next hello.
-  void Disconnect() {
-    std::unique_ptr<ChannelClient> old;
-    {
-      std::lock_guard lock(chan_mu);
-      old = std::move(client);
-      connected = false;
-    }
-    old.reset();
-    std::lock_guard lock(mu);
-    pending.clear();
-    welcomed = false;
-  }
-};
-
-struct Swarm {
-  std::atomic<int64_t> assigns{0}, stops{0}, state_acks{0}, heartbeats{0}, heartbeat_acks{0}, errors{0}, closes{0};
-  std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0}, push_acks{0};
-  bool no_ack = false;  // set before any agent connects
-  std::atomic<int64_t> hello_tasks{0}, welcome_assigns{0}, welcome_stops{0};
-  std::mutex mu;
-  std::string first_error;                            // guarded by mu
-  std::unordered_map<std::string, TaskTimes> times;   // guarded by mu
-  std::set<std::string> running_acked, stopped_acked;  // reports the server acknowledged; guarded by mu
-
-  void Error(const std::string& message) {
-    ++errors;
-    std::lock_guard lock(mu);
-    if (first_error.empty()) first_error = message.substr(0, 300);
-  }
-  void Stamp(const std::string& arn, Clock::time_point TaskTimes::*field) {
-    auto now = Clock::now();
-    std::lock_guard lock(mu);
-    times[arn].*field = now;
-  }
-  void Acked(const std::string& arn, const std::string& status) {
-    std::lock_guard lock(mu);
-    (status == "RUNNING" ? running_acked : stopped_acked).insert(arn);
-  }
-};
-
-// ContainerReports: every container of a task in `status` (STOPPED ones exited on SIGTERM).
-std::vector<protocol::ContainerReport> ContainerReports(protocol::TaskStatus status,
-                                                        const std::vector<std::string>& container_names) {
-  std::vector<protocol::ContainerReport> containers;
-  for (const auto& name : container_names) {
-    protocol::ContainerReport c{name, status, std::nullopt, ""};
-    if (status == protocol::TaskStatus::kStopped) c.exit_code = 143;
-    containers.push_back(std::move(c));
-  }
-  return containers;
-}
-
-protocol::TaskStatus StatusOf(const std::string& status) {
-  return protocol::ParseTaskStatus(status).value_or(protocol::TaskStatus::kPending);
-}
-
-void SimAgent::SendState(const std::string& task_arn, const std::string& status,
-                         const std::vector<std::string>& container_names) {
-  protocol::StateReport m;
-  m.id = next_id++;
-  m.report.task_arn = task_arn;
-  m.report.status = StatusOf(status);
-  m.report.containers = ContainerReports(m.report.status, container_names);
-  if (status == "STOPPED") {
-    m.report.stop_code = protocol::StopCode::kUserInitiated;
-    m.report.reason = "Task stopped by user";
-  }
-  {
-    std::lock_guard lock(mu);
-    pending[m.id] = {task_arn, status};
-  }
-  Send(protocol::Serialize(protocol::AgentMessage(m)));
-}
-
-bool SimAgent::Connect(const ServerEndpoint& server, std::string* error) {
-  auto c = ChannelClient::Connect(server, protocol::ChannelTarget(arn),
-                                  {[this](std::string m) { OnMessage(m); }, [this] { ++swarm->closes; }});
-  if (!c.ok()) {
-    *error = c.status().message();
-    return false;
-  }
-  protocol::Hello hello;
-  {
-    std::lock_guard lock(mu);
-    hello_reported = tasks;
-    swarm->hello_tasks += static_cast<int64_t>(tasks.size());
-    for (const auto& [task_arn, status] : tasks)
-      hello.tasks.push_back({task_arn, StatusOf(status), std::nullopt, "", ContainerReports(StatusOf(status), {"main"})});
-  }
-  std::lock_guard lock(chan_mu);
-  client = std::move(*c);
-  connected = true;
-  client->Send(protocol::Serialize(protocol::AgentMessage(hello)));
-  return true;
-}
-
-void SimAgent::OnMessage(const std::string& text) {
-  auto parsed = protocol::ParseServerMessage(text);
-  if (!parsed.ok()) return swarm->Error("a message the protocol refuses: " + parsed.status().message());
-  // A push (assign, stop) is acked once recorded, else the server sends it again and finally closes the channel.
-  auto ack = [this](int64_t push_id) {
-    if (swarm->no_ack || push_id == 0) return;
-    ++swarm->push_acks;
-    Send(protocol::Serialize(protocol::AgentMessage(protocol::Ack{push_id})));
-  };
-  auto assign = [this, &ack](const protocol::Assignment& task, int64_t push_id) {
-    ++swarm->assigns;
-    {
-      std::lock_guard lock(mu);
-      if (tasks.count(task.task_arn)) {  // never start a task twice
-        ++swarm->duplicate_assigns;
-        return ack(push_id);
-      }
-      tasks[task.task_arn] = "RUNNING";
-    }
-    ack(push_id);
-    swarm->Stamp(task.task_arn, &TaskTimes::assigned);
-    std::vector<std::string> names;
-    for (const auto& c : task.containers) names.push_back(c.name);
-    SendState(task.task_arn, "RUNNING", names);
-  };
-  auto stop = [this](const std::string& task_arn) {
-    ++swarm->stops;
-    {
-      std::lock_guard lock(mu);
-      if (auto it = tasks.find(task_arn); it != tasks.end()) it->second = "STOPPED";
-    }
-    SendState(task_arn, "STOPPED", {"main"});
-  };
-  protocol::ServerMessage& m = *parsed;
-  if (const auto* welcome = std::get_if<protocol::Welcome>(&m)) {
-    // The welcome comes once the hello's reports are applied and durable: they count as acknowledged.
-    std::map<std::string, std::string> reported;
-    {
-      std::lock_guard lock(mu);
-      reported.swap(hello_reported);
-      for (const auto& [task_arn, status] : reported)
-        if (status == "STOPPED" && tasks.count(task_arn) && tasks[task_arn] == "STOPPED") tasks.erase(task_arn);
-    }
-    for (const auto& [task_arn, status] : reported) swarm->Acked(task_arn, status);
-    swarm->welcome_stops += static_cast<int64_t>(welcome->stop.size());
-    swarm->welcome_assigns += static_cast<int64_t>(welcome->assign.size());
-    for (const auto& s : welcome->stop) stop(s.task_arn);
-    for (const auto& a : welcome->assign) assign(a, 0);
-    welcomed = true;
-  } else if (const auto* push = std::get_if<protocol::Assign>(&m)) {
-    assign(push->task, push->id);
-  } else if (const auto* order = std::get_if<protocol::Stop>(&m)) {
-    stop(order->order.task_arn);
-    ack(order->id);
-  } else {
-    const auto* error = std::get_if<protocol::Error>(&m);
-    if (error) swarm->Error(error->message.empty() ? "(no message)" : error->message);
-    const std::optional<int64_t> id = error ? error->id : std::optional<int64_t>(std::get<protocol::Ack>(m).id);
-    if (!id) return;
-    std::pair<std::string, std::string> what;
-    {
-      std::lock_guard lock(mu);
-      auto it = pending.find(*id);
-      if (it == pending.end()) {
-        if (!error) ++swarm->heartbeat_acks;
-        return;
-      }
-      what = it->second;
-      pending.erase(it);
-      if (!error && what.second == "STOPPED" && tasks.count(what.first) && tasks[what.first] == "STOPPED")
-        tasks.erase(what.first);  // the server has it: forget it
-    }
-    if (error) return;
-    ++swarm->state_acks;
-    swarm->Acked(what.first, what.second);
-    swarm->Stamp(what.first, what.second == "RUNNING" ? &TaskTimes::running_acked : &TaskTimes::stopped_acked);
-  }
-}
 
 // ParallelFor runs fn(i) for i in [0, n) on `threads` threads.
 template <typename Fn>

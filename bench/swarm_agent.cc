@@ -1,0 +1,142 @@
+// swarm_agent.cc: the simulated agent's protocol handling (bench/swarm_agent.h).
+#include "bench/swarm_agent.h"
+
+#include <variant>
+
+namespace gpupack::bench {
+
+std::vector<protocol::ContainerReport> ContainerReports(protocol::TaskStatus status,
+                                                        const std::vector<std::string>& container_names) {
+  std::vector<protocol::ContainerReport> containers;
+  for (const auto& name : container_names) {
+    protocol::ContainerReport c{name, status, std::nullopt, ""};
+    if (status == protocol::TaskStatus::kStopped) c.exit_code = 143;
+    containers.push_back(std::move(c));
+  }
+  return containers;
+}
+
+protocol::TaskStatus StatusOf(const std::string& status) {
+  return protocol::ParseTaskStatus(status).value_or(protocol::TaskStatus::kPending);
+}
+
+void SimAgent::SendState(const std::string& task_arn, const std::string& status,
+                         const std::vector<std::string>& container_names) {
+  protocol::StateReport m;
+  m.id = next_id++;
+  m.report.task_arn = task_arn;
+  m.report.status = StatusOf(status);
+  m.report.containers = ContainerReports(m.report.status, container_names);
+  if (status == "STOPPED") {
+    m.report.stop_code = protocol::StopCode::kUserInitiated;
+    m.report.reason = "Task stopped by user";
+  }
+  {
+    std::lock_guard lock(mu);
+    pending[m.id] = {task_arn, status};
+  }
+  Send(protocol::Serialize(protocol::AgentMessage(m)));
+}
+
+bool SimAgent::Connect(const ServerEndpoint& server, std::string* error) {
+  auto c = ChannelClient::Connect(server, protocol::ChannelTarget(arn),
+                                  {[this](std::string m) { OnMessage(m); }, [this] { ++swarm->closes; }});
+  if (!c.ok()) {
+    *error = c.status().message();
+    return false;
+  }
+  protocol::Hello hello;
+  {
+    std::lock_guard lock(mu);
+    hello_reported = tasks;
+    swarm->hello_tasks += static_cast<int64_t>(tasks.size());
+    for (const auto& [task_arn, status] : tasks)
+      hello.tasks.push_back({task_arn, StatusOf(status), std::nullopt, "", ContainerReports(StatusOf(status), {"main"})});
+  }
+  std::lock_guard lock(chan_mu);
+  client = std::move(*c);
+  connected = true;
+  client->Send(protocol::Serialize(protocol::AgentMessage(hello)));
+  return true;
+}
+
+void SimAgent::OnMessage(const std::string& text) {
+  auto parsed = protocol::ParseServerMessage(text);
+  if (!parsed.ok()) return swarm->Error("a message the protocol refuses: " + parsed.status().message());
+  // A push (assign, stop) is acked once recorded, else the server sends it again and finally closes the channel.
+  auto ack = [this](int64_t push_id) {
+    if (swarm->no_ack || push_id == 0) return;
+    ++swarm->push_acks;
+    Send(protocol::Serialize(protocol::AgentMessage(protocol::Ack{push_id})));
+  };
+  auto assign = [this, &ack](const protocol::Assignment& task, int64_t push_id) {
+    ++swarm->assigns;
+    {
+      std::lock_guard lock(mu);
+      if (tasks.count(task.task_arn)) {  // never start a task twice
+        ++swarm->duplicate_assigns;
+        return ack(push_id);
+      }
+      tasks[task.task_arn] = "RUNNING";
+    }
+    ack(push_id);
+    swarm->Stamp(task.task_arn, &TaskTimes::assigned);
+    std::vector<std::string> names;
+    for (const auto& c : task.containers) names.push_back(c.name);
+    SendState(task.task_arn, "RUNNING", names);
+  };
+  auto stop = [this](const std::string& task_arn) {
+    ++swarm->stops;
+    {
+      std::lock_guard lock(mu);
+      if (auto it = tasks.find(task_arn); it != tasks.end()) it->second = "STOPPED";
+    }
+    SendState(task_arn, "STOPPED", {"main"});
+  };
+  protocol::ServerMessage& m = *parsed;
+  if (const auto* welcome = std::get_if<protocol::Welcome>(&m)) {
+    // The welcome comes once the hello's reports are applied and durable: they count as acknowledged.
+    std::map<std::string, std::string> reported;
+    {
+      std::lock_guard lock(mu);
+      reported.swap(hello_reported);
+      for (const auto& [task_arn, status] : reported)
+        if (status == "STOPPED" && tasks.count(task_arn) && tasks[task_arn] == "STOPPED") tasks.erase(task_arn);
+    }
+    for (const auto& [task_arn, status] : reported) swarm->Acked(task_arn, status);
+    swarm->welcome_stops += static_cast<int64_t>(welcome->stop.size());
+    swarm->welcome_assigns += static_cast<int64_t>(welcome->assign.size());
+    for (const auto& s : welcome->stop) stop(s.task_arn);
+    for (const auto& a : welcome->assign) assign(a, 0);
+    welcomed = true;
+  } else if (const auto* push = std::get_if<protocol::Assign>(&m)) {
+    assign(push->task, push->id);
+  } else if (const auto* order = std::get_if<protocol::Stop>(&m)) {
+    stop(order->order.task_arn);
+    ack(order->id);
+  } else {
+    const auto* error = std::get_if<protocol::Error>(&m);
+    if (error) swarm->Error(error->message.empty() ? "(no message)" : error->message);
+    const std::optional<int64_t> id = error ? error->id : std::optional<int64_t>(std::get<protocol::Ack>(m).id);
+    if (!id) return;
+    std::pair<std::string, std::string> what;
+    {
+      std::lock_guard lock(mu);
+      auto it = pending.find(*id);
+      if (it == pending.end()) {
+        if (!error) ++swarm->heartbeat_acks;
+        return;
+      }
+      what = it->second;
+      pending.erase(it);
+      if (!error && what.second == "STOPPED" && tasks.count(what.first) && tasks[what.first] == "STOPPED")
+        tasks.erase(what.first);  // the server has it: forget it
+    }
+    if (error) return;
+    ++swarm->state_acks;
+    swarm->Acked(what.first, what.second);
+    swarm->Stamp(what.first, what.second == "RUNNING" ? &TaskTimes::running_acked : &TaskTimes::stopped_acked);
+  }
+}
+
+}  // namespace gpupack::bench

@@ -1,0 +1,112 @@
+// swarm_agent: the simulated node agent of bench/agent_swarm.cc (SimAgent) and the counters and timestamps the
+// whole swarm shares (Swarm). Each SimAgent is only the channel protocol (docs/agent-channel.md) on a
+// ChannelClient, its messages built and read with protocol/messages.h; nothing is forked. agent_swarm.cc owns
+// the phases, the server and the figures.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "agent/channel_client.h"
+#include "protocol/messages.h"
+
+namespace gpupack::bench {
+
+using Clock = std::chrono::steady_clock;
+using gpupack::agent::ChannelClient;
+using gpupack::agent::ServerEndpoint;
+
+// TaskTimes: when each step of one task happened, stamped by the driver and the agents (Swarm::Stamp).
+struct TaskTimes {
+  Clock::time_point sent{}, answered{}, assigned{}, running_acked{}, stop_sent{}, stopped_acked{};
+};
+
+struct Swarm;
+
+// SimAgent keeps what a real agent keeps (docs/agent-channel.md): every task it was given, reported in each
+// hello until the server acknowledged its STOPPED report; an assign for a task it has is ignored.
+struct SimAgent {
+  Swarm* swarm = nullptr;
+  int index = 0;
+  std::string arn;
+  std::mutex chan_mu;                     // guards client: Send and replacement
+  std::unique_ptr<ChannelClient> client;  // guarded by chan_mu
+  std::atomic<bool> connected{false};
+  std::mutex mu;
+  std::map<int64_t, std::pair<std::string, std::string>> pending;  // state id -> (task ARN, status); guarded by mu
+  std::map<std::string, std::string> tasks;                        // task ARN -> RUNNING | STOPPED; guarded by mu
+  std::map<std::string, std::string> hello_reported;               // what the last hello said; guarded by mu
+  std::atomic<int64_t> next_id{1};
+  std::atomic<bool> welcomed{false};
+  std::atomic<bool> churning{false};   // the churn thread has it down or is reconnecting it
+  Clock::time_point next_heartbeat{};  // heartbeat thread only
+
+  void OnMessage(const std::string& text);
+  void SendState(const std::string& task_arn, const std::string& status,
+                 const std::vector<std::string>& container_names);
+  void Send(const std::string& text) {
+    std::lock_guard lock(chan_mu);
+    if (client) client->Send(text);
+  }
+  // Connect opens the channel and says hello with every task it has; false when the server refused.
+  bool Connect(const ServerEndpoint& server, std::string* error);
+  // Disconnect closes the channel (the io thread is joined when it returns); unacknowledged reports are
+  // forgotten, as a real agent forgets them, and sent again in the next hello.
+  void Disconnect() {
+    std::unique_ptr<ChannelClient> old;
+    {
+      std::lock_guard lock(chan_mu);
+      old = std::move(client);
+      connected = false;
+    }
+    old.reset();
+    std::lock_guard lock(mu);
+    pending.clear();
+    welcomed = false;
+  }
+};
+
+struct Swarm {
+  std::atomic<int64_t> assigns{0}, stops{0}, state_acks{0}, heartbeats{0}, heartbeat_acks{0}, errors{0}, closes{0};
+  std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0}, push_acks{0};
+  bool no_ack = false;  // set before any agent connects
+  std::atomic<int64_t> hello_tasks{0}, welcome_assigns{0}, welcome_stops{0};
+  std::mutex mu;
+  std::string first_error;                            // guarded by mu
+  std::unordered_map<std::string, TaskTimes> times;   // guarded by mu
+  std::set<std::string> running_acked, stopped_acked;  // reports the server acknowledged; guarded by mu
+
+  void Error(const std::string& message) {
+    ++errors;
+    std::lock_guard lock(mu);
+    if (first_error.empty()) first_error = message.substr(0, 300);
+  }
+  void Stamp(const std::string& arn, Clock::time_point TaskTimes::*field) {
+    auto now = Clock::now();
+    std::lock_guard lock(mu);
+    times[arn].*field = now;
+  }
+  void Acked(const std::string& arn, const std::string& status) {
+    std::lock_guard lock(mu);
+    (status == "RUNNING" ? running_acked : stopped_acked).insert(arn);
+  }
+};
+
+// ContainerReports: every container of a task in `status` (STOPPED ones exited on SIGTERM).
+std::vector<protocol::ContainerReport> ContainerReports(protocol::TaskStatus status,
+                                                        const std::vector<std::string>& container_names);
+
+// StatusOf: the protocol's status for "RUNNING", "STOPPED", ...; PENDING for a name it does not know.
+protocol::TaskStatus StatusOf(const std::string& status);
+
+}  // namespace gpupack::bench
