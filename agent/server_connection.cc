@@ -34,16 +34,13 @@ bool WriteFileAtomically(const fs::path& path, const std::string& content) {
   return !ec;
 }
 
-// kLeaderMarker: the words before the leader's URL in a standby's refusal (api/leadership.cc), of the channel
-// and of an ECS call alike.
-constexpr const char* kLeaderMarker = "served by the leader at ";
-
 // LeaderNamedIn is the URL a standby's refusal names ("... served by the leader at http://HOST:PORT"), "" when
 // `text` names none.
 std::string LeaderNamedIn(const std::string& text) {
-  const size_t at = text.find(kLeaderMarker);
+  const std::string marker = protocol::kStandbyLeaderMarker;
+  const size_t at = text.find(marker);
   if (at == std::string::npos) return "";
-  std::string url = text.substr(at + std::string(kLeaderMarker).size());
+  std::string url = text.substr(at + marker.size());
   return url.substr(0, url.find_first_of(" ;\"'"));
 }
 
@@ -89,7 +86,7 @@ ReconnectPolicy::ReconnectPolicy(size_t servers, Random random)
 }
 
 ReconnectPolicy::Outcome ReconnectPolicy::Classify(const std::string& why) {
-  if (why.find(kLeaderMarker) != std::string::npos) return Outcome::kLeaderNamed;
+  if (why.find(protocol::kStandbyLeaderMarker) != std::string::npos) return Outcome::kLeaderNamed;
   if (why.find("the server refused the agent channel") != std::string::npos) return Outcome::kAnswered;
   return Outcome::kUnreachable;
 }

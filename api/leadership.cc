@@ -109,8 +109,10 @@ class Replica::StandbyFront {
     StandbyFront* self = f.get();
     refuse.accept = [self](const HttpRequest&) {
       const std::string leader = self->leader_();
-      return Status::Server("this gpupack server is a standby; the agent channel is served by the leader" +
-                            (leader.empty() ? std::string(", unknown now: retry") : " at " + leader));
+      return Status::Server(leader.empty() ? std::string("this gpupack server is a standby; the agent channel is served by "
+                                                         "the leader, unknown now: retry")
+                                           : std::string("this gpupack server is a standby; the agent channel is ") +
+                                                 protocol::kStandbyLeaderMarker + leader);
     };
     refuse.on_open = [](const std::shared_ptr<WebSocketConnection>& c, const HttpRequest&) { c->Close(); };
     refuse.on_message = [](const std::shared_ptr<WebSocketConnection>&, std::string) {};

@@ -44,6 +44,10 @@ namespace gpupack::protocol {
 using Json = nlohmann::json;
 
 inline constexpr const char* kChannelPath = "/agent/v1/channel";
+// kStandbyLeaderMarker: the words before the leader's URL in a standby's refusal of the channel ("... served by
+// the leader at http://HOST:PORT"); the standby writes them (api/leadership.cc) and the agent reads the URL after
+// them (agent/server_connection.cc), so both take them from here.
+inline constexpr const char* kStandbyLeaderMarker = "served by the leader at ";
 // The instance attribute an agent registers (value "v1") to say it holds a channel: the server pushes to it.
 inline constexpr const char* kChannelAttribute = "gpupack.agent-channel";
 inline constexpr const char* kChannelVersion = "v1";
