@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "protocol/sigv4.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

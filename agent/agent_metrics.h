@@ -26,7 +26,7 @@
 #include "agent/runtime.h"
 #include "agent/task_store.h"
 #include "metrics/registry.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

@@ -12,7 +12,7 @@
 
 #include "protocol/messages.h"
 #include "protocol/sigv4.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

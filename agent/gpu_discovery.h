@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "scheduler/model.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

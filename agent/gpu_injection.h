@@ -30,7 +30,7 @@
 
 #include "agent/gpu_discovery.h"
 #include "agent/runtime.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

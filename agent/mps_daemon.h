@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

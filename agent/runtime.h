@@ -13,7 +13,7 @@
 
 #include "agent/log_store.h"
 #include "scheduler/model.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

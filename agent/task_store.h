@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "protocol/messages.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::agent {
 

@@ -13,7 +13,7 @@
 #include "scheduler/cluster_state.h"
 #include "scheduler/model.h"
 #include "scheduler/placement.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::api {
 

@@ -18,7 +18,7 @@
 #include <unordered_map>
 
 #include "protocol/sigv4.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::api {
 

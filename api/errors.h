@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::api {
 

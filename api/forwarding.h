@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "api/http_server.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::api {
 

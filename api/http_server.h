@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::api {
 

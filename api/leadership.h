@@ -38,7 +38,7 @@
 
 #include "api/http_server.h"
 #include "api/server.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 #include "storage/postgres_store.h"
 
 namespace gpupack::api {

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "scheduler/model.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::api {
 

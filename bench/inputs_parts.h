@@ -11,7 +11,7 @@
 
 #include "bench/inputs.h"
 #include "scheduler/model.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::plan::inputs_internal {
 

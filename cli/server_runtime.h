@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "scheduler/model.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::cli {
 

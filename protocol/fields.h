@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "protocol/messages.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::protocol::internal {
 

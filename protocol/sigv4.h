@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::protocol {
 

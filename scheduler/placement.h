@@ -22,7 +22,7 @@
 
 #include "scheduler/cluster_state.h"
 #include "scheduler/model.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack {
 

@@ -26,7 +26,7 @@
 #include <optional>
 #include <thread>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 #include "storage/store.h"
 
 namespace gpupack {

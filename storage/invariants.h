@@ -8,7 +8,7 @@
 #pragma once
 
 #include "scheduler/cluster_state.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack {
 

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 #include "storage/store.h"
 
 namespace gpupack {

@@ -31,7 +31,7 @@
 #include <optional>
 #include <string>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 #include "storage/store.h"
 
 namespace gpupack {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::storage_internal {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "api/codec.h"
-#include "scheduler/status.h"
+#include "base/status.h"
 
 namespace gpupack::api {
 

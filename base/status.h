@@ -1,7 +1,7 @@
 // Status and Result<T>: errors as values at module borders.
 //
-// Every code maps to one ECS error name and HTTP status, in exactly one place: api/errors.cc. The scheduler
-// and storage only pick the code and write a message a person can act on.
+// Every code maps to one ECS error name and HTTP status, in exactly one place (api/errors.cc); the code that
+// fails only picks the code and writes a message a person can act on. It lives in base/, under every folder.
 #pragma once
 
 #include <cassert>
