@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "api/agent_channel.h"
-#include "api/forwarding.h"
-#include "api/http_wire.h"
+#include "api/channel/agent_channel.h"
+#include "api/ha/forwarding.h"
+#include "api/http/http_wire.h"
 
 namespace gpupack::api {
 namespace {

@@ -36,7 +36,7 @@
 #include <string>
 #include <thread>
 
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 #include "api/server.h"
 #include "base/status.h"
 #include "storage/postgres_store.h"

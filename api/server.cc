@@ -1,7 +1,7 @@
 #include "api/server.h"
 
-#include "api/ecs_handler.h"
-#include "api/logs_handler.h"
+#include "api/logs/logs_handler.h"
+#include "api/paths.h"
 #include "api/server_metrics.h"
 #include "storage/group_committer.h"
 
@@ -17,12 +17,12 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   AddControlPlaneMetrics(*s->metrics_, *s->control_plane_);
   options.channel.authenticator = options.authenticator;
   s->channel_ = std::make_unique<AgentChannel>(*s->control_plane_, options.channel);
-  s->handler_ = std::make_unique<EcsHandler>(*s->control_plane_, *s->metrics_);
-  s->handler_->SetAuthenticator(options.authenticator);
-  s->handler_->SetGpuMemory(&s->channel_->gpu_memory());
+  s->front_ = std::make_unique<FrontDoor>(*s->control_plane_, *s->metrics_);
+  s->front_->SetAuthenticator(options.authenticator, options.logs_authenticator);
+  s->front_->SetGpuMemory(&s->channel_->gpu_memory());
   s->logs_ = std::make_unique<LogsHandler>(*s->control_plane_, *s->channel_);
-  s->handler_->SetLogs(s->logs_.get(), options.logs_authenticator);
-  if (options.readiness) s->handler_->SetReadiness(std::move(options.readiness));
+  s->front_->SetLogs(s->logs_.get());
+  if (options.readiness) s->front_->SetReadiness(std::move(options.readiness));
   HttpServerOptions http;
   http.host = options.host;
   http.port = options.port;
@@ -31,7 +31,7 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   WebSocketHandler channel = s->channel_->Handler();
   channel.max_send_queue_bytes = options.max_send_queue_bytes;
   http.websockets[kAgentChannelPath] = std::move(channel);
-  auto server = HttpServer::Create(http, s->handler_->AsHandler());
+  auto server = HttpServer::Create(http, s->front_->AsHandler());
   if (!server.ok()) return server.status();
   s->http_ = std::move(*server);
   AddServerMetrics(*s->metrics_, *s->http_, *s->committer_, *s->channel_);

@@ -1,5 +1,6 @@
-// Server: one gpupack server assembled over a Store: the group committer, the control plane (applier, router,
-// read views), the agent channel, the ECS handler, the metrics registry and the HTTP server. `gpupack server`
+// Server: one gpupack server assembled over a Store: the group committer, the control plane (applier, read
+// views), the agent channel, the front ends behind the path table (api/paths.h: ECS, CloudWatch Logs, the
+// console), the metrics registry and the HTTP server. `gpupack server`
 // (cli/server.cc) and the tests build it the same way, whatever the store.
 //
 // Lifetime: the Store must outlive the Server. The destructor stops serving, closes the agent channel and
@@ -10,11 +11,11 @@
 #include <memory>
 #include <string>
 
-#include "api/agent_channel.h"
-#include "api/control_plane.h"
-#include "api/http_server.h"
+#include "api/channel/agent_channel.h"
+#include "engine/control_plane.h"
+#include "api/http/http_server.h"
 #include "metrics/registry.h"
-#include "api/request_auth.h"
+#include "api/auth/request_auth.h"
 #include "storage/store.h"
 
 namespace gpupack::api {
@@ -37,7 +38,7 @@ struct ServerOptions {
   const RequestAuthenticator* authenticator = nullptr;
   // The same keys for the CloudWatch Logs calls, whose signatures name the service "logs"; null = none.
   const RequestAuthenticator* logs_authenticator = nullptr;
-  // What GET /readyz answers (EcsHandler::ReadinessProbe); unset: a server alone. Must outlive the server.
+  // What GET /readyz answers (FrontDoor::ReadinessProbe); unset: a server alone. Must outlive the server.
   std::function<HttpResponse()> readiness;
 };
 
@@ -64,7 +65,7 @@ class Server {
   std::unique_ptr<ControlPlane> control_plane_;
   std::unique_ptr<AgentChannel> channel_;
   std::unique_ptr<class LogsHandler> logs_;
-  std::unique_ptr<class EcsHandler> handler_;
+  std::unique_ptr<class FrontDoor> front_;
   std::unique_ptr<HttpServer> http_;
 };
 

@@ -1,4 +1,4 @@
-// The server's /metrics families beyond the request ones (api/ecs_handler.h): placements and refusals, tasks by
+// The server's /metrics families beyond the request ones (api/ecs/ecs_handler.h): placements and refusals, tasks by
 // status, the instances and their GPUs and the tasks' GPU allocations as the last published read view shows them,
 // store commit latency, and the HTTP server's, store's and agent channel's own counters. All but the commit
 // latency are collected at scrape time; none takes the applier's lock for longer than a copy of its counters.
@@ -11,9 +11,9 @@
 
 #include <memory>
 
-#include "api/agent_channel.h"
-#include "api/control_plane.h"
-#include "api/http_server.h"
+#include "api/channel/agent_channel.h"
+#include "engine/control_plane.h"
+#include "api/http/http_server.h"
 #include "metrics/registry.h"
 #include "storage/group_committer.h"
 #include "storage/store.h"

@@ -1,6 +1,6 @@
 // Status and Result<T>: errors as values at module borders.
 //
-// Every code maps to one ECS error name and HTTP status, in exactly one place (api/errors.cc); the code that
+// Every code maps to one ECS error name and HTTP status, in exactly one place (api/http/errors.cc); the code that
 // fails only picks the code and writes a message a person can act on. It lives in base/, under every folder.
 #pragma once
 

@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/leadership.h"
-#include "api/request_auth.h"
+#include "api/auth/request_auth.h"
 #include "api/server.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"

@@ -1,11 +1,11 @@
-#include "api/applier.h"
+#include "engine/applier.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include <spdlog/spdlog.h>
 
-#include "api/operations/operations.h"
+#include "engine/operations/operations.h"
 #include "storage/invariants.h"
 
 namespace gpupack::api {

@@ -19,10 +19,10 @@
 #include <mutex>
 #include <random>
 
-#include "api/codec.h"
-#include "api/read_view.h"
-#include "api/requests.h"
-#include "api/transaction.h"
+#include "scheduler/arn.h"
+#include "engine/read_view.h"
+#include "engine/requests.h"
+#include "engine/transaction.h"
 #include "scheduler/cluster_state.h"
 #include "storage/group_committer.h"
 #include "storage/store.h"

@@ -1,11 +1,11 @@
-#include "api/control_plane.h"
+#include "engine/control_plane.h"
 
-#include "api/operations/agents.h"
+#include "engine/operations/agents.h"
 
 namespace gpupack::api {
 
 ControlPlane::ControlPlane(ControlPlaneOptions options, Store& store, GroupCommitter& committer)
-    : applier_(std::move(options), store, committer), router_(applier_) {}
+    : applier_(std::move(options), store, committer) {}
 
 void ControlPlane::AgentHello(const std::string& instance_arn, const protocol::Hello& hello,
                               std::function<void(Status, protocol::Welcome)> done) {

@@ -1,6 +1,7 @@
-// ControlPlane: the server's core, assembled: one Applier (the single writer and its read views), the Router
-// that maps ECS operations onto it, and the agent-facing calls the agent channel makes. It holds no rules of
-// its own: those live in api/operations/, one file per resource.
+// ControlPlane: the server's core, assembled: one Applier (the single writer and its read views) and the
+// agent-facing calls the agent channel makes. It holds no rules of its own: those live in engine/operations/,
+// one file per resource. The ECS operations reach the applier through the ECS front end's Router
+// (api/ecs/router.h).
 //
 // Thread-safe: every method may be called from any thread.
 #pragma once
@@ -9,8 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "api/applier.h"
-#include "api/router.h"
+#include "engine/applier.h"
 #include "protocol/messages.h"
 #include "storage/group_committer.h"
 #include "storage/store.h"
@@ -21,21 +21,13 @@ using ControlPlaneOptions = ApplierOptions;
 
 class ControlPlane {
  public:
-  using Done = Router::Done;
-
   ControlPlane(ControlPlaneOptions options, Store& store, GroupCommitter& committer);
 
   // Loads the durable state. Call once before serving.
   Status Load() { return applier_.Load(); }
 
-  // Execute runs one ECS operation through the router (see Router::Dispatch).
-  void Execute(const std::string& operation, const Json& body, Done done, const AgentKey& agent_key = {}) const {
-    router_.Dispatch(operation, body, std::move(done), agent_key);
-  }
-  static bool Knows(const std::string& operation) { return Router::Knows(operation); }
-
-  // ---- the agent channel (api/agent_channel.h) reaches the control plane through these. Each runs serialized
-  // through the applier; its callback runs once the writes are durable.
+  // ---- the agent channel (api/channel/agent_channel.h) reaches the control plane through these. Each runs
+  // serialized through the applier; its callback runs once the writes are durable.
   // AgentHello reconciles what an agent reports it runs with what the server holds for its instance and
   // answers the welcome. The instance becomes connected.
   void AgentHello(const std::string& instance_arn, const protocol::Hello& hello,
@@ -64,7 +56,6 @@ class ControlPlane {
 
  private:
   Applier applier_;
-  Router router_;
 };
 
 }  // namespace gpupack::api

@@ -1,4 +1,4 @@
-#include "api/read_view.h"
+#include "engine/read_view.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // ReadView: an immutable snapshot of the committed cluster state, for Describe/List calls and /metrics.
 //
-// The applier publishes a new view after each commit (api/applier.h); readers take the current one with
+// The applier publishes a new view after each commit (engine/applier.h); readers take the current one with
 // Applier::View() and never touch the writer's lock or its working state, so a read shows only what is durable
 // and never waits for a placement. A view is never changed once published: every entity is held as a
 // shared_ptr<const T>, and a new view shares with the previous one everything its commit did not touch.
@@ -20,8 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "api/codec.h"
-#include "api/task_order.h"
+#include "engine/task_order.h"
 #include "scheduler/cluster_state.h"
 #include "scheduler/model.h"
 

@@ -1,4 +1,5 @@
-// Typed ECS requests: one struct per operation, parsed from the JSON 1.1 body by api/requests.cc.
+// Typed requests: one struct per ECS operation, parsed from the JSON 1.1 body by the ECS front end
+// (api/ecs/parse.h).
 //
 // Parsing checks what the body alone decides (types, required fields, ECS's length and count limits) and
 // leaves whatever needs the cluster's state (does the cluster exist, which task a reference names) to the
@@ -12,14 +13,10 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "scheduler/model.h"
 #include "base/status.h"
 
 namespace gpupack::api {
-
-using Json = nlohmann::json;
 
 enum class Access { kRead, kWrite };
 
@@ -163,7 +160,7 @@ struct ExplainPlacementRequest {
 };
 
 // A task's state as an agent reports it, through the channel or through ECS's SubmitTaskStateChange. Both
-// paths end in one ApplyTaskReport (api/ops/task_reports.cc).
+// paths end in one ApplyTaskReport (engine/operations/task_reports.cc).
 struct ContainerStateReport {
   std::optional<std::string> name;
   std::optional<TaskStatus> status;
@@ -261,34 +258,5 @@ struct ListAttributesRequest {
   std::optional<std::string> attribute_value;
   PageRequest page;
 };
-
-// ---- parsing: the JSON body of each operation into its request (errors name the field)
-
-Result<CreateClusterRequest> ParseCreateCluster(const Json& in);
-Result<DeleteClusterRequest> ParseDeleteCluster(const Json& in);
-Result<UpdateClusterSettingsRequest> ParseUpdateClusterSettings(const Json& in);
-Result<DescribeClustersRequest> ParseDescribeClusters(const Json& in);
-Result<ListClustersRequest> ParseListClusters(const Json& in);
-Result<RegisterTaskDefinitionRequest> ParseRegisterTaskDefinitionRequest(const Json& in);
-Result<DeregisterTaskDefinitionRequest> ParseDeregisterTaskDefinition(const Json& in);
-Result<DescribeTaskDefinitionRequest> ParseDescribeTaskDefinition(const Json& in);
-Result<ListTaskDefinitionsRequest> ParseListTaskDefinitions(const Json& in);
-Result<ListTaskDefinitionFamiliesRequest> ParseListTaskDefinitionFamilies(const Json& in);
-Result<RunTaskRequest> ParseRunTask(const Json& in);
-Result<StartTaskRequest> ParseStartTask(const Json& in);
-Result<StopTaskRequest> ParseStopTask(const Json& in);
-Result<DescribeTasksRequest> ParseDescribeTasks(const Json& in);
-Result<ListTasksRequest> ParseListTasks(const Json& in);
-Result<ExplainPlacementRequest> ParseExplainPlacement(const Json& in);
-Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in);
-Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const Json& in);
-Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Json& in);
-Result<DeregisterContainerInstanceRequest> ParseDeregisterContainerInstance(const Json& in);
-Result<DescribeContainerInstancesRequest> ParseDescribeContainerInstances(const Json& in);
-Result<ListContainerInstancesRequest> ParseListContainerInstances(const Json& in);
-Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(const Json& in);
-Result<PutAttributesRequest> ParsePutAttributes(const Json& in);
-Result<DeleteAttributesRequest> ParseDeleteAttributes(const Json& in);
-Result<ListAttributesRequest> ParseListAttributes(const Json& in);
 
 }  // namespace gpupack::api

@@ -1,4 +1,5 @@
-// Typed ECS results: what each operation answers, rendered to ECS's JSON shapes by Render (api/results.cc).
+// Typed results: what each operation answers, rendered to ECS's JSON shapes by the ECS front end
+// (api/ecs/render.h).
 //
 // Entities are shared, immutable copies: a read result points into the read view it was answered from, a write
 // result holds copies taken under the applier's lock, so rendering needs no lock.
@@ -9,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "api/codec.h"
-#include "api/read_view.h"
+#include "engine/read_view.h"
+#include "scheduler/model.h"
 #include "scheduler/placement.h"
 
 namespace gpupack::api {
@@ -72,18 +73,6 @@ struct ExplainResult {
   std::vector<InstanceVerdict> instances;
   std::string chosen;  // empty when nothing fits
 };
-
-Json Render(const ArnContext& ctx, const ClusterResult& r);
-Json Render(const ArnContext& ctx, const ClustersResult& r);
-Json Render(const ArnContext& ctx, const ListPage& r);
-Json Render(const ArnContext& ctx, const TaskDefinitionResult& r);
-Json Render(const ArnContext& ctx, const TasksResult& r);
-Json Render(const ArnContext& ctx, const TaskResult& r);
-Json Render(const ArnContext& ctx, const InstanceResult& r);
-Json Render(const ArnContext& ctx, const InstancesResult& r);
-Json Render(const ArnContext& ctx, const AttributesResult& r);
-Json Render(const ArnContext& ctx, const AckResult& r);
-Json Render(const ArnContext& ctx, const ExplainResult& r);
 
 // PageOf: the page of `items` that `page` asks for, under `key` (nextToken when more remain).
 ListPage PageOf(const char* key, std::vector<std::string> items, size_t begin, size_t limit);

@@ -1,4 +1,4 @@
-#include "api/task_order.h"
+#include "engine/task_order.h"
 
 #include <algorithm>
 #include <iterator>

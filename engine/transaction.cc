@@ -1,4 +1,4 @@
-#include "api/transaction.h"
+#include "engine/transaction.h"
 
 namespace gpupack::api {
 

@@ -1,6 +1,6 @@
 // Transaction: the only way an operation changes the cluster state.
 //
-// The applier (api/applier.h) hands each write operation one Transaction over its working ClusterState. The
+// The applier (engine/applier.h) hands each write operation one Transaction over its working ClusterState. The
 // operation reads the state through state() (const) and changes it only through the methods below; each change
 // bumps the entity's version once per transaction and is recorded, so Finish() yields the WriteBatch to commit,
 // the copies the next read view needs, and the pushes to send agents once the batch is durable. No operation
@@ -19,8 +19,8 @@
 #include <variant>
 #include <vector>
 
-#include "api/codec.h"
-#include "api/read_view.h"
+#include "scheduler/arn.h"
+#include "engine/read_view.h"
 #include "protocol/messages.h"
 #include "scheduler/cluster_state.h"
 #include "storage/store.h"

@@ -83,7 +83,7 @@ class SigV4Verifier {
     return Authenticate(req, now).status;
   }
 
-  // FindKey: the credential of `access_key_id`, or null (for the web console's login, api/request_auth.h).
+  // FindKey: the credential of `access_key_id`, or null (for the web console's login, api/auth/request_auth.h).
   const Credential* FindKey(std::string_view access_key_id) const;
 
   const std::string& region() const { return region_; }

@@ -55,7 +55,7 @@ struct ClientTokenRecord {
   std::vector<std::string> task_arns;
   EpochMs created_at = 0;
   // write_seq: the server's sequence number of the write that made this record (0 = loaded from the store).
-  // Never stored and not compared: it tells a retry whether the first answer is durable yet (api/applier.h).
+  // Never stored and not compared: it tells a retry whether the first answer is durable yet (engine/applier.h).
   uint64_t write_seq = 0;
   bool operator==(const ClientTokenRecord& o) const {
     return cluster == o.cluster && token == o.token && request_fingerprint == o.request_fingerprint &&

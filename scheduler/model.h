@@ -152,6 +152,13 @@ struct Cluster {
   bool operator==(const Cluster&) const = default;
 };
 
+// ClusterCounts: what DescribeClusters counts over a cluster's instances that are not INACTIVE.
+struct ClusterCounts {
+  int registered_instances = 0;
+  int running_tasks = 0;
+  int pending_tasks = 0;
+};
+
 // ---- Container instances and GPUs -------------------------------------------------------------------------
 
 enum class GpuMode { kIdle, kMps, kDedicated };

@@ -1,4 +1,4 @@
-#include "api/console_sessions.h"
+#include "api/auth/console_sessions.h"
 
 #include <algorithm>
 #include <array>

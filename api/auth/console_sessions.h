@@ -5,7 +5,7 @@
 // logout. The table keeps the SHA-256 of each token, never the token: a lookup compares hashes, so its timing
 // says nothing about a valid token, and a memory dump holds no usable cookie.
 //
-// Owned by RequestAuthenticator (api/request_auth.h). Thread-safe: every method may be called from any thread.
+// Owned by RequestAuthenticator (api/auth/request_auth.h). Thread-safe: every method may be called from any thread.
 #pragma once
 
 #include <chrono>

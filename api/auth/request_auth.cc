@@ -1,11 +1,11 @@
-#include "api/request_auth.h"
+#include "api/auth/request_auth.h"
 
 #include <array>
 #include <utility>
 
 #include <openssl/crypto.h>
 
-#include "api/router.h"
+#include "api/ecs/router.h"
 
 namespace gpupack::api {
 

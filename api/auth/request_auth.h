@@ -3,7 +3,7 @@
 // (SigV4Verifier: service ecs, the server's region, 5-minute clock skew, constant-time compare) and then
 // whether the signing key's role may perform the action (KeyRole, protocol/sigv4.h).
 //
-// It also holds the web console's sessions (api/console_sessions.h): Login checks a key's secret and starts a
+// It also holds the web console's sessions (api/auth/console_sessions.h): Login checks a key's secret and starts a
 // session, and a request without an Authorization header that carries both the session cookie and the
 // X-Gpupack-Console header is authenticated by its session instead of a signature (with the session's console
 // role: admin keys write, every other key only reads). A session never opens the agent channel.
@@ -18,8 +18,8 @@
 #include <string>
 #include <string_view>
 
-#include "api/console_sessions.h"
-#include "api/http_server.h"
+#include "api/auth/console_sessions.h"
+#include "api/http/http_server.h"
 #include "protocol/sigv4_verifier.h"
 
 namespace gpupack::api {

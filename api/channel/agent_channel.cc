@@ -1,4 +1,4 @@
-#include "api/agent_channel.h"
+#include "api/channel/agent_channel.h"
 
 #include <algorithm>
 #include <optional>

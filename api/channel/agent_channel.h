@@ -51,12 +51,16 @@
 #include <thread>
 #include <vector>
 
-#include "api/control_plane.h"
-#include "api/http_server.h"
-#include "api/request_auth.h"
+#include <nlohmann/json.hpp>
+
+#include "api/auth/request_auth.h"
+#include "api/http/http_server.h"
+#include "engine/control_plane.h"
 #include "protocol/messages.h"
 
 namespace gpupack::api {
+
+using Json = nlohmann::json;
 
 inline constexpr const char* kAgentChannelPath = protocol::kChannelPath;
 

@@ -1,11 +1,11 @@
-#include "api/console_handler.h"
+#include "api/console/console_handler.h"
 
 #include <algorithm>
 #include <climits>
 #include <string_view>
 #include <unordered_map>
 
-#include "api/errors.h"
+#include "api/http/errors.h"
 
 namespace gpupack::api {
 
@@ -476,11 +476,6 @@ ConsoleHandler::ConsoleHandler(ControlPlane& control_plane, PlacementRefusals& r
     for (const auto& [key, n] : cp.applier().counters().tasks_not_placed) totals[key.first] += n;
     return totals;
   });
-}
-
-bool ConsoleHandler::Serves(const std::string& method, const std::string& path) {
-  if (path == "/") return method == "GET" || method == "HEAD";
-  return path == "/console" || path.rfind("/console/", 0) == 0;
 }
 
 void ConsoleHandler::Handle(const HttpRequest& req, const std::string& request_id, const Responder& respond) const {

@@ -1,20 +1,21 @@
 // ConsoleHandler: the web console at /console/ (docs/console.md). It serves the page (index.html, app.js and
 // app.css, compiled into the binary from api/console/ by the build), the login and logout of console sessions
-// (POST and DELETE /console/session; api/console_sessions.h) and the console's compact reads under
+// (POST and DELETE /console/session; api/auth/console_sessions.h) and the console's compact reads under
 // /console/api/, built from the control plane's last published read view:
 //   GET /console/api/overview                      clusters: GPUs, GPU memory, tasks by status, refusals
 //   GET /console/api/instances?cluster=&offset=&limit=&q=   instances with each GPU's holders
 //   GET /console/api/tasks?cluster=&status=&family=&startedBy=&arn=&limit=   tasks, newest first
 //   GET /console/api/refusals                      the latest RunTask/StartTask refusals and their reasons
 // Tasks (and the holders of the instances' GPUs) carry, beside what they declared, the GPU memory they use as
-// their agent last reported it (GpuMemoryUsage, api/agent_channel.h): gpuMemoryUsedBytes per GPU and in all, and
-// gpuMemoryReadAt / gpuMemoryReadAgoMs, when it was read. A task whose agent reported none has none of these
-// fields ("not reported"), never a 0.
+// their agent last reported it (GpuMemoryUsage, api/channel/agent_channel.h): gpuMemoryUsedBytes per GPU and in
+// all, and gpuMemoryReadAt / gpuMemoryReadAgoMs, when it was read. A task whose agent reported none has none of
+// these fields ("not reported"), never a 0.
 // Each read answers a `version` (the view's commit sequence, the refusals' count and the GPU memory figures'
 // generation); a caller that passes
 // `since=<version>` and gets {"unchanged": true} back keeps what it drew, so polling once a second costs
 // almost nothing while nothing changes. Everything else the console shows comes from the ECS API itself
-// (DescribeTasks, ExplainPlacement, StopTask, ...) through EcsHandler, authenticated by the same session.
+// (DescribeTasks, ExplainPlacement, StopTask, ...) through the ECS front end (api/ecs/ecs_handler.h),
+// authenticated by the same session.
 //
 // With an authenticator (--credentials) the reads and the logout need a console session (or a SigV4 signature
 // of an admin or reader key) and the X-Gpupack-Console header; the page and its assets are served to anyone
@@ -37,12 +38,16 @@
 #include <string>
 #include <vector>
 
-#include "api/agent_channel.h"
-#include "api/control_plane.h"
-#include "api/http_server.h"
-#include "api/request_auth.h"
+#include <nlohmann/json.hpp>
+
+#include "api/channel/agent_channel.h"
+#include "engine/control_plane.h"
+#include "api/http/http_server.h"
+#include "api/auth/request_auth.h"
 
 namespace gpupack::api {
+
+using Json = nlohmann::json;
 
 class PlacementRefusals {
  public:
@@ -88,8 +93,8 @@ class PlacementRefusals {
   uint64_t generation_ = 0;                                   // guarded by mu_
 };
 
-// RecordRefusal: what EcsHandler calls after each RunTask or StartTask answer: records the tasks it left
-// unplaced (asked minus placed) in `refusals`, nothing when all were placed.
+// RecordRefusal: what the ECS front end's placement observer calls (api/paths.cc) after each RunTask or StartTask
+// answer: records the tasks it left unplaced (asked minus placed) in `refusals`, nothing when all were placed.
 void RecordRefusal(PlacementRefusals& refusals, const std::string& operation, const Json& request,
                    const Json& answer, EpochMs now);
 
@@ -98,15 +103,13 @@ class ConsoleHandler {
   // The handler makes `refusals` count from the control plane's placement counters (SetTotals).
   ConsoleHandler(ControlPlane& control_plane, PlacementRefusals& refusals);
 
-  // Serves: whether this handler answers `path`: "/" (a redirect to /console/), "/console" and below.
-  static bool Serves(const std::string& method, const std::string& path);
-
   void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
   // SetGpuMemory: where the reads find each task's GPU memory in use (the agent channel's heartbeat figures);
   // unset, every task's reads "not reported". Set before the server serves; must outlive the handler's serving.
   void SetGpuMemory(const GpuMemoryUsage* usage) { gpu_memory_ = usage; }
 
-  // Handle answers one request whose path Serves. `respond` is called exactly once, on this thread.
+  // Handle answers one request the path table (api/paths.h) gives the console: GET or HEAD "/" (a redirect to
+  // /console/), "/console" and below. `respond` is called exactly once, on this thread.
   void Handle(const HttpRequest& req, const std::string& request_id, const Responder& respond) const;
 
  private:

@@ -1,4 +1,4 @@
-# embed.cmake: writes OUTPUT, a C++ file that defines gpupack::api::ConsoleAssetBody (api/console_handler.cc)
+# embed.cmake: writes OUTPUT, a C++ file that defines gpupack::api::ConsoleAssetBody (api/console/console_handler.cc)
 # over the bytes of each file in FILES (a ;-list of paths; each is served under its file name). Run at build
 # time by api/CMakeLists.txt whenever a console file changes:
 #   cmake -DOUTPUT=console_assets.cc -DFILES="a;b" -P embed.cmake

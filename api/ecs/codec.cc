@@ -1,4 +1,4 @@
-#include "api/codec.h"
+#include "api/ecs/codec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -62,6 +62,15 @@ std::optional<int64_t> GetInt(const Json& obj, const std::string& key, const std
     if (std::isfinite(d) && d == std::floor(d)) Fail(Join(path, key), "integer out of range");  // e.g. 2^64, 1e300
     Fail(Join(path, key), "expected an integer, got a number with a fraction");
   }
+  Fail(Join(path, key), std::string("expected an integer, got ") + TypeName(*f));
+}
+
+std::optional<int64_t> GetInt64(const Json& obj, const std::string& key, const std::string& path) {
+  const Json* f = Field(obj, key);
+  if (!f) return std::nullopt;
+  if (f->is_number_unsigned() && f->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    Fail(Join(path, key), "integer out of range");
+  if (f->is_number_integer()) return f->get<int64_t>();
   Fail(Join(path, key), std::string("expected an integer, got ") + TypeName(*f));
 }
 
@@ -204,68 +213,7 @@ auto Guard(F&& f) -> Result<decltype(f())> {
   }
 }
 
-bool IsNameChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; }
-
 }  // namespace
-
-// ---- references ----------------------------------------------------------------------------------------
-
-Result<std::string> ClusterNameFrom(const ArnContext& ctx, const std::string& ref) {
-  if (ref.empty()) return std::string("default");
-  std::string name = ref;
-  if (ref.rfind("arn:", 0) == 0) {
-    const std::string prefix = ctx.Prefix() + "cluster/";
-    if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter("cluster ARN '" + ref.substr(0, 300) + "' is not of this region and account (" +
-                                      ctx.region + ", " + ctx.account + ")");
-    name = ref.substr(prefix.size());
-  }
-  if (name.empty() || name.size() > 255 || !std::all_of(name.begin(), name.end(), IsNameChar))
-    return Status::InvalidParameter("cluster name must be 1-255 letters, numbers, hyphens and underscores");
-  return name;
-}
-
-Result<std::string> ResourceIdFrom(const ArnContext& ctx, const std::string& kind, const std::string& ref,
-                                   const std::string& cluster) {
-  std::string id = ref;
-  if (ref.rfind("arn:", 0) == 0) {
-    const std::string prefix = ctx.Prefix() + kind + "/";
-    if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter(kind + " ARN '" + ref.substr(0, 300) + "' is not of this region and account");
-    const std::string rest = ref.substr(prefix.size());  // "<cluster>/<id>", or "<id>" in old-style ARNs
-    const size_t slash = rest.rfind('/');
-    id = rest.substr(slash == std::string::npos ? 0 : slash + 1);
-    if (!cluster.empty() && slash != std::string::npos && rest.substr(0, slash) != cluster)
-      return Status::InvalidParameter(kind + " ARN '" + ref.substr(0, 300) + "' names another cluster than '" +
-                                      cluster + "'");
-  }
-  if (id.empty() || id.size() > 255 || !std::all_of(id.begin(), id.end(), IsNameChar))
-    return Status::InvalidParameter("invalid " + kind + " identifier '" + ref.substr(0, 300) + "'");
-  return id;
-}
-
-Result<TaskDefinitionRef> TaskDefinitionRefFrom(const ArnContext& ctx, const std::string& ref) {
-  std::string s = ref;
-  if (ref.rfind("arn:", 0) == 0) {
-    const std::string prefix = ctx.Prefix() + "task-definition/";
-    if (ref.rfind(prefix, 0) != 0)
-      return Status::InvalidParameter("task definition ARN '" + ref.substr(0, 300) + "' is not of this region and account");
-    s = ref.substr(prefix.size());
-  }
-  TaskDefinitionRef out;
-  size_t colon = s.find(':');
-  out.family = s.substr(0, colon);
-  if (colon != std::string::npos) {
-    std::string rev = s.substr(colon + 1);
-    if (rev.empty() || rev.size() > 9 || !std::all_of(rev.begin(), rev.end(), ::isdigit) || std::stoi(rev) < 1)
-      return Status::Client("invalid task definition revision in '" + ref.substr(0, 300) + "'");
-    out.revision = std::stoi(rev);
-  }
-  if (out.family.empty() || out.family.size() > 255 ||
-      !std::all_of(out.family.begin(), out.family.end(), IsNameChar))
-    return Status::Client("invalid task definition family in '" + ref.substr(0, 300) + "'");
-  return out;
-}
 
 // ---- requests ------------------------------------------------------------------------------------------
 
@@ -393,6 +341,9 @@ Result<std::optional<std::string>> OptString(const Json& body, const std::string
 }
 Result<std::optional<int64_t>> OptInt(const Json& body, const std::string& key) {
   return Guard([&]() { return GetInt(body, key, ""); });
+}
+Result<std::optional<int64_t>> OptInt64(const Json& body, const std::string& key) {
+  return Guard([&]() { return GetInt64(body, key, ""); });
 }
 Result<std::optional<bool>> OptBool(const Json& body, const std::string& key) {
   return Guard([&]() { return GetBool(body, key, ""); });

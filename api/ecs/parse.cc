@@ -1,9 +1,9 @@
-#include "api/requests.h"
+#include "api/ecs/parse.h"
 
 #include <algorithm>
 #include <set>
 
-#include "api/codec.h"
+#include "api/ecs/codec.h"
 
 namespace gpupack::api {
 

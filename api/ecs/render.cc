@@ -1,4 +1,4 @@
-#include "api/results.h"
+#include "api/ecs/render.h"
 
 #include <cstdio>
 #include <sstream>
@@ -37,24 +37,6 @@ Json Failures(const std::vector<Failure>& failures) {
 }
 
 }  // namespace
-
-std::string PageToken(size_t end) {
-  std::ostringstream token;
-  token << "gp1." << std::hex << end;
-  return token.str();
-}
-
-ListPage PageOf(const char* key, std::vector<std::string> items, size_t begin, size_t limit) {
-  ListPage page;
-  page.key = key;
-  begin = std::min(begin, items.size());
-  const size_t end = std::min(items.size(), begin + limit);
-  if (end < items.size()) page.next_token = PageToken(end);
-  items.erase(items.begin() + static_cast<std::ptrdiff_t>(end), items.end());
-  items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(begin));
-  page.items = std::move(items);
-  return page;
-}
 
 Json Render(const ArnContext& ctx, const ClusterResult& r) { return {{"cluster", ToJson(ctx, r.cluster, r.counts)}}; }
 

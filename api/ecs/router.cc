@@ -1,9 +1,10 @@
-#include "api/router.h"
+#include "api/ecs/router.h"
 
 #include <map>
 #include <memory>
 
-#include "api/operations/operations.h"
+#include "api/ecs/render.h"
+#include "engine/operations/operations.h"
 
 namespace gpupack::api {
 

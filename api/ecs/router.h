@@ -1,8 +1,9 @@
 // Router: X-Amz-Target operation name -> parser, operation and renderer.
 //
-// Each route parses the JSON body into the operation's typed request (api/requests.h), runs it, and renders
-// its typed result (api/results.h). A request type whose kAccess is kWrite goes through the applier (serialized,
-// answered once durable); a read runs at once on the last published read view, on the caller's thread.
+// Each route parses the JSON body into the operation's typed request (api/ecs/parse.h), runs it in the engine
+// (engine/operations/), and renders its typed result (api/ecs/render.h). A request type whose kAccess is kWrite
+// goes through the applier (serialized, answered once durable); a read runs at once on the last published read
+// view, on the caller's thread.
 // Thread-safe: Dispatch may be called from any thread.
 #pragma once
 
@@ -10,8 +11,10 @@
 #include <optional>
 #include <string>
 
-#include "api/applier.h"
-#include "api/requests.h"
+#include "api/ecs/parse.h"
+#include "engine/applier.h"
+#include "engine/control_plane.h"
+#include "engine/requests.h"
 
 namespace gpupack::api {
 
@@ -41,5 +44,12 @@ class Router {
  private:
   Applier& applier_;
 };
+
+// Execute runs one ECS operation through a Router over the control plane's applier (see Router::Dispatch): the
+// entry point of the console, the tests and the fuzz targets.
+inline void Execute(ControlPlane& control_plane, const std::string& operation, const Json& body, Router::Done done,
+                    const AgentKey& agent_key = {}) {
+  Router(control_plane.applier()).Dispatch(operation, body, std::move(done), agent_key);
+}
 
 }  // namespace gpupack::api

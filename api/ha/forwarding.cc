@@ -1,4 +1,4 @@
-#include "api/forwarding.h"
+#include "api/ha/forwarding.h"
 
 #include <netdb.h>
 #include <poll.h>

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 #include "base/status.h"
 
 namespace gpupack::api {

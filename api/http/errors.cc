@@ -1,4 +1,4 @@
-#include "api/errors.h"
+#include "api/http/errors.h"
 
 #include <nlohmann/json.hpp>
 
@@ -24,8 +24,10 @@ EcsError ToEcsError(ErrorCode code) {
   return {500, "ServerException"};
 }
 
-std::string ErrorBody(const Status& status) {
-  nlohmann::json j = {{"__type", ToEcsError(status.code()).type}, {"message", status.message()}};
+std::string ErrorBody(const Status& status) { return ErrorBody(ToEcsError(status.code()), status.message()); }
+
+std::string ErrorBody(const EcsError& error, const std::string& message) {
+  nlohmann::json j = {{"__type", error.type}, {"message", message}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

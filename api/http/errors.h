@@ -1,4 +1,5 @@
-// The one place where a Status becomes an ECS error: its __type name and HTTP status.
+// The one place where a Status becomes an error of the JSON APIs: its __type name and HTTP status. Every front end
+// (ECS, CloudWatch Logs, the console) answers its errors through it.
 #pragma once
 
 #include <string>
@@ -14,7 +15,13 @@ struct EcsError {
 
 EcsError ToEcsError(ErrorCode code);
 
-// The JSON body {"__type": "...", "message": "..."} for a non-ok status.
+// The CloudWatch Logs errors that have no ECS code (api/logs/); its other errors are ECS's
+// (InvalidParameterException, UnknownOperationException).
+inline constexpr EcsError kLogsResourceNotFound = {400, "ResourceNotFoundException"};
+inline constexpr EcsError kLogsServiceUnavailable = {503, "ServiceUnavailableException"};
+
+// The JSON body {"__type": "...", "message": "..."} for a non-ok status, or for `error` and `message`.
 std::string ErrorBody(const Status& status);
+std::string ErrorBody(const EcsError& error, const std::string& message);
 
 }  // namespace gpupack::api

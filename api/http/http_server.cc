@@ -2,7 +2,7 @@
 // threads, and Create/Start/Stop/stats. Each connection is a Session (http_session.cc); an upgraded one a
 // WsSession (http_websocket.cc). The lifetimes the server keeps to are written down in http_server_impl.h.
 
-#include "api/http_server_impl.h"
+#include "api/http/http_server_impl.h"
 
 #include <ctime>
 #include <exception>
@@ -11,7 +11,7 @@
 #include <boost/asio/strand.hpp>
 #include <spdlog/spdlog.h>
 
-#include "api/http_wire.h"
+#include "api/http/http_wire.h"
 
 namespace gpupack::api {
 

@@ -38,7 +38,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/system/error_code.hpp>
 
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 
 namespace gpupack::api {
 namespace http_internal {

@@ -3,7 +3,7 @@
 // request to a WsSession (http_websocket.h). PendingResponse is the Responder behind each request. The
 // lifetimes the server keeps to are written down in http_server_impl.h.
 
-#include "api/http_server_impl.h"
+#include "api/http/http_server_impl.h"
 
 #include <algorithm>
 #include <array>
@@ -26,9 +26,9 @@
 #include <boost/beast/websocket/rfc6455.hpp>
 #include <spdlog/spdlog.h>
 
-#include "api/errors.h"
-#include "api/http_websocket.h"
-#include "api/http_wire.h"
+#include "api/http/errors.h"
+#include "api/http/http_websocket.h"
+#include "api/http/http_wire.h"
 
 namespace gpupack::api::http_internal {
 

@@ -2,7 +2,7 @@
 // hands its stream over (http_websocket.h); Stop() ends what is left (FinishWebSocket). The lifetimes the
 // server keeps to are written down in http_server_impl.h.
 
-#include "api/http_websocket.h"
+#include "api/http/http_websocket.h"
 
 #include <atomic>
 #include <chrono>

@@ -2,7 +2,7 @@
 // Internal to the api library; the Beast WebSocket stream itself stays inside http_websocket.cc.
 #pragma once
 
-#include "api/http_server_impl.h"
+#include "api/http/http_server_impl.h"
 
 #include <memory>
 #include <string>

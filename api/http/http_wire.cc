@@ -1,4 +1,4 @@
-#include "api/http_wire.h"
+#include "api/http/http_wire.h"
 
 #include <algorithm>
 #include <cctype>

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 
 namespace gpupack::api::http_internal {
 

@@ -1,4 +1,4 @@
-#include "api/logs_handler.h"
+#include "api/logs/logs_handler.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,10 @@
 #include <optional>
 #include <vector>
 
-#include "api/read_view.h"
+#include "api/ecs/codec.h"
+#include "api/http/errors.h"
+#include "api/http/json_call.h"
+#include "engine/read_view.h"
 
 namespace gpupack::api {
 
@@ -18,14 +21,12 @@ constexpr int64_t kMaxEvents = 10000;             // GetLogEvents' and FilterLog
 constexpr size_t kResponseBytes = 900 * 1024;     // of messages in one answer (CloudWatch: 1 MB)
 constexpr int64_t kDescribeLimit = 50;            // DescribeLogStreams' largest limit
 
-LogsReply Fail(int status, const char* type, const std::string& message) {
-  return LogsReply{status, Json{{"__type", type}, {"message", message}}.dump(-1, ' ', false,
-                                                                              Json::error_handler_t::replace),
-                   type};
+LogsReply Fail(const EcsError& error, const std::string& message) {
+  return LogsReply{error.http_status, ErrorBody(error, message), error.type};
 }
-LogsReply InvalidParameter(const std::string& m) { return Fail(400, "InvalidParameterException", m); }
-LogsReply NotFound(const std::string& m) { return Fail(400, "ResourceNotFoundException", m); }
-LogsReply Unavailable(const std::string& m) { return Fail(503, "ServiceUnavailableException", m); }
+LogsReply InvalidParameter(const std::string& m) { return Fail(ToEcsError(ErrorCode::kInvalidParameter), m); }
+LogsReply NotFound(const std::string& m) { return Fail(kLogsResourceNotFound, m); }
+LogsReply Unavailable(const std::string& m) { return Fail(kLogsServiceUnavailable, m); }
 LogsReply Answer(const Json& body) {
   return LogsReply{200, body.dump(-1, ' ', false, Json::error_handler_t::replace), ""};
 }
@@ -118,68 +119,43 @@ std::vector<StreamRef> GroupStreams(const ReadView& view, const std::string& gro
 
 // ---- request fields ---------------------------------------------------------------------------------------------
 
-// Fields reads a request's members, keeping the first problem as an InvalidParameterException.
+// Fields reads a request's members with the codec's typed getters (api/ecs/codec.h), keeping the first problem
+// as an InvalidParameterException.
 struct Fields {
   const Json& body;
   std::optional<LogsReply> error;
 
-  const Json* Get(const char* key, bool required) {
-    if (error) return nullptr;
-    if (!body.is_object()) {
-      error = InvalidParameter("the request body must be a JSON object");
-      return nullptr;
+  // Take: the getter's value, or `fallback` once a problem is kept.
+  template <typename T>
+  T Take(Result<T> got, T fallback) {
+    if (!error && !body.is_object()) error = InvalidParameter("the request body must be a JSON object");
+    if (error) return fallback;
+    if (!got.ok()) {
+      error = InvalidParameter(got.status().message());
+      return fallback;
     }
-    auto it = body.find(key);
-    if (it == body.end() || it->is_null()) {
-      if (required) error = InvalidParameter(std::string("1 validation error detected: ") + key + " is required");
-      return nullptr;
-    }
-    return &*it;
+    return std::move(got).value();
   }
   std::optional<std::string> String(const char* key, bool required = false) {
-    const Json* v = Get(key, required);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) {
-      error = InvalidParameter(std::string(key) + " must be a string");
-      return std::nullopt;
-    }
-    return v->get<std::string>();
+    auto v = Take(OptString(body, key), std::optional<std::string>());
+    if (!v && required && !error)
+      error = InvalidParameter(std::string("1 validation error detected: ") + key + " is required");
+    return v;
   }
   std::optional<int64_t> Int(const char* key, int64_t min, int64_t max) {
-    const Json* v = Get(key, false);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_number_integer() || v->get<int64_t>() < min || v->get<int64_t>() > max) {
+    auto v = Take(OptInt64(body, key), std::optional<int64_t>());
+    if (v && (*v < min || *v > max)) {
       error = InvalidParameter(std::string(key) + " must be an integer from " + std::to_string(min) + " to " +
                                std::to_string(max));
       return std::nullopt;
     }
-    return v->get<int64_t>();
+    return v;
   }
   bool Bool(const char* key, bool fallback) {
-    const Json* v = Get(key, false);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) {
-      error = InvalidParameter(std::string(key) + " must be true or false");
-      return fallback;
-    }
-    return v->get<bool>();
+    return Take(OptBool(body, key), std::optional<bool>()).value_or(fallback);
   }
   std::vector<std::string> Strings(const char* key) {
-    std::vector<std::string> out;
-    const Json* v = Get(key, false);
-    if (v == nullptr) return out;
-    if (!v->is_array()) {
-      error = InvalidParameter(std::string(key) + " must be a list of strings");
-      return out;
-    }
-    for (const Json& e : *v) {
-      if (!e.is_string()) {
-        error = InvalidParameter(std::string(key) + " must be a list of strings");
-        return {};
-      }
-      out.push_back(e.get<std::string>());
-    }
-    return out;
+    return Take(OptStringList(body, key), std::vector<std::string>());
   }
   // Group: logGroupName, or logGroupIdentifier (a name or an ARN "...:log-group:NAME[:*]").
   std::string Group() {
@@ -345,6 +321,33 @@ void Step(const std::shared_ptr<FilterRun>& run) {
 LogsHandler::LogsHandler(ControlPlane& control_plane, AgentChannel& channel, std::chrono::milliseconds agent_timeout)
     : cp_(control_plane), channel_(channel), agent_timeout_(agent_timeout) {}
 
+void LogsHandler::Serve(const HttpRequest& req, const SigV4Result& who, const std::string& request_id,
+                        std::chrono::steady_clock::time_point start, const CallGate& gate, Responder respond) const {
+  const std::string* target = req.Header("x-amz-target");
+  const std::string name = target != nullptr && target->rfind(kLogsTargetPrefix, 0) == 0
+                               ? target->substr(std::char_traits<char>::length(kLogsTargetPrefix))
+                               : "";
+  const std::string operation = "Logs." + name;
+  auto reply = [&gate, operation, request_id, start, respond](LogsReply r) {
+    HttpResponse resp = JsonResponse(r.http_status, std::move(r.body), request_id);
+    if (!r.error_type.empty()) resp.headers.emplace_back("x-amzn-ErrorType", r.error_type);
+    gate.Observe(LogsHandler::Knows(operation.substr(5)) ? operation : "unknown", resp.status,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    respond(std::move(resp));
+  };
+  if (!Knows(name)) {
+    Handle(name, Json::object(), reply);  // answers UnknownOperationException
+    return;
+  }
+  if (!gate.Authorize(who, name, req, request_id, respond)) return;
+  auto body = ParseJsonBody(req.body, protocol::kMaxJsonDepth);
+  if (!body.ok()) {
+    reply(InvalidParameter(body.status().message()));
+    return;
+  }
+  Handle(name, *body, reply);
+}
+
 bool LogsHandler::Knows(const std::string& operation) {
   return operation == "GetLogEvents" || operation == "FilterLogEvents" || operation == "DescribeLogStreams";
 }
@@ -353,7 +356,7 @@ void LogsHandler::Handle(const std::string& operation, const Json& body, Done do
   if (operation == "GetLogEvents") return GetLogEvents(body, std::move(done));
   if (operation == "FilterLogEvents") return FilterLogEvents(body, std::move(done));
   if (operation == "DescribeLogStreams") return DescribeLogStreams(body, std::move(done));
-  done(Fail(400, "UnknownOperationException",
+  done(Fail(ToEcsError(ErrorCode::kUnknownOperation),
             "gpupack serves GetLogEvents, FilterLogEvents and DescribeLogStreams of CloudWatch Logs, not " +
                 operation.substr(0, 100)));
 }

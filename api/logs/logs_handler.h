@@ -9,9 +9,9 @@
 // "<container>/<task id>". A stream exists while the server keeps its task (STOPPED tasks: the applier's
 // retention); a group exists while one of its streams does, and "/gpupack/<cluster>" while the cluster does.
 //
-// Errors: ResourceNotFoundException (unknown group or stream), InvalidParameterException (a bad field or
-// token, or a filter pattern beyond plain terms), ServiceUnavailableException (HTTP 503: the agent that holds
-// the stream is not connected or did not answer within `agent_timeout`).
+// Errors (api/http/errors.h): ResourceNotFoundException (unknown group or stream), InvalidParameterException (a
+// bad field or token, or a filter pattern beyond plain terms), ServiceUnavailableException (HTTP 503: the agent
+// that holds the stream is not connected or did not answer within `agent_timeout`).
 //
 // Thread-safe: it reads the control plane's read view and calls the channel; nothing of its own changes.
 #pragma once
@@ -22,8 +22,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/agent_channel.h"
-#include "api/control_plane.h"
+#include "api/auth/call_gate.h"
+#include "api/channel/agent_channel.h"
+#include "api/http/http_server.h"
+#include "engine/control_plane.h"
 
 namespace gpupack::api {
 
@@ -42,6 +44,12 @@ class LogsHandler {
 
   LogsHandler(ControlPlane& control_plane, AgentChannel& channel,
               std::chrono::milliseconds agent_timeout = std::chrono::seconds(5));
+
+  // Serve answers one call over HTTP (`POST /` with a Logs target; `who` authenticated it when the server checks
+  // signatures): authorized like an ECS read through `gate`, answered in the same JSON 1.1 shape and counted in
+  // the same metrics (operation "Logs.<name>"). `respond` is called once, maybe on another thread.
+  void Serve(const HttpRequest& req, const SigV4Result& who, const std::string& request_id,
+             std::chrono::steady_clock::time_point start, const CallGate& gate, Responder respond) const;
 
   // Knows: GetLogEvents, FilterLogEvents, DescribeLogStreams.
   static bool Knows(const std::string& operation);

@@ -1,10 +1,10 @@
 // The agent channel's messages as operations: hello (reconcile), state reports, heartbeats, disconnects, and
 // whether an unacknowledged push still matters.
-#include "api/operations/agents.h"
+#include "engine/operations/agents.h"
 
 #include <set>
 
-#include "api/operations/resolve.h"
+#include "engine/operations/resolve.h"
 
 namespace gpupack::api {
 

@@ -1,7 +1,7 @@
-// The agent channel's operations (api/agent_channel.h delivers them; the applier runs them serialized).
+// The agent channel's operations (api/channel/agent_channel.h delivers them; the applier runs them serialized).
 #pragma once
 
-#include "api/operations/operations.h"
+#include "engine/operations/operations.h"
 #include "protocol/messages.h"
 
 namespace gpupack::api {

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <map>
 
-#include "api/operations/operations.h"
-#include "api/operations/resolve.h"
+#include "engine/operations/operations.h"
+#include "engine/operations/resolve.h"
 
 namespace gpupack::api {
 

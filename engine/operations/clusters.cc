@@ -1,6 +1,6 @@
 // Clusters: CreateCluster, DeleteCluster, UpdateClusterSettings, DescribeClusters, ListClusters.
-#include "api/operations/operations.h"
-#include "api/operations/resolve.h"
+#include "engine/operations/operations.h"
+#include "engine/operations/resolve.h"
 
 namespace gpupack::api {
 

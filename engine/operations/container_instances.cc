@@ -2,8 +2,8 @@
 // ListContainerInstances, UpdateContainerInstancesState.
 #include <algorithm>
 
-#include "api/operations/operations.h"
-#include "api/operations/resolve.h"
+#include "engine/operations/operations.h"
+#include "engine/operations/resolve.h"
 #include "scheduler/query.h"
 
 namespace gpupack::api {

@@ -5,14 +5,14 @@
 //   write:  Status Op(const XRequest&, Transaction&, Result&)   run by the applier, serialized
 //   read:   Status Op(const XRequest&, const ReadContext&, Result&)  on a published read view, any thread
 //
-// api/router.cc maps each X-Amz-Target to one of these with its parser and renderer.
+// api/ecs/router.cc maps each X-Amz-Target to one of these with its parser and renderer.
 #pragma once
 
-#include "api/codec.h"
-#include "api/read_view.h"
-#include "api/requests.h"
-#include "api/results.h"
-#include "api/transaction.h"
+#include "scheduler/arn.h"
+#include "engine/read_view.h"
+#include "engine/requests.h"
+#include "engine/results.h"
+#include "engine/transaction.h"
 
 namespace gpupack::api {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "api/codec.h"
+#include "scheduler/arn.h"
 #include "base/status.h"
 
 namespace gpupack::api {

@@ -2,8 +2,8 @@
 // ListTaskDefinitions, ListTaskDefinitionFamilies.
 #include <algorithm>
 
-#include "api/operations/operations.h"
-#include "api/operations/resolve.h"
+#include "engine/operations/operations.h"
+#include "engine/operations/resolve.h"
 #include "scheduler/validation.h"
 
 namespace gpupack::api {

@@ -1,7 +1,7 @@
 // Task state as agents report it (SubmitTaskStateChange, SubmitContainerStateChange, the channel's reports),
 // stopping tasks, and what an agent is told to run.
-#include "api/operations/operations.h"
-#include "api/operations/resolve.h"
+#include "engine/operations/operations.h"
+#include "engine/operations/resolve.h"
 
 namespace gpupack::api {
 

@@ -3,8 +3,8 @@
 #include <map>
 #include <optional>
 
-#include "api/operations/operations.h"
-#include "api/operations/resolve.h"
+#include "engine/operations/operations.h"
+#include "engine/operations/resolve.h"
 #include "scheduler/fragmentation.h"
 #include "scheduler/task_builder.h"
 #include "scheduler/validation.h"

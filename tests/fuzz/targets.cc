@@ -18,11 +18,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "api/agent_channel.h"
-#include "api/codec.h"
-#include "api/control_plane.h"
-#include "api/ecs_handler.h"
-#include "api/http_server.h"
+#include "api/channel/agent_channel.h"
+#include "api/ecs/codec.h"
+#include "engine/control_plane.h"
+#include "api/ecs/ecs_handler.h"
+#include "api/ecs/router.h"
+#include "api/paths.h"
+#include "api/http/http_server.h"
 #include "api/server_metrics.h"
 #include "protocol/messages.h"
 #include "protocol/sigv4_verifier.h"
@@ -67,7 +69,7 @@ std::string_view AsText(const uint8_t* data, size_t size) {
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-// ParseJson parses like the server does (api/ecs_handler.cc ParseBody): no exceptions, nesting limited to
+// ParseJson parses like the server does (api/http/json_call.cc ParseJsonBody): no exceptions, nesting limited to
 // kMaxJsonDepth. Returns a discarded value when the text is not acceptable JSON.
 Json ParseJson(std::string_view text) {
   bool too_deep = false;
@@ -146,7 +148,7 @@ std::vector<bool> EvaluateAll(const query::Expression& e) {
 
 // ---- codec ----------------------------------------------------------------------------------------------------
 
-const api::ArnContext kArn;
+const ArnContext kArn;
 
 TaskDefinition OverrideTarget() {
   TaskDefinition td;
@@ -238,21 +240,21 @@ void FuzzFields(const Json& body) {
 
 void FuzzReferences(std::string_view text) {
   const std::string ref(text);
-  if (auto name = api::ClusterNameFrom(kArn, ref); name.ok()) {
-    auto again = api::ClusterNameFrom(kArn, kArn.ClusterArn(*name));
+  if (auto name = ClusterNameFrom(kArn, ref); name.ok()) {
+    auto again = ClusterNameFrom(kArn, kArn.ClusterArn(*name));
     if (!again.ok() || *again != *name) Fail("cluster name does not round-trip through its ARN", ref);
   }
   for (const char* kind : {"task", "container-instance"}) {
-    auto id = api::ResourceIdFrom(kArn, kind, ref);
+    auto id = ResourceIdFrom(kArn, kind, ref);
     if (!id.ok()) continue;
     const std::string arn = std::string(kind) == "task" ? kArn.TaskArn("default", *id) : kArn.InstanceArn("default", *id);
-    auto again = api::ResourceIdFrom(kArn, kind, arn);
+    auto again = ResourceIdFrom(kArn, kind, arn);
     if (!again.ok() || *again != *id) Fail(std::string(kind) + " id does not round-trip through its ARN", ref);
   }
-  if (auto r = api::TaskDefinitionRefFrom(kArn, ref); r.ok()) {
+  if (auto r = TaskDefinitionRefFrom(kArn, ref); r.ok()) {
     if (r->revision < 0) Fail("negative task definition revision", ref);
     if (r->revision > 0) {
-      auto again = api::TaskDefinitionRefFrom(kArn, kArn.TaskDefinitionArn(r->family, r->revision));
+      auto again = TaskDefinitionRefFrom(kArn, kArn.TaskDefinitionArn(r->family, r->revision));
       if (!again.ok() || again->family != r->family || again->revision != r->revision)
         Fail("task definition reference does not round-trip through its ARN", ref);
     }
@@ -360,7 +362,7 @@ class Harness {
   // Op runs one operation and checks the answer's shape; ARNs it creates become @I/@T placeholders.
   OperationResult Op(const std::string& operation, const Json& body) {
     now_ += 1000;
-    OperationResult r = Wait([&](api::ControlPlane::Done done) { cp_.Execute(operation, body, std::move(done)); });
+    OperationResult r = Wait([&](api::Router::Done done) { Execute(cp_, operation, body, std::move(done)); });
     CheckResult(operation, r, body);
     if (r.status.ok()) Remember(operation, r.body);
     return r;
@@ -476,7 +478,7 @@ class Harness {
   };
 
   static OperationResult Call(api::ControlPlane& cp, const std::string& op, const Json& body) {
-    return Wait([&](api::ControlPlane::Done done) { cp.Execute(op, body, std::move(done)); });
+    return Wait([&](api::Router::Done done) { Execute(cp, op, body, std::move(done)); });
   }
 
   // ListAll pages through a List operation.
@@ -731,7 +733,7 @@ class Harness {
   }
 
   void Hello(size_t index) {
-    OperationResult hello = Wait([&](api::ControlPlane::Done done) {
+    OperationResult hello = Wait([&](api::Router::Done done) {
       cp_.AgentHello(instances_.at(index), protocol::Hello{},
                      [done = std::move(done)](Status s, protocol::Welcome) { done({s, {}}); });
     });
@@ -1019,7 +1021,7 @@ int FuzzHttp(const uint8_t* data, size_t size) {
   QuietLogs();
   Harness h(/*with_channel=*/false);
   MetricsRegistry metrics;
-  api::EcsHandler handler(h.control_plane(), metrics);
+  api::FrontDoor handler(h.control_plane(), metrics);
   api::HttpRequest req = ParseWire(AsText(data, size));
   req.body = h.Substitute(req.body);
   const std::string method = req.method, target = req.target, body = req.body;

@@ -8,8 +8,9 @@
 // Input formats (the seed corpora in tests/fuzz/corpus/<target>/ show each):
 //   query       the bytes are one cluster query expression (memberOf / ListContainerInstances filter).
 //   codec       byte 0 picks a codec entry point, the rest is its JSON document or reference string.
-//   operations  lines "<Operation> <JSON body>" run through ControlPlane::Execute, in order.
-//   http        one HTTP/1.1 request as on the wire (request line, headers, blank line, body) for EcsHandler.
+//   operations  lines "<Operation> <JSON body>" run through api::Execute (the ECS router), in order.
+//   http        one HTTP/1.1 request as on the wire (request line, headers, blank line, body) for the path table
+//               (api::FrontDoor).
 //   channel     lines of agent channel messages ({"type":"hello"|"state"|"heartbeat"|...}) sent on an agent's
 //               WebSocket, mixed with operation lines as in `operations`.
 //   sigv4       byte 0 picks a SigV4 entry point (Authorization parser, canonical forms, dates, credentials

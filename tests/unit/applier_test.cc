@@ -1,15 +1,16 @@
 // The applier, its transactions and the read view: reads show only committed state, a write's answer comes
 // once its commit is durable, a transaction records what it changed (batch, versions, view), a view shares what
 // a commit did not touch, and the router says which operations write.
-#include "api/applier.h"
+#include "engine/applier.h"
 
 #include <future>
 #include <mutex>
 
 #include <gtest/gtest.h>
 
-#include "api/control_plane.h"
-#include "api/operations/operations.h"
+#include "api/ecs/router.h"
+#include "engine/control_plane.h"
+#include "engine/operations/operations.h"
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
 #include "tests/unit/gated_store.h"
@@ -43,7 +44,7 @@ class ApplierTest : public ::testing::Test {
   std::future<OperationResult> Start(const std::string& op, const Json& body) {
     auto p = std::make_shared<std::promise<OperationResult>>();
     auto f = p->get_future();
-    cp_.Execute(op, body, [p](OperationResult r) { p->set_value(std::move(r)); });
+    Execute(cp_, op, body, [p](OperationResult r) { p->set_value(std::move(r)); });
     return f;
   }
   Json Ok(const std::string& op, const Json& body) {
@@ -150,7 +151,7 @@ TEST_F(ApplierTest, NothingDecidedAfterAFailedCommitBecomesDurable) {
   ASSERT_TRUE(reloaded.Load().ok());
   auto call = [&](const std::string& op, const Json& body) {
     std::promise<OperationResult> p;
-    reloaded.Execute(op, body, [&p](OperationResult r) { p.set_value(std::move(r)); });
+    Execute(reloaded, op, body, [&p](OperationResult r) { p.set_value(std::move(r)); });
     OperationResult r = p.get_future().get();
     EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
     return r.body;

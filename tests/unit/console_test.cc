@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "api/console_handler.h"
-#include "api/console_sessions.h"
-#include "api/request_auth.h"
+#include "api/console/console_handler.h"
+#include "api/auth/console_sessions.h"
+#include "api/auth/request_auth.h"
 
 namespace gpupack::api {
 namespace {

@@ -1,5 +1,6 @@
 // ControlPlane end to end below HTTP: the ECS operations on a real SQLite file, including a restart.
-#include "api/control_plane.h"
+#include "api/ecs/router.h"
+#include "engine/control_plane.h"
 
 #include <algorithm>
 #include <atomic>
@@ -51,7 +52,7 @@ class Server {
 
   OperationResult Call(const std::string& op, const Json& body) {
     std::promise<OperationResult> p;
-    cp_->Execute(op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
+    Execute(*cp_, op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
     return p.get_future().get();
   }
   // Ok calls an operation that must succeed and returns its body.
@@ -658,7 +659,7 @@ class Plane {
   explicit Plane(Store& store) : committer_(store), cp_(Options(), store, committer_) { load_status = cp_.Load(); }
   Json Ok(const std::string& op, const Json& body) {
     std::promise<OperationResult> p;
-    cp_.Execute(op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
+    Execute(cp_, op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
     OperationResult r = p.get_future().get();
     EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
     return r.body;
@@ -1010,7 +1011,7 @@ TEST(ControlPlaneDurability, RepeatedWritesAreAnsweredOnlyOnceTheWriteTheyRepeat
     ASSERT_TRUE(cp.Load().ok());
     auto call = [&](const std::string& op, const Json& body) {
       std::promise<OperationResult> p;
-      cp.Execute(op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
+      Execute(cp, op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
       OperationResult r = p.get_future().get();
       EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
       return r.body;
@@ -1021,7 +1022,7 @@ TEST(ControlPlaneDurability, RepeatedWritesAreAnsweredOnlyOnceTheWriteTheyRepeat
       std::promise<OperationResult> result;
     };
     auto start = [&](const std::string& op, const Json& body, Answer& a) {
-      cp.Execute(op, body, [&a](OperationResult r) {
+      Execute(cp, op, body, [&a](OperationResult r) {
         a.result.set_value(std::move(r));
         a.answered = true;
       });
@@ -1061,7 +1062,7 @@ TEST(ControlPlaneDurability, RepeatedWritesAreAnsweredOnlyOnceTheWriteTheyRepeat
   ControlPlane cp(ControlPlaneOptions{}, store, committer);
   ASSERT_TRUE(cp.Load().ok());
   std::promise<OperationResult> p;
-  cp.Execute("DescribeTasks", {{"tasks", Json::array({(*last_tasks)[0]["taskArn"]})}},
+  Execute(cp, "DescribeTasks", {{"tasks", Json::array({(*last_tasks)[0]["taskArn"]})}},
              [&](OperationResult r) { p.set_value(std::move(r)); });
   EXPECT_EQ(p.get_future().get().body["tasks"][0]["lastStatus"], "STOPPED");
 }

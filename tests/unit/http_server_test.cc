@@ -1,7 +1,7 @@
 // HttpServer tests: a real server on 127.0.0.1:0 and a tiny blocking client on POSIX sockets (no Beast here,
 // so this file compiles fast). Every read has a receive timeout, so a broken server fails a test instead of
 // hanging it; timeouts in the options are short, and tests assert what happened, never how fast.
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -25,7 +25,8 @@
 
 #include <gtest/gtest.h>
 
-#include "api/control_plane.h"
+#include "api/ecs/router.h"
+#include "engine/control_plane.h"
 #include "api/server_metrics.h"
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
@@ -389,7 +390,7 @@ class MetricsServer {
 
   Json Ok(const std::string& op, const Json& body) {
     std::promise<OperationResult> p;
-    cp_->Execute(op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
+    Execute(*cp_, op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
     OperationResult r = p.get_future().get();
     EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
     return r.body;

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "api/errors.h"
-#include "api/http_server.h"
+#include "api/http/errors.h"
+#include "api/http/http_server.h"
 #include "tests/unit/temp_dir.h"
 
 namespace gpupack::api {
