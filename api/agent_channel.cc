@@ -135,7 +135,7 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
     cp_.AgentReport(arn, state->report, answer(state->id));
   } else if (auto* heartbeat = std::get_if<protocol::Heartbeat>(&*parsed)) {
     KeepGpuMemory(conn, arn, *heartbeat);
-    cp_.AgentHeartbeat(arn, *heartbeat, answer(heartbeat->id));
+    OnHeartbeat(conn, arn, *heartbeat);
   } else if (auto* logs = std::get_if<protocol::LogsAnswer>(&*parsed)) {
     OnLogsAnswer(conn, std::move(*logs));  // never answered
   } else if (auto* ack = std::get_if<protocol::Ack>(&*parsed)) {
@@ -160,9 +160,11 @@ void AgentChannel::OnHello(const std::shared_ptr<WebSocketConnection>& conn, con
       for (const auto& [push_id, _] : it->second.unacked) covered.push_back(push_id);
       it->second.hello_parts.clear();
       it->second.hello_part_bytes = 0;
+      ++it->second.writes_in_flight;
     }
   }
   cp_.AgentHello(arn, hello, [this, conn, covered = std::move(covered)](Status s, protocol::Welcome welcome) {
+    WriteSettled(conn.get());
     if (!s.ok()) return Reply(conn, protocol::Error{std::nullopt, s.message()});
     welcome.heartbeat_interval_ms = options_.heartbeat_interval.count();
     welcome.epoch = options_.epoch;
@@ -176,6 +178,43 @@ void AgentChannel::OnHello(const std::shared_ptr<WebSocketConnection>& conn, con
     }
     Reply(conn, welcome);
   });
+}
+
+// OnHeartbeat acks a heartbeat that changes nothing straight from the read view: the common case, which then
+// never waits behind placements in the writer's queue. One that changes something (or that follows a write of
+// this connection the view may not show yet) goes through the writer and is acked once durable.
+void AgentChannel::OnHeartbeat(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
+                               const protocol::Heartbeat& heartbeat) {
+  bool settled = false;  // nothing of this connection is on its way to the view
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it == peers_.end()) return;
+    settled = it->second.hello_done && it->second.writes_in_flight == 0;
+  }
+  if (settled && cp_.HeartbeatChangesNothing(arn, heartbeat)) {
+    ++heartbeats_from_view_;
+    Reply(conn, protocol::Ack{heartbeat.id});
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it == peers_.end()) return;
+    ++it->second.writes_in_flight;
+  }
+  ++heartbeats_written_;
+  cp_.AgentHeartbeat(arn, heartbeat, [this, conn, id = heartbeat.id](Status s) {
+    WriteSettled(conn.get());
+    if (s.ok()) Reply(conn, protocol::Ack{id});
+    else Reply(conn, protocol::Error{id, s.message()});
+  });
+}
+
+void AgentChannel::WriteSettled(WebSocketConnection* conn) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(conn);
+  if (it != peers_.end() && it->second.writes_in_flight > 0) --it->second.writes_in_flight;
 }
 
 // OnHelloPart gathers a hello's parts on the connection, at most max_hello_bytes of them; the last part makes
@@ -488,16 +527,23 @@ void AgentChannel::Watchdog() {
     }
     std::vector<std::pair<WebSocketConnection*, int64_t>> settled;  // pushes that no longer matter
     std::set<WebSocketConnection*> closed;
-    for (auto& d : due) {
+    // One check for every due push, on the writer thread; the copies are queued there (see
+    // ControlPlane::ResendPushesIfWanted).
+    std::vector<ControlPlane::PushCheck> checks;
+    checks.reserve(due.size());
+    for (auto& d : due)
+      checks.push_back({d.instance_arn, &d.message, [this, &d] {
+                          if (d.last) return;
+                          ++push_retries_;
+                          spdlog::info("agent channel: {} has not acked {} {}; sending it again", d.instance_arn,
+                                       PushType(d.message), d.id);
+                          SendPush(d.conn, d.instance_arn, d.message);  // only queues it
+                        }});
+    const std::vector<bool> wanted = cp_.ResendPushesIfWanted(checks);
+    for (size_t i = 0; i < due.size(); ++i) {
+      Due& d = due[i];
       if (closed.count(d.conn.get())) continue;
-      const bool wanted = cp_.ResendPushIfWanted(d.instance_arn, d.message, [&] {
-        if (d.last) return;
-        ++push_retries_;
-        spdlog::info("agent channel: {} has not acked {} {}; sending it again", d.instance_arn, PushType(d.message),
-                     d.id);
-        SendPush(d.conn, d.instance_arn, d.message);  // only queues it, under the control plane's lock
-      });
-      if (!wanted) {
+      if (!wanted[i]) {
         settled.emplace_back(d.conn.get(), d.id);
       } else if (d.last) {
         closed.insert(d.conn.get());

@@ -156,6 +156,9 @@ class AgentChannel {
   // Heartbeats whose gpuMemoryUsed was refused (malformed or past its bounds) since construction; the rest of
   // each was applied.
   uint64_t gpu_memory_refusals() const { return gpu_memory_refusals_.load(); }
+  // Heartbeats acked from the read view (they changed nothing) and heartbeats applied by the writer.
+  uint64_t heartbeats_from_view() const { return heartbeats_from_view_.load(); }
+  uint64_t heartbeats_written() const { return heartbeats_written_.load(); }
 
  private:
   struct Unacked {
@@ -173,6 +176,9 @@ class AgentChannel {
     std::vector<protocol::TaskReport> hello_parts;  // the tasks of the hello's parts so far
     size_t hello_part_bytes = 0;                     // their messages' bytes, at most max_hello_bytes
     bool gpu_memory_warned = false;                  // a refused gpuMemoryUsed was logged on this connection
+    // writes_in_flight: the hellos and heartbeats of this connection handed to the writer and not yet answered;
+    // while any is, a heartbeat cannot be judged from the view (it may be behind them) and goes to the writer.
+    int writes_in_flight = 0;
   };
   void OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req);
   void OnMessage(const std::shared_ptr<WebSocketConnection>& conn, std::string text);
@@ -180,6 +186,10 @@ class AgentChannel {
   void OnHello(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn, protocol::Hello hello);
   void OnHelloPart(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
                    protocol::HelloPart part, size_t bytes);
+  void OnHeartbeat(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
+                   const protocol::Heartbeat& heartbeat);
+  // WriteSettled: one of the connection's writes (hello, heartbeat) was answered.
+  void WriteSettled(WebSocketConnection* conn);
   void Watchdog();
   void SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
                 const AgentPush& message);
@@ -213,6 +223,7 @@ class AgentChannel {
   std::atomic<uint64_t> connections_opened_{0}, push_retries_{0}, push_unacked_closes_{0};
   GpuMemoryUsage gpu_memory_;
   std::atomic<uint64_t> gpu_memory_refusals_{0};
+  std::atomic<uint64_t> heartbeats_from_view_{0}, heartbeats_written_{0};
 };
 
 

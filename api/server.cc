@@ -42,7 +42,8 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
 Server::~Server() {
   if (http_) http_->Stop();
   channel_.reset();
-  if (committer_) committer_->Flush();
+  if (control_plane_) control_plane_->applier().Drain();  // every queued write submitted...
+  if (committer_) committer_->Flush();                      // ...and committed and answered
 }
 
 uint16_t Server::port() const { return http_->port(); }

@@ -853,6 +853,51 @@ TEST_F(ChannelTest, APeerThatNeverAcksGetsBoundedResendsThenACloseThenReconcile)
   EXPECT_EQ(t["tasks"][0]["lastStatus"], "PENDING");
 }
 
+// A heartbeat that changes nothing is acked from the read view, so a busy writer never delays it; one that
+// changes the instance waits for the writer and is acked once durable. The writer is held busy here by a read
+// of its working state that does not return until the test says so.
+TEST_F(ChannelTest, AnUnchangedHeartbeatIsAckedWhileTheWriterIsBusyAndAChangedOneWaitsForIt) {
+  api::AgentChannelOptions options{10s, 3};  // the heartbeat window does not close the peer within the test
+  server_.reset();
+  server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
+  const std::string instance = RegisterRawInstance(*server_);
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_->url(), instance));
+  peer.Send({{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}});
+  Json welcome = peer.Next();
+  ASSERT_EQ(welcome["type"], "welcome") << welcome.dump();
+
+  std::promise<void> release, held;
+  std::future<void> busy = std::async(std::launch::async, [&] {
+    server_->control_plane().applier().Inspect([&](const ClusterState&) {
+      held.set_value();
+      release.get_future().wait();
+    });
+  });
+  held.get_future().wait();  // the writer is inside the read now, and stays there
+  peer.Send({{"type", "heartbeat"}, {"id", 7}, {"impaired", false}, {"heldGpus", Json::array()}});
+  Json ack = peer.Next();
+  EXPECT_EQ(ack["type"], "ack") << ack.dump();
+  EXPECT_EQ(ack["id"], 7);
+  EXPECT_EQ(server_->channel().heartbeats_from_view(), 1u);
+
+  // Impaired is a change: it needs the writer, which is busy, so no ack can come until it is released.
+  peer.Send({{"type", "heartbeat"}, {"id", 8}, {"impaired", true}, {"heldGpus", Json::array()}});
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(server_->channel().heartbeats_written(), 1u);
+  release.set_value();
+  busy.get();
+  ack = peer.Next();
+  EXPECT_EQ(ack["type"], "ack") << ack.dump();
+  EXPECT_EQ(ack["id"], 8);
+  // The next unchanged heartbeat (impaired, as the view now shows) is acked from the view again.
+  peer.Send({{"type", "heartbeat"}, {"id", 9}, {"impaired", true}, {"heldGpus", Json::array()}});
+  ack = peer.Next();
+  EXPECT_EQ(ack["id"], 9);
+  EXPECT_EQ(server_->channel().heartbeats_from_view(), 2u);
+  EXPECT_EQ(server_->channel().heartbeats_written(), 1u);
+}
+
 // An older agent acts on pushes but never acks them. Its report about the task proves it got the push: the
 // server forgets the push instead of sending copies and finally closing the channel. A copy of an assign after
 // such an agent finished and forgot the task would start the task a second time.
