@@ -1,4 +1,4 @@
-// Tests for the capacity planner (bench/): input errors that name file, line and field; the openb mapping;
+// Tests for the capacity planner (planner/): input errors that name file, line and field; the openb mapping;
 // the one-dimensional bounds on a hand-checked fixture and on the real openb default list (the figures the
 // openb README publishes); the fgd protocol's monotonicity and determinism; replay, size; report keys.
 #include <gtest/gtest.h>
@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/bounds.h"
-#include "bench/inputs.h"
-#include "bench/protocols.h"
-#include "bench/report.h"
-#include "bench/simulation.h"
+#include "planner/bounds.h"
+#include "planner/inputs.h"
+#include "planner/protocols.h"
+#include "planner/report.h"
+#include "planner/simulation.h"
 #include "scheduler/strategies.h"
 
 namespace gpupack::plan {

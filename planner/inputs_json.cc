@@ -1,6 +1,6 @@
 // inputs_json.cc owns the planner's JSON reader: a fleet ({"instanceTypes": [...]}) or a workload
 // ({"tasks": [...]}) as docs/planning.md documents them, with JsonLines giving every error its line. Entry point
-// ParseJson (bench/inputs_parts.h); bench/inputs.cc dispatches to it.
+// ParseJson (planner/inputs_parts.h); planner/inputs.cc dispatches to it.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/inputs_parts.h"
+#include "planner/inputs_parts.h"
 #include "scheduler/cluster_state.h"
 #include "scheduler/validation.h"
 
