@@ -8,8 +8,8 @@ namespace gpupack {
 
 bool WaitFd(int fd, short events, std::chrono::steady_clock::time_point deadline) {
   for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    // Rounded up: poll's milliseconds never end the wait before the deadline.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) return false;
     pollfd p{fd, events, 0};
     const int n = ::poll(&p, 1, static_cast<int>(left));

@@ -73,7 +73,8 @@ class LogsWords : public JsonDialect {
       case JsonWant::kAny:
         return Status::InvalidParameter(std::string("1 validation error detected: ") + e.path.key() + " is required");
       case JsonWant::kObject: return Status::InvalidParameter("the request body must be a JSON object");
-      case JsonWant::kString: return Invalid(path, "must be a string");
+      case JsonWant::kString:  // an element of a list of strings names the list
+        return e.array ? Invalid(e.array->str(), "must be a list of strings") : Invalid(path, "must be a string");
       case JsonWant::kBoolean: return Invalid(path, "must be true or false");
       case JsonWant::kInteger:
         return Invalid(path, "must be an integer from " + std::to_string(e.lo) + " to " + std::to_string(e.hi));
@@ -164,7 +165,7 @@ TEST(BaseJsonFields, LogsHandlerWords) {
   bool b = true;
   std::vector<std::string> list;
   RunTable(words, JsonPath(), {
-      {R"({})", [&](JsonFields& f) { f.String("logGroupName", s, /*required=*/false); }, ""},
+      {R"({})", [&](JsonFields& f) { f.String("logGroupName", s); }, ""},
       {R"({})", [&](JsonFields& f) { std::string r; f.String("logStreamName", r, true); },
        "1 validation error detected: logStreamName is required"},
       {R"({"logStreamName": null})", [&](JsonFields& f) { std::string r; f.String("logStreamName", r, true); },
