@@ -50,8 +50,6 @@ std::string ServerEndpoint::Url() const {
   return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-std::string PercentEncode(const std::string& s) { return protocol::PercentEncode(s); }
-
 namespace {
 
 Result<tcp::endpoint> Resolve(net::io_context& ioc, const ServerEndpoint& server) {

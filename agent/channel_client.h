@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/percent.h"
 #include "protocol/messages.h"
 #include "protocol/sigv4.h"
 #include "base/status.h"
@@ -75,7 +76,7 @@ class ChannelClient {
   std::unique_ptr<Impl> impl_;
 };
 
-// PercentEncode for query values (ARNs carry ':' and '/'): protocol::PercentEncode.
-std::string PercentEncode(const std::string& s);
+// PercentEncode for query values (ARNs carry ':' and '/'): the one encoder, base/percent.h.
+using gpupack::PercentEncode;
 
 }  // namespace gpupack::agent

@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/atomic_file.h"
+
 namespace gpupack::agent {
 
 namespace fs = std::filesystem;
@@ -18,20 +20,10 @@ constexpr const char* kAgentVersion = "gpupack-agent 0.1.0";
 // kEpochFile: the highest leadership epoch seen, {"epoch": N}, in the state directory.
 constexpr const char* kEpochFile = "leader_epoch.json";
 
-// WriteFileAtomically writes via a temporary file and rename, so a crash leaves the old or the new content.
-bool WriteFileAtomically(const fs::path& path, const std::string& content) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return false;
-    out << content;
-    out.flush();
-    if (!out) return false;
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  return !ec;
+// WriteStateFile replaces a file of the state directory whole (base/atomic_file.h; 0666 less the umask, as an
+// ofstream made it); false when it could not.
+bool WriteStateFile(const fs::path& path, const std::string& content) {
+  return WriteFileAtomically(path.string(), content, 0666).ok();
 }
 
 // LeaderNamedIn is the URL a standby's refusal names ("... served by the leader at http://HOST:PORT"), "" when
@@ -222,7 +214,7 @@ Status ServerConnection::Register() {
     instance_arn_ = arn;
   }
   registered_capability_ = serving;
-  WriteFileAtomically(fs::path(options_.state_dir) / "instance.json", Json{{"containerInstanceArn", arn}}.dump());
+  WriteStateFile(fs::path(options_.state_dir) / "instance.json", Json{{"containerInstanceArn", arn}}.dump());
   spdlog::info("agent: registered {} with {} GPU(s) in cluster {}", arn, reg.devices.size(), reg.cluster);
   return Status::Ok();
 }
@@ -460,7 +452,7 @@ int64_t ServerConnection::epoch() const {
 
 bool ServerConnection::PersistEpoch(int64_t epoch) const {
   if (options_.state_dir.empty()) return true;
-  return WriteFileAtomically(fs::path(options_.state_dir) / kEpochFile, Json{{"epoch", epoch}}.dump());
+  return WriteStateFile(fs::path(options_.state_dir) / kEpochFile, Json{{"epoch", epoch}}.dump());
 }
 
 bool ServerConnection::AcceptEpoch(const char* what, const std::optional<int64_t>& epoch) {

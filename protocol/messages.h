@@ -66,8 +66,6 @@ std::string ChannelTarget(const std::string& instance_arn);
 // InstanceArnFromTarget is the inverse: containerInstance=<ARN> of the target's query, percent-decoded ('+' is
 // a space); "" when absent.
 std::string InstanceArnFromTarget(const std::string& target);
-// PercentEncode keeps A-Z a-z 0-9 - _ . ~ and writes every other byte as %XX (upper-case hex).
-std::string PercentEncode(std::string_view s);
 
 // ---- vocabulary ---------------------------------------------------------------------------------------------
 

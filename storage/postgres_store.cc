@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/fd_wait.h"
 #include "storage/serialize.h"
 
 namespace gpupack {
@@ -284,18 +285,10 @@ class PostgresStore::Conn {
     return false;
   }
 
-  // Wait polls the socket for `events` until the deadline; false on timeout or a broken socket.
+  // Wait polls the socket for `events` until the deadline (base/fd_wait.h); false on timeout or a broken socket.
   bool Wait(short events, Clock::time_point deadline) {
     const int fd = PQsocket(pg_);
-    if (fd < 0) return false;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
-      pollfd p{fd, events, 0};
-      const int n = ::poll(&p, 1, static_cast<int>(left));
-      if (n > 0) return true;
-      if (n < 0 && errno != EINTR) return false;
-    }
+    return fd >= 0 && WaitFd(fd, events, deadline);
   }
 
   // CStrings: the text parameters as libpq takes them (pointers into `params`, which must outlive them).
