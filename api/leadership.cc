@@ -408,7 +408,8 @@ Status Replica::ServeAsLeader(int64_t epoch) {
     opts.port = port_;
     opts.channel.epoch = epoch;  // the welcome and every push carry this term: agents ignore older ones
     opts.readiness = [this] { return ReadyResponse(); };
-    auto server = Server::Start(std::move(opts), data_);
+    StartFailure failure = StartFailure::kNone;
+    auto server = Server::Start(std::move(opts), data_, &failure);
     if (server.ok()) {
       leader_ = std::move(*server);
       AddReplicaMetrics(leader_->metrics());
@@ -418,7 +419,7 @@ Status Replica::ServeAsLeader(int64_t epoch) {
       return Status::Ok();
     }
     last = server.status();
-    if (last.message().rfind("cannot load state: ", 0) == 0) break;  // not a port problem
+    if (failure == StartFailure::kLoadState) break;  // not a port problem
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   (void)ServeAsStandby();
