@@ -13,7 +13,7 @@
 //                                                                                   RunTask commits)
 //                                                     {"type":"stop","id":n,"taskArn","reason","epoch"?}
 //   {"type":"ack","id":n}  (a push is recorded)
-//   {"type":"error",...} answers a message the server could not apply.
+//   {"type":"error","code",...} answers a message the server could not apply (code: RefusalCodeOf below).
 //                                                     {"type":"logs","id":n,...}  (RequestLogs: a page of a
 //   {"type":"logEvents","id":n,...} (its answer)                                 container's output)
 //
@@ -59,6 +59,14 @@
 namespace gpupack::api {
 
 inline constexpr const char* kAgentChannelPath = protocol::kChannelPath;
+
+// ChannelRefusal: a refusal of the agent channel's upgrade: `status` (its HTTP status and ECS error name, its
+// message for people) with `code` in the body's "code" (protocol::RefusalCode), and a standby's `leader` URL,
+// when it knows one, in the body's "leader" and the protocol::kLeaderHeader header. Every refusal of the
+// channel's upgrade is built here (the leader's AgentChannel::Handler, a standby's in api/leadership.cc).
+UpgradeAnswer ChannelRefusal(Status status, protocol::RefusalCode code, const std::string& leader = "");
+// RefusalCodeOf: the code of an error message answering a message that an operation refused with `s`.
+protocol::RefusalCode RefusalCodeOf(const Status& s);
 
 struct AgentChannelOptions {
   std::chrono::milliseconds heartbeat_interval{5000};

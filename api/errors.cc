@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/messages.h"
+
 namespace gpupack::api {
 
 EcsError ToEcsError(ErrorCode code) {
@@ -16,6 +18,8 @@ EcsError ToEcsError(ErrorCode code) {
     case ErrorCode::kUnsupportedFeature: return {400, "UnsupportedFeatureException"};
     case ErrorCode::kUnknownOperation: return {400, "UnknownOperationException"};
     case ErrorCode::kServer: return {500, "ServerException"};
+    case ErrorCode::kInstanceDeregistered:
+      return {400, "InvalidParameterException", protocol::kInstanceDeregisteredCode};
     case ErrorCode::kUnrecognizedClient: return {400, "UnrecognizedClientException"};
     case ErrorCode::kInvalidSignature: return {400, "InvalidSignatureException"};
     case ErrorCode::kIncompleteSignature: return {400, "IncompleteSignatureException"};
@@ -25,7 +29,9 @@ EcsError ToEcsError(ErrorCode code) {
 }
 
 std::string ErrorBody(const Status& status) {
-  nlohmann::json j = {{"__type", ToEcsError(status.code()).type}, {"message", status.message()}};
+  const EcsError e = ToEcsError(status.code());
+  nlohmann::json j = {{"__type", e.type}, {"message", status.message()}};
+  if (e.code != nullptr) j["code"] = e.code;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -165,6 +165,31 @@ std::optional<StopCode> ParseStopCode(std::string_view s) {
   return std::nullopt;
 }
 
+namespace {
+constexpr std::pair<RefusalCode, const char*> kRefusalCodes[] = {
+    {RefusalCode::kUnknownInstance, "UnknownInstance"},
+    {RefusalCode::kNotLeader, "NotLeader"},
+    {RefusalCode::kUnauthorized, "Unauthorized"},
+    {RefusalCode::kMalformed, "Malformed"},
+    {RefusalCode::kTooLarge, "TooLarge"},
+    {RefusalCode::kBusy, "Busy"},
+    {RefusalCode::kRejected, "Rejected"},
+    {RefusalCode::kServerError, "ServerError"},
+};
+}  // namespace
+
+const char* Name(RefusalCode c) {
+  for (const auto& [code, name] : kRefusalCodes)
+    if (code == c) return name;
+  return "ServerError";
+}
+
+std::optional<RefusalCode> ParseRefusalCode(std::string_view s) {
+  for (const auto& [code, name] : kRefusalCodes)
+    if (s == name) return code;
+  return std::nullopt;
+}
+
 // ---- the channel's target ----------------------------------------------------------------------------------------
 
 std::string ChannelTarget(const std::string& instance_arn) {
@@ -406,6 +431,7 @@ struct ServerWriter {
   Json operator()(const Ack& m) const { return {{"type", "ack"}, {"id", m.id}}; }
   Json operator()(const Error& m) const {
     Json j = {{"type", "error"}, {"message", m.message}};
+    if (m.code) j["code"] = Name(*m.code);
     if (m.id) j["id"] = *m.id;
     return j;
   }
@@ -506,6 +532,9 @@ Result<ServerMessage> ParseServerMessage(std::string_view text) {
       m.id = id;
     }
     f.String("message", m.message, true);
+    std::string code;
+    f.String("code", code);
+    if (!code.empty()) m.code = ParseRefusalCode(code);
     return Finish<ServerMessage>(f, std::move(m));
   }
   if (type == "logs") {
