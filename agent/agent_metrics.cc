@@ -172,7 +172,7 @@ std::unique_ptr<Runtime> AgentMetrics::TimeRuntime(std::unique_ptr<Runtime> inne
 void AgentMetrics::CountHealthStop(const StopRequest& request) {
   if (request.code == protocol::StopCode::kInfrastructureHealth)
     health_stops_.Inc({{"Hostname", hostname_}, {"cause", "gpu_fault"}});
-  else if (request.container_reason.rfind("GpuMemoryLimitExceeded", 0) == 0)
+  else if (request.watchdog)
     health_stops_.Inc({{"Hostname", hostname_}, {"cause", "watchdog"}});
 }
 

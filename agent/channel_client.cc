@@ -50,8 +50,6 @@ std::string ServerEndpoint::Url() const {
   return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-std::string PercentEncode(const std::string& s) { return protocol::PercentEncode(s); }
-
 namespace {
 
 Result<tcp::endpoint> Resolve(net::io_context& ioc, const ServerEndpoint& server) {
@@ -79,7 +77,10 @@ void Sign(const protocol::SigningIdentity& id, http::request<Fields>& req, std::
   }
 }
 
-ErrorCode CodeOf(const std::string& type, int http_status) {
+// CodeOf: the ErrorCode of an ECS error from its __type and, where gpupack adds one, its "code".
+ErrorCode CodeOf(const std::string& type, const std::string& code, int http_status) {
+  if (type == "InvalidParameterException" && code == protocol::kInstanceDeregisteredCode)
+    return ErrorCode::kInstanceDeregistered;
   if (type == "InvalidParameterException") return ErrorCode::kInvalidParameter;
   if (type == "ClusterNotFoundException") return ErrorCode::kClusterNotFound;
   if (type == "AccessDeniedException") return ErrorCode::kAccessDenied;
@@ -133,27 +134,38 @@ Result<http::response<http::string_body>> RoundTrip(const ServerEndpoint& server
   return parser.release();
 }
 
-// ErrorOf is the ECS error of a non-200 response: its __type (or "HTTP <status>") and message.
-std::pair<std::string, std::string> ErrorOf(const http::response<http::string_body>& res) {
-  Json j = Json::parse(res.body(), nullptr, false);
-  const bool has_type = j.is_object() && j.contains("__type") && j["__type"].is_string();
-  const bool has_message = j.is_object() && j.contains("message") && j["message"].is_string();
-  return {has_type ? j["__type"].get<std::string>() : "HTTP " + std::to_string(res.result_int()),
-          has_message ? j["message"].get<std::string>() : res.body().substr(0, 200)};
-}
+// EcsErrorOf: the ECS error of a non-200 response: its __type (or "HTTP <status>"), message and gpupack's "code"
+// ("" when absent).
+struct EcsErrorOf {
+  std::string type, message, code;
+  explicit EcsErrorOf(const http::response<http::string_body>& res) {
+    Json j = Json::parse(res.body(), nullptr, false);
+    auto text = [&j](const char* key) {
+      return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+    };
+    type = text("__type");
+    if (type.empty()) type = "HTTP " + std::to_string(res.result_int());
+    message = j.is_object() && j.contains("message") && j["message"].is_string() ? text("message")
+                                                                                  : res.body().substr(0, 200);
+    code = text("code");
+  }
+};
 
-// RefusalOf reads a declined upgrade's answer (`res`, whose body Beast read whole) into `declined` (its status
-// and first DeclinedUpgrade::kMaxBody bytes) and a Status with the server's error type and message: the code of
-// that type (authentication errors with their own codes and the operator's hint), the message bounded.
+// RefusalOf reads a declined upgrade's answer (`res`, whose body Beast read whole) into `declined` (its status,
+// first DeclinedUpgrade::kMaxBody bytes and leader header) and a Status with the server's error type and
+// message: the code of that type (authentication errors with their own codes and the operator's hint), the
+// message bounded.
 Status RefusalOf(const ServerEndpoint& server, const http::response<http::string_body>& res,
                  DeclinedUpgrade& declined) {
   declined.http_status = res.result_int();
   declined.body = res.body().substr(0, DeclinedUpgrade::kMaxBody);
+  declined.leader = std::string(res[protocol::kLeaderHeader]).substr(0, 512);
   http::response<http::string_body> bounded{res.result(), res.version()};
   bounded.body() = declined.body;
-  const auto [type, message] = ErrorOf(bounded);
-  const ErrorCode code = CodeOf(type, declined.http_status);
-  return Status(code, "the server refused the agent channel: " + type + ": " + AuthHint(type, server, message));
+  const EcsErrorOf e(bounded);
+  // The channel's own code ("code": protocol::RefusalCode) is for ReadDecline: this Status keeps the ECS type's.
+  const ErrorCode code = CodeOf(e.type, "", declined.http_status);
+  return Status(code, "the server refused the agent channel: " + e.type + ": " + AuthHint(e.type, server, e.message));
 }
 
 }  // namespace
@@ -168,8 +180,9 @@ Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation,
   auto res = RoundTrip(server, req, operation, timeout);
   if (!res.ok()) return res.status();
   if (res->result_int() != 200) {
-    const auto [type, message] = ErrorOf(*res);
-    return Status(CodeOf(type, res->result_int()), operation + ": " + type + ": " + AuthHint(type, server, message));
+    const EcsErrorOf e(*res);
+    return Status(CodeOf(e.type, e.code, res->result_int()),
+                  operation + ": " + e.type + ": " + AuthHint(e.type, server, e.message));
   }
   Json j = Json::parse(res->body(), nullptr, false);
   if (j.is_discarded()) return Status::Server(operation + ": the server's answer is not JSON");

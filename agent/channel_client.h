@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/percent.h"
 #include "protocol/messages.h"
 #include "protocol/sigv4.h"
 #include "base/status.h"
@@ -35,12 +36,14 @@ Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation,
                      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
 
 // DeclinedUpgrade: the server's answer to a channel upgrade it declined (any status but 101 Switching
-// Protocols): its HTTP status and the first kMaxBody bytes of its body (gpupack answers an ECS error,
-// {"__type": ..., "message": ...}; a standby's message names the leader). Filled by ChannelClient::Connect.
+// Protocols): its HTTP status, the first kMaxBody bytes of its body (gpupack answers an ECS error with the
+// refusal's code, {"__type", "code", "leader"?, "message"}: protocol::RefusalCode) and its leader header
+// (protocol::kLeaderHeader: a standby names the leader there too). Filled by ChannelClient::Connect.
 struct DeclinedUpgrade {
   static constexpr size_t kMaxBody = 4096;
   int http_status = 0;  // 0: the upgrade was not declined (it opened, or no answer came)
   std::string body;
+  std::string leader;  // the kLeaderHeader header's value, "" when absent
 };
 
 // ChannelClient: one WebSocket to the server. Messages arrive on the client's own io thread through
@@ -53,9 +56,9 @@ class ChannelClient {
   };
   // Connect opens the WebSocket at `target` (e.g. "/agent/v1/channel?containerInstance=...") or fails within
   // `timeout`. The upgrade request is SigV4-signed when server.signing is set; a declined upgrade fails with the
-  // server's error type and message ("the server refused the agent channel: InvalidSignatureException: ...",
-  // "... ServerException: this gpupack server is a standby; the agent channel is served by the leader at URL")
-  // and, when `declined` is given, fills it with the answer's status and (bounded) body.
+  // server's error type and message for people ("the server refused the agent channel: InvalidSignatureException:
+  // ...") and, when `declined` is given, fills it with the answer's status, (bounded) body and leader header,
+  // which the caller decides on (agent::ReadDecline).
   static Result<std::unique_ptr<ChannelClient>> Connect(const ServerEndpoint& server, const std::string& target,
                                                         Callbacks callbacks,
                                                         std::chrono::milliseconds timeout = std::chrono::milliseconds(5000),
@@ -75,7 +78,7 @@ class ChannelClient {
   std::unique_ptr<Impl> impl_;
 };
 
-// PercentEncode for query values (ARNs carry ':' and '/'): protocol::PercentEncode.
-std::string PercentEncode(const std::string& s);
+// PercentEncode for query values (ARNs carry ':' and '/'): the one encoder, base/percent.h.
+using gpupack::PercentEncode;
 
 }  // namespace gpupack::agent

@@ -36,6 +36,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/docker_client.h"
+#include "base/atomic_file.h"
 #include "agent/gpu_injection.h"
 #include "agent/proc_tree.h"
 #include "agent/runtime.h"
@@ -365,11 +366,9 @@ class DockerRuntime final : public Runtime {
     }
     writer.Close();
     if (last != since) {
-      const std::string temp = cursor_path + ".tmp";
-      { std::ofstream(temp, std::ios::trunc) << last << "\n"; }
-      std::error_code ec;
-      std::filesystem::rename(temp, cursor_path, ec);
-      if (ec) return Status::Server("docker: cannot write " + cursor_path + ": " + ec.message());
+      // 0666 less the umask, as an ofstream made it.
+      const Status s = WriteFileAtomically(cursor_path, std::to_string(last) + "\n", 0666);
+      if (!s.ok()) return Status::Server("docker: " + s.message());
     }
     return Status::Ok();
   }

@@ -337,7 +337,7 @@ void GpuHealth::Watchdog() {
     // EssentialContainerExited, as ECS reports a container the OOM killer ended.
     if (hooks_.stop_task)
       hooks_.stop_task(c.arn, StopRequest{reason, StopCode::kEssentialContainerExited, true, c.container,
-                                          "GpuMemoryLimitExceeded: " + violation, false});
+                                          "GpuMemoryLimitExceeded: " + violation, false, /*watchdog=*/true});
   }
   for (auto it = strikes_.begin(); it != strikes_.end();)
     it = over.count(it->first) && !watchdog_stopped_.count(it->first) ? std::next(it) : strikes_.erase(it);

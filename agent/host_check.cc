@@ -132,22 +132,14 @@ HostCheckItem CheckMpsControl(const HostCheckOptions& o) {
   auto answer = MakeMpsControlDaemon(mps)->Send("get_default_active_thread_percentage");
   if (answer.ok()) return Ok(name, found + ": a daemon answers on " + o.agent.mps_pipe_dir + " (the agent adopts it)");
   const std::string& why = answer.status().message();
-  const bool timed_out = why.find("got no answer within") != std::string::npos;
-  if (timed_out) {
+  if (answer.failure() == MpsFailure::kNoAnswer) {
     return Fail(name, found + ": " + why,
                 "a daemon on " + o.agent.mps_pipe_dir + " is hung: stop it (`echo quit | " + o.agent.mps_control_program +
                     "` with CUDA_MPS_PIPE_DIRECTORY=" + o.agent.mps_pipe_dir + ", else kill it) before starting the agent");
   }
-  // Send's error is "... failed (exit N): <answer>"; 126/127 (cannot execute), 128+N (a signal) and -1 mean
-  // the program itself did not run.
-  int exit_code = -1;
-  if (const size_t at = why.find("(exit "); at != std::string::npos) exit_code = std::atoi(why.c_str() + at + 6);
-  const bool ran = exit_code >= 0 && exit_code != 126 && exit_code != 127 && exit_code < 128;
-  std::string lower = why;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const bool no_daemon =
-      lower.find("cannot find mps control daemon") != std::string::npos || lower.find("connect") != std::string::npos;
-  if (ran && no_daemon) {
+  // The program ran and found no daemon: ok. Any other failure (it did not run: missing, exit 126/127, killed;
+  // or it failed otherwise) is not.
+  if (answer.failure() == MpsFailure::kNoDaemon) {
     return Ok(name, found + " runs; no daemon on " + o.agent.mps_pipe_dir + " yet (the agent starts one)");
   }
   return Fail(name, found + ": " + why, fix);

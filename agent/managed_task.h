@@ -73,6 +73,8 @@ struct StopRequest {
   std::string container_reason;
   // A server's stop order for a task already STOPPED here reports it again (its report may have been lost).
   bool resend_if_stopped = false;
+  // watchdog: the GPU memory watchdog asked for it (the agent's metrics count such stops by this, not by reason).
+  bool watchdog = false;
 };
 
 inline constexpr const char* kMpsDown = "MPS control daemon is not responding";

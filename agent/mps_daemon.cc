@@ -359,20 +359,26 @@ class MpsControlDaemon final : public MpsSupervisor {
     return h;
   }
 
-  Result<std::string> Send(const std::string& command) override {
+  MpsAnswer Send(const std::string& command) override {
     if (command.empty() || command.find_first_of("\r\n") != std::string::npos) {
-      return Status::InvalidParameter("an MPS control command is one non-empty line");
+      return {MpsFailure::kBadCommand, Status::InvalidParameter("an MPS control command is one non-empty line")};
     }
     std::lock_guard lock(run_mu_);
     auto run = RunControl(options_, {}, command + "\n", options_.probe_timeout);
-    if (!run.ok()) return run.status();
+    if (!run.ok()) return {MpsFailure::kCannotRun, run.status()};
     if (run->timed_out) {
-      return Status::Server("MPS control daemon is not responding: `" + command + "` got no answer within " +
-                            Ms(options_.probe_timeout));
+      return {MpsFailure::kNoAnswer, Status::Server("MPS control daemon is not responding: `" + command +
+                                                    "` got no answer within " + Ms(options_.probe_timeout))};
     }
-    if (run->exit_code != 0 || SaysCannotConnect(run->output)) {
-      return Status::Server("MPS control daemon is not responding: `" + command + "` failed (exit " +
-                            std::to_string(run->exit_code) + "): " + Shorten(run->output));
+    const bool no_daemon = SaysCannotConnect(run->output);
+    if (run->exit_code != 0 || no_daemon) {
+      // 126/127: the shell could not execute it; 128+N: a signal ended it. Either way it did not run.
+      const bool ran = run->exit_code != 126 && run->exit_code != 127 && run->exit_code < 128;
+      const MpsFailure failure = !ran       ? MpsFailure::kCannotRun
+                                 : no_daemon ? MpsFailure::kNoDaemon
+                                             : MpsFailure::kFailed;
+      return {failure, Status::Server("MPS control daemon is not responding: `" + command + "` failed (exit " +
+                                      std::to_string(run->exit_code) + "): " + Shorten(run->output))};
     }
     return std::move(run->output);
   }
@@ -433,16 +439,16 @@ class FakeMps final : public MpsSupervisor {
     return h;
   }
 
-  Result<std::string> Send(const std::string& command) override {
+  MpsAnswer Send(const std::string& command) override {
     const MpsHealth h = running_ ? Read() : MpsHealth::kNotServing;
     if (h == MpsHealth::kHung) {
       std::this_thread::sleep_for(options_.probe_timeout);
-      return Status::Server("MPS control daemon is not responding: `" + command + "` got no answer within " +
-                            Ms(options_.probe_timeout));
+      return {MpsFailure::kNoAnswer, Status::Server("MPS control daemon is not responding: `" + command +
+                                                    "` got no answer within " + Ms(options_.probe_timeout))};
     }
     if (h == MpsHealth::kNotServing) {
-      return Status::Server("MPS control daemon is not responding: `" + command +
-                            "` failed: Cannot find MPS control daemon process (fake)");
+      return {MpsFailure::kNoDaemon, Status::Server("MPS control daemon is not responding: `" + command +
+                                                    "` failed: Cannot find MPS control daemon process (fake)")};
     }
     if (command == kProbeCommand) return std::string("100.0\n");
     if (command == "quit") running_ = false;

@@ -19,6 +19,28 @@ enum class MpsHealth {
 };
 const char* MpsHealthName(MpsHealth h);
 
+// MpsFailure: why a control command (MpsSupervisor::Send) failed, for code to branch on; the Status's message is
+// for people.
+enum class MpsFailure {
+  kNone,        // it answered
+  kBadCommand,  // not one non-empty line: nothing ran
+  kCannotRun,   // the control program did not run: it could not be started, exited 126/127 or was killed
+  kNoAnswer,    // no answer within probe_timeout (a hung daemon): the program was killed
+  kNoDaemon,    // the program ran and said that no daemon listens on the pipe directory
+  kFailed,      // the program ran and failed otherwise (a non-zero exit)
+};
+
+// MpsAnswer: Send's answer (the output) or its failure: a Status with an MpsFailure beside it.
+class [[nodiscard]] MpsAnswer : public Result<std::string> {
+ public:
+  MpsAnswer(std::string output) : Result(std::move(output)) {}  // NOLINT: implicit by design
+  MpsAnswer(MpsFailure failure, Status status) : Result(std::move(status)), failure_(failure) {}
+  MpsFailure failure() const { return failure_; }
+
+ private:
+  MpsFailure failure_ = MpsFailure::kNone;
+};
+
 struct MpsOptions {
   std::string control_program = "nvidia-cuda-mps-control";  // a path or a name on PATH
   std::string pipe_dir = "/run/gpupack-mps";                // CUDA_MPS_PIPE_DIRECTORY; never /tmp/nvidia-mps
@@ -40,8 +62,8 @@ class MpsSupervisor {
   virtual Status Stop() = 0;
   // Probe runs one health check, updates the consecutive-failure count and returns the health.
   virtual MpsHealth Probe() = 0;
-  // Send writes one control command and returns its answer (e.g. "get_server_list", "ps").
-  virtual Result<std::string> Send(const std::string& command) = 0;
+  // Send writes one control command and returns its answer (e.g. "get_server_list", "ps"), or why it failed.
+  virtual MpsAnswer Send(const std::string& command) = 0;
   // Impaired: the last failures_to_impair probes all failed. A serving probe resets the count.
   virtual bool impaired() const = 0;
   virtual int consecutive_failures() const = 0;
@@ -55,7 +77,8 @@ class MpsSupervisor {
 // kHung, a non-zero exit or a "Cannot find MPS control daemon"-style answer kNotServing. Start refuses
 // /tmp/nvidia-mps and a pipe directory longer than 80 characters (the daemon's unix sockets would not fit); it
 // does not start a second daemon over a hung one. Probes made inside Start do not count toward impaired().
-// Stop answers Ok when nothing listens any more. Send's errors start with "MPS control daemon is not responding".
+// Stop answers Ok when nothing listens any more. Send's errors start with "MPS control daemon is not responding"
+// and carry an MpsFailure: a "Cannot find MPS control daemon"-style answer is kNoDaemon.
 std::unique_ptr<MpsSupervisor> MakeMpsControlDaemon(MpsOptions options);
 
 // FakeMps: a simulated daemon for hosts without GPUs. Its health is read from the file
@@ -64,7 +87,8 @@ std::unique_ptr<MpsSupervisor> MakeMpsControlDaemon(MpsOptions options);
 // The file is read on every Start, Probe and Send; "hung" makes the call take probe_timeout (as a real hung
 // probe would; tests set a short one), any other word than serving/hung counts as down. Start fails unless the
 // file says serving; after Stop (or Send("quit")) probes are kNotServing until the next Start. Send answers
-// "100.0\n" to get_default_active_thread_percentage and "" to anything else.
+// "100.0\n" to get_default_active_thread_percentage and "" to anything else; a hung one fails kNoAnswer, a
+// down one kNoDaemon.
 inline constexpr char kFakeMpsHealthFile[] = "fake-mps-health";
 
 // ---- Reading the control daemon's answers (used for fault handling; pure functions) ----

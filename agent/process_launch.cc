@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/atomic_file.h"
+
 namespace gpupack::agent::process_launch {
 namespace {
 
@@ -151,16 +153,10 @@ bool WriteRecord(Launch& l, pid_t monitor, unsigned long long monitor_start, pid
     errno = ENAMETOOLONG;
     return false;
   }
-  int fd = open(l.temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  bool ok = WriteAll(fd, b.data, b.size);
-  int saved = errno;
-  close(fd);
-  if (!ok) {
-    errno = saved;
-    return false;
-  }
-  return rename(l.temp_path.c_str(), l.state_path.c_str()) == 0;
+  // base/atomic_file.h's allocation-free form: the monitor renders and writes without allocating.
+  const int rc = WriteFileAtomicallyAt(l.state_path.c_str(), l.temp_path.c_str(), b.data, b.size, 0644);
+  if (rc != 0) errno = rc;
+  return rc == 0;
 }
 
 // CloseAllBut closes every descriptor >= 3 except the listed ones.

@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/atomic_file.h"
+
 namespace gpupack::agent {
 
 namespace fs = std::filesystem;
@@ -18,36 +20,10 @@ constexpr const char* kAgentVersion = "gpupack-agent 0.1.0";
 // kEpochFile: the highest leadership epoch seen, {"epoch": N}, in the state directory.
 constexpr const char* kEpochFile = "leader_epoch.json";
 
-// WriteFileAtomically writes via a temporary file and rename, so a crash leaves the old or the new content.
-bool WriteFileAtomically(const fs::path& path, const std::string& content) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return false;
-    out << content;
-    out.flush();
-    if (!out) return false;
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  return !ec;
-}
-
-// LeaderNamedIn is the URL a standby's refusal names ("... served by the leader at http://HOST:PORT"), "" when
-// `text` names none.
-std::string LeaderNamedIn(const std::string& text) {
-  const std::string marker = protocol::kStandbyLeaderMarker;
-  const size_t at = text.find(marker);
-  if (at == std::string::npos) return "";
-  std::string url = text.substr(at + marker.size());
-  return url.substr(0, url.find_first_of(" ;\"'"));
-}
-
-bool IsAuthErrorType(const std::string& type) {
-  return type == "AccessDeniedException" || type == "UnrecognizedClientException" ||
-         type == "InvalidSignatureException" || type == "IncompleteSignatureException" ||
-         type == "MissingAuthenticationTokenException";
+// WriteStateFile replaces a file of the state directory whole (base/atomic_file.h; 0666 less the umask, as an
+// ofstream made it); false when it could not.
+bool WriteStateFile(const fs::path& path, const std::string& content) {
+  return WriteFileAtomically(path.string(), content, 0666).ok();
 }
 
 }  // namespace
@@ -57,20 +33,19 @@ bool IsAuthErrorType(const std::string& type) {
 ChannelDecline ReadDecline(const DeclinedUpgrade& declined) {
   ChannelDecline d;
   const Json j = Json::parse(declined.body, nullptr, false);
-  std::string type;
-  if (j.is_object() && j.contains("__type") && j["__type"].is_string()) type = j["__type"].get<std::string>();
-  if (j.is_object() && j.contains("message") && j["message"].is_string())
-    d.message = j["message"].get<std::string>().substr(0, 500);
-  else
-    d.message = declined.body.substr(0, 200);
-  if (declined.http_status == 401 || declined.http_status == 403 || IsAuthErrorType(type)) {
-    d.action = ChannelDecline::Action::kAuthRefused;
-  } else if (std::string leader = LeaderNamedIn(d.message); !leader.empty()) {
+  auto text = [&j](const char* key) -> const std::string* {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get_ptr<const std::string*>() : nullptr;
+  };
+  if (const std::string* m = text("message")) d.message = m->substr(0, 500);
+  else d.message = declined.body.substr(0, 200);
+  if (const std::string* code = text("code")) d.code = protocol::ParseRefusalCode(*code);
+  if (const std::string* leader = text("leader")) d.leader = leader->substr(0, 512);
+  if (d.leader.empty()) d.leader = declined.leader;
+  if (d.code == protocol::RefusalCode::kUnauthorized) d.action = ChannelDecline::Action::kAuthRefused;
+  if (d.code == protocol::RefusalCode::kUnknownInstance) d.action = ChannelDecline::Action::kRegister;
+  if (d.code == protocol::RefusalCode::kNotLeader && !d.leader.empty())
     d.action = ChannelDecline::Action::kFollowLeader;
-    d.leader = std::move(leader);
-  } else if (declined.http_status == 400) {
-    d.action = ChannelDecline::Action::kRegister;
-  }
+  if (d.action != ChannelDecline::Action::kFollowLeader) d.leader.clear();  // only a standby's refusal names one
   return d;
 }
 
@@ -85,10 +60,10 @@ ReconnectPolicy::ReconnectPolicy(size_t servers, Random random)
   }
 }
 
-ReconnectPolicy::Outcome ReconnectPolicy::Classify(const std::string& why) {
-  if (why.find(protocol::kStandbyLeaderMarker) != std::string::npos) return Outcome::kLeaderNamed;
-  if (why.find("the server refused the agent channel") != std::string::npos) return Outcome::kAnswered;
-  return Outcome::kUnreachable;
+ReconnectPolicy::Outcome ReconnectPolicy::Classify(const DeclinedUpgrade& declined) {
+  if (declined.http_status == 0) return Outcome::kUnreachable;
+  return ReadDecline(declined).action == ChannelDecline::Action::kFollowLeader ? Outcome::kLeaderNamed
+                                                                                : Outcome::kAnswered;
 }
 
 void ReconnectPolicy::SetServers(size_t servers) { servers_ = std::max<size_t>(1, servers); }
@@ -186,7 +161,7 @@ Status ServerConnection::Register() {
   }
   for (size_t tried = 1; !r.ok() && r.status().code() == ErrorCode::kServer && tried < servers; ++tried) {
     spdlog::warn("agent: registration at {} failed: {}; trying the next server", Current().Url(), r.status().message());
-    NextServer(r.status().message());
+    NextServer("");
     r = CallEcs(Current(), "RegisterContainerInstance", body);
   }
   if (!r.ok() && r.status().code() == ErrorCode::kServer) {
@@ -200,7 +175,7 @@ Status ServerConnection::Register() {
     if (!created.ok()) return created.status();
     r = CallEcs(Current(), "RegisterContainerInstance", body);
   }
-  if (!r.ok() && !arn.empty() && r.status().message().find(protocol::kDeregisteredRefusal) != std::string::npos) {
+  if (!r.ok() && !arn.empty() && r.status().code() == ErrorCode::kInstanceDeregistered) {
     deregistered_.store(true);
     return Status::Client("the server deregistered container instance " + arn +
                           ": its tasks are stopped and this agent registers no more; to bring the host back as a "
@@ -222,7 +197,7 @@ Status ServerConnection::Register() {
     instance_arn_ = arn;
   }
   registered_capability_ = serving;
-  WriteFileAtomically(fs::path(options_.state_dir) / "instance.json", Json{{"containerInstanceArn", arn}}.dump());
+  WriteStateFile(fs::path(options_.state_dir) / "instance.json", Json{{"containerInstanceArn", arn}}.dump());
   spdlog::info("agent: registered {} with {} GPU(s) in cluster {}", arn, reg.devices.size(), reg.cluster);
   return Status::Ok();
 }
@@ -301,10 +276,10 @@ ServerEndpoint ServerConnection::Current() const {
   return servers_[current_];
 }
 
-void ServerConnection::NextServer(const std::string& refusal) {
+void ServerConnection::NextServer(const std::string& leader_url) {
   std::lock_guard lock(mu_);
-  if (const std::string url = LeaderNamedIn(refusal); !url.empty()) {
-    if (auto leader = ServerEndpoint::Parse(url); leader.ok()) {
+  if (!leader_url.empty()) {
+    if (auto leader = ServerEndpoint::Parse(leader_url); leader.ok()) {
       leader->signing = options_.server.signing;
       for (size_t i = 0; i < servers_.size(); ++i)
         if (servers_[i].host == leader->host && servers_[i].port == leader->port) {
@@ -332,17 +307,15 @@ void ServerConnection::Connect() {
                                   std::chrono::milliseconds(5000), &declined);
   if (!c.ok()) {
     const ServerEndpoint failed = Current();
-    const std::string& why = c.status().message();
-    ReconnectPolicy::Outcome outcome = ReconnectPolicy::Classify(why);
-    // NextServer moves to the leader a standby named (the refusal's message carries it), else to the next server.
-    NextServer(why);
+    const std::string& why = c.status().message();  // for the log only: the decisions read `declined`
+    const ReconnectPolicy::Outcome outcome = ReconnectPolicy::Classify(declined);
+    const ChannelDecline decline = declined.http_status != 0 ? ReadDecline(declined) : ChannelDecline{};
+    // NextServer moves to the leader a standby named (the refusal's "leader" field), else to the next server.
+    NextServer(decline.leader);
     if (declined.http_status != 0) {
-      // The server answered: what it said decides. Only an instance it does not know is registered again: a
+      // The server answered: its code decides. Only an instance it does not know is registered again: a
       // standby's redirect, a busy server (503) or an authentication refusal says nothing about the instance,
       // and re-registering on each would make every agent register on every walk of a takeover.
-      const ChannelDecline decline = ReadDecline(declined);
-      outcome = decline.action == ChannelDecline::Action::kFollowLeader ? ReconnectPolicy::Outcome::kLeaderNamed
-                                                                         : ReconnectPolicy::Outcome::kAnswered;
       if (decline.action == ChannelDecline::Action::kAuthRefused) {
         spdlog::error("agent: the server at {} refused this agent's credentials for the channel (HTTP {}): {}; "
                       "not registering again, retrying with the backoff",
@@ -460,7 +433,7 @@ int64_t ServerConnection::epoch() const {
 
 bool ServerConnection::PersistEpoch(int64_t epoch) const {
   if (options_.state_dir.empty()) return true;
-  return WriteFileAtomically(fs::path(options_.state_dir) / kEpochFile, Json{{"epoch", epoch}}.dump());
+  return WriteStateFile(fs::path(options_.state_dir) / kEpochFile, Json{{"epoch", epoch}}.dump());
 }
 
 bool ServerConnection::AcceptEpoch(const char* what, const std::optional<int64_t>& epoch) {
@@ -518,7 +491,8 @@ void ServerConnection::OnMessage(uint64_t generation, const std::string& text) {
     const auto* error = std::get_if<protocol::Error>(&m);
     const std::optional<int64_t> id = error ? error->id : std::optional<int64_t>(std::get<protocol::Ack>(m).id);
     if (error && !id) {
-      spdlog::warn("agent: the server answered an error: {}", error->message);
+      spdlog::warn("agent: the server answered an error ({}): {}",
+                   error->code ? protocol::Name(*error->code) : "no code", error->message);
       return;
     }
     std::pair<std::string, TaskStatus> acked;
@@ -530,7 +504,9 @@ void ServerConnection::OnMessage(uint64_t generation, const std::string& text) {
       pending_acks_.erase(it);
     }
     cv_.notify_all();
-    if (error) spdlog::warn("agent: server refused the report for {}: {}", acked.first, error->message);
+    if (error)
+      spdlog::warn("agent: server refused the report for {} ({}): {}", acked.first,
+                   error->code ? protocol::Name(*error->code) : "no code", error->message);
     listener_.OnReportAcked(acked.first, acked.second);
   }
 }

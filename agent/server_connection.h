@@ -71,8 +71,10 @@ class ReconnectPolicy {
   // std::random_device.
   explicit ReconnectPolicy(size_t servers, Random random = nullptr);
 
-  // Classify reads a failed connection's status message (ChannelClient::Connect's) as an Outcome.
-  static Outcome Classify(const std::string& why);
+  // Classify: the Outcome of a failed connection attempt from what ChannelClient::Connect filled in `declined`:
+  // no answer (http_status 0) is kUnreachable, a refusal naming the leader (ReadDecline) kLeaderNamed, any other
+  // refusal kAnswered. Never from the failure's message.
+  static Outcome Classify(const DeclinedUpgrade& declined);
 
   void SetServers(size_t servers);  // the list grew (a leader named that was not on it)
   void Connected();                 // a channel opened: the backoff starts again from kBase
@@ -94,17 +96,20 @@ class ReconnectPolicy {
 };
 
 // ChannelDecline: what the agent does about a declined channel upgrade, read from the server's answer by
-// ReadDecline (every way a gpupack server declines is listed in docs/agent-channel.md, "Declined upgrades").
+// ReadDecline (every way a gpupack server declines is listed in docs/agent-channel.md, "Declined upgrades"). The
+// action follows the answer's code (protocol::RefusalCode, the body's "code") alone, never its message: an
+// answer without a code the agent knows (a proxy's 502, a 404) is kRetry.
 struct ChannelDecline {
   enum class Action {
-    kRegister,      // 400: the server does not know the instance (never registered, forgotten, deregistered)
-    kFollowLeader,  // a standby named the leader: the next attempt goes there at once
-    kRetry,         // a standby that knows no leader, a server at its channel limit or failing: walk on
-    kAuthRefused,   // 401/403: the signature or the key is refused: logged as an error, walk on with the backoff
+    kRegister,      // UnknownInstance: the server does not know the instance (unregistered, forgotten, deregistered)
+    kFollowLeader,  // NotLeader naming the leader: the next attempt goes there at once
+    kRetry,         // NotLeader naming none, Busy, ServerError, Malformed, no code: walk on
+    kAuthRefused,   // Unauthorized: the signature or the key is refused: logged as an error, walk on with the backoff
   };
   Action action = Action::kRetry;
-  std::string leader;   // kFollowLeader: the leader's URL as the standby named it
-  std::string message;  // the server's message (its ECS error's, else the body's start)
+  std::optional<protocol::RefusalCode> code;  // the body's "code", none when absent or unknown
+  std::string leader;   // NotLeader: the leader's URL, from the body's "leader" (else the kLeaderHeader header)
+  std::string message;  // the server's message (its ECS error's, else the body's start), for the log only
 };
 ChannelDecline ReadDecline(const DeclinedUpgrade& declined);
 
@@ -205,9 +210,9 @@ class ServerConnection final : public Reporter {
   ServerEndpoint Current() const;  // the server the connection talks to now
   // SilentAfter: when the open channel's server counts as gone if it says nothing meanwhile. Called under mu_.
   Clock::time_point SilentAfter() const { return last_heard_ + heartbeat_interval_ * kSilentHeartbeats; }
-  // NextServer moves to the server a refusal named (a standby's "served by the leader at URL"), else to the
-  // next one of the list.
-  void NextServer(const std::string& refusal);
+  // NextServer moves to `leader` (the URL a standby's refusal named) when it is one, else to the next server of
+  // the list.
+  void NextServer(const std::string& leader);
 
   const ConnectionOptions options_;
   Listener& listener_;

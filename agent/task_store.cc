@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/atomic_file.h"
+
 namespace gpupack::agent {
 
 namespace fs = std::filesystem;
@@ -139,21 +141,10 @@ Result<std::unique_ptr<TaskStore>> TaskStore::Open(std::string dir) {
 
 Status TaskStore::Put(const TaskRecord& record) {
   const fs::path path = fs::path(dir_) / FileName(record.arn());
-  fs::path tmp = path;
-  tmp += ".tmp";
   const std::string text = protocol::Dump(RecordToJson(record));
   std::lock_guard lock(mu_);
   records_[record.arn()] = record;
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return Status::Server("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Status::Server("cannot rename " + tmp.string() + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileAtomically(path.string(), text, 0666);  // 0666 less the umask, as an ofstream made it
 }
 
 void TaskStore::Erase(const std::string& arn) {

@@ -108,12 +108,14 @@ class Replica::StandbyFront {
     WebSocketHandler refuse;
     StandbyFront* self = f.get();
     refuse.accept = [self](const HttpRequest&) {
+      // NotLeader, naming the leader in the body's "leader" and the x-gpupack-leader header when it is known.
       const std::string leader = self->leader_();
-      return Status::Server(leader.empty() ? std::string("this gpupack server is a standby; the agent channel is served by "
-                                                         "the leader, unknown now: retry")
-                                           : std::string("this gpupack server is a standby; the agent channel is ") +
-                                                 protocol::kStandbyLeaderMarker + leader);
+      const std::string where = leader.empty() ? std::string(", unknown now: retry") : " at " + leader;
+      return ChannelRefusal(
+          Status::Server("this gpupack server is a standby; the agent channel is served by the leader" + where),
+          protocol::RefusalCode::kNotLeader, leader);
     };
+    refuse.busy_fields = {{"code", protocol::Name(protocol::RefusalCode::kBusy)}};
     refuse.on_open = [](const std::shared_ptr<WebSocketConnection>& c, const HttpRequest&) { c->Close(); };
     refuse.on_message = [](const std::shared_ptr<WebSocketConnection>&, std::string) {};
     refuse.on_close = [](const std::shared_ptr<WebSocketConnection>&) {};
@@ -408,7 +410,8 @@ Status Replica::ServeAsLeader(int64_t epoch) {
     opts.port = port_;
     opts.channel.epoch = epoch;  // the welcome and every push carry this term: agents ignore older ones
     opts.readiness = [this] { return ReadyResponse(); };
-    auto server = Server::Start(std::move(opts), data_);
+    StartFailure failure = StartFailure::kNone;
+    auto server = Server::Start(std::move(opts), data_, &failure);
     if (server.ok()) {
       leader_ = std::move(*server);
       AddReplicaMetrics(leader_->metrics());
@@ -418,7 +421,7 @@ Status Replica::ServeAsLeader(int64_t epoch) {
       return Status::Ok();
     }
     last = server.status();
-    if (last.message().rfind("cannot load state: ", 0) == 0) break;  // not a port problem
+    if (failure == StartFailure::kLoadState) break;  // not a port problem
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   (void)ServeAsStandby();

@@ -7,13 +7,19 @@
 
 namespace gpupack::api {
 
-Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& store) {
+Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& store, StartFailure* failure) {
+  StartFailure ignored;
+  StartFailure& failed = failure != nullptr ? *failure : ignored;
+  failed = StartFailure::kNone;
   std::unique_ptr<Server> s(new Server());
   s->metrics_ = std::make_unique<MetricsRegistry>();
   s->timed_store_ = TimeStoreCommits(store, *s->metrics_);
   s->committer_ = std::make_unique<GroupCommitter>(*s->timed_store_);
   s->control_plane_ = std::make_unique<ControlPlane>(std::move(options.control_plane), store, *s->committer_);
-  if (Status st = s->control_plane_->Load(); !st.ok()) return Status(st.code(), "cannot load state: " + st.message());
+  if (Status st = s->control_plane_->Load(); !st.ok()) {
+    failed = StartFailure::kLoadState;
+    return Status(st.code(), "cannot load state: " + st.message());
+  }
   AddControlPlaneMetrics(*s->metrics_, *s->control_plane_);
   options.channel.authenticator = options.authenticator;
   s->channel_ = std::make_unique<AgentChannel>(*s->control_plane_, options.channel);
@@ -32,7 +38,10 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   channel.max_send_queue_bytes = options.max_send_queue_bytes;
   http.websockets[kAgentChannelPath] = std::move(channel);
   auto server = HttpServer::Create(http, s->front_->AsHandler());
-  if (!server.ok()) return server.status();
+  if (!server.ok()) {
+    failed = StartFailure::kListen;
+    return server.status();
+  }
   s->http_ = std::move(*server);
   AddServerMetrics(*s->metrics_, *s->http_, *s->committer_, *s->channel_);
   s->http_->Start();
@@ -42,7 +51,8 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
 Server::~Server() {
   if (http_) http_->Stop();
   channel_.reset();
-  if (committer_) committer_->Flush();
+  if (control_plane_) control_plane_->applier().Drain();  // every queued write submitted...
+  if (committer_) committer_->Flush();                      // ...and committed and answered
 }
 
 uint16_t Server::port() const { return http_->port(); }

@@ -42,11 +42,18 @@ struct ServerOptions {
   std::function<HttpResponse()> readiness;
 };
 
+// StartFailure: which step of Server::Start failed, for callers to branch on (its message is for people).
+enum class StartFailure {
+  kNone,
+  kLoadState,  // the store's state could not be loaded ("cannot load state: ...")
+  kListen,     // the HTTP server could not listen (its message names the address)
+};
+
 class Server {
  public:
   // Start loads the store's state, listens and serves. Errors: the state cannot be loaded ("cannot load
-  // state: ..."), or the address cannot be bound.
-  static Result<std::unique_ptr<Server>> Start(ServerOptions options, Store& store);
+  // state: ..."), or the address cannot be bound; `failure` (when given) says which (kNone on success).
+  static Result<std::unique_ptr<Server>> Start(ServerOptions options, Store& store, StartFailure* failure = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -204,6 +204,12 @@ void AddServerMetrics(MetricsRegistry& metrics, const HttpServer& http, const Gr
          MetricType::kCounter, [&channel] { return channel.auth_refusals(); });
   AddOne(metrics, "gpupack_agent_push_retries_total", "Pushes to agents sent again for want of an ack.",
          MetricType::kCounter, [&channel] { return channel.push_retries(); });
+  AddOne(metrics, "gpupack_agent_heartbeats_unchanged_total",
+         "Agent heartbeats that changed nothing, acked from the read view without the writer.", MetricType::kCounter,
+         [&channel] { return channel.heartbeats_from_view(); });
+  AddOne(metrics, "gpupack_agent_heartbeats_written_total",
+         "Agent heartbeats applied by the writer (they changed the instance, or followed a write not yet in view).",
+         MetricType::kCounter, [&channel] { return channel.heartbeats_written(); });
   AddOne(metrics, "gpupack_agent_push_unacked_closes_total",
          "Agent channels closed because a push was never acked.", MetricType::kCounter,
          [&channel] { return channel.push_unacked_closes(); });

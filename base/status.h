@@ -22,6 +22,9 @@ enum class ErrorCode {
   kUnsupportedFeature,   // UnsupportedFeatureException (400)
   kUnknownOperation,     // UnknownOperationException (400)
   kServer,               // ServerException (500)
+  // InvalidParameterException (400) with "code": "InstanceDeregistered" beside it: RegisterContainerInstance of
+  // an instance that was deregistered (the agent stops its tasks and registers no more):
+  kInstanceDeregistered,
   // SigV4 authentication refusals (api/sigv4.h):
   kUnrecognizedClient,          // UnrecognizedClientException (400): unknown access key id
   kInvalidSignature,            // InvalidSignatureException (400): wrong signature, scope, date window

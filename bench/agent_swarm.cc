@@ -5,7 +5,8 @@
 // containers), so each simulated agent is only the channel protocol (docs/agent-channel.md) on a
 // ChannelClient, its messages built and read with the protocol library (protocol/messages.h):
 // RegisterContainerInstance (8 GPUs, gpupack.agent-channel=v1), the WebSocket, hello, a
-// heartbeat every heartbeatIntervalMs (staggered across the agents), and an answer to every assign (an ack of
+// heartbeat every heartbeatIntervalMs of the server's welcome or every --heartbeat-ms (staggered across the
+// agents; each one timed from its send to the server's ack), and an answer to every assign (an ack of
 // its id, then a RUNNING state report) and every stop (a STOPPED report, then an ack). Like a real agent it keeps
 // every task until the server acknowledged its STOPPED report, reports them all in each hello, and ignores an
 // assign for a task it has (acking it again).
@@ -23,6 +24,9 @@
 //   check     stop the churn and every task, wait for the agents to settle (bounded), then check through the
 //             API: no leaked reservation on any GPU, no lost state change, every instance connected; exit
 //             status 1 on a violation (docs/reliability.md, "1,000 agents with churn")
+// With --serve-s S the phases after register are replaced by serve mode (bench/swarm_serve.h): the agents are
+// held until SIGTERM (at most S seconds) while another program loads the server, and the measured window's
+// heartbeat send -> ack quantiles are printed (bench/write_path_compare.sh uses it).
 // The server's CPU time (its threads' run time from /proc/PID/task/*/schedstat, in ns; utime + stime from
 // /proc/PID/stat, in 10 ms ticks, next to it) is taken over each phase; its VmRSS is sampled
 // every second and VmHWM read at the end (/proc/PID/status). The swarm's own CPU is printed too, because it
@@ -30,10 +34,9 @@
 //
 // Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]
 //                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R] [--churn-down-ms MS]
-//                    [--dir DIR] [--keep] [--no-ack]
+//                    [--heartbeat-ms MS] [--serve-s S] [--dir DIR] [--keep] [--no-ack]
 // Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
-// no churn (200 ms away when churning).
-#include <fcntl.h>
+// no churn (200 ms away when churning), the welcome's heartbeat interval, no serve mode.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -67,6 +70,8 @@
 #include "agent/channel_client.h"
 #include "bench/proc_stats.h"
 #include "bench/swarm_agent.h"
+#include "bench/swarm_serve.h"
+#include "bench/swarm_setup.h"
 #include "protocol/messages.h"
 
 namespace {
@@ -75,174 +80,18 @@ namespace fs = std::filesystem;
 namespace protocol = gpupack::protocol;
 using gpupack::agent::CallEcs;
 using Json = nlohmann::json;
-using namespace gpupack::bench;  // SimAgent, Swarm (swarm_agent.h); SampleProc, ... (proc_stats.h); Clock
+using namespace gpupack::bench;  // SimAgent, Swarm (swarm_agent.h); SampleProc, ... (proc_stats.h); Clock; SwarmOptions
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-[[noreturn]] void Die(const std::string& message) {
-  std::fprintf(stderr, "agent_swarm: %s\n", message.c_str());
-  std::fflush(nullptr);
-  _exit(1);  // without running destructors under the channels' io threads
-}
-
-// ---- the simulated agents and /proc: bench/swarm_agent.h, bench/proc_stats.h ----------------------------------
-
-// ---- options ---------------------------------------------------------------------------------------------------
-
-struct Options {
-  std::string gpupack = "build-bench/gpupack";
-  std::string server;  // attach instead of starting one
-  pid_t server_pid = 0;
-  int agents = 200;
-  int baseline_s = 10;
-  int idle_s = 30;
-  int hold_s = 60;
-  double rate = 10;
-  double task_life_s = 5;
-  double churn = 0;        // reconnects per second across the swarm, during the driven phase
-  int churn_down_ms = 200; // how long a churned agent stays away
-  std::string dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
-  bool keep = false;
-  bool no_ack = false;  // the agents ack no push, as agents from before pushes were acked
-};
-
-Options Parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--gpupack") o.gpupack = next();
-    else if (a == "--server") o.server = next();
-    else if (a == "--server-pid") o.server_pid = std::atoi(next().c_str());
-    else if (a == "--agents") o.agents = std::atoi(next().c_str());
-    else if (a == "--baseline-s") o.baseline_s = std::atoi(next().c_str());
-    else if (a == "--idle-s") o.idle_s = std::atoi(next().c_str());
-    else if (a == "--hold-s") o.hold_s = std::atoi(next().c_str());
-    else if (a == "--rate") o.rate = std::atof(next().c_str());
-    else if (a == "--task-life-s") o.task_life_s = std::atof(next().c_str());
-    else if (a == "--churn") o.churn = std::atof(next().c_str());
-    else if (a == "--churn-down-ms") o.churn_down_ms = std::atoi(next().c_str());
-    else if (a == "--dir") o.dir = next();
-    else if (a == "--keep") o.keep = true;
-    else if (a == "--no-ack") o.no_ack = true;
-    else if (a == "-h" || a == "--help") {
-      std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]\n"
-                  "                   [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]\n"
-                  "                   [--churn-down-ms MS] [--dir DIR] [--keep] [--no-ack]\n"
-                  "defaults: build-bench/gpupack, 200 agents, 10 s with no agent, 30 s idle, 60 s driven,\n"
-                  "          10 RunTask/s, tasks live 5 s, no churn (--churn R: R agents a second drop their\n"
-                  "          channel during the driven phase and reconnect --churn-down-ms later, 200 ms)\n"
-                  "--no-ack: the agents ack no assign or stop (as older agents did not)\n"
-                  "exit status 1 when the final check through the API finds a violation\n");
-      std::exit(0);
-    } else {
-      Die("unknown argument " + a + " (see --help)");
-    }
-  }
-  if (o.agents < 1 || o.agents > 5000) Die("--agents must be 1..5000");
-  if (o.baseline_s < 0 || o.baseline_s > 600 || o.idle_s < 0 || o.idle_s > 600 || o.hold_s < 0 || o.hold_s > 600) Die("--baseline-s, --idle-s and --hold-s must be 0..600");
-  if (o.rate < 0 || o.rate > 1000) Die("--rate must be 0..1000 per second");
-  if (o.task_life_s < 0 || o.task_life_s > 600) Die("--task-life-s must be 0..600");
-  if (o.churn < 0 || o.churn > 1000) Die("--churn must be 0..1000 reconnects per second");
-  if (o.churn_down_ms < 0 || o.churn_down_ms > 60000) Die("--churn-down-ms must be 0..60000");
-  if (!o.server.empty() && o.server_pid <= 0) Die("--server needs --server-pid (the process to measure)");
-  return o;
-}
-
-// ---- the server ------------------------------------------------------------------------------------------------
-
-// StartServer runs `gpupack server` on a fresh database in `dir`, its output in dir/server.out, and returns
-// its pid and endpoint (read from that output, bounded by 10 s).
-pid_t StartServer(const Options& o, const std::string& dir, std::string* endpoint, std::vector<std::string>* argv_out) {
-  std::vector<std::string> args = {o.gpupack, "server", "--listen", "127.0.0.1:0", "--db", dir + "/gpupack.db",
-                                   "--log-level", "warn"};
-  *argv_out = args;
-  std::string out_path = dir + "/server.out";
-  pid_t pid = fork();
-  if (pid < 0) Die("fork failed");
-  if (pid == 0) {
-    int fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> cargs;
-    for (auto& a : args) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    execv(cargs[0], cargs.data());
-    _exit(127);
-  }
-  for (int i = 0; i < 100; ++i) {
-    std::ifstream in(out_path);
-    for (std::string line; std::getline(in, line);) {
-      size_t api = line.find("ECS API"), http = line.find("http://");
-      if (api != std::string::npos && http != std::string::npos) {
-        *endpoint = line.substr(http, line.find(' ', http) - http);
-        return pid;
-      }
-    }
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) Die("the server exited; see " + out_path);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  kill(pid, SIGTERM);
-  Die("the server printed no endpoint within 10 s");
-}
+[[noreturn]] void Die(const std::string& message) { SwarmDie(message); }
 
 
-// ParallelFor runs fn(i) for i in [0, n) on `threads` threads.
-template <typename Fn>
-void ParallelFor(int n, int threads, Fn fn) {
-  std::atomic<int> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (int i = next++; i < n; i = next++) fn(i);
-    });
-  for (auto& t : pool) t.join();
-}
-
-Json RegisterBody(const std::string& cluster, int index) {
-  Json devices = Json::array();
-  for (int g = 0; g < 8; ++g) {
-    char uuid[64];
-    std::snprintf(uuid, sizeof uuid, "GPU-5a1f0000-%04x-4000-8000-%012x", index, g);
-    devices.push_back({{"id", uuid}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 81559}}}});
-  }
-  return {{"cluster", cluster},
-          {"instanceIdentityDocument", Json{{"instanceId", "swarm-" + std::to_string(index)}}.dump()},
-          {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 65536}},
-                                          {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 262144}}})},
-          {"platformDevices", devices},
-          {"attributes", Json::array({{{"name", "gpupack.agent-channel"}, {"value", "v1"}},
-                                      {{"name", "ecs.capability.gpu-sharing-mps"}},
-                                      {{"name", "gpupack.gpu-model"}, {"value", "simulated H100"}}})},
-          {"versionInfo", {{"agentVersion", "agent_swarm"}}}};
-}
+// ---- the simulated agents, /proc, options, the server and serve mode: bench/swarm_agent.h, bench/proc_stats.h,
+// bench/swarm_setup.h, bench/swarm_serve.h
 
 // ---- figures ---------------------------------------------------------------------------------------------------
-
-struct Quantiles {
-  size_t n = 0;
-  double p50 = 0, p90 = 0, p99 = 0, max = 0;
-};
-
-Quantiles Summarize(std::vector<double> v) {
-  Quantiles q;
-  q.n = v.size();
-  if (v.empty()) return q;
-  std::sort(v.begin(), v.end());
-  auto at = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * v.size())) - 1)]; };
-  q.p50 = at(0.5);
-  q.p90 = at(0.9);
-  q.p99 = at(0.99);
-  q.max = v.back();
-  return q;
-}
 
 void PrintLatency(const char* name, const std::vector<double>& v, const char* note) {
   Quantiles q = Summarize(v);
@@ -260,10 +109,14 @@ struct Phase {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o = Parse(argc, argv);
+  SwarmOptions o = ParseSwarmOptions(argc, argv);
   signal(SIGPIPE, SIG_IGN);
+  if (o.serve_s > 0) BlockServeSignals();  // before any thread starts: they all inherit the mask
   std::string command_line;
-  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    if (i) command_line += ' ';  // two appends: GCC 12 at -O3 sees a false -Wrestrict in " " + std::string
+    command_line += argv[i];
+  }
 
   // ---- start (or attach)
   std::string work;
@@ -275,7 +128,7 @@ int main(int argc, char** argv) {
     std::string tmpl = o.dir + "/gpupack-agent-swarm.XXXXXX";
     if (!mkdtemp(tmpl.data())) Die("cannot create a temporary directory under " + o.dir);
     work = tmpl;
-    server_pid = StartServer(o, work, &endpoint, &server_argv);
+    server_pid = StartSwarmServer(o, work, &endpoint, &server_argv);
   }
   auto server = ServerEndpoint::Parse(endpoint);
   if (!server.ok()) Die(server.status().message());
@@ -334,28 +187,14 @@ int main(int argc, char** argv) {
     std::lock_guard lock(fail_mu);
     if (first_failure.empty()) first_failure = m;
   };
-  // Heartbeats: one thread for the whole swarm, from the first channel to shutdown. Each agent's first one is
-  // due a staggered fraction of the interval after its channel opened, like real agents that started apart.
-  const auto heartbeat_interval = std::chrono::milliseconds(5000);  // the server's (welcome.heartbeatIntervalMs)
-  std::atomic<bool> heartbeating{true};
-  std::thread heartbeater([&] {
-    while (heartbeating) {
-      auto now = Clock::now();
-      for (auto& a : agents) {
-        if (!a->connected) continue;
-        if (a->next_heartbeat == Clock::time_point{}) a->next_heartbeat = now + heartbeat_interval * a->index / o.agents;
-        if (now < a->next_heartbeat) continue;
-        a->next_heartbeat += heartbeat_interval;
-        ++swarm.heartbeats;
-        a->Send(protocol::Serialize(protocol::AgentMessage(protocol::Heartbeat{a->next_id++, false, {}})));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  });
-  auto stop_heartbeats = [&] {
-    heartbeating = false;
-    if (heartbeater.joinable()) heartbeater.join();
+  // Heartbeats: one thread for the whole swarm, from the first channel to shutdown, every --heartbeat-ms or else
+  // every heartbeatIntervalMs of the server's welcome (5,000 ms until one came).
+  auto heartbeat_interval = [&]() -> Clock::duration {
+    const int64_t ms = o.heartbeat_ms > 0 ? o.heartbeat_ms : swarm.welcome_heartbeat_ms.load();
+    return std::chrono::milliseconds(ms > 0 ? ms : 5000);
   };
+  Heartbeater heartbeater(agents, heartbeat_interval);
+  auto stop_heartbeats = [&] { heartbeater.Stop(); };
 
   auto t_reg0 = Clock::now();
   ParallelFor(o.agents, 8, [&](int i) {
@@ -390,6 +229,12 @@ int main(int argc, char** argv) {
     stop_heartbeats();
     stop_server();
     Die("only " + std::to_string(welcomed) + " of " + std::to_string(o.agents) + " agents were welcomed within 60 s");
+  }
+  if (o.serve_s > 0) {  // serve mode (bench/swarm_serve.h) instead of the idle, driven and check phases
+    ServeUntilSignalled(o, swarm, server_pid, cluster, heartbeat_interval, stop_heartbeats, agents);
+    ParallelFor(o.agents, 8, [&](int i) { agents[i]->Disconnect(); });
+    stop_server();
+    return 0;
   }
   // hold runs the heartbeats for `seconds`, sampling the server once a second.
   auto hold = [&](Phase& p, int seconds) {
@@ -705,7 +550,8 @@ int main(int argc, char** argv) {
   }
   std::printf("agents           %d simulated (ChannelClient, 8 GPUs x 81,559 MiB, 65,536 CPU, 262,144 MiB each), "
               "heartbeat every %lld ms, staggered\n",
-              o.agents, static_cast<long long>(heartbeat_interval.count()));
+              o.agents, static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_interval()).count()));
   std::printf("register         %.1f s for %d RegisterContainerInstance (8 threads); channels open and welcomed "
               "%.1f s later\n",
               Seconds(t_reg1 - t_reg0), o.agents, Seconds(t_conn1 - t_reg1));

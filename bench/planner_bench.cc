@@ -1,4 +1,4 @@
-// planner_bench: the capacity planner on the bundled openb trace (bench/data/openb, or $GPUPACK_OPENB_DIR).
+// planner_bench: the capacity planner on the bundled openb trace (planner/data/openb, or $GPUPACK_OPENB_DIR).
 //
 //   BM_FgdProtocol/jobs:2       the whole fgd protocol as `gpupack plan` runs it by default: every strategy x
 //                               seeds 42..51 on the default pod list, 130% demand, milli units, 2 threads.
@@ -14,9 +14,9 @@
 #include <cstdlib>
 #include <memory>
 
-#include "bench/bounds.h"
-#include "bench/inputs.h"
-#include "bench/protocols.h"
+#include "planner/bounds.h"
+#include "planner/inputs.h"
+#include "planner/protocols.h"
 
 namespace gpupack::plan {
 namespace {

@@ -1,9 +1,78 @@
 // swarm_agent.cc: the simulated agent's protocol handling (bench/swarm_agent.h).
 #include "bench/swarm_agent.h"
 
+#include <algorithm>
 #include <variant>
 
 namespace gpupack::bench {
+
+void LatencySample::Add(double ms) {
+  std::lock_guard lock(mu_);
+  ++count_;
+  max_ = std::max(max_, ms);
+  if (values_.size() < kCap) {
+    values_.push_back(ms);
+  } else if (uint64_t slot = rng_() % static_cast<uint64_t>(count_); slot < kCap) {
+    values_[slot] = ms;
+  }
+}
+
+void LatencySample::Clear() {
+  std::lock_guard lock(mu_);
+  values_.clear();
+  count_ = 0;
+  max_ = 0;
+}
+
+int64_t LatencySample::count() const {
+  std::lock_guard lock(mu_);
+  return count_;
+}
+
+double LatencySample::max() const {
+  std::lock_guard lock(mu_);
+  return max_;
+}
+
+std::vector<double> LatencySample::Values() const {
+  std::lock_guard lock(mu_);
+  return values_;
+}
+
+Heartbeater::Heartbeater(const std::vector<std::unique_ptr<SimAgent>>& agents,
+                         std::function<Clock::duration()> interval)
+    : thread_([this, &agents, interval = std::move(interval)] {
+        const auto n = static_cast<int64_t>(agents.size());
+        while (running_) {
+          const auto now = Clock::now();
+          const auto every = interval();
+          for (const auto& a : agents) {
+            if (!a->connected) continue;
+            if (a->next_heartbeat == Clock::time_point{}) a->next_heartbeat = now + every * a->index / n;
+            if (now < a->next_heartbeat) continue;
+            a->next_heartbeat += every;
+            if (a->next_heartbeat < now) a->next_heartbeat = now + every;  // fell behind (a busy box): no burst
+            a->SendHeartbeat();
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }) {}
+
+void Heartbeater::Stop() {
+  running_ = false;
+  if (thread_.joinable()) thread_.join();
+}
+
+void SimAgent::SendHeartbeat() {
+  const int64_t id = next_id++;
+  {
+    std::lock_guard lock(mu);
+    // Bounded: a server that stopped answering leaves at most 1,024 heartbeats waiting per agent.
+    if (heartbeats_out.size() < 1024) heartbeats_out[id] = Clock::now();
+  }
+  ++swarm->heartbeats;
+  Send(protocol::Serialize(protocol::AgentMessage(protocol::Heartbeat{id, false, {}})));
+}
 
 std::vector<protocol::ContainerReport> ContainerReports(protocol::TaskStatus status,
                                                         const std::vector<std::string>& container_names) {
@@ -108,6 +177,7 @@ void SimAgent::OnMessage(const std::string& text) {
     swarm->welcome_assigns += static_cast<int64_t>(welcome->assign.size());
     for (const auto& s : welcome->stop) stop(s.task_arn);
     for (const auto& a : welcome->assign) assign(a, 0);
+    swarm->welcome_heartbeat_ms = welcome->heartbeat_interval_ms;
     welcomed = true;
   } else if (const auto* push = std::get_if<protocol::Assign>(&m)) {
     assign(push->task, push->id);
@@ -122,6 +192,17 @@ void SimAgent::OnMessage(const std::string& text) {
     std::pair<std::string, std::string> what;
     {
       std::lock_guard lock(mu);
+      if (auto hb = heartbeats_out.find(*id); hb != heartbeats_out.end()) {
+        const auto sent = hb->second;
+        heartbeats_out.erase(hb);
+        if (error) {
+          ++swarm->heartbeat_errors;
+        } else {
+          ++swarm->heartbeat_acks;
+          swarm->heartbeat_ms.Add(std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
+        }
+        return;
+      }
       auto it = pending.find(*id);
       if (it == pending.end()) {
         if (!error) ++swarm->heartbeat_acks;

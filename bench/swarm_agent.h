@@ -1,18 +1,22 @@
 // swarm_agent: the simulated node agent of bench/agent_swarm.cc (SimAgent) and the counters and timestamps the
 // whole swarm shares (Swarm). Each SimAgent is only the channel protocol (docs/agent-channel.md) on a
-// ChannelClient, its messages built and read with protocol/messages.h; nothing is forked. agent_swarm.cc owns
-// the phases, the server and the figures.
+// ChannelClient, its messages built and read with protocol/messages.h; nothing is forked. Heartbeater sends
+// every agent's heartbeats and LatencySample keeps their send -> ack times. agent_swarm.cc owns the phases, the
+// server and the figures.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -33,6 +37,25 @@ struct TaskTimes {
 
 struct Swarm;
 
+// LatencySample: a bounded sample of latencies in ms, for quantiles. It keeps every value up to kCap, then a
+// uniform sample of kCap of them (reservoir, Algorithm R); the count and the max stay exact. Thread-safe.
+class LatencySample {
+ public:
+  static constexpr size_t kCap = 1'000'000;
+  void Add(double ms);
+  void Clear();
+  int64_t count() const;
+  double max() const;
+  std::vector<double> Values() const;  // the sample, unsorted
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> values_;  // guarded by mu_
+  int64_t count_ = 0;           // guarded by mu_
+  double max_ = 0;              // guarded by mu_
+  std::mt19937_64 rng_{20261203};
+};
+
 // SimAgent keeps what a real agent keeps (docs/agent-channel.md): every task it was given, reported in each
 // hello until the server acknowledged its STOPPED report; an assign for a task it has is ignored.
 struct SimAgent {
@@ -46,12 +69,16 @@ struct SimAgent {
   std::map<int64_t, std::pair<std::string, std::string>> pending;  // state id -> (task ARN, status); guarded by mu
   std::map<std::string, std::string> tasks;                        // task ARN -> RUNNING | STOPPED; guarded by mu
   std::map<std::string, std::string> hello_reported;               // what the last hello said; guarded by mu
+  std::unordered_map<int64_t, Clock::time_point> heartbeats_out;   // heartbeat id -> sent, until its answer; guarded by mu
   std::atomic<int64_t> next_id{1};
   std::atomic<bool> welcomed{false};
   std::atomic<bool> churning{false};   // the churn thread has it down or is reconnecting it
   Clock::time_point next_heartbeat{};  // heartbeat thread only
 
   void OnMessage(const std::string& text);
+  // SendHeartbeat sends a heartbeat (not impaired, no held GPUs: a heartbeat that changes nothing) and keeps its
+  // send time until the server answers it (Swarm::heartbeat_ms).
+  void SendHeartbeat();
   void SendState(const std::string& task_arn, const std::string& status,
                  const std::vector<std::string>& container_names);
   void Send(const std::string& text) {
@@ -72,6 +99,7 @@ struct SimAgent {
     old.reset();
     std::lock_guard lock(mu);
     pending.clear();
+    heartbeats_out.clear();
     welcomed = false;
   }
 };
@@ -80,6 +108,9 @@ struct Swarm {
   std::atomic<int64_t> assigns{0}, stops{0}, state_acks{0}, heartbeats{0}, heartbeat_acks{0}, errors{0}, closes{0};
   std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0}, push_acks{0};
   bool no_ack = false;  // set before any agent connects
+  std::atomic<int64_t> heartbeat_errors{0};           // heartbeats answered with an error
+  std::atomic<int64_t> welcome_heartbeat_ms{0};       // heartbeatIntervalMs of the last welcome; 0 before one
+  LatencySample heartbeat_ms;                         // each heartbeat's send -> ack, ms
   std::atomic<int64_t> hello_tasks{0}, welcome_assigns{0}, welcome_stops{0};
   std::mutex mu;
   std::string first_error;                            // guarded by mu
@@ -100,6 +131,23 @@ struct Swarm {
     std::lock_guard lock(mu);
     (status == "RUNNING" ? running_acked : stopped_acked).insert(arn);
   }
+};
+
+// Heartbeater: one thread for the whole swarm that sends each connected agent's heartbeat every interval()
+// (read on every pass, so it follows the welcome's heartbeatIntervalMs once one came). Each agent's first one is
+// due a staggered fraction of the interval after its channel opened, like real agents that started apart.
+// `agents` must outlive it; Stop (or the destructor) joins the thread.
+class Heartbeater {
+ public:
+  Heartbeater(const std::vector<std::unique_ptr<SimAgent>>& agents, std::function<Clock::duration()> interval);
+  ~Heartbeater() { Stop(); }
+  Heartbeater(const Heartbeater&) = delete;
+  Heartbeater& operator=(const Heartbeater&) = delete;
+  void Stop();
+
+ private:
+  std::atomic<bool> running_{true};
+  std::thread thread_;
 };
 
 // ContainerReports: every container of a task in `status` (STOPPED ones exited on SIGTERM).

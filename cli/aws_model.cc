@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "cli/commands.h"
 
 namespace gpupack::cli {
@@ -180,14 +181,9 @@ int RunAwsModel(const AwsModelFlags& f) {
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);
   if (ec) return fail("cannot create " + target.parent_path().string() + ": " + ec.message(), 1);
-  const fs::path tmp = target.string() + ".tmp";
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    o << out << '\n';
-    if (!o) return fail("cannot write " + tmp.string(), 1);
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) return fail("cannot install " + target.string() + ": " + ec.message(), 1);
+  // 0666 less the umask, as an ofstream made it.
+  if (Status s = WriteFileAtomically(target.string(), out + '\n', 0666); !s.ok())
+    return fail("cannot install " + target.string() + ": " + s.message(), 1);
   std::string what;
   for (const auto& a : added) what += (what.empty() ? "" : ", ") + a;
   std::printf("gpupack aws-model: installed %s\n  from %s (ECS API %s)\n  added %s\n", target.string().c_str(),

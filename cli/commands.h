@@ -98,7 +98,7 @@ void AddUpFlags(CLI::App& app, UpFlags& flags);
 // RunUp: the server on its SQLite plus N agents with simulated GPUs and the process runtime, on loopback.
 int RunUp(const UpFlags& flags);
 
-// `gpupack plan`: the capacity planner (bench/, docs/planning.md).
+// `gpupack plan`: the capacity planner (planner/, docs/planning.md).
 struct PlanFlags {
   std::vector<std::string> inputs;  // fleet and workload files, told apart by content
   std::string fleet;

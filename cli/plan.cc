@@ -1,5 +1,5 @@
 // `gpupack plan`: flags, input loading and output for the capacity planner. Wiring only; the work is in
-// bench/ (docs/planning.md).
+// planner/ (docs/planning.md).
 #include <unistd.h>
 
 #include <chrono>
@@ -9,10 +9,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "bench/bounds.h"
-#include "bench/inputs.h"
-#include "bench/protocols.h"
-#include "bench/report.h"
+#include "planner/bounds.h"
+#include "planner/inputs.h"
+#include "planner/protocols.h"
+#include "planner/report.h"
 #include "cli/commands.h"
 #include "scheduler/strategies.h"
 

@@ -348,14 +348,14 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
                      std::to_string(impl->replica->port());
     return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));
   }
-  auto server = api::Server::Start(std::move(options), *impl->store);
+  api::StartFailure failure = api::StartFailure::kNone;
+  auto server = api::Server::Start(std::move(options), *impl->store, &failure);
   if (!server.ok()) {
     const std::string m = server.status().message();
     impl->store.reset();  // closed before its files go
     remove_new_db();
-    if (m.rfind("cannot load state: ", 0) == 0) return fail("cannot load state from " + db_name + ": " + m.substr(19));
-    if (m.rfind("cannot listen on ", 0) == 0) return fail(m);  // the HTTP server's message names the address
-    return fail("cannot listen on " + f.listen + ": " + m);
+    if (failure == api::StartFailure::kLoadState) return fail(m + " (database " + db_name + ")");
+    return fail(m);  // kListen: the HTTP server's message names the address
   }
   impl->server = std::move(*server);
   impl->endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +

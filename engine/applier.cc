@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include <spdlog/spdlog.h>
 
@@ -20,15 +21,79 @@ Applier::Applier(ApplierOptions options, Store& store, GroupCommitter& committer
     };
   rng_.seed(options_.seed ? options_.seed : std::random_device{}());
   if (options_.fragmentation_workload) state_.SetTargetWorkload("", options_.fragmentation_workload);
+  published_counters_ = std::make_shared<const PlacementCounters>();
   committer_.SetAfterGroup([this] { FinishGroup(); });
   // Each write is decided on top of the ones before it: once one is lost, none after it may become durable.
   committer_.SetStopAfterFailure(true);
+  writer_ = std::thread([this] { WriterLoop(); });
+  writer_id_ = writer_.get_id();
 }
 
-Applier::~Applier() { committer_.SetAfterGroup(nullptr); }
+Applier::~Applier() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_one();
+  writer_.join();       // runs what was queued first
+  committer_.Flush();   // and waits for their commits, whose callbacks reach this applier
+  committer_.SetAfterGroup(nullptr);
+}
+
+void Applier::Enqueue(Job job) {
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back(std::move(job));
+  }
+  queue_cv_.notify_one();
+}
+
+// WriterLoop takes everything queued at once and runs it in order; then it publishes the placement counters
+// once for the whole run, so /metrics and the console read them without waiting for the writer.
+void Applier::WriterLoop() {
+  std::deque<Job> jobs;
+  for (;;) {
+    {
+      std::unique_lock lock(queue_mu_);
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      jobs.swap(queue_);
+    }
+    bool wrote = false;
+    for (Job& job : jobs) {
+      if (job.read) {
+        job.read(state_);
+      } else {
+        RunWrite(job.op, std::move(job.done));
+        wrote = true;
+      }
+    }
+    jobs.clear();
+    if (wrote) {
+      auto counters = std::make_shared<const PlacementCounters>(counters_);
+      std::lock_guard lock(view_mu_);
+      published_counters_ = std::move(counters);
+    }
+  }
+}
+
+void Applier::RunOnWriter(const std::function<void()>& f) {
+  if (std::this_thread::get_id() == writer_id_) return f();
+  std::promise<void> ran;
+  Enqueue({nullptr, nullptr, [&](const ClusterState&) {
+             f();
+             ran.set_value();
+           }});
+  ran.get_future().wait();
+}
 
 Status Applier::Load() {
-  std::lock_guard lock(mu_);
+  Status s;
+  RunOnWriter([&] { s = LoadOnWriter(); });
+  return s;
+}
+
+Status Applier::LoadOnWriter() {
   // Tasks go straight from the store into state_ (PutTask needs no cluster or instance and touches no
   // reservation), so a restart never holds every decoded task twice. The store hands them over before it
   // returns the rest of the snapshot; if it then fails, the tasks it handed over are dropped again, leaving
@@ -66,8 +131,22 @@ Status Applier::Load() {
   return Status::Ok();
 }
 
-void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
-  std::unique_lock lock(mu_);
+void Applier::Write(WriteOp op, std::function<void(Status)> done) {
+  Enqueue({std::move(op), std::move(done), nullptr});
+}
+
+void Applier::Read(std::function<void(const ClusterState&)> f) { Enqueue({nullptr, nullptr, std::move(f)}); }
+
+void Applier::Inspect(const std::function<void(const ClusterState&)>& f) {
+  RunOnWriter([&] { f(state_); });
+}
+
+void Applier::Drain() {
+  RunOnWriter([] {});
+}
+
+// RunWrite applies one write on the writer thread and hands its batch to the committer.
+void Applier::RunWrite(const WriteOp& op, std::function<void(Status)> done) {
   Transaction txn(state_, options_.arn, Now(), rng_, counters_);
   const uint64_t seq = ++next_seq_;
   const uint64_t durable_through = durable_through_.load();
@@ -91,20 +170,18 @@ void Applier::Write(const WriteOp& op, std::function<void(Status)> done) {
     // decided on it could answer from them (a repeated CreateCluster) without committing anything. Nothing is
     // answered until the durable state is reloaded, but an answer taken from the committed view (a repeated
     // clientToken whose first answer was durable).
-    lock.unlock();
     done(Status::Server("the server could not persist an earlier change and refuses writes until restarted"));
     return;
   }
   const bool wait_durable = !outcome.batch.empty() || (outcome.write && s.ok());
   if (!wait_durable) {
-    lock.unlock();
     done(s);
     return;
   }
   // Writes are answered once durable; agents hear of new assignments and stops only then, so they never act on
   // a change that could be lost. A write with an empty batch goes through the committer too, as a barrier
-  // behind the commits before it. Submitting under the lock keeps commits in the order writes were applied.
-  // This callback is the commit step: the one place a fencing check would go.
+  // behind the commits before it. The writer thread submits in the order writes were applied, so commits land
+  // in that order. This callback is the commit step: the one place a fencing check would go.
   auto shared = std::make_shared<Transaction::Outcome>(std::move(outcome));
   committer_.Submit(std::move(shared->batch), [this, seq, shared, s, done = std::move(done)](Status commit) mutable {
     if (!commit.ok()) {
@@ -154,11 +231,6 @@ void Applier::FinishGroup() {
   for (auto& c : group) c.done(c.status);
 }
 
-void Applier::Inspect(const std::function<void(const ClusterState&)>& f) const {
-  std::lock_guard lock(mu_);
-  f(state_);
-}
-
 std::shared_ptr<const ReadView> Applier::View() const {
   std::lock_guard lock(view_mu_);
   return view_;
@@ -170,8 +242,12 @@ void Applier::SetPushSink(PushSink sink) {
 }
 
 PlacementCounters Applier::counters() const {
-  std::lock_guard lock(mu_);
-  return counters_;
+  std::shared_ptr<const PlacementCounters> c;
+  {
+    std::lock_guard lock(view_mu_);
+    c = published_counters_;
+  }
+  return *c;
 }
 
 }  // namespace gpupack::api

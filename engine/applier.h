@@ -1,23 +1,31 @@
-// Applier: the server's one writer. It owns the working ClusterState, runs each write operation serialized in
-// arrival order with a Transaction, and commits what the transaction recorded through the GroupCommitter, in
-// the order the writes were applied. Once a commit group is durable it publishes one ReadView for all its
-// writes, hands their pushes to the agents and only then answers them. Reads never come here: they take View().
+// Applier: the server's one writer. It owns the working ClusterState on a thread of its own, the writer
+// thread, which drains a queue of write operations in arrival order, runs each with a Transaction, and commits
+// what the transaction recorded through the GroupCommitter, in the order the writes were applied. Once a commit
+// group is durable it publishes one ReadView for all its writes, hands their pushes to the agents and only then
+// answers them. Callers (the HTTP I/O threads, the agent channel) only enqueue: no caller ever waits for the
+// writer or takes a lock the writer holds while it decides. Reads never come here: they take View().
 //
-// The commit step (Write's callback) is the one place where everything durable passes; a fencing check for
-// several servers sharing one database belongs there.
+// The commit step (the Submit callback in RunWrite) is the one place where everything durable passes; the
+// fencing check for several servers sharing one database belongs there.
 //
 // When a commit fails the working state is ahead of the disk: the applier then refuses every further write
 // with ServerException and healthy() turns false until a restart reloads the durable state. Reads keep
 // answering from the last published view, which only ever holds committed state.
 //
-// Thread-safe: Write, Inspect and View may be called from any thread.
+// Threads: the writer thread alone touches state_, rng_, counters_ and the purge clock. Write, Read, View and
+// counters may be called from any thread; Inspect, Load and Drain block their caller until the writer has run
+// them, so they must not be called from an HTTP I/O thread while serving (tests, start-up, shutdown and the
+// agent channel's own timer thread call them). Called on the writer thread itself they run inline.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "scheduler/arn.h"
 #include "engine/read_view.h"
@@ -43,7 +51,9 @@ struct ApplierOptions {
 class Applier {
  public:
   Applier(ApplierOptions options, Store& store, GroupCommitter& committer);
-  ~Applier();  // detaches from the committer (which must have no write of this applier in flight)
+  // The destructor runs what is queued, stops the writer thread, waits for the commits of its writes and
+  // detaches from the committer.
+  ~Applier();
   Applier(const Applier&) = delete;
   Applier& operator=(const Applier&) = delete;
 
@@ -52,13 +62,22 @@ class Applier {
   Status Load();
 
   using WriteOp = std::function<Status(Transaction&)>;
-  // Write runs `op` serialized. `done` is called exactly once with op's status (or the commit's failure),
-  // possibly on the committer's thread, after the writes are durable and the view that shows them is published.
-  void Write(const WriteOp& op, std::function<void(Status)> done);
+  // Write queues `op` for the writer thread and returns at once. `op` runs later, serialized with every other
+  // write, so it must own what it reads (capture by value). `done` is called exactly once with op's status (or
+  // the commit's failure): on the writer thread when nothing needs to become durable, else on the committer's
+  // thread after the writes are durable and the view that shows them is published.
+  void Write(WriteOp op, std::function<void(Status)> done);
 
-  // Inspect runs `f` on the working state under the writer's lock (placement dry runs; push re-send checks,
-  // which must not race a report's commit). `f` must be quick and must not call the applier.
-  void Inspect(const std::function<void(const ClusterState&)>& f) const;
+  // Read queues `f` for the writer thread: it runs on the working state between two writes, after every write
+  // queued before it was applied (placement dry runs). `f` must be quick, must own what it reads and must not
+  // call the applier.
+  void Read(std::function<void(const ClusterState&)> f);
+  // Inspect is Read that waits until `f` has run (tests; the agent channel's push re-send check, on its own
+  // thread).
+  void Inspect(const std::function<void(const ClusterState&)>& f);
+  // Drain waits until every operation queued before the call has run on the writer thread (its commit may still
+  // be in flight: GroupCommitter::Flush waits for that). For shutdown and tests.
+  void Drain();
 
   // View: the last published read view (committed state). Never null after Load.
   std::shared_ptr<const ReadView> View() const;
@@ -68,12 +87,19 @@ class Applier {
   void SetPushSink(PushSink sink);
 
   bool healthy() const { return !degraded_.load(); }
+  // counters: the placement counters as the writer last published them (after each run of queued writes).
   PlacementCounters counters() const;
   const ArnContext& arn() const { return options_.arn; }
   const PlacementPolicy& placement() const { return options_.placement; }
   EpochMs Now() const { return options_.clock(); }
 
  private:
+  // Job: one queued item: a write (op + done), or a read of the working state (read).
+  struct Job {
+    WriteOp op;
+    std::function<void(Status)> done;
+    std::function<void(const ClusterState&)> read;
+  };
   // A durable write waiting for the end of its commit group: the group's deltas become one view, then the
   // pushes go out and the writes are answered, in commit order.
   struct Committed {
@@ -83,18 +109,30 @@ class Applier {
     Status status;
     std::function<void(Status)> done;
   };
+  void Enqueue(Job job);
+  void RunOnWriter(const std::function<void()>& f);  // queue f and wait for it (inline on the writer thread)
+  void WriterLoop();                                // the writer thread
+  void RunWrite(const WriteOp& op, std::function<void(Status)> done);  // writer thread only
+  Status LoadOnWriter();                            // writer thread only
   void FinishGroup();  // the committer's after-group hook
 
   ApplierOptions options_;
   Store& store_;
   GroupCommitter& committer_;
 
-  mutable std::mutex mu_;      // the writer's lock
-  ClusterState state_;         // guarded by mu_
-  std::mt19937_64 rng_;        // guarded by mu_
-  PlacementCounters counters_; // guarded by mu_
-  EpochMs last_purge_ = 0;     // guarded by mu_
-  uint64_t next_seq_ = 0;      // guarded by mu_: the last write's sequence number (Transaction::seq)
+  // Owned by the writer thread (touched by no other thread once it runs):
+  ClusterState state_;
+  std::mt19937_64 rng_;
+  PlacementCounters counters_;
+  EpochMs last_purge_ = 0;
+  uint64_t next_seq_ = 0;  // the last write's sequence number (Transaction::seq)
+
+  // The queue: the only lock a caller takes to hand the writer work, held for a push_back.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;  // signalled when queue_ gains a job or stopping_ is set
+  std::deque<Job> queue_;             // guarded by queue_mu_
+  bool stopping_ = false;             // guarded by queue_mu_
+
   // durable_through_: every write up to this sequence number is committed and in the published view (set by
   // FinishGroup after it publishes; never moves again once a commit failed).
   std::atomic<uint64_t> durable_through_{0};
@@ -105,8 +143,12 @@ class Applier {
   std::mutex committed_mu_;
   std::vector<Committed> committed_;         // guarded by committed_mu_ (filled and drained on the committer thread)
 
-  mutable std::mutex view_mu_;               // guards view_ (the pointer only; views are immutable)
+  mutable std::mutex view_mu_;               // guards the two published pointers below (the pointers only)
   std::shared_ptr<const ReadView> view_;     // guarded by view_mu_
+  std::shared_ptr<const PlacementCounters> published_counters_;  // guarded by view_mu_
+
+  std::thread::id writer_id_;  // set before the writer thread runs anything
+  std::thread writer_;         // last: started once everything above is initialized
 };
 
 }  // namespace gpupack::api

@@ -10,35 +10,49 @@ ControlPlane::ControlPlane(ControlPlaneOptions options, Store& store, GroupCommi
 void ControlPlane::AgentHello(const std::string& instance_arn, const protocol::Hello& hello,
                               std::function<void(Status, protocol::Welcome)> done) {
   auto welcome = std::make_shared<protocol::Welcome>();
-  applier_.Write([&](Transaction& txn) { return api::AgentHello(instance_arn, hello, txn, *welcome); },
+  applier_.Write([instance_arn, hello, welcome](Transaction& txn) {
+                   return api::AgentHello(instance_arn, hello, txn, *welcome);
+                 },
                  [welcome, done = std::move(done)](Status s) { done(s, s.ok() ? *welcome : protocol::Welcome{}); });
 }
 
 void ControlPlane::AgentReport(const std::string& instance_arn, const protocol::TaskReport& report,
                                std::function<void(Status)> done) {
-  applier_.Write([&](Transaction& txn) { return api::AgentReport(instance_arn, report, txn); }, std::move(done));
+  applier_.Write([instance_arn, report](Transaction& txn) { return api::AgentReport(instance_arn, report, txn); },
+                 std::move(done));
 }
 
 void ControlPlane::AgentHeartbeat(const std::string& instance_arn, const protocol::Heartbeat& heartbeat,
                                   std::function<void(Status)> done) {
-  applier_.Write([&](Transaction& txn) { return api::AgentHeartbeat(instance_arn, heartbeat, txn); }, std::move(done));
+  applier_.Write(
+      [instance_arn, heartbeat](Transaction& txn) { return api::AgentHeartbeat(instance_arn, heartbeat, txn); },
+      std::move(done));
 }
 
 void ControlPlane::AgentDisconnected(const std::string& instance_arn) {
   applier_.Write(
-      [&](Transaction& txn) {
+      [instance_arn](Transaction& txn) {
         api::AgentDisconnected(instance_arn, txn);
         return Status::Ok();
       },
       [](Status) {});
 }
 
-bool ControlPlane::ResendPushIfWanted(const std::string& instance_arn, const AgentPush& push,
-                                      const std::function<void()>& send) const {
-  bool wanted = false;
+bool ControlPlane::HeartbeatChangesNothing(const std::string& instance_arn,
+                                           const protocol::Heartbeat& heartbeat) const {
+  const std::shared_ptr<const ReadView> view = applier_.View();
+  const ContainerInstance* inst = view->FindInstance(instance_arn);
+  return inst && inst->status != InstanceStatus::kInactive && !HeartbeatChanges(*inst, heartbeat);
+}
+
+std::vector<bool> ControlPlane::ResendPushesIfWanted(const std::vector<PushCheck>& checks) {
+  std::vector<bool> wanted(checks.size(), false);
+  if (checks.empty()) return wanted;
   applier_.Inspect([&](const ClusterState& state) {
-    wanted = PushStillWanted(state, instance_arn, push);
-    if (wanted) send();
+    for (size_t i = 0; i < checks.size(); ++i) {
+      wanted[i] = PushStillWanted(state, checks[i].instance_arn, *checks[i].push);
+      if (wanted[i]) checks[i].send();
+    }
   });
   return wanted;
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/applier.h"
 #include "protocol/messages.h"
@@ -38,12 +39,23 @@ class ControlPlane {
                       std::function<void(Status)> done);
   // AgentDisconnected marks the instance's agent disconnected (channel closed or heartbeats missed).
   void AgentDisconnected(const std::string& instance_arn);
-  // ResendPushIfWanted: whether a push the instance's agent has not acked still matters (PushStillWanted). A
-  // report about the task proves the agent got the push, so a copy is only sent while none has been applied.
-  // When it matters, `send` runs under the writer's lock: a report applied after this check is acknowledged after
-  // the copy is queued, so an agent never gets a copy of an assign for a task it already finished and forgot.
-  bool ResendPushIfWanted(const std::string& instance_arn, const AgentPush& push,
-                          const std::function<void()>& send) const;
+  // HeartbeatChangesNothing: the published view shows the instance registered, connected and exactly as the
+  // heartbeat describes it, so applying it would write nothing (the channel then acks it without the writer).
+  // Only meaningful when no earlier write of the same agent is still on its way to the view.
+  bool HeartbeatChangesNothing(const std::string& instance_arn, const protocol::Heartbeat& heartbeat) const;
+  // PushCheck: a push an agent has not acked, and how to send it again.
+  struct PushCheck {
+    std::string instance_arn;
+    const AgentPush* push;
+    std::function<void()> send;
+  };
+  // ResendPushesIfWanted: for each push, whether it still matters (PushStillWanted). A report about the task
+  // proves the agent got the push, so a copy is only sent while none has been applied. The checks run on the
+  // writer thread, between two writes, and each wanted push's `send` runs there too (it only queues the copy):
+  // a report applied after the check is acknowledged after the copy is queued, so an agent never gets a copy of
+  // an assign for a task it already finished and forgot. Blocks until checked: call it from the channel's own
+  // thread, never from an HTTP I/O thread.
+  std::vector<bool> ResendPushesIfWanted(const std::vector<PushCheck>& checks);
   // CheckAgentInstance: the instance exists and is registered, and an agent key registered it (for the
   // channel's upgrade check; AccessDeniedException otherwise).
   Status CheckAgentInstance(const std::string& instance_arn, const AgentKey& agent_key = {}) const;

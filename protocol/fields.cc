@@ -1,12 +1,8 @@
 #include "protocol/fields.h"
 
-#include <climits>
-#include <limits>
-#include <utility>
+#include <string>
 
 namespace gpupack::protocol::internal {
-
-std::string Indexed(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
 void CutReason(std::string& s) {
   if (s.size() <= kMaxReasonBytes) return;
@@ -15,73 +11,42 @@ void CutReason(std::string& s) {
   s.resize(n);
 }
 
-Fields::Fields(const Json& j, std::string path) : j_(j), path_(std::move(path)) {
-  if (!j_.is_object()) error_ = Status::InvalidParameter(path_ + " must be an object");
-}
+namespace {
 
-void Fields::Fail(const std::string& field, const std::string& what) {
-  if (error_.ok()) error_ = Status::InvalidParameter(field + " " + what);
-}
-
-void Fields::Take(const Status& s) {
-  if (error_.ok() && !s.ok()) error_ = s;
-}
-
-const Json* Fields::Get(const char* key, bool required) {
-  if (!error_.ok()) return nullptr;
-  auto it = j_.find(key);
-  if (it == j_.end()) {
-    if (required) Fail(Path(key), "is required");
-    return nullptr;
+// ChannelWords: the channel's parsers' words, e.g. "hello.id must be an integer".
+class ChannelWords : public JsonDialect {
+ public:
+  Status Invalid(const std::string& path, const std::string& what) const override {
+    return Status::InvalidParameter(path + " " + what);
   }
-  return &*it;
-}
+  Status Error(const JsonError& e) const override { return Invalid(e.path.str(), What(e)); }
 
-void Fields::String(const char* key, std::string& out, bool required) {
-  const Json* v = Get(key, required);
-  if (v == nullptr) return;
-  if (!v->is_string()) return Fail(Path(key), "must be a string");
-  out = v->get<std::string>();
-}
-
-void Fields::Bool(const char* key, bool& out) {
-  const Json* v = Get(key, false);
-  if (v == nullptr) return;
-  if (!v->is_boolean()) return Fail(Path(key), "must be true or false");
-  out = v->get<bool>();
-}
-
-void Fields::Int64(const char* key, int64_t& out, bool required) {
-  const Json* v = Get(key, required);
-  if (v == nullptr) return;
-  if (auto n = AsInt64(*v)) out = *n;
-  else Fail(Path(key), "must be an integer");
-}
-
-void Fields::Int64(const char* key, std::optional<int64_t>& out) {
-  int64_t n = 0;
-  if (Get(key, false) == nullptr) return;
-  Int64(key, n, true);
-  if (ok()) out = n;
-}
-
-void Fields::Int(const char* key, std::optional<int>& out) {
-  const Json* v = Get(key, false);
-  if (v == nullptr) return;
-  auto n = AsInt64(*v);
-  if (!n || *n < INT_MIN || *n > INT_MAX) return Fail(Path(key), "must be a 32-bit integer");
-  out = static_cast<int>(*n);
-}
-
-void Fields::Strings(const char* key, std::vector<std::string>& out) {
-  const Json* v = Get(key, false);
-  if (v == nullptr) return;
-  if (!v->is_array()) return Fail(Path(key), "must be an array of strings");
-  out.clear();
-  for (size_t i = 0; i < v->size(); ++i) {
-    if (!(*v)[i].is_string()) return Fail(Indexed(Path(key), i), "must be a string");
-    out.push_back((*v)[i].get<std::string>());
+ private:
+  static std::string What(const JsonError& e) {
+    if (e.got == nullptr) return "is required";
+    switch (e.want) {
+      case JsonWant::kAny: return "is required";
+      case JsonWant::kObject: return "must be an object";
+      case JsonWant::kString: return "must be a string";
+      case JsonWant::kBoolean: return "must be true or false";
+      case JsonWant::kStringArray: return "must be an array of strings";
+      case JsonWant::kArray:
+        if (e.got->is_array()) return "must hold at most " + std::to_string(e.max_size) + " entries";
+        return "must be an array";
+      case JsonWant::kInteger:
+        if (e.lo == JsonFields::kInt64Min && e.hi == JsonFields::kInt64Max) return "must be an integer";
+        if (e.lo == JsonFields::kInt32Min && e.hi == JsonFields::kInt32Max) return "must be a 32-bit integer";
+        return "must be an integer from " + std::to_string(e.lo) + " to " + std::to_string(e.hi);
+    }
+    return "is not valid";
   }
+};
+
+}  // namespace
+
+const JsonDialect& Words() {
+  static const ChannelWords words;
+  return words;
 }
 
 void Fields::TaskStatusField(const char* key, TaskStatus& out, bool required) {
@@ -109,16 +74,6 @@ void Fields::StopCodeField(const char* key, std::optional<StopCode>& out) {
                            "ServiceSchedulerInitiated, SpotInterruption, TerminationNotice, InfrastructureHealth");
   }
   out = *c;
-}
-
-std::optional<int64_t> Fields::AsInt64(const Json& v) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-    return static_cast<int64_t>(u);
-  }
-  if (v.is_number_integer()) return v.get<int64_t>();
-  return std::nullopt;
 }
 
 void ReadId(Fields& f, int64_t& id, bool required) { f.Int64("id", id, required); }

@@ -29,16 +29,7 @@ void BoundedCount(Fields& f, const char* key, int64_t& out, int64_t max) {
 // BoundedArray checks that a required member is an array of at most `max` elements before any is read.
 bool BoundedArray(Fields& f, const char* key, size_t max) {
   const Json* v = f.Get(key, true);
-  if (v == nullptr) return false;
-  if (!v->is_array()) {
-    f.Fail(f.Path(key), "must be an array");
-    return false;
-  }
-  if (v->size() > max) {
-    f.Fail(f.Path(key), "must hold at most " + std::to_string(max) + " entries");
-    return false;
-  }
-  return true;
+  return v != nullptr && f.ArrayValue(*v, JsonPath(f.path(), key), max);  // "must hold at most N entries"
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "protocol/messages.h"
 
-#include <cstdio>
 #include <utility>
 
+#include "base/percent.h"
 #include "protocol/fields.h"
 
 namespace gpupack::protocol {
@@ -165,24 +165,32 @@ std::optional<StopCode> ParseStopCode(std::string_view s) {
   return std::nullopt;
 }
 
-// ---- the channel's target ----------------------------------------------------------------------------------------
+namespace {
+constexpr std::pair<RefusalCode, const char*> kRefusalCodes[] = {
+    {RefusalCode::kUnknownInstance, "UnknownInstance"},
+    {RefusalCode::kNotLeader, "NotLeader"},
+    {RefusalCode::kUnauthorized, "Unauthorized"},
+    {RefusalCode::kMalformed, "Malformed"},
+    {RefusalCode::kTooLarge, "TooLarge"},
+    {RefusalCode::kBusy, "Busy"},
+    {RefusalCode::kRejected, "Rejected"},
+    {RefusalCode::kServerError, "ServerError"},
+};
+}  // namespace
 
-std::string PercentEncode(std::string_view s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                            c == '-' || c == '_' || c == '.' || c == '~';
-    if (unreserved) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
+const char* Name(RefusalCode c) {
+  for (const auto& [code, name] : kRefusalCodes)
+    if (code == c) return name;
+  return "ServerError";
 }
+
+std::optional<RefusalCode> ParseRefusalCode(std::string_view s) {
+  for (const auto& [code, name] : kRefusalCodes)
+    if (s == name) return code;
+  return std::nullopt;
+}
+
+// ---- the channel's target ----------------------------------------------------------------------------------------
 
 std::string ChannelTarget(const std::string& instance_arn) {
   return std::string(kChannelPath) + "?containerInstance=" + PercentEncode(instance_arn);
@@ -197,20 +205,7 @@ std::string InstanceArnFromTarget(const std::string& target) {
     const size_t amp = query.find('&', pos);
     const std::string pair = query.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
     if (pair.rfind("containerInstance=", 0) == 0) {
-      const std::string raw = pair.substr(18);
-      std::string out;
-      for (size_t i = 0; i < raw.size(); ++i) {
-        if (raw[i] == '%' && i + 2 < raw.size()) {
-          unsigned int v = 0;
-          if (std::sscanf(raw.substr(i + 1, 2).c_str(), "%2x", &v) == 1) {
-            out.push_back(static_cast<char>(v));
-            i += 2;
-            continue;
-          }
-        }
-        out.push_back(raw[i] == '+' ? ' ' : raw[i]);
-      }
-      return out;
+      return PercentDecode(pair.substr(18), /*plus_is_space=*/true);
     }
     if (amp == std::string::npos) break;
     pos = amp + 1;
@@ -436,6 +431,7 @@ struct ServerWriter {
   Json operator()(const Ack& m) const { return {{"type", "ack"}, {"id", m.id}}; }
   Json operator()(const Error& m) const {
     Json j = {{"type", "error"}, {"message", m.message}};
+    if (m.code) j["code"] = Name(*m.code);
     if (m.id) j["id"] = *m.id;
     return j;
   }
@@ -536,6 +532,9 @@ Result<ServerMessage> ParseServerMessage(std::string_view text) {
       m.id = id;
     }
     f.String("message", m.message, true);
+    std::string code;
+    f.String("code", code);
+    if (!code.empty()) m.code = ParseRefusalCode(code);
     return Finish<ServerMessage>(f, std::move(m));
   }
   if (type == "logs") {

@@ -11,7 +11,7 @@
 //    "gpuMemoryUsed"?}
 //   {"type":"ack","id":n}                             {"type":"assign","id":n,"task":{<Assignment>}}
 //                                                     {"type":"stop","id":n,"taskArn","reason"}
-//                                                     {"type":"error","message","id"?}
+//                                                     {"type":"error","message","code"?,"id"?}
 //   {"type":"helloPart","tasks":[...],"impaired":b,"last":b}   (a hello too large for one message, in parts)
 //   {"type":"logEvents","id":n,"found":b,"events":[...],...}   {"type":"logs","id":n,"taskArn","containerName",...}
 //   (the answer to a log request)                              (a request for one page of a container's output)
@@ -44,18 +44,18 @@ namespace gpupack::protocol {
 using Json = nlohmann::json;
 
 inline constexpr const char* kChannelPath = "/agent/v1/channel";
-// kStandbyLeaderMarker: the words before the leader's URL in a standby's refusal of the channel ("... served by
-// the leader at http://HOST:PORT"); the standby writes them (api/leadership.cc) and the agent reads the URL after
-// them (agent/server_connection.cc), so both take them from here.
-inline constexpr const char* kStandbyLeaderMarker = "served by the leader at ";
+// kLeaderHeader: the response header in which a standby's refusal of the channel names the leader's URL (also
+// the body's "leader" field, see RefusalCode).
+inline constexpr const char* kLeaderHeader = "x-gpupack-leader";
 // The instance attribute an agent registers (value "v1") to say it holds a channel: the server pushes to it.
 inline constexpr const char* kChannelAttribute = "gpupack.agent-channel";
 inline constexpr const char* kChannelVersion = "v1";
 // The attribute an agent registers while its MPS control daemon answers: shared GPU tasks are placed only there.
 inline constexpr const char* kMpsCapability = "ecs.capability.gpu-sharing-mps";
-// kDeregisteredRefusal: the words of the server's refusal to re-register a deregistered instance; an agent that
-// reads them stops what it runs for that instance and registers no more (agent/server_connection.h).
-inline constexpr const char* kDeregisteredRefusal = "was deregistered and cannot register again";
+// kInstanceDeregisteredCode: the "code" beside __type (InvalidParameterException) of the server's refusal to
+// re-register a deregistered instance (ErrorCode::kInstanceDeregistered); an agent that gets it stops what it
+// runs for that instance and registers no more (agent/server_connection.h).
+inline constexpr const char* kInstanceDeregisteredCode = "InstanceDeregistered";
 inline constexpr int kMaxJsonDepth = 64;
 // kMaxReasonBytes: a reported reason (a task's or a container's) is cut to this many bytes, at a character
 // boundary, when parsed: never refused, so a long error text cannot lose a report, and never stored longer.
@@ -66,8 +66,6 @@ std::string ChannelTarget(const std::string& instance_arn);
 // InstanceArnFromTarget is the inverse: containerInstance=<ARN> of the target's query, percent-decoded ('+' is
 // a space); "" when absent.
 std::string InstanceArnFromTarget(const std::string& target);
-// PercentEncode keeps A-Z a-z 0-9 - _ . ~ and writes every other byte as %XX (upper-case hex).
-std::string PercentEncode(std::string_view s);
 
 // ---- vocabulary ---------------------------------------------------------------------------------------------
 
@@ -87,6 +85,33 @@ enum class StopCode {
 };
 const char* Name(StopCode c);  // "TaskFailedToStart", "EssentialContainerExited", ...
 std::optional<StopCode> ParseStopCode(std::string_view s);
+
+// RefusalCode: why the server refused the channel or a message on it, as a value for the agent to decide on
+// (the message is for people and may change). Wire: the string "code" of a declined upgrade's body
+// {"__type","message","code","leader"?} (a standby's refusal names the leader in "leader" and in the
+// kLeaderHeader header when it knows it) and of an error message {"type":"error","message","code","id"?}.
+//   "UnknownInstance"  the server does not know the instance (never registered, forgotten, deregistered): the
+//                      agent registers again
+//   "NotLeader"        a standby: the channel is served by the leader ("leader" names it when known)
+//   "Unauthorized"     the signature, the key, or the key's right to this instance is refused
+//   "Malformed"        the request or message could not be read (no containerInstance, not JSON, a bad field)
+//   "TooLarge"         a hello's parts passed the server's bound
+//   "Busy"             the server holds as many channels as it may: retry later
+//   "Rejected"         the message was read but cannot be applied (e.g. a report of a task not on the instance)
+//   "ServerError"      the server failed (a commit, its database): retry
+// A code a peer does not know reads as none (nullopt): a newer server's code never fails an older agent's parse.
+enum class RefusalCode {
+  kUnknownInstance,
+  kNotLeader,
+  kUnauthorized,
+  kMalformed,
+  kTooLarge,
+  kBusy,
+  kRejected,
+  kServerError,
+};
+const char* Name(RefusalCode c);  // "UnknownInstance", "NotLeader", ...
+std::optional<RefusalCode> ParseRefusalCode(std::string_view s);
 
 // ---- what the agent reports ---------------------------------------------------------------------------------
 
@@ -259,10 +284,12 @@ struct Stop {
   std::optional<int64_t> epoch = std::nullopt;
   bool operator==(const Stop&) const = default;
 };
-// Error answers a message the server could not apply: {"type":"error","message","id"?} (id: the message's).
+// Error answers a message the server could not apply: {"type":"error","message","code"?,"id"?} (id: the
+// message's; code: why, RefusalCode's name, left out when none; one the agent does not know reads as none).
 struct Error {
   std::optional<int64_t> id;
   std::string message;
+  std::optional<RefusalCode> code = std::nullopt;
   bool operator==(const Error&) const = default;
 };
 

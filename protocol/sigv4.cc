@@ -15,6 +15,7 @@
 #include <cstring>
 #include <set>
 
+#include "base/percent.h"
 #include "protocol/sigv4_text.h"
 
 namespace gpupack::protocol {
@@ -43,32 +44,6 @@ std::string HmacSha256(std::string_view key, std::string_view data) {
                                  reinterpret_cast<const unsigned char*>(data.data()), data.size(), md.data(), &len);
   if (ok == nullptr) return std::string();  // only on allocation failure; the signature then never matches
   return std::string(reinterpret_cast<const char*>(md.data()), len);
-}
-
-int HexValue(char c) {
-  if (IsDigit(c)) return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// PercentDecode decodes %XX escapes; a '%' not followed by two hex digits stays literal, '+' stays '+'.
-std::string PercentDecode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
-      const int hi = HexValue(s[i + 1]);
-      const int lo = HexValue(s[i + 2]);
-      if (hi >= 0 && lo >= 0) {
-        out += static_cast<char>(hi * 16 + lo);
-        i += 2;
-        continue;
-      }
-    }
-    out += s[i];
-  }
-  return out;
 }
 
 std::optional<sys_seconds> MakeTime(int y, int mo, int d, int h, int mi, int se) {
@@ -150,23 +125,6 @@ std::optional<sys_seconds> ParseHttpDate(std::string_view s) {
   return MakeTime(Digits(s, 12, 4), mo, Digits(s, 5, 2), Digits(s, 17, 2), Digits(s, 20, 2), Digits(s, 23, 2));
 }
 
-std::string UriEncode(std::string_view s, bool keep_slash) {
-  static constexpr char kDigits[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    if (IsUnreserved(c) || (keep_slash && c == '/')) {
-      out += c;
-    } else {
-      const auto b = static_cast<unsigned char>(c);
-      out += '%';
-      out += kDigits[b >> 4];
-      out += kDigits[b & 0xf];
-    }
-  }
-  return out;
-}
-
 std::string CanonicalUri(std::string_view path) {
   if (path.empty()) return "/";
   std::vector<std::string_view> segments;
@@ -189,7 +147,7 @@ std::string CanonicalUri(std::string_view path) {
   }
   if (!segments.empty() && path.back() == '/') normalized += '/';
   if (normalized.empty()) normalized = "/";
-  return UriEncode(normalized, /*keep_slash=*/true);
+  return PercentEncode(normalized, /*keep_slash=*/true);
 }
 
 std::string CanonicalQueryString(std::string_view raw_query) {
@@ -203,7 +161,7 @@ std::string CanonicalQueryString(std::string_view raw_query) {
       const size_t eq = piece.find('=');
       const std::string_view name = piece.substr(0, eq);
       const std::string_view value = eq == std::string_view::npos ? std::string_view() : piece.substr(eq + 1);
-      params.emplace_back(UriEncode(PercentDecode(name), false), UriEncode(PercentDecode(value), false));
+      params.emplace_back(PercentEncode(PercentDecode(name)), PercentEncode(PercentDecode(value)));
     }
     start = end + 1;
   }

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/percent.h"
 #include "base/status.h"
 
 namespace gpupack::protocol {
@@ -92,9 +93,9 @@ std::optional<std::chrono::sys_seconds> ParseAmzDate(std::string_view s);
 // ParseHttpDate parses an RFC 9110 IMF-fixdate, "Sun, 30 Aug 2015 12:36:00 GMT"; nullopt otherwise.
 std::optional<std::chrono::sys_seconds> ParseHttpDate(std::string_view s);
 
-// UriEncode percent-encodes every byte except A-Z a-z 0-9 - _ . ~ (upper-case hex), and '/' too unless
-// `keep_slash`.
-std::string UriEncode(std::string_view s, bool keep_slash);
+// UriEncode is SigV4's name for PercentEncode (base/percent.h): every byte except A-Z a-z 0-9 - _ . ~ as %XX
+// (upper-case hex), and '/' too unless `keep_slash`.
+inline std::string UriEncode(std::string_view s, bool keep_slash) { return PercentEncode(s, keep_slash); }
 
 // CanonicalUri normalizes the wire path and encodes it again (see above): "//a/./b/../c%20d/" → "/a/c%2520d/".
 std::string CanonicalUri(std::string_view path);

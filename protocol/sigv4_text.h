@@ -15,7 +15,6 @@ inline constexpr size_t kMaxEchoBytes = 100;
 inline bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
 inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 inline bool IsAlnum(char c) { return IsDigit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-inline bool IsUnreserved(char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.' || c == '~'; }
 inline bool IsLowerHex(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f'); }
 inline char ToLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 

@@ -381,7 +381,6 @@ void FragmentCache::Refresh(Table& t, const std::vector<InstanceEntry>& entries,
 
 FragmentMove FragmentCache::Move(const std::vector<InstanceEntry>& entries, size_t pos, const TaskDemand& demand,
                                  bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
   Table& t = TableFor(demand, compute_aware, workload, measure);
   if (t.slots.size() < entries.size()) t.slots.resize(entries.size());
   Refresh(t, entries, pos, demand, compute_aware, workload, measure);
@@ -458,8 +457,8 @@ bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
     }
   };
   if (frag) {
-    frag->cache.Visit(entries, args.state.StampsOf(req.cluster), args.state.LastStamp(), req.demand,
-                      req.compute_aware, workload, measure, visit);
+    frag->MoveCache().Visit(entries, args.state.StampsOf(req.cluster), args.state.LastStamp(), req.demand,
+                            req.compute_aware, workload, measure, visit);
   } else {
     for (size_t pos = 0; pos < entries.size(); ++pos)
       visit(pos, BestMove(*entries[pos].instance, *entries[pos].load, req.demand, req.compute_aware, workload,

@@ -23,7 +23,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -131,20 +130,20 @@ class DemandWindow {
 // FragmentCache: per (measure, demand, compute-aware, workload) the best move of every instance of a cluster, by
 // registration position, with the instance's stamp (InstanceLoad::stamp) when it was computed: a placement
 // changes one instance's stamp, so only that instance is recomputed on the next decision. At most kMaxDemands
-// demands are kept (the least recently used is dropped). Thread-safe: a recursive mutex guards it (placement
-// may run concurrently on a state nobody writes).
+// demands are kept (the least recently used is dropped). Not thread-safe, and no lock: it belongs to the one user
+// of its ClusterState (the server's writer, under its lock, ExplainPlacement included; one planner seed, each with a
+// ClusterState of its own), through ClusterFragments::MoveCache.
 class FragmentCache {
  public:
   static constexpr size_t kMaxDemands = 128;
   // Visit: calls visit(pos, move) for every instance's move, in position order, recomputing stale ones first
   // (an instance whose stamp in `stamps`, ClusterState::StampsOf, moved; none when `last_stamp`,
-  // ClusterState::LastStamp, is the one of the previous visit); under the cache's lock (recursive: visit may ask
-  // Move of the same cache).
+  // ClusterState::LastStamp, is the one of the previous visit). `visit` may ask Move of the same cache (the table
+  // it visits is the most recently used, so never the one Move's TableFor drops).
   template <typename Fn>
   void Visit(const std::vector<InstanceEntry>& entries, const std::vector<uint64_t>& stamps, uint64_t last_stamp,
              const TaskDemand& demand, bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure,
              Fn&& visit) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
     Table& t = TableFor(demand, compute_aware, workload, measure);
     if (t.seen != last_stamp || t.slots.size() != entries.size() || stamps.size() != entries.size()) {
       if (t.slots.size() < entries.size()) t.slots.resize(entries.size());
@@ -178,7 +177,6 @@ class FragmentCache {
     uint64_t stamp = 0;
     NodeStats stats;
   };
-  std::recursive_mutex mu_;
   std::vector<StatsSlot> stats_;   // per instance position, for workload stats_workload_
   uint64_t stats_workload_ = 0;
   std::map<Key, Table> tables_;
@@ -186,16 +184,22 @@ class FragmentCache {
 };
 
 // ClusterFragments: what ClusterState keeps per cluster for the fragmentation strategies: the operator's target
-// workload (when given), the window of recent demands, and the cache.
+// workload (when given), the window of recent demands, and the cache of moves.
 struct ClusterFragments {
   std::shared_ptr<const TargetWorkload> operator_workload;
   DemandWindow window;
-  mutable FragmentCache cache;
   // Target: the operator's workload, else the learned one, else null (measure against the demand itself).
   const TargetWorkload* Target() const {
     if (operator_workload) return operator_workload.get();
     return window.Learned().get();
   }
+  // MoveCache: the cache of moves. Placement reads a const ClusterState and fills this cache as it goes: the one
+  // place a const ClusterState changes, and only in what it remembers, never in a placement's result. It is the
+  // ClusterState's user's alone (one thread at a time, as ClusterState itself), so no lock.
+  FragmentCache& MoveCache() const { return cache_; }
+
+ private:
+  mutable FragmentCache cache_;
 };
 
 }  // namespace gpupack

@@ -151,7 +151,7 @@ class FragmentScorer : public Scorer {
     const ClusterFragments* f = ctx.state && ctx.cluster ? ctx.state->FragmentsOf(*ctx.cluster) : nullptr;
     const TargetWorkload& w = f && f->Target() ? *f->Target() : kNoWorkload;
     const FragmentMove m = f && ctx.entries && pos < ctx.entries->size()
-                               ? f->cache.Move(*ctx.entries, pos, d, ctx.compute_aware, w, measure_)
+                               ? f->MoveCache().Move(*ctx.entries, pos, d, ctx.compute_aware, w, measure_)
                                : BestMove(inst, load, d, ctx.compute_aware, w, measure_);
     return m.fits ? m.delta : std::numeric_limits<double>::infinity();
   }

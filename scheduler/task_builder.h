@@ -1,6 +1,6 @@
 // BuildTask: the one place a placement decision becomes the Task record that is reserved (ClusterState::
 // ReserveTask), stored and pushed to the agent. RunTask/StartTask (engine/control_plane.cc), the capacity planner
-// (bench/simulation.cc) and the placement benchmark build their tasks here, so they reserve the same thing.
+// (planner/simulation.cc) and the placement benchmark build their tasks here, so they reserve the same thing.
 // Pure functions of their arguments.
 #pragma once
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/fd_wait.h"
 #include "storage/serialize.h"
 
 namespace gpupack {
@@ -193,11 +194,12 @@ class PostgresStore::Conn {
   // Pipeline sends `statements` at once in libpq's pipeline mode, followed by one sync, and reads their results:
   // one round trip to the database for all of them. on_result gets each ok result with its statement's index.
   // When a statement fails the database skips the ones after it up to the sync (an explicit transaction is then
-  // left aborted: the caller rolls it back); *failed is set to the failed statement's index and its error is
-  // returned. A connection that broke while idle (the database restarted since the last call) is re-made first,
-  // before anything is sent. Returns with the connection out of pipeline mode (or dropped).
+  // left aborted: the caller rolls it back); *failed is set to the failed statement's index, *failed_state (when
+  // given) to its SQLSTATE, and its error is returned. A connection that broke while idle (the database
+  // restarted since the last call) is re-made first, before anything is sent. Returns with the connection out of pipeline mode (or dropped).
   using OnIndexedResult = std::function<Status(size_t, PGresult*)>;
-  Status Pipeline(const std::vector<Statement>& statements, const OnIndexedResult& on_result, size_t* failed) {
+  Status Pipeline(const std::vector<Statement>& statements, const OnIndexedResult& on_result, size_t* failed,
+                  std::string* failed_state = nullptr) {
     *failed = statements.size();
     if (!Alive()) {
       if (Status s = Connect(); !s.ok()) return s;
@@ -230,6 +232,8 @@ class PostgresStore::Conn {
       } else if (st != PGRES_PIPELINE_ABORTED && first_error.ok()) {
         first_error = ResultError(r.get());
         *failed = index;
+        const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+        if (failed_state != nullptr && state != nullptr) *failed_state = state;
       }
     }
     if (PQexitPipelineMode(pg_) == 0) return Fail("cannot leave pipeline mode: ");
@@ -284,18 +288,10 @@ class PostgresStore::Conn {
     return false;
   }
 
-  // Wait polls the socket for `events` until the deadline; false on timeout or a broken socket.
+  // Wait polls the socket for `events` until the deadline (base/fd_wait.h); false on timeout or a broken socket.
   bool Wait(short events, Clock::time_point deadline) {
     const int fd = PQsocket(pg_);
-    if (fd < 0) return false;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
-      pollfd p{fd, events, 0};
-      const int n = ::poll(&p, 1, static_cast<int>(left));
-      if (n > 0) return true;
-      if (n < 0 && errno != EINTR) return false;
-    }
+    return fd >= 0 && WaitFd(fd, events, deadline);
   }
 
   // CStrings: the text parameters as libpq takes them (pointers into `params`, which must outlive them).
@@ -593,20 +589,21 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
   // An aborted transaction "commits" as ROLLBACK without an error: only the COMMIT tag counts.
   bool committed = false;
   size_t failed = statements.size();
+  std::string failed_state;  // the failed statement's SQLSTATE
   Status s = c.Pipeline(
       statements,
       [&](size_t i, PGresult* r) {
         if (i == commit_index) committed = std::string_view(PQcmdStatus(r)) == "COMMIT";
         return Status::Ok();
       },
-      &failed);
+      &failed, &failed_state);
   auto fail = [&](const std::string& what, const Status& why) {
     c.Rollback();
     return Status::Server("storage commit failed while " + what + ": " + why.message() +
                           "; nothing of the batch was applied");
   };
   if (!s.ok()) {
-    if (fence_ && failed == fence_index && s.message().find(std::string("SQLSTATE ") + kFenceLost) != std::string::npos) {
+    if (fence_ && failed == fence_index && failed_state == kFenceLost) {
       c.Rollback();
       return Status::Conflict("this server no longer holds the leader lease (epoch " + std::to_string(fence_->epoch) +
                               "): nothing of the batch was applied");

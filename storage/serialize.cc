@@ -1,44 +1,17 @@
 #include "storage/serialize.h"
 
 #include <cstdint>
-#include <limits>
 #include <optional>
-#include <stdexcept>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "base/json_fields.h"
 
 namespace gpupack::storage_internal {
 namespace {
 
 using json = nlohmann::json;
-
-// DecodeError carries "field 'a.b[2].c': expected integer, got string" up to FromDoc.
-class DecodeError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Path names a field for error messages ("gpus[1].total_memory_mib"); rendered only when decoding fails, so
-// the happy path builds no strings.
-struct Path {
-  const Path* parent = nullptr;
-  const char* key = nullptr;  // an object member, or
-  size_t index = 0;           // an array element when key is null
-  std::string str() const {
-    if (parent == nullptr) return "(document)";
-    std::string out = parent->parent == nullptr ? std::string() : parent->str();
-    if (key != nullptr) {
-      if (!out.empty()) out += '.';
-      out += key;
-    } else {
-      out += '[';  // three appends, not "[" + ... + "]": GCC 12 at -O3 warns on that (-Wrestrict, a false positive)
-      out += std::to_string(index);
-      out += ']';
-    }
-    return out;
-  }
-};
 
 // ---- forward declarations: the overload sets call each other (vectors of structs, structs of structs).
 
@@ -71,36 +44,40 @@ json Enc(const ClientTokenRecord& v);
 template <typename T>
 json Enc(const std::vector<T>& v);
 
-void Dec(const json& j, const Path& path, std::string& out);
-void Dec(const json& j, const Path& path, int64_t& out);
-void Dec(const json& j, const Path& path, int& out);
-void Dec(const json& j, const Path& path, bool& out);
-void Dec(const json& j, const Path& path, GpuMode& out);
-void Dec(const json& j, const Path& path, TaskStatus& out);
-void Dec(const json& j, const Path& path, InstanceStatus& out);
-void Dec(const json& j, const Path& path, LifecycleStatus& out);
-void Dec(const json& j, const Path& path, MpsSharing& out);
-void Dec(const json& j, const Path& path, ResourceRequirement& out);
-void Dec(const json& j, const Path& path, KeyValuePair& out);
-void Dec(const json& j, const Path& path, ContainerDefinition& out);
-void Dec(const json& j, const Path& path, PlacementConstraint& out);
-void Dec(const json& j, const Path& path, TaskDefinition& out);
-void Dec(const json& j, const Path& path, ClusterSettings& out);
-void Dec(const json& j, const Path& path, Cluster& out);
-void Dec(const json& j, const Path& path, Gpu& out);
-void Dec(const json& j, const Path& path, Resources& out);
-void Dec(const json& j, const Path& path, Attribute& out);
-void Dec(const json& j, const Path& path, ContainerInstance& out);
-void Dec(const json& j, const Path& path, ContainerOverride& out);
-void Dec(const json& j, const Path& path, TaskOverride& out);
-void Dec(const json& j, const Path& path, Container& out);
-void Dec(const json& j, const Path& path, GpuReservation& out);
-void Dec(const json& j, const Path& path, Task& out);
-void Dec(const json& j, const Path& path, ClientTokenRecord& out);
+// Dec reads the value `j` at `at` into `out`, keeping a problem in `f`; Read reads a stored object's members.
+void Dec(JsonFields& f, const json& j, const JsonPath& at, std::string& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, int64_t& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, int& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, bool& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, GpuMode& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, TaskStatus& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, InstanceStatus& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, LifecycleStatus& out);
+void Read(JsonFields& o, MpsSharing& out);
+void Read(JsonFields& o, ResourceRequirement& out);
+void Read(JsonFields& o, KeyValuePair& out);
+void Read(JsonFields& o, ContainerDefinition& out);
+void Read(JsonFields& o, PlacementConstraint& out);
+void Read(JsonFields& o, TaskDefinition& out);
+void Read(JsonFields& o, ClusterSettings& out);
+void Read(JsonFields& o, Cluster& out);
+void Read(JsonFields& o, Gpu& out);
+void Read(JsonFields& o, Resources& out);
+void Read(JsonFields& o, Attribute& out);
+void Read(JsonFields& o, ContainerInstance& out);
+void Read(JsonFields& o, ContainerOverride& out);
+void Read(JsonFields& o, TaskOverride& out);
+void Read(JsonFields& o, Container& out);
+void Read(JsonFields& o, GpuReservation& out);
+void Read(JsonFields& o, Task& out);
+void Read(JsonFields& o, ClientTokenRecord& out);
 template <typename T>
-void Dec(const json& j, const Path& path, std::vector<T>& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, std::vector<T>& out);
 template <typename T>
-void Dec(const json& j, const Path& path, std::optional<T>& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, std::optional<T>& out);
+template <typename T>
+  requires requires(JsonFields& o, T& v) { Read(o, v); }
+void Dec(JsonFields& f, const json& j, const JsonPath& at, T& out);
 
 // ---- encoding
 
@@ -348,62 +325,52 @@ const char* TypeName(const json& j) {
   return j.type_name();
 }
 
-[[noreturn]] void Mismatch(const Path& path, const char* want, const json& j) {
-  throw DecodeError("field '" + path.str() + "': expected " + want + ", got " + TypeName(j));
-}
-
-// ObjReader reads the fields of one JSON object; a missing (or null) key leaves the field at its default.
-class ObjReader {
+// StoreWords: the stores' words for a document that does not match the model (base/json_fields.h), e.g.
+// "doc does not match the model: field 'gpus[1].total_memory_mib': expected integer, got string". A missing or
+// null member is absent (its field keeps its default).
+class StoreWords : public JsonDialect {
  public:
-  ObjReader(const json& j, const Path& path) : j_(j), path_(path) {
-    if (!j.is_object()) Mismatch(path, "object", j);
+  Status Invalid(const std::string& path, const std::string& what) const override {
+    return Status::Server("doc does not match the model: field '" + (path.empty() ? "(document)" : path) +
+                          "': " + what);
   }
-  template <typename T>
-  const ObjReader& Get(const char* key, T& out) const {
-    auto it = j_.find(key);
-    if (it == j_.end() || it->is_null()) return *this;
-    Dec(*it, Path{&path_, key, 0}, out);
-    return *this;
+  Status Error(const JsonError& e) const override {
+    const std::string path = e.path.str();
+    if (e.got == nullptr) return Invalid(path, "is required");  // no member is required
+    switch (e.want) {
+      case JsonWant::kObject: return Invalid(path, std::string("expected object, got ") + TypeName(*e.got));
+      case JsonWant::kString: return Invalid(path, std::string("expected string, got ") + TypeName(*e.got));
+      case JsonWant::kBoolean: return Invalid(path, std::string("expected boolean, got ") + TypeName(*e.got));
+      case JsonWant::kInteger:
+        if (e.got->is_number_integer()) return Invalid(path, "integer " + e.got->dump() + " is out of range");
+        return Invalid(path, std::string("expected integer, got ") + TypeName(*e.got));
+      default: return Invalid(path, std::string("expected array, got ") + TypeName(*e.got));
+    }
   }
-
- private:
-  const json& j_;
-  const Path& path_;
+  bool NullIsAbsent() const override { return true; }
 };
 
-void Dec(const json& j, const Path& path, std::string& out) {
-  if (!j.is_string()) Mismatch(path, "string", j);
-  out = j.get_ref<const std::string&>();
-}
+const StoreWords kWords;
 
-void Dec(const json& j, const Path& path, int64_t& out) {
-  if (j.is_number_unsigned()) {
-    const uint64_t u = j.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      throw DecodeError("field '" + path.str() + "': integer " + std::to_string(u) + " is out of range");
-    out = static_cast<int64_t>(u);
-    return;
+// Members reads the members of one stored object with Dec, chained: a missing (or null) member leaves its field
+// at its default.
+struct Members {
+  JsonFields& o;
+  template <typename T>
+  Members& Get(const char* key, T& out) {
+    if (const json* v = o.Get(key)) Dec(o, *v, JsonPath(o.path(), key), out);
+    return *this;
   }
-  if (!j.is_number_integer()) Mismatch(path, "integer", j);
-  out = j.get<int64_t>();
-}
+};
 
-void Dec(const json& j, const Path& path, int& out) {
-  int64_t wide = 0;
-  Dec(j, path, wide);
-  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
-    throw DecodeError("field '" + path.str() + "': integer " + std::to_string(wide) + " is out of range");
-  out = static_cast<int>(wide);
-}
+void Dec(JsonFields& f, const json& j, const JsonPath& at, std::string& out) { f.StringValue(j, at, out); }
+void Dec(JsonFields& f, const json& j, const JsonPath& at, int64_t& out) { f.Int64Value(j, at, out); }
+void Dec(JsonFields& f, const json& j, const JsonPath& at, int& out) { f.IntValue(j, at, out); }
+void Dec(JsonFields& f, const json& j, const JsonPath& at, bool& out) { f.BoolValue(j, at, out); }
 
-void Dec(const json& j, const Path& path, bool& out) {
-  if (!j.is_boolean()) Mismatch(path, "boolean", j);
-  out = j.get<bool>();
-}
-
-void Dec(const json& j, const Path& path, GpuMode& out) {
-  if (!j.is_string()) Mismatch(path, "string", j);
-  const auto& s = j.get_ref<const std::string&>();
+void Dec(JsonFields& f, const json& j, const JsonPath& at, GpuMode& out) {
+  std::string s;
+  if (!f.StringValue(j, at, s)) return;
   if (s == "IDLE") {
     out = GpuMode::kIdle;
   } else if (s == "NVIDIA_MPS") {
@@ -411,68 +378,77 @@ void Dec(const json& j, const Path& path, GpuMode& out) {
   } else if (s == "DEDICATED") {
     out = GpuMode::kDedicated;
   } else {
-    throw DecodeError("field '" + path.str() + "': unknown GPU mode '" + s + "'");
+    f.Fail(at.str(), "unknown GPU mode '" + s + "'");
   }
 }
 
 // DecStatus reads a status stored as its ECS name; any other string is an error naming the field and the string.
 template <typename E>
-void DecStatus(const json& j, const Path& path, std::optional<E> (*parse)(std::string_view), const char* what,
-               E& out) {
-  if (!j.is_string()) Mismatch(path, "string", j);
-  const auto& s = j.get_ref<const std::string&>();
+void DecStatus(JsonFields& f, const json& j, const JsonPath& at, std::optional<E> (*parse)(std::string_view),
+               const char* what, E& out) {
+  std::string s;
+  if (!f.StringValue(j, at, s)) return;
   const std::optional<E> v = parse(s);
-  if (!v) throw DecodeError("field '" + path.str() + "': unknown " + what + " '" + s + "'");
+  if (!v) return f.Fail(at.str(), std::string("unknown ") + what + " '" + s + "'");
   out = *v;
 }
 
-void Dec(const json& j, const Path& path, TaskStatus& out) {
-  DecStatus(j, path, ParseTaskStatus, "task status", out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, TaskStatus& out) {
+  DecStatus(f, j, at, ParseTaskStatus, "task status", out);
 }
-void Dec(const json& j, const Path& path, InstanceStatus& out) {
-  DecStatus(j, path, ParseInstanceStatus, "container instance status", out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, InstanceStatus& out) {
+  DecStatus(f, j, at, ParseInstanceStatus, "container instance status", out);
 }
-void Dec(const json& j, const Path& path, LifecycleStatus& out) {
-  DecStatus(j, path, ParseLifecycleStatus, "status", out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, LifecycleStatus& out) {
+  DecStatus(f, j, at, ParseLifecycleStatus, "status", out);
 }
 
 template <typename T>
-void Dec(const json& j, const Path& path, std::vector<T>& out) {
-  if (!j.is_array()) Mismatch(path, "array", j);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, std::vector<T>& out) {
+  if (!f.ArrayValue(j, at)) return;
   out.clear();
   out.reserve(j.size());
-  for (size_t i = 0; i < j.size(); ++i) {
+  for (size_t i = 0; i < j.size() && f.ok(); ++i) {
     T e{};
-    Dec(j[i], Path{&path, nullptr, i}, e);
+    Dec(f, j[i], JsonPath(at, i), e);
     out.push_back(std::move(e));
   }
 }
 
 template <typename T>
-void Dec(const json& j, const Path& path, std::optional<T>& out) {
+void Dec(JsonFields& f, const json& j, const JsonPath& at, std::optional<T>& out) {
   T v{};
-  Dec(j, path, v);
-  out = std::move(v);
+  Dec(f, j, at, v);
+  if (f.ok()) out = std::move(v);
 }
 
-void Dec(const json& j, const Path& path, MpsSharing& out) {
-  ObjReader(j, path).Get("memory_mib", out.memory_mib).Get("max_compute_percent", out.max_compute_percent);
+// A stored object: its members into `out`, the first problem into `f`.
+template <typename T>
+  requires requires(JsonFields& o, T& v) { Read(o, v); }
+void Dec(JsonFields& f, const json& j, const JsonPath& at, T& out) {
+  JsonFields o(j, at, kWords);
+  Read(o, out);
+  f.Take(o.status());
 }
 
-void Dec(const json& j, const Path& path, ResourceRequirement& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, MpsSharing& out) {
+  Members{o}.Get("memory_mib", out.memory_mib).Get("max_compute_percent", out.max_compute_percent);
+}
+
+void Read(JsonFields& o, ResourceRequirement& out) {
+  Members{o}
       .Get("type", out.type)
       .Get("value", out.value)
       .Get("mps", out.mps)
       .Get("has_sharing_strategy", out.has_sharing_strategy);
 }
 
-void Dec(const json& j, const Path& path, KeyValuePair& out) {
-  ObjReader(j, path).Get("name", out.name).Get("value", out.value);
+void Read(JsonFields& o, KeyValuePair& out) {
+  Members{o}.Get("name", out.name).Get("value", out.value);
 }
 
-void Dec(const json& j, const Path& path, ContainerDefinition& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, ContainerDefinition& out) {
+  Members{o}
       .Get("name", out.name)
       .Get("image", out.image)
       .Get("command", out.command)
@@ -486,12 +462,12 @@ void Dec(const json& j, const Path& path, ContainerDefinition& out) {
       .Get("extra_json", out.extra_json);
 }
 
-void Dec(const json& j, const Path& path, PlacementConstraint& out) {
-  ObjReader(j, path).Get("type", out.type).Get("expression", out.expression);
+void Read(JsonFields& o, PlacementConstraint& out) {
+  Members{o}.Get("type", out.type).Get("expression", out.expression);
 }
 
-void Dec(const json& j, const Path& path, TaskDefinition& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, TaskDefinition& out) {
+  Members{o}
       .Get("family", out.family)
       .Get("revision", out.revision)
       .Get("arn", out.arn)
@@ -508,12 +484,12 @@ void Dec(const json& j, const Path& path, TaskDefinition& out) {
       .Get("extra_json", out.extra_json);
 }
 
-void Dec(const json& j, const Path& path, ClusterSettings& out) {
-  ObjReader(j, path).Get("compute_aware_placement", out.compute_aware_placement);
+void Read(JsonFields& o, ClusterSettings& out) {
+  Members{o}.Get("compute_aware_placement", out.compute_aware_placement);
 }
 
-void Dec(const json& j, const Path& path, Cluster& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, Cluster& out) {
+  Members{o}
       .Get("name", out.name)
       .Get("arn", out.arn)
       .Get("status", out.status)
@@ -522,8 +498,8 @@ void Dec(const json& j, const Path& path, Cluster& out) {
       .Get("created_at", out.created_at);
 }
 
-void Dec(const json& j, const Path& path, Gpu& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, Gpu& out) {
+  Members{o}
       .Get("id", out.id)
       .Get("total_memory_mib", out.total_memory_mib)
       .Get("remaining_memory_mib", out.remaining_memory_mib)
@@ -533,16 +509,16 @@ void Dec(const json& j, const Path& path, Gpu& out) {
       .Get("held", out.held);
 }
 
-void Dec(const json& j, const Path& path, Resources& out) {
-  ObjReader(j, path).Get("cpu", out.cpu).Get("memory", out.memory);
+void Read(JsonFields& o, Resources& out) {
+  Members{o}.Get("cpu", out.cpu).Get("memory", out.memory);
 }
 
-void Dec(const json& j, const Path& path, Attribute& out) {
-  ObjReader(j, path).Get("name", out.name).Get("value", out.value);
+void Read(JsonFields& o, Attribute& out) {
+  Members{o}.Get("name", out.name).Get("value", out.value);
 }
 
-void Dec(const json& j, const Path& path, ContainerInstance& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, ContainerInstance& out) {
+  Members{o}
       .Get("arn", out.arn)
       .Get("id", out.id)
       .Get("cluster", out.cluster)
@@ -564,8 +540,8 @@ void Dec(const json& j, const Path& path, ContainerInstance& out) {
       .Get("version", out.version);
 }
 
-void Dec(const json& j, const Path& path, ContainerOverride& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, ContainerOverride& out) {
+  Members{o}
       .Get("name", out.name)
       .Get("command", out.command)
       .Get("environment", out.environment)
@@ -575,15 +551,15 @@ void Dec(const json& j, const Path& path, ContainerOverride& out) {
       .Get("resource_requirements", out.resource_requirements);
 }
 
-void Dec(const json& j, const Path& path, TaskOverride& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, TaskOverride& out) {
+  Members{o}
       .Get("container_overrides", out.container_overrides)
       .Get("cpu", out.cpu)
       .Get("memory", out.memory);
 }
 
-void Dec(const json& j, const Path& path, Container& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, Container& out) {
+  Members{o}
       .Get("name", out.name)
       .Get("container_arn", out.container_arn)
       .Get("image", out.image)
@@ -595,8 +571,8 @@ void Dec(const json& j, const Path& path, Container& out) {
       .Get("mps", out.mps);
 }
 
-void Dec(const json& j, const Path& path, GpuReservation& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, GpuReservation& out) {
+  Members{o}
       .Get("gpu_id", out.gpu_id)
       .Get("memory_mib", out.memory_mib)
       .Get("compute_percent", out.compute_percent)
@@ -604,8 +580,8 @@ void Dec(const json& j, const Path& path, GpuReservation& out) {
       .Get("dedicated", out.dedicated);
 }
 
-void Dec(const json& j, const Path& path, Task& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, Task& out) {
+  Members{o}
       .Get("arn", out.arn)
       .Get("id", out.id)
       .Get("cluster", out.cluster)
@@ -632,8 +608,8 @@ void Dec(const json& j, const Path& path, Task& out) {
       .Get("version", out.version);
 }
 
-void Dec(const json& j, const Path& path, ClientTokenRecord& out) {
-  ObjReader(j, path)
+void Read(JsonFields& o, ClientTokenRecord& out) {
+  Members{o}
       .Get("cluster", out.cluster)
       .Get("token", out.token)
       .Get("request_fingerprint", out.request_fingerprint)
@@ -656,13 +632,9 @@ Status Parse(std::string_view doc, T* out) {
     return Status::Server(std::string("doc is not valid JSON: ") + e.what());
   }
   T v{};
-  try {
-    Dec(j, Path{}, v);
-  } catch (const DecodeError& e) {
-    return Status::Server(std::string("doc does not match the model: ") + e.what());
-  } catch (const json::exception& e) {
-    return Status::Server(std::string("doc does not match the model: ") + e.what());
-  }
+  JsonFields root(j, JsonPath(), kWords);
+  Read(root, v);
+  if (!root.ok()) return root.status();
   *out = std::move(v);
   return Status::Ok();
 }

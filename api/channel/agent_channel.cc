@@ -9,6 +9,28 @@
 
 namespace gpupack::api {
 
+UpgradeAnswer ChannelRefusal(Status status, protocol::RefusalCode code, const std::string& leader) {
+  UpgradeAnswer answer(std::move(status));
+  answer.fields.emplace_back("code", protocol::Name(code));
+  if (!leader.empty()) {
+    answer.fields.emplace_back("leader", leader);
+    answer.headers.emplace_back(protocol::kLeaderHeader, leader);
+  }
+  return answer;
+}
+
+protocol::RefusalCode RefusalCodeOf(const Status& s) {
+  switch (s.code()) {
+    case ErrorCode::kServer: return protocol::RefusalCode::kServerError;
+    case ErrorCode::kAccessDenied:
+    case ErrorCode::kUnrecognizedClient:
+    case ErrorCode::kInvalidSignature:
+    case ErrorCode::kIncompleteSignature:
+    case ErrorCode::kMissingAuthenticationToken: return protocol::RefusalCode::kUnauthorized;
+    default: return protocol::RefusalCode::kRejected;
+  }
+}
+
 AgentChannel::AgentChannel(ControlPlane& control_plane, AgentChannelOptions options)
     : cp_(control_plane), options_(options) {
   cp_.SetAgentNotifier([this](const std::string& arn, AgentPush push) { Push(arn, std::move(push)); });
@@ -28,7 +50,8 @@ AgentChannel::~AgentChannel() {
 
 WebSocketHandler AgentChannel::Handler() {
   WebSocketHandler h;
-  h.accept = [this](const HttpRequest& req) -> Status {
+  h.accept = [this](const HttpRequest& req) -> UpgradeAnswer {
+    using protocol::RefusalCode;
     AgentKey agent_key;
     if (options_.authenticator != nullptr) {
       // Signature first: an unsigned caller learns nothing about which instances exist.
@@ -39,19 +62,27 @@ WebSocketHandler AgentChannel::Handler() {
         const std::string& m = s.message();
         spdlog::warn("auth: refused the agent channel upgrade from {}: {}", req.remote_address,
                      m.substr(0, std::min<size_t>(m.find('\n'), 200)));
-        return s;
+        return ChannelRefusal(std::move(s), RefusalCode::kUnauthorized);
       }
     }
     std::string arn = protocol::InstanceArnFromTarget(req.target);
-    if (arn.empty()) return Status::InvalidParameter("the agent channel needs ?containerInstance=<ARN>");
+    if (arn.empty())
+      return ChannelRefusal(Status::InvalidParameter("the agent channel needs ?containerInstance=<ARN>"),
+                            RefusalCode::kMalformed);
     // An agent key holds the channel only of an instance it registered (its assignments carry secrets).
     Status s = cp_.CheckAgentInstance(arn, agent_key);
+    if (s.ok()) return s;
     if (s.code() == ErrorCode::kAccessDenied) {
       ++auth_refusals_;
       spdlog::warn("auth: refused the agent channel upgrade from {}: {}", req.remote_address, s.message());
+      return ChannelRefusal(std::move(s), RefusalCode::kUnauthorized);
     }
-    return s;
+    // CheckAgentInstance refuses with InvalidParameter only an instance it does not know (or an inactive one).
+    const RefusalCode code =
+        s.code() == ErrorCode::kInvalidParameter ? RefusalCode::kUnknownInstance : RefusalCodeOf(s);
+    return ChannelRefusal(std::move(s), code);
   };
+  h.busy_fields = {{"code", protocol::Name(protocol::RefusalCode::kBusy)}};
   h.on_open = [this](const std::shared_ptr<WebSocketConnection>& c, const HttpRequest& r) { OnOpen(c, r); };
   h.on_message = [this](const std::shared_ptr<WebSocketConnection>& c, std::string m) { OnMessage(c, std::move(m)); };
   h.on_close = [this](const std::shared_ptr<WebSocketConnection>& c) { OnClose(c); };
@@ -111,7 +142,7 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
   if (!parsed.ok()) {
     // Echo the message's id when it has one, so the agent can tell which report was refused.
     // An ack is never answered, not even a malformed one.
-    protocol::Error error{std::nullopt, parsed.status().message()};
+    protocol::Error error{std::nullopt, parsed.status().message(), protocol::RefusalCode::kMalformed};
     if (auto j = protocol::ParseJsonBounded(text); j.ok() && j->is_object()) {
       if (j->value("type", Json()) == "ack") return;
       if (j->contains("id") && (*j)["id"].is_number_integer()) error.id = (*j)["id"].get<int64_t>();
@@ -123,7 +154,7 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
   auto answer = [this, conn](int64_t id) {
     return [this, conn, id](Status s) {
       if (s.ok()) Reply(conn, protocol::Ack{id});
-      else Reply(conn, protocol::Error{id, s.message()});
+      else Reply(conn, protocol::Error{id, s.message(), RefusalCodeOf(s)});
     };
   };
   if (auto* hello = std::get_if<protocol::Hello>(&*parsed)) {
@@ -135,7 +166,7 @@ void AgentChannel::OnMessage(const std::shared_ptr<WebSocketConnection>& conn, s
     cp_.AgentReport(arn, state->report, answer(state->id));
   } else if (auto* heartbeat = std::get_if<protocol::Heartbeat>(&*parsed)) {
     KeepGpuMemory(conn, arn, *heartbeat);
-    cp_.AgentHeartbeat(arn, *heartbeat, answer(heartbeat->id));
+    OnHeartbeat(conn, arn, *heartbeat);
   } else if (auto* logs = std::get_if<protocol::LogsAnswer>(&*parsed)) {
     OnLogsAnswer(conn, std::move(*logs));  // never answered
   } else if (auto* ack = std::get_if<protocol::Ack>(&*parsed)) {
@@ -160,10 +191,12 @@ void AgentChannel::OnHello(const std::shared_ptr<WebSocketConnection>& conn, con
       for (const auto& [push_id, _] : it->second.unacked) covered.push_back(push_id);
       it->second.hello_parts.clear();
       it->second.hello_part_bytes = 0;
+      ++it->second.writes_in_flight;
     }
   }
   cp_.AgentHello(arn, hello, [this, conn, covered = std::move(covered)](Status s, protocol::Welcome welcome) {
-    if (!s.ok()) return Reply(conn, protocol::Error{std::nullopt, s.message()});
+    WriteSettled(conn.get());
+    if (!s.ok()) return Reply(conn, protocol::Error{std::nullopt, s.message(), RefusalCodeOf(s)});
     welcome.heartbeat_interval_ms = options_.heartbeat_interval.count();
     welcome.epoch = options_.epoch;
     {
@@ -176,6 +209,43 @@ void AgentChannel::OnHello(const std::shared_ptr<WebSocketConnection>& conn, con
     }
     Reply(conn, welcome);
   });
+}
+
+// OnHeartbeat acks a heartbeat that changes nothing straight from the read view: the common case, which then
+// never waits behind placements in the writer's queue. One that changes something (or that follows a write of
+// this connection the view may not show yet) goes through the writer and is acked once durable.
+void AgentChannel::OnHeartbeat(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
+                               const protocol::Heartbeat& heartbeat) {
+  bool settled = false;  // nothing of this connection is on its way to the view
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it == peers_.end()) return;
+    settled = it->second.hello_done && it->second.writes_in_flight == 0;
+  }
+  if (settled && cp_.HeartbeatChangesNothing(arn, heartbeat)) {
+    ++heartbeats_from_view_;
+    Reply(conn, protocol::Ack{heartbeat.id});
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(conn.get());
+    if (it == peers_.end()) return;
+    ++it->second.writes_in_flight;
+  }
+  ++heartbeats_written_;
+  cp_.AgentHeartbeat(arn, heartbeat, [this, conn, id = heartbeat.id](Status s) {
+    WriteSettled(conn.get());
+    if (s.ok()) Reply(conn, protocol::Ack{id});
+    else Reply(conn, protocol::Error{id, s.message(), RefusalCodeOf(s)});
+  });
+}
+
+void AgentChannel::WriteSettled(WebSocketConnection* conn) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(conn);
+  if (it != peers_.end() && it->second.writes_in_flight > 0) --it->second.writes_in_flight;
 }
 
 // OnHelloPart gathers a hello's parts on the connection, at most max_hello_bytes of them; the last part makes
@@ -206,8 +276,9 @@ void AgentChannel::OnHelloPart(const std::shared_ptr<WebSocketConnection>& conn,
   if (too_large) {
     spdlog::warn("agent channel: {} sent a hello of more than {} bytes; disconnecting it", arn,
                  options_.max_hello_bytes);
-    Reply(conn, protocol::Error{std::nullopt, "the hello's parts pass " + std::to_string(options_.max_hello_bytes) +
-                                                  " bytes"});
+    Reply(conn, protocol::Error{std::nullopt,
+                                "the hello's parts pass " + std::to_string(options_.max_hello_bytes) + " bytes",
+                                protocol::RefusalCode::kTooLarge});
     conn->Close();
     return;
   }
@@ -488,16 +559,23 @@ void AgentChannel::Watchdog() {
     }
     std::vector<std::pair<WebSocketConnection*, int64_t>> settled;  // pushes that no longer matter
     std::set<WebSocketConnection*> closed;
-    for (auto& d : due) {
+    // One check for every due push, on the writer thread; the copies are queued there (see
+    // ControlPlane::ResendPushesIfWanted).
+    std::vector<ControlPlane::PushCheck> checks;
+    checks.reserve(due.size());
+    for (auto& d : due)
+      checks.push_back({d.instance_arn, &d.message, [this, &d] {
+                          if (d.last) return;
+                          ++push_retries_;
+                          spdlog::info("agent channel: {} has not acked {} {}; sending it again", d.instance_arn,
+                                       PushType(d.message), d.id);
+                          SendPush(d.conn, d.instance_arn, d.message);  // only queues it
+                        }});
+    const std::vector<bool> wanted = cp_.ResendPushesIfWanted(checks);
+    for (size_t i = 0; i < due.size(); ++i) {
+      Due& d = due[i];
       if (closed.count(d.conn.get())) continue;
-      const bool wanted = cp_.ResendPushIfWanted(d.instance_arn, d.message, [&] {
-        if (d.last) return;
-        ++push_retries_;
-        spdlog::info("agent channel: {} has not acked {} {}; sending it again", d.instance_arn, PushType(d.message),
-                     d.id);
-        SendPush(d.conn, d.instance_arn, d.message);  // only queues it, under the control plane's lock
-      });
-      if (!wanted) {
+      if (!wanted[i]) {
         settled.emplace_back(d.conn.get(), d.id);
       } else if (d.last) {
         closed.insert(d.conn.get());

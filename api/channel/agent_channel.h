@@ -13,7 +13,7 @@
 //                                                                                   RunTask commits)
 //                                                     {"type":"stop","id":n,"taskArn","reason","epoch"?}
 //   {"type":"ack","id":n}  (a push is recorded)
-//   {"type":"error",...} answers a message the server could not apply.
+//   {"type":"error","code",...} answers a message the server could not apply (code: RefusalCodeOf below).
 //                                                     {"type":"logs","id":n,...}  (RequestLogs: a page of a
 //   {"type":"logEvents","id":n,...} (its answer)                                 container's output)
 //
@@ -63,6 +63,14 @@ namespace gpupack::api {
 using Json = nlohmann::json;
 
 inline constexpr const char* kAgentChannelPath = protocol::kChannelPath;
+
+// ChannelRefusal: a refusal of the agent channel's upgrade: `status` (its HTTP status and ECS error name, its
+// message for people) with `code` in the body's "code" (protocol::RefusalCode), and a standby's `leader` URL,
+// when it knows one, in the body's "leader" and the protocol::kLeaderHeader header. Every refusal of the
+// channel's upgrade is built here (the leader's AgentChannel::Handler, a standby's in api/leadership.cc).
+UpgradeAnswer ChannelRefusal(Status status, protocol::RefusalCode code, const std::string& leader = "");
+// RefusalCodeOf: the code of an error message answering a message that an operation refused with `s`.
+protocol::RefusalCode RefusalCodeOf(const Status& s);
 
 struct AgentChannelOptions {
   std::chrono::milliseconds heartbeat_interval{5000};
@@ -160,6 +168,9 @@ class AgentChannel {
   // Heartbeats whose gpuMemoryUsed was refused (malformed or past its bounds) since construction; the rest of
   // each was applied.
   uint64_t gpu_memory_refusals() const { return gpu_memory_refusals_.load(); }
+  // Heartbeats acked from the read view (they changed nothing) and heartbeats applied by the writer.
+  uint64_t heartbeats_from_view() const { return heartbeats_from_view_.load(); }
+  uint64_t heartbeats_written() const { return heartbeats_written_.load(); }
 
  private:
   struct Unacked {
@@ -177,6 +188,9 @@ class AgentChannel {
     std::vector<protocol::TaskReport> hello_parts;  // the tasks of the hello's parts so far
     size_t hello_part_bytes = 0;                     // their messages' bytes, at most max_hello_bytes
     bool gpu_memory_warned = false;                  // a refused gpuMemoryUsed was logged on this connection
+    // writes_in_flight: the hellos and heartbeats of this connection handed to the writer and not yet answered;
+    // while any is, a heartbeat cannot be judged from the view (it may be behind them) and goes to the writer.
+    int writes_in_flight = 0;
   };
   void OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req);
   void OnMessage(const std::shared_ptr<WebSocketConnection>& conn, std::string text);
@@ -184,6 +198,10 @@ class AgentChannel {
   void OnHello(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn, protocol::Hello hello);
   void OnHelloPart(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
                    protocol::HelloPart part, size_t bytes);
+  void OnHeartbeat(const std::shared_ptr<WebSocketConnection>& conn, const std::string& arn,
+                   const protocol::Heartbeat& heartbeat);
+  // WriteSettled: one of the connection's writes (hello, heartbeat) was answered.
+  void WriteSettled(WebSocketConnection* conn);
   void Watchdog();
   void SendPush(const std::shared_ptr<WebSocketConnection>& conn, const std::string& instance_arn,
                 const AgentPush& message);
@@ -217,6 +235,7 @@ class AgentChannel {
   std::atomic<uint64_t> connections_opened_{0}, push_retries_{0}, push_unacked_closes_{0};
   GpuMemoryUsage gpu_memory_;
   std::atomic<uint64_t> gpu_memory_refusals_{0};
+  std::atomic<uint64_t> heartbeats_from_view_{0}, heartbeats_written_{0};
 };
 
 

@@ -82,18 +82,19 @@ Route ReadRoute(Parser<Req> parse, Status (*op)(const Req&, const ReadContext&, 
           }};
 }
 
-// ExplainRoute: the placement dry run reads the applier's working state (the placer needs a ClusterState).
+// ExplainRoute: the placement dry run reads the applier's working state (the placer needs a ClusterState), on
+// the writer thread between two writes; the caller's thread only queues it.
 Route ExplainRoute() {
   return {Access::kRead, [](Applier& applier, const Json& body, Router::Done done, const AgentKey&) {
             auto req = GuardedParse<ExplainPlacementRequest>(&ParseExplainPlacement, body);
             if (!req.ok()) return done({req.status(), {}});
-            WithPolicy(*req, applier);
-            ExplainResult result;
-            Status s;
-            applier.Inspect([&](const ClusterState& state) {
-              s = Guarded([&] { return ExplainPlacement(*req, state, applier.arn(), result); });
+            auto request = std::make_shared<ExplainPlacementRequest>(std::move(req).value());
+            WithPolicy(*request, applier);
+            applier.Read([&applier, request, done = std::move(done)](const ClusterState& state) {
+              ExplainResult result;
+              Status s = Guarded([&] { return ExplainPlacement(*request, state, applier.arn(), result); });
+              done({s, s.ok() ? Render(applier.arn(), result) : Json()});
             });
-            done({s, s.ok() ? Render(applier.arn(), result) : Json()});
           }};
 }
 

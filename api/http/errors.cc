@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/messages.h"
+
 namespace gpupack::api {
 
 EcsError ToEcsError(ErrorCode code) {
@@ -16,6 +18,8 @@ EcsError ToEcsError(ErrorCode code) {
     case ErrorCode::kUnsupportedFeature: return {400, "UnsupportedFeatureException"};
     case ErrorCode::kUnknownOperation: return {400, "UnknownOperationException"};
     case ErrorCode::kServer: return {500, "ServerException"};
+    case ErrorCode::kInstanceDeregistered:
+      return {400, "InvalidParameterException", protocol::kInstanceDeregisteredCode};
     case ErrorCode::kUnrecognizedClient: return {400, "UnrecognizedClientException"};
     case ErrorCode::kInvalidSignature: return {400, "InvalidSignatureException"};
     case ErrorCode::kIncompleteSignature: return {400, "IncompleteSignatureException"};
@@ -28,6 +32,7 @@ std::string ErrorBody(const Status& status) { return ErrorBody(ToEcsError(status
 
 std::string ErrorBody(const EcsError& error, const std::string& message) {
   nlohmann::json j = {{"__type", error.type}, {"message", message}};
+  if (error.code != nullptr) j["code"] = error.code;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

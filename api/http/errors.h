@@ -10,7 +10,8 @@ namespace gpupack::api {
 
 struct EcsError {
   int http_status;
-  const char* type;  // "ClientException", ...
+  const char* type;            // "ClientException", ...
+  const char* code = nullptr;  // gpupack's "code" beside __type, where __type alone does not tell the case
 };
 
 EcsError ToEcsError(ErrorCode code);
@@ -20,7 +21,8 @@ EcsError ToEcsError(ErrorCode code);
 inline constexpr EcsError kLogsResourceNotFound = {400, "ResourceNotFoundException"};
 inline constexpr EcsError kLogsServiceUnavailable = {503, "ServiceUnavailableException"};
 
-// The JSON body {"__type": "...", "message": "..."} for a non-ok status, or for `error` and `message`.
+// The JSON body {"__type": "...", "message": "..."} for a non-ok status, or for `error` and `message` (with
+// "code" when the EcsError has one).
 std::string ErrorBody(const Status& status);
 std::string ErrorBody(const EcsError& error, const std::string& message);
 

@@ -73,12 +73,23 @@ class WebSocketConnection {
   virtual const std::string& remote_address() const = 0;
 };
 
-// WebSocketHandler serves the WebSocket upgrades of one path. `accept` decides on the upgrade request (a non-ok
-// Status is answered as an HTTP error in ECS's shape and the connection is not upgraded); the callbacks run on
-// the connection's strand, one at a time per connection: on_open once, on_message per text message, on_close
-// once when the connection ends for any reason (also after Close() and at Stop()).
+// UpgradeAnswer: what a WebSocketHandler's `accept` decides. An ok `status` accepts the upgrade; any other is
+// answered as an HTTP error in ECS's shape (the code picks the HTTP status and __type, the message "message"),
+// with `fields` added to its JSON body as string members (the agent channel's "code" and "leader") and `headers`
+// to the response. A Status converts to an answer without fields or headers.
+struct UpgradeAnswer {
+  UpgradeAnswer(Status s = Status::Ok()) : status(std::move(s)) {}  // NOLINT: implicit by design
+  Status status;
+  std::vector<std::pair<std::string, std::string>> fields;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// WebSocketHandler serves the WebSocket upgrades of one path. `accept` decides on the upgrade request (a refusal
+// is answered as an HTTP error in ECS's shape and the connection is not upgraded: UpgradeAnswer); the callbacks
+// run on the connection's strand, one at a time per connection: on_open once, on_message per text message,
+// on_close once when the connection ends for any reason (also after Close() and at Stop()).
 struct WebSocketHandler {
-  std::function<Status(const HttpRequest&)> accept;
+  std::function<UpgradeAnswer(const HttpRequest&)> accept;
   std::function<void(const std::shared_ptr<WebSocketConnection>&, const HttpRequest&)> on_open;
   std::function<void(const std::shared_ptr<WebSocketConnection>&, std::string message)> on_message;
   std::function<void(const std::shared_ptr<WebSocketConnection>&)> on_close;
@@ -90,6 +101,9 @@ struct WebSocketHandler {
   // larger than the bound still goes out when the queue is empty, so the queue holds at most
   // max(max_send_queue_bytes, one message).
   size_t max_send_queue_bytes = 16 << 20;
+  // busy_fields: added to the 503 body of an upgrade refused at HttpServerOptions::max_websockets (the agent
+  // channel's "code").
+  std::vector<std::pair<std::string, std::string>> busy_fields;
 };
 
 struct HttpServerOptions {

@@ -84,7 +84,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void LingerClose();
   void OnLinger(beast::error_code ec, std::size_t n);
   bool TryUpgrade(http::request<http::string_body>& req, HttpRequest& request);
-  void RefuseUpgradeBusy();
+  void RefuseUpgradeBusy(const WebSocketHandler& handler);
 
   // Guarded runs `f` and turns any exception into a log line and a closed connection: nothing escapes to an
   // io thread from here.
@@ -341,11 +341,12 @@ bool Session::TryUpgrade(http::request<http::string_body>& req, HttpRequest& req
   }
   const WebSocketHandler& handler = it->second;
   if (WebSocketsFull(server_)) {  // before the handler's checks, which cost more
-    RefuseUpgradeBusy();
+    RefuseUpgradeBusy(handler);
     return true;
   }
   if (handler.accept) {
-    Status s = handler.accept(request);
+    UpgradeAnswer answer = handler.accept(request);
+    const Status& s = answer.status;
     if (!s.ok()) {
       // Authentication and authorization refusals are 403 with their ECS error name (the upgrade is ours, not an
       // ECS operation: 403 tells a WebSocket client "not allowed" before any upgrade); others keep 400/500, named
@@ -364,14 +365,16 @@ bool Session::TryUpgrade(http::request<http::string_body>& req, HttpRequest& req
         default:
           break;
       }
-      Write(ErrorResponse(status, type, s.message()), /*close=*/true);
+      HttpResponse r = ErrorResponse(status, type, s.message(), answer.fields);
+      for (auto& h : answer.headers) r.headers.push_back(std::move(h));
+      Write(std::move(r), /*close=*/true);
       return true;
     }
   }
   bool full = false;
   std::shared_ptr<WsSession> ws = RegisterWebSocket(server_, std::move(stream_), handler, remote_, &full);
   if (full) {  // filled up since the check above; stream_ stays here
-    RefuseUpgradeBusy();
+    RefuseUpgradeBusy(handler);
     return true;
   }
   if (!ws) return true;  // the server is stopping; stream_ stays here and Stop() closes it
@@ -382,8 +385,9 @@ bool Session::TryUpgrade(http::request<http::string_body>& req, HttpRequest& req
   return true;
 }
 
-// RefuseUpgradeBusy answers an upgrade request 503 at max_websockets and closes; the connection is not upgraded.
-void Session::RefuseUpgradeBusy() {
+// RefuseUpgradeBusy answers an upgrade request 503 at max_websockets (with the handler's busy_fields) and closes;
+// the connection is not upgraded.
+void Session::RefuseUpgradeBusy(const WebSocketHandler& handler) {
   const uint64_t rejected = ++server_.rejected_websockets;
   if (rejected == 1 || rejected % 1000 == 0) {  // a flood must not flood the log too
     spdlog::warn("http: {} upgraded connections open (max_websockets); refusing upgrades ({} so far)",
@@ -391,7 +395,8 @@ void Session::RefuseUpgradeBusy() {
   }
   HttpResponse r = ErrorResponse(503, "ServerException",
                                  "too many agent channel connections (limit " +
-                                     std::to_string(server_.options.max_websockets) + "); retry later");
+                                     std::to_string(server_.options.max_websockets) + "); retry later",
+                                 handler.busy_fields);
   r.headers.emplace_back("Retry-After", "1");
   Write(std::move(r), /*close=*/true);
 }

@@ -51,13 +51,16 @@ std::string NewRequestId() {
   return buf;
 }
 
-HttpResponse ErrorResponse(int status, std::string_view type, std::string_view message) {
+HttpResponse ErrorResponse(int status, std::string_view type, std::string_view message,
+                           const std::vector<std::pair<std::string, std::string>>& fields) {
   HttpResponse r;
   r.status = status;
   r.headers.emplace_back("Content-Type", "application/x-amz-json-1.1");
   r.headers.emplace_back("x-amzn-RequestId", NewRequestId());
   r.headers.emplace_back("x-amzn-ErrorType", std::string(type));  // as the ECS handler's errors carry it
-  r.body = "{\"__type\":\"" + JsonEscape(type) + "\",\"message\":\"" + JsonEscape(message) + "\"}";
+  r.body = "{\"__type\":\"" + JsonEscape(type) + "\",";
+  for (const auto& [name, value] : fields) r.body += "\"" + JsonEscape(name) + "\":\"" + JsonEscape(value) + "\",";
+  r.body += "\"message\":\"" + JsonEscape(message) + "\"}";
   return r;
 }
 

@@ -7,6 +7,8 @@
 #include <ctime>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "api/http/http_server.h"
 
@@ -20,8 +22,10 @@ std::string JsonEscape(std::string_view s);
 std::string NewRequestId();
 
 // ErrorResponse is an ECS-shaped error: {"__type": "<type>", "message": "<message>"}, with the Content-Type,
-// x-amzn-RequestId and x-amzn-ErrorType headers the ECS handler's errors carry.
-HttpResponse ErrorResponse(int status, std::string_view type, std::string_view message);
+// x-amzn-RequestId and x-amzn-ErrorType headers the ECS handler's errors carry. `fields` are string members put
+// between __type and message (first, so a body cut short still holds them).
+HttpResponse ErrorResponse(int status, std::string_view type, std::string_view message,
+                           const std::vector<std::pair<std::string, std::string>>& fields = {});
 
 // HttpDate formats `t` as an IMF-fixdate (RFC 9110 §5.6.7), e.g. "Sun, 06 Nov 1994 08:49:37 GMT",
 // independent of the C locale.

@@ -95,15 +95,21 @@ Status AgentReport(const std::string& instance_arn, const protocol::TaskReport& 
   return ApplyTaskReport(report.task_arn, FromProtocol(report), txn);
 }
 
+bool HeartbeatChanges(const ContainerInstance& inst, const protocol::Heartbeat& hb) {
+  if (!inst.agent_connected || inst.impaired != hb.impaired) return true;
+  const std::set<std::string> held(hb.held_gpus.begin(), hb.held_gpus.end());
+  for (const auto& g : inst.gpus)
+    if (g.held != (held.count(g.id) > 0)) return true;
+  return false;
+}
+
 // AgentHeartbeat records the agent's MPS health and the GPUs it holds after a fault; it writes only changes.
 Status AgentHeartbeat(const std::string& instance_arn, const protocol::Heartbeat& hb, Transaction& txn) {
   const ContainerInstance* inst = txn.state().FindInstance(instance_arn);
   // A deregistered instance stays disconnected: its agent's heartbeats do not bring it back.
   if (!inst || inst->status == InstanceStatus::kInactive) return Status::InvalidParameter("instance is not registered");
+  if (!HeartbeatChanges(*inst, hb)) return Status::Ok();
   const std::set<std::string> held(hb.held_gpus.begin(), hb.held_gpus.end());
-  bool changed = !inst->agent_connected || inst->impaired != hb.impaired;
-  for (const auto& g : inst->gpus) changed = changed || g.held != (held.count(g.id) > 0);
-  if (!changed) return Status::Ok();
   const bool impaired = hb.impaired;
   txn.UpdateInstance(instance_arn, [&held, impaired](ContainerInstance& i) {
     i.agent_connected = true;

@@ -14,6 +14,9 @@ Status AgentHello(const std::string& instance_arn, const protocol::Hello& hello,
                   protocol::Welcome& out);
 // AgentReport applies one state report about a task on the agent's instance.
 Status AgentReport(const std::string& instance_arn, const protocol::TaskReport& report, Transaction& txn);
+// HeartbeatChanges: whether applying `heartbeat` would change `instance` (connected, impaired, held GPUs). The
+// agent channel answers a heartbeat that changes nothing from the read view, without the writer.
+bool HeartbeatChanges(const ContainerInstance& instance, const protocol::Heartbeat& heartbeat);
 // AgentHeartbeat applies the agent's MPS health and held GPUs.
 Status AgentHeartbeat(const std::string& instance_arn, const protocol::Heartbeat& heartbeat, Transaction& txn);
 // AgentDisconnected marks the instance's agent disconnected (channel closed or heartbeats missed).

@@ -56,9 +56,9 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
     GP_TRY(CheckAgentKey(*existing, in.agent_key, "ecs:RegisterContainerInstance"));
     // A deregistered instance does not come back by itself: its tasks were stopped and its GPUs given up.
     if (existing->status == InstanceStatus::kInactive)
-      return Status::InvalidParameter("container instance " + id + " " + protocol::kDeregisteredRefusal +
-                                      "; register it as a new instance "
-                                      "(for gpupack agent: remove the instance record in its --state-dir)");
+      return Status(ErrorCode::kInstanceDeregistered,
+                    "container instance " + id + " was deregistered and cannot register again; register it as a "
+                    "new instance (for gpupack agent: remove the instance record in its --state-dir)");
     inst = *existing;
   } else {
     inst.id = txn.NewId();

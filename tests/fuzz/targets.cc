@@ -414,7 +414,7 @@ class Harness {
     req.target = std::string(api::kAgentChannelPath) + "?containerInstance=" + arn;
     req.remote_address = "127.0.0.1:40000";
     if (protocol::InstanceArnFromTarget(req.target) != arn) Fail("InstanceArnFromTarget does not give back the ARN", req.target);
-    if (!handler_.accept(req).ok()) return;
+    if (!handler_.accept(req).status.ok()) return;
     conn_ = std::make_shared<FakeConnection>();
     handler_.on_open(conn_, req);
   }

@@ -5,6 +5,8 @@
 
 #include <future>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -137,7 +139,8 @@ TEST_F(ApplierTest, NothingDecidedAfterAFailedCommitBecomesDurable) {
   store_.Close();
   auto stop = Start("StopTask", {{"task", six["tasks"][0]["taskArn"]}});
   ASSERT_TRUE(store_.WaitForCommit());
-  auto run = Start("RunTask", {{"taskDefinition", "mps"}});  // submitted behind the stop's commit
+  auto run = Start("RunTask", {{"taskDefinition", "mps"}});  // submitted behind the stop's commit...
+  cp_.applier().Drain();                                       // ...once the writer has run it
   store_.FailCommits(Status::Server("disk full"), 1);       // the stop's commit alone fails
   store_.Open();
   EXPECT_EQ(stop.get().status.code(), ErrorCode::kServer);
@@ -225,6 +228,44 @@ TEST_F(ApplierTest, ReadsAnswerWhileTheWritersLockIsHeld) {
   ASSERT_TRUE(d.status.ok()) << d.status.message();
   EXPECT_EQ(l.body["taskArns"], Json::array({arn}));
   EXPECT_EQ(d.body["tasks"].size(), 1u);
+}
+
+// Writes run on the applier's one writer thread, in the order they were queued; queueing one never waits for
+// the writer, even while it is busy (held here inside a read of its working state).
+TEST_F(ApplierTest, WritesRunOnOneWriterThreadInArrivalOrderAndQueueingNeverWaits) {
+  std::promise<void> release, held;
+  std::future<void> busy = std::async(std::launch::async, [&] {
+    cp_.applier().Inspect([&](const ClusterState&) {
+      held.set_value();
+      release.get_future().wait();
+    });
+  });
+  held.get_future().wait();
+  std::vector<int> order;              // written by the writer thread only
+  std::set<std::thread::id> threads;   // likewise
+  auto last = std::make_shared<std::promise<Status>>();
+  std::future<void> queued = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 50; ++i)
+      cp_.applier().Write(
+          [i, &order, &threads](Transaction&) {
+            order.push_back(i);
+            threads.insert(std::this_thread::get_id());
+            return Status::Ok();
+          },
+          [i, last](Status s) {
+            if (i == 49) last->set_value(s);
+          });
+  });
+  // All 50 are queued while the writer is still held: Write returned without it.
+  ASSERT_EQ(queued.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "a Write waited for the writer";
+  release.set_value();
+  busy.get();
+  EXPECT_TRUE(last->get_future().get().ok());
+  std::vector<int> expected(50);
+  for (int i = 0; i < 50; ++i) expected[i] = i;
+  EXPECT_EQ(order, expected);
+  ASSERT_EQ(threads.size(), 1u);
+  EXPECT_NE(*threads.begin(), std::this_thread::get_id());
 }
 
 TEST(TransactionTest, RecordsWhatChangedOnceWithOneVersionBump) {

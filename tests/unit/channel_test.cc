@@ -297,6 +297,8 @@ TEST_F(ChannelTest, AForcedDeregistrationStopsTheWorkloadAndTheInstanceStaysGone
   ASSERT_FALSE(again.ok());
   EXPECT_NE(again.status().message().find("was deregistered and cannot register again"), std::string::npos)
       << again.status().message();
+  // The agent tells this refusal apart by its code ("code": "InstanceDeregistered" beside the ECS type).
+  EXPECT_EQ(again.status().code(), ErrorCode::kInstanceDeregistered);
 }
 
 // An agent that was down while its instance was deregistered stops what it left running when it comes back,
@@ -751,6 +753,44 @@ std::string RegisterRawInstance(TestServer& server) {
   return reg["containerInstance"]["containerInstanceArn"];
 }
 
+// The server's refusals carry a code (protocol::RefusalCode) beside their words: a declined upgrade in its body,
+// an error message in its "code". The agent decides on the code alone.
+TEST_F(ChannelTest, TheServersRefusalsCarryACode) {
+  const std::string instance = RegisterRawInstance(*server_);
+  const agent::ServerEndpoint endpoint = *agent::ServerEndpoint::Parse(server_->url());
+  // Upgrades: an instance the server does not know (register again), and a target that names none.
+  agent::DeclinedUpgrade unknown;
+  auto u = agent::ChannelClient::Connect(
+      endpoint, protocol::ChannelTarget("arn:aws:ecs:us-east-1:000000000000:container-instance/default/nope"), {},
+      5000ms, &unknown);
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(unknown.http_status, 400);
+  EXPECT_EQ(Json::parse(unknown.body)["code"], "UnknownInstance") << unknown.body;
+  EXPECT_EQ(agent::ReadDecline(unknown).action, agent::ChannelDecline::Action::kRegister);
+  agent::DeclinedUpgrade bare;
+  auto b = agent::ChannelClient::Connect(endpoint, protocol::kChannelPath, {}, 5000ms, &bare);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(Json::parse(bare.body)["code"], "Malformed") << bare.body;
+  EXPECT_EQ(agent::ReadDecline(bare).action, agent::ChannelDecline::Action::kRetry);
+  // Messages: one that cannot be read (its id echoed), and a report of a task that is not on the instance.
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_->url(), instance));
+  peer.Send({{"type", "state"}, {"id", 7}});  // no taskArn
+  Json malformed = peer.Next();
+  EXPECT_EQ(malformed["type"], "error") << malformed.dump();
+  EXPECT_EQ(malformed["code"], "Malformed");
+  EXPECT_EQ(malformed["id"], 7);
+  auto parsed = protocol::ParseServerMessage(malformed.dump());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(std::get<protocol::Error>(*parsed).code, protocol::RefusalCode::kMalformed);
+  peer.Send({{"type", "state"}, {"id", 8}, {"taskArn", "arn:aws:ecs:us-east-1:000000000000:task/default/nope"},
+             {"status", "RUNNING"}, {"containers", Json::array()}});
+  Json rejected = peer.Next();
+  EXPECT_EQ(rejected["type"], "error") << rejected.dump();
+  EXPECT_EQ(rejected["code"], "Rejected");
+  EXPECT_EQ(rejected["id"], 8);
+}
+
 TEST_F(ChannelTest, AgentAcksAssignAndStopPushesAndTheyLeaveThePendingSet) {
   // No re-send within the test: only the agent's acks can empty the pending set.
   api::AgentChannelOptions options{200ms, 3};
@@ -851,6 +891,51 @@ TEST_F(ChannelTest, APeerThatNeverAcksGetsBoundedResendsThenACloseThenReconcile)
   EXPECT_EQ(server_->channel().connections_opened(), 2u);
   Json t = server_->Call("DescribeTasks", {{"tasks", Json::array({arn})}});
   EXPECT_EQ(t["tasks"][0]["lastStatus"], "PENDING");
+}
+
+// A heartbeat that changes nothing is acked from the read view, so a busy writer never delays it; one that
+// changes the instance waits for the writer and is acked once durable. The writer is held busy here by a read
+// of its working state that does not return until the test says so.
+TEST_F(ChannelTest, AnUnchangedHeartbeatIsAckedWhileTheWriterIsBusyAndAChangedOneWaitsForIt) {
+  api::AgentChannelOptions options{10s, 3};  // the heartbeat window does not close the peer within the test
+  server_.reset();
+  server_ = std::make_unique<TestServer>((dir_ / "state.db").string(), 0, options);
+  const std::string instance = RegisterRawInstance(*server_);
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_->url(), instance));
+  peer.Send({{"type", "hello"}, {"tasks", Json::array()}, {"impaired", false}});
+  Json welcome = peer.Next();
+  ASSERT_EQ(welcome["type"], "welcome") << welcome.dump();
+
+  std::promise<void> release, held;
+  std::future<void> busy = std::async(std::launch::async, [&] {
+    server_->control_plane().applier().Inspect([&](const ClusterState&) {
+      held.set_value();
+      release.get_future().wait();
+    });
+  });
+  held.get_future().wait();  // the writer is inside the read now, and stays there
+  peer.Send({{"type", "heartbeat"}, {"id", 7}, {"impaired", false}, {"heldGpus", Json::array()}});
+  Json ack = peer.Next();
+  EXPECT_EQ(ack["type"], "ack") << ack.dump();
+  EXPECT_EQ(ack["id"], 7);
+  EXPECT_EQ(server_->channel().heartbeats_from_view(), 1u);
+
+  // Impaired is a change: it needs the writer, which is busy, so no ack can come until it is released.
+  peer.Send({{"type", "heartbeat"}, {"id", 8}, {"impaired", true}, {"heldGpus", Json::array()}});
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(server_->channel().heartbeats_written(), 1u);
+  release.set_value();
+  busy.get();
+  ack = peer.Next();
+  EXPECT_EQ(ack["type"], "ack") << ack.dump();
+  EXPECT_EQ(ack["id"], 8);
+  // The next unchanged heartbeat (impaired, as the view now shows) is acked from the view again.
+  peer.Send({{"type", "heartbeat"}, {"id", 9}, {"impaired", true}, {"heldGpus", Json::array()}});
+  ack = peer.Next();
+  EXPECT_EQ(ack["id"], 9);
+  EXPECT_EQ(server_->channel().heartbeats_from_view(), 2u);
+  EXPECT_EQ(server_->channel().heartbeats_written(), 1u);
 }
 
 // An older agent acts on pushes but never acks them. Its report about the task proves it got the push: the
@@ -1450,10 +1535,11 @@ TEST_F(ChannelTest, AnAgentLeavesASilentServerForTheNextOne) {
 
 // DecliningServer: an agent channel endpoint that declines every upgrade with `refusal` (mapped to an HTTP status
 // as gpupack's server maps it: 500 for a ServerException, 400 for a client error, 403 for an authentication
-// refusal) and answers every plain HTTP request (RegisterContainerInstance) 503. It counts both.
+// refusal, with the refusal's code and leader: api::ChannelRefusal) and answers every plain HTTP request
+// (RegisterContainerInstance) 503. It counts both.
 class DecliningServer {
  public:
-  explicit DecliningServer(Status refusal) : refusal_(std::move(refusal)) {
+  explicit DecliningServer(api::UpgradeAnswer refusal) : refusal_(std::move(refusal)) {
     api::HttpServerOptions o;
     o.port = 0;
     api::WebSocketHandler ws;
@@ -1478,15 +1564,25 @@ class DecliningServer {
   int requests() const { return requests_; }
 
  private:
-  const Status refusal_;
+  const api::UpgradeAnswer refusal_;
   std::atomic<int> upgrades_{0}, requests_{0};
   std::unique_ptr<api::HttpServer> server_;
 };
 
-// StandbyRefusal is a standby's refusal of the channel, as api/leadership.cc words it.
-Status StandbyRefusal(const std::string& leader_url) {
-  return Status::Server("this gpupack server is a standby; the agent channel is served by the leader" +
-                        (leader_url.empty() ? std::string(", unknown now: retry") : " at " + leader_url));
+// StandbyRefusal is a standby's refusal of the channel, as api/leadership.cc makes it: NotLeader, naming the
+// leader when it knows one.
+api::UpgradeAnswer StandbyRefusal(const std::string& leader_url) {
+  return api::ChannelRefusal(
+      Status::Server("this gpupack server is a standby; the agent channel is served by the leader" +
+                     (leader_url.empty() ? std::string(", unknown now: retry") : " at " + leader_url)),
+      protocol::RefusalCode::kNotLeader, leader_url);
+}
+
+// Reworded: a refusal with the same code and leader but a message that says none of what it used to (the agent
+// must decide on the code alone).
+api::UpgradeAnswer Reworded(api::UpgradeAnswer answer, const std::string& message) {
+  answer.status = Status(answer.status.code(), message);
+  return answer;
 }
 
 // A declined upgrade comes back with its HTTP status and body (bounded), and the Status carries the server's
@@ -1502,6 +1598,9 @@ TEST_F(ChannelTest, ADeclinedUpgradeReturnsItsStatusAndBody) {
   Json body = Json::parse(declined.body, nullptr, false);
   ASSERT_TRUE(body.is_object()) << declined.body;
   EXPECT_EQ(body["__type"], "ServerException");  // a refusal at 500: the server cannot serve the channel here
+  EXPECT_EQ(body["code"], "NotLeader");
+  EXPECT_EQ(body["leader"], "http://127.0.0.1:8081");
+  EXPECT_EQ(declined.leader, "http://127.0.0.1:8081");  // the x-gpupack-leader header
   EXPECT_NE(body["message"].get<std::string>().find("served by the leader at http://127.0.0.1:8081"),
             std::string::npos);
   EXPECT_EQ(c.status().code(), ErrorCode::kServer);
@@ -1511,13 +1610,16 @@ TEST_F(ChannelTest, ADeclinedUpgradeReturnsItsStatusAndBody) {
   EXPECT_EQ(standby.requests(), 0);  // the refusal's own answer says it all: no second request
 
   // An unknown instance: 400 with the server's words.
-  DecliningServer leader(Status::InvalidParameter("containerInstance x is not registered"));
+  DecliningServer leader(api::ChannelRefusal(Status::InvalidParameter("containerInstance x is not registered"),
+                                             protocol::RefusalCode::kUnknownInstance));
   agent::DeclinedUpgrade unknown;
   auto u = agent::ChannelClient::Connect(*agent::ServerEndpoint::Parse(leader.url()), protocol::ChannelTarget("x"),
                                          {}, 5000ms, &unknown);
   ASSERT_FALSE(u.ok());
   EXPECT_EQ(unknown.http_status, 400);
   EXPECT_NE(u.status().message().find("ClientException: containerInstance x is not registered"), std::string::npos);
+  EXPECT_EQ(Json::parse(unknown.body)["code"], "UnknownInstance");
+  EXPECT_EQ(unknown.leader, "");
 
   // A body beyond the bound is cut to DeclinedUpgrade::kMaxBody bytes.
   DecliningServer wordy(Status::Server(std::string(3 * agent::DeclinedUpgrade::kMaxBody, 'w')));
@@ -1545,7 +1647,8 @@ TEST_F(ChannelTest, AStandbysChannelRefusalSendsTheAgentToTheLeaderItNames) {
     agent::ServerConnection c(o, registering, {});
     ASSERT_TRUE(c.Register().ok());
   }
-  DecliningServer standby(StandbyRefusal(server_->url()));
+  // Worded so that no sentence of the old refusal is left: the code and the leader field decide.
+  DecliningServer standby(Reworded(StandbyRefusal(server_->url()), "go elsewhere"));
   o.server = *agent::ServerEndpoint::Parse(standby.url());
   o.servers = {o.server};
   EpochListener listener;
@@ -1566,16 +1669,35 @@ TEST_F(ChannelTest, AStandbysChannelRefusalSendsTheAgentToTheLeaderItNames) {
 TEST_F(ChannelTest, OnlyAnUnknownInstanceMakesTheAgentRegisterAgain) {
   struct Case {
     const char* what;
-    Status refusal;
+    api::UpgradeAnswer refusal;
     bool registers;
   };
+  using protocol::RefusalCode;
   const std::vector<Case> cases = {
       {"standby, leader unknown", StandbyRefusal(""), false},
-      {"server failing", Status::Server("too many agent channel connections (limit 1); retry later"), false},
-      {"authentication", Status(ErrorCode::kAccessDenied, "the agent key may not hold this instance's channel"),
+      {"server busy", api::ChannelRefusal(Status::Server("too many agent channel connections (limit 1); retry later"),
+                                          RefusalCode::kBusy),
        false},
-      {"signature", Status(ErrorCode::kInvalidSignature, "the signature does not match"), false},
-      {"unknown instance", Status::InvalidParameter("containerInstance x is not registered"), true},
+      {"authentication",
+       api::ChannelRefusal(Status(ErrorCode::kAccessDenied, "the agent key may not hold this instance's channel"),
+                           RefusalCode::kUnauthorized),
+       false},
+      {"signature", api::ChannelRefusal(Status(ErrorCode::kInvalidSignature, "the signature does not match"),
+                                        RefusalCode::kUnauthorized),
+       false},
+      {"unknown instance",
+       api::ChannelRefusal(Status::InvalidParameter("containerInstance x is not registered"),
+                           RefusalCode::kUnknownInstance),
+       true},
+      // The code decides, not the words or the HTTP status: an unknown instance however worded registers again,
+      // and a 400 without that code does not.
+      {"unknown instance, reworded",
+       api::ChannelRefusal(Status::Server("something else entirely"), RefusalCode::kUnknownInstance), true},
+      {"a client error of another code",
+       api::ChannelRefusal(Status::InvalidParameter("containerInstance x is not registered"),
+                           RefusalCode::kMalformed),
+       false},
+      {"no code", Status::InvalidParameter("containerInstance x is not registered"), false},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -1604,33 +1726,63 @@ TEST_F(ChannelTest, OnlyAnUnknownInstanceMakesTheAgentRegisterAgain) {
 
 TEST(ReconnectPolicyTest, ReadDeclineMapsEveryWayTheServerDeclinesToWhatTheAgentDoes) {
   using Action = agent::ChannelDecline::Action;
-  auto read = [](int status, const std::string& type, const std::string& message) {
-    return agent::ReadDecline({status, Json{{"__type", type}, {"message", message}}.dump()});
+  auto read = [](int status, const std::string& type, const std::string& code, const std::string& message) {
+    Json body = {{"__type", type}, {"message", message}};
+    if (!code.empty()) body["code"] = code;
+    return agent::ReadDecline({status, body.dump(), ""});
   };
-  // A standby naming the leader (500: api/leadership.cc), and one that knows none.
-  agent::ChannelDecline named = read(500, "ServerException",
-                                     "this gpupack server is a standby; the agent channel is served by the leader at "
-                                     "http://10.0.0.2:8080");
+  // A standby naming the leader (500: api/leadership.cc) in the body's "leader", and one that knows none. The
+  // message says nothing the agent reads.
+  Json named_body = {{"__type", "ServerException"}, {"code", "NotLeader"}, {"leader", "http://10.0.0.2:8080"},
+                     {"message", "no words about any leader"}};
+  agent::ChannelDecline named = agent::ReadDecline({500, named_body.dump(), ""});
   EXPECT_EQ(named.action, Action::kFollowLeader);
+  EXPECT_EQ(named.code, protocol::RefusalCode::kNotLeader);
   EXPECT_EQ(named.leader, "http://10.0.0.2:8080");
-  EXPECT_EQ(read(500, "ServerException",
-                 "this gpupack server is a standby; the agent channel is served by the leader, unknown now: retry")
+  // The leader in the header alone is followed too.
+  agent::ChannelDecline by_header =
+      agent::ReadDecline({500, Json{{"__type", "ServerException"}, {"code", "NotLeader"}, {"message", "x"}}.dump(),
+                          "http://10.0.0.3:8080"});
+  EXPECT_EQ(by_header.action, Action::kFollowLeader);
+  EXPECT_EQ(by_header.leader, "http://10.0.0.3:8080");
+  EXPECT_EQ(read(500, "ServerException", "NotLeader", "the agent channel is served by the leader, unknown now: retry")
                 .action,
             Action::kRetry);
+  // A message that names a leader in the words the standby once used is not followed: only the field counts.
+  agent::ChannelDecline prose = read(500, "ServerException", "",
+                                     "this gpupack server is a standby; the agent channel is served by the leader at "
+                                     "http://10.0.0.2:8080");
+  EXPECT_EQ(prose.action, Action::kRetry);
+  EXPECT_EQ(prose.leader, "");
+  // A leader named beside another code is no redirect.
+  EXPECT_EQ(agent::ReadDecline({500, Json{{"__type", "ServerException"}, {"code", "ServerError"},
+                                          {"leader", "http://10.0.0.2:8080"}, {"message", "x"}}.dump(), ""})
+                .leader,
+            "");
   // The leader at its channel limit (503 with Retry-After) or failing.
-  EXPECT_EQ(read(503, "ServerException", "too many agent channel connections (limit 10000); retry later").action,
+  EXPECT_EQ(read(503, "ServerException", "Busy", "too many agent channel connections (limit 10000); retry later")
+                .action,
             Action::kRetry);
-  // The instance unknown, inactive (deregistered) or missing from the target: register again.
-  EXPECT_EQ(read(400, "ClientException", "containerInstance arn:x is not registered").action, Action::kRegister);
-  EXPECT_EQ(read(400, "ClientException", "the agent channel needs ?containerInstance=<ARN>").action,
+  EXPECT_EQ(read(500, "ServerException", "ServerError", "the database is away").action, Action::kRetry);
+  // The instance unknown, inactive (deregistered): register again, whatever the words; a target without
+  // containerInstance is malformed, not unknown.
+  EXPECT_EQ(read(400, "ClientException", "UnknownInstance", "containerInstance arn:x is not registered").action,
             Action::kRegister);
+  EXPECT_EQ(read(400, "ClientException", "UnknownInstance", "reworded beyond recognition").action, Action::kRegister);
+  EXPECT_EQ(read(400, "ClientException", "Malformed", "the agent channel needs ?containerInstance=<ARN>").action,
+            Action::kRetry);
+  EXPECT_EQ(read(400, "ClientException", "", "containerInstance arn:x is not registered").action, Action::kRetry);
   // Authentication and authorization: never a registration.
   for (const char* type : {"AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
                            "IncompleteSignatureException", "MissingAuthenticationTokenException"})
-    EXPECT_EQ(read(403, type, "refused").action, Action::kAuthRefused) << type;
-  // No channel endpoint (404), or an answer that is no ECS error (a proxy's 502): walk on.
-  EXPECT_EQ(read(404, "ClientException", "no WebSocket endpoint at /agent/v1/channel").action, Action::kRetry);
-  agent::ChannelDecline proxy = agent::ReadDecline({502, "<html>Bad Gateway</html>"});
+    EXPECT_EQ(read(403, type, "Unauthorized", "refused").action, Action::kAuthRefused) << type;
+  // No channel endpoint (404), a code this agent does not know, or an answer that is no ECS error (a proxy's
+  // 502): walk on.
+  EXPECT_EQ(read(404, "ClientException", "", "no WebSocket endpoint at /agent/v1/channel").action, Action::kRetry);
+  agent::ChannelDecline future = read(400, "ClientException", "SomethingNew", "x");
+  EXPECT_EQ(future.action, Action::kRetry);
+  EXPECT_FALSE(future.code.has_value());
+  agent::ChannelDecline proxy = agent::ReadDecline({502, "<html>Bad Gateway</html>", ""});
   EXPECT_EQ(proxy.action, Action::kRetry);
   EXPECT_EQ(proxy.message, "<html>Bad Gateway</html>");
 }
@@ -1723,19 +1875,28 @@ TEST(ReconnectPolicyTest, ALeaderNamedByAStandbyIsFollowedAtOnceButAPingPongEnds
 
 TEST(ReconnectPolicyTest, ClassifiesTheChannelClientsFailures) {
   using Outcome = agent::ReconnectPolicy::Outcome;
-  EXPECT_EQ(agent::ReconnectPolicy::Classify("cannot reach the server at http://127.0.0.1:1: Connection refused"),
-            Outcome::kUnreachable);
-  EXPECT_EQ(agent::ReconnectPolicy::Classify("cannot resolve nowhere.invalid: Host not found"), Outcome::kUnreachable);
-  EXPECT_EQ(agent::ReconnectPolicy::Classify(
-                "the server refused the agent channel: the WebSocket upgrade was declined"),
+  // No answer (connection refused, no such host, a handshake that broke): unreachable.
+  EXPECT_EQ(agent::ReconnectPolicy::Classify(agent::DeclinedUpgrade{}), Outcome::kUnreachable);
+  // An answer: what its code says, never its words.
+  EXPECT_EQ(agent::ReconnectPolicy::Classify({500, R"({"__type":"ServerException","message":"declined"})", ""}),
             Outcome::kAnswered);
   EXPECT_EQ(agent::ReconnectPolicy::Classify(
-                "the server refused the agent channel: ServerException: this gpupack server is a standby; the agent "
-                "channel is served by the leader at http://127.0.0.1:8081"),
+                {500, R"({"__type":"ServerException","code":"NotLeader","leader":"http://127.0.0.1:8081",)"
+                      R"("message":"whatever it says"})",
+                 ""}),
             Outcome::kLeaderNamed);
   EXPECT_EQ(agent::ReconnectPolicy::Classify(
-                "the server refused the agent channel: ServerException: this gpupack server is a standby; the agent "
-                "channel is served by the leader, unknown now: retry"),
+                {500, R"({"__type":"ServerException","code":"NotLeader","message":"x"})", "http://127.0.0.1:8081"}),
+            Outcome::kLeaderNamed);
+  EXPECT_EQ(agent::ReconnectPolicy::Classify(
+                {500, R"({"__type":"ServerException","code":"NotLeader","message":"served by the leader, unknown"})",
+                 ""}),
+            Outcome::kAnswered);
+  EXPECT_EQ(agent::ReconnectPolicy::Classify(
+                {500,
+                 R"({"__type":"ServerException","message":"this gpupack server is a standby; the agent channel is )"
+                 R"(served by the leader at http://127.0.0.1:8081"})",
+                 ""}),
             Outcome::kAnswered);
 }
 

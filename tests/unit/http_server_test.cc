@@ -718,6 +718,7 @@ TEST(HttpServerTest, AWebSocketPeerThatNeverReadsIsClosedAndItsSendQueueStaysBou
 TEST(HttpServerTest, UpgradesPastMaxWebsocketsAre503AndEcsCallsAreStillServed) {
   WebSocketHandler h;
   h.idle_timeout = 60s;
+  h.busy_fields = {{"code", "Busy"}};
   auto options = TestOptions();
   options.max_connections = 4;
   options.max_websockets = 2;
@@ -742,6 +743,7 @@ TEST(HttpServerTest, UpgradesPastMaxWebsocketsAre503AndEcsCallsAreStillServed) {
     EXPECT_EQ(r->status, 503);
     EXPECT_EQ(r->Get("x-amzn-errortype"), "ServerException");
     EXPECT_NE(r->body.find("too many agent channel connections (limit 2)"), std::string::npos) << r->body;
+    EXPECT_NE(r->body.find(R"("code":"Busy")"), std::string::npos) << r->body;  // the handler's busy_fields
     EXPECT_EQ(r->Get("retry-after"), "1");
     EXPECT_TRUE(extra.WaitClosed());
   }

@@ -41,6 +41,7 @@ class InProcessServer {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
   api::AgentChannel& channel() { return server_->channel(); }
   const api::AgentChannel& channel() const { return server_->channel(); }
+  api::ControlPlane& control_plane() { return server_->control_plane(); }
 
  private:
   std::unique_ptr<SqliteStore> store_;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "api/leadership.h"
 #include "storage/postgres_store.h"
@@ -146,10 +147,10 @@ uint16_t FreePort() {
   return port;
 }
 
-// Http sends one request on a connection of its own (Connection: close) and returns the whole answer, "" on
-// failure; bounded by a 10 s wait for each read.
+// Http sends one request on a connection of its own (Connection: close, unless `connection` says otherwise) and
+// returns the whole answer, "" on failure; bounded by a 10 s wait for each read.
 std::string Http(uint16_t port, const std::string& method, const std::string& target, const std::string& headers,
-                 const std::string& body) {
+                 const std::string& body, const std::string& connection = "close") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -157,7 +158,8 @@ std::string Http(uint16_t port, const std::string& method, const std::string& ta
   a.sin_port = htons(port);
   std::string in;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string out = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers +
+    const std::string out = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: " + connection +
+                            "\r\n" + headers +
                             "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
     if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(out.size())) {
       char buf[8192];
@@ -215,6 +217,23 @@ TEST_F(LeaseKeeperTest, AStandbyForwardsSuccessiveCallsOverOneKeptAliveConnectio
   const size_t requests = metrics.find("\ngpupack_http_requests_total ");
   ASSERT_NE(requests, std::string::npos);
   EXPECT_GE(std::stoi(metrics.substr(requests + 29)), 21);
+
+  // The standby refuses the agent channel with the code NotLeader, naming the leader in the body's "leader" and
+  // in the x-gpupack-leader header (agents follow those, never the message's words).
+  const std::string upgrade = Http((*b)->port(), "GET", "/agent/v1/channel?containerInstance=x",
+                                   "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+                                   "", "Upgrade");
+  ASSERT_EQ(upgrade.rfind("HTTP/1.1 500", 0), 0u) << upgrade;
+  const std::string leader = "http://127.0.0.1:" + std::to_string((*a)->port());
+  EXPECT_NE(upgrade.find("\r\nx-gpupack-leader: " + leader + "\r\n"), std::string::npos) << upgrade;
+  const size_t body_at = upgrade.find("\r\n\r\n");
+  ASSERT_NE(body_at, std::string::npos);
+  const nlohmann::json refusal = nlohmann::json::parse(upgrade.substr(body_at + 4), nullptr, false);
+  ASSERT_TRUE(refusal.is_object()) << upgrade;
+  EXPECT_EQ(refusal["__type"], "ServerException");
+  EXPECT_EQ(refusal["code"], "NotLeader");
+  EXPECT_EQ(refusal["leader"], leader);
 }
 
 }  // namespace

@@ -299,11 +299,13 @@ TEST_F(MpsControlDaemonTest, SendFailsClearlyWhenTheDaemonDoesNotAnswer) {
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().message().find("MPS control daemon is not responding"), 0u) << out.status().message();
   EXPECT_NE(out.status().message().find("Cannot find MPS control daemon process"), std::string::npos);
+  EXPECT_EQ(out.failure(), MpsFailure::kNoDaemon);  // what callers branch on, not the words above
   BringUp();
   Touch(options_.pipe_dir + "/hang");
   out = mps->Send("ps");
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("within 1000 ms"), std::string::npos) << out.status().message();
+  EXPECT_EQ(out.failure(), MpsFailure::kNoAnswer);
   // Sending does not count toward impaired: only probes do.
   EXPECT_EQ(mps->consecutive_failures(), 0);
 }
@@ -313,6 +315,7 @@ TEST_F(MpsControlDaemonTest, SendTakesOneLine) {
   EXPECT_EQ(mps->Send("quit\nset_default_active_thread_percentage 1").status().code(),
             ErrorCode::kInvalidParameter);
   EXPECT_EQ(mps->Send("").status().code(), ErrorCode::kInvalidParameter);
+  EXPECT_EQ(mps->Send("").failure(), MpsFailure::kBadCommand);
 }
 
 TEST_F(MpsControlDaemonTest, AProgramThatStopsReadingDoesNotKillTheAgentWithSigpipe) {
@@ -323,6 +326,7 @@ TEST_F(MpsControlDaemonTest, AProgramThatStopsReadingDoesNotKillTheAgentWithSigp
   auto out = mps->Send(std::string(1 << 20, 'x'));
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("exit 3"), std::string::npos) << out.status().message();
+  EXPECT_EQ(out.failure(), MpsFailure::kFailed);  // it ran, and said nothing about a missing daemon
 }
 
 int OpenDescriptors() {
@@ -395,6 +399,7 @@ TEST_F(MpsControlDaemonTest, MissingControlProgram) {
   EXPECT_NE(s.message().find("no-such-program"), std::string::npos) << s.message();
   EXPECT_EQ(mps->Probe(), MpsHealth::kNotServing);
   EXPECT_FALSE(mps->Send("ps").ok());
+  EXPECT_EQ(mps->Send("ps").failure(), MpsFailure::kCannotRun);
 }
 
 TEST_F(MpsControlDaemonTest, RefusesTheDefaultPipeDirectory) {
@@ -452,6 +457,7 @@ TEST_F(FakeMpsTest, HealthFileTellsServingNotServingAndHungApart) {
   SetHealth("down");
   EXPECT_EQ(mps->Probe(), MpsHealth::kNotServing);
   EXPECT_FALSE(mps->Send("ps").ok());
+  EXPECT_EQ(mps->Send("ps").failure(), MpsFailure::kNoDaemon);
   SetHealth("serving");
   EXPECT_EQ(mps->Probe(), MpsHealth::kServing);
   SetHealth("hung");

@@ -1,4 +1,4 @@
-// Tests for the capacity planner (bench/): input errors that name file, line and field; the openb mapping;
+// Tests for the capacity planner (planner/): input errors that name file, line and field; the openb mapping;
 // the one-dimensional bounds on a hand-checked fixture and on the real openb default list (the figures the
 // openb README publishes); the fgd protocol's monotonicity and determinism; replay, size; report keys.
 #include <gtest/gtest.h>
@@ -11,12 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/bounds.h"
-#include "bench/inputs.h"
-#include "bench/protocols.h"
-#include "bench/report.h"
-#include "bench/simulation.h"
+#include "api/ecs/codec.h"
+#include "planner/bounds.h"
+#include "planner/inputs.h"
+#include "planner/protocols.h"
+#include "planner/report.h"
+#include "planner/simulation.h"
 #include "scheduler/strategies.h"
+#include "scheduler/validation.h"
 
 namespace gpupack::plan {
 namespace {
@@ -133,29 +135,89 @@ TEST(PlannerInputTest, JsonErrorsNameFileLineAndField) {
                    {"fleet.json:1:", "field 'instanceTypes[0]'", "gpuMemory"});
   ExpectInputError(R"({"instanceTypes": [{"name": "a", "cpu": 1, "memory": 1}, {"name": "a", "cpu": 1, "memory": 1}]})",
                    "fleet.json", {"field 'instanceTypes[1].name'", "listed twice"});
-  // Workloads: nvidiaMps memory must be an integer >= 1 (line 4).
+  // Workloads: nvidiaMps memory must be an integer; the server's codec refuses a fraction at the field (line 4).
   ExpectInputError(R"({"tasks": [
   {"family": "llm", "containerDefinitions": [
-    {"name": "main", "memory": 1024, "resourceRequirements": [
-      {"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": 0}}}]}]}
+    {"name": "main", "image": "img", "memory": 1024, "resourceRequirements": [
+      {"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": 1.5}}}]}]}
 ]})",
                    "w.json",
                    {"w.json:4:",
-                    "field 'tasks[0].containerDefinitions[0].resourceRequirements[0].sharingStrategy.nvidiaMps.memory'"});
+                    "field 'tasks[0].containerDefinitions[0].resourceRequirements[0].sharingStrategy.nvidiaMps.memory'",
+                    "expected an integer"});
+  // ... and an integer below 1 is the scheduler's validation's to refuse, at the task's line.
+  ExpectInputError(R"({"tasks": [
+  {"family": "llm", "containerDefinitions": [
+    {"name": "main", "image": "img", "memory": 1024, "resourceRequirements": [
+      {"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": 0}}}]}]}
+]})",
+                   "w.json", {"w.json:2:", "field 'tasks[0]'", "'sharingStrategy.nvidiaMps.memory'", ">= 1"});
   // The scheduler's own task-definition validation speaks through the planner, at the task's line.
   ExpectInputError(R"({"tasks": [
-  {"family": "ok", "containerDefinitions": [{"name": "main", "memory": 1024}]},
-  {"family": "both", "containerDefinitions": [{"name": "main", "memory": 1024, "resourceRequirements": [
+  {"family": "ok", "containerDefinitions": [{"name": "main", "image": "img", "memory": 1024}]},
+  {"family": "both", "containerDefinitions": [{"name": "main", "image": "img", "memory": 1024, "resourceRequirements": [
       {"type": "GPU", "value": "1", "sharingStrategy": {"nvidiaMps": {"memory": 1024}}}]}]}
 ]})",
                    "w.json", {"w.json:3:", "field 'tasks[1]'"});
   ExpectInputError(R"({"tasks": [{"family": "x"}]})", "w.json", {"w.json:1:", "containerDefinitions"});
-  ExpectInputError(R"({"tasks": [{"family": "x", "containerDefinitions": [{"name": "m", "memory": 64}], "weight": -1}]})", "w.json",
+  ExpectInputError(R"({"tasks": [{"family": "x", "containerDefinitions": [{"name": "m", "image": "img", "memory": 64}], "weight": -1}]})", "w.json",
                    {"field 'tasks[0].weight'"});
-  ExpectInputError(R"({"tasks": [{"family": "x", "containerDefinitions": [{"name": "m", "memory": 64}],
+  ExpectInputError(R"({"tasks": [{"family": "x", "containerDefinitions": [{"name": "m", "image": "img", "memory": 64}],
   "schedule": [{"arrival": 10, "departure": 5}]}]})",
                    "w.json", {"w.json:2:", "field 'tasks[0].schedule[0].departure'"});
   ExpectInputError(R"({"nodes": []})", "x.json", {"x.json:1:", "instanceTypes", "tasks"});
+}
+
+// A workload's task definitions are read by the server's codec (api::ParseRegisterTaskDefinition) and checked
+// by ValidateTaskDefinition, as RegisterTaskDefinition does: the planner accepts exactly what the server accepts,
+// and refuses with the server's message, placed at the codec's field or at the task.
+TEST(PlannerInputTest, TaskDefinitionsAreReadAsTheServerReadsThem) {
+  const std::vector<std::string> definitions = {
+      R"({"family": "ok", "containerDefinitions": [{"name": "m", "image": "img", "memory": 64}]})",
+      R"({"family": "ok", "cpu": 1024, "memory": "2 GB", "containerDefinitions": [{"name": "m", "image": "img"}]})",
+      R"({"family": "ok", "containerDefinitions": [{"name": "m", "image": "img", "memory": 64.0, "image2": 1}]})",
+      R"({"family": "no-image", "containerDefinitions": [{"name": "m", "memory": 64}]})",
+      R"({"family": "cpu-string", "containerDefinitions": [{"name": "m", "image": "img", "cpu": "1", "memory": 64}]})",
+      R"({"family": "zero", "cpu": 0, "containerDefinitions": [{"name": "m", "image": "img", "memory": 64}]})",
+      R"({"family": "bad family!", "containerDefinitions": [{"name": "m", "image": "img", "memory": 64}]})",
+      R"({"family": "compat", "requiresCompatibilities": [""],
+          "containerDefinitions": [{"name": "m", "image": "img", "memory": 64}]})",
+      R"({"family": "distinct", "placementConstraints": [{"type": "distinctInstance"}],
+          "containerDefinitions": [{"name": "m", "image": "img", "memory": 64}]})",
+      R"({"family": "none-essential",
+          "containerDefinitions": [{"name": "m", "image": "img", "memory": 64, "essential": false}]})",
+  };
+  for (const auto& text : definitions) {
+    Json def = Json::parse(text);
+    auto server = api::ParseRegisterTaskDefinition(def);
+    Status server_status = server.ok() ? ValidateTaskDefinition(*server) : server.status();
+    auto planner = ParseInput("{\"tasks\": [" + text + "]}", "w.json");
+    EXPECT_EQ(planner.ok(), server_status.ok()) << text << "\nserver: " << server_status.message();
+    if (!planner.ok() && !server_status.ok()) {
+      // The server's message, without the codec's field path (the planner names the field itself).
+      std::string what = server_status.message();
+      if (!server.ok()) what = what.substr(what.find(": ") + 2);
+      EXPECT_NE(planner.status().message().find(what), std::string::npos)
+          << planner.status().message() << "\nserver: " << server_status.message();
+    }
+  }
+  // The server refuses a container without an image; the planner no longer supplies one.
+  ExpectInputError(R"({"tasks": [{"family": "x", "containerDefinitions": [{"name": "m", "memory": 64}]}]})", "w.json",
+                   {"w.json:1:", "field 'tasks[0]'", "'image' is required"});
+  // A codec refusal names the field, at its line.
+  ExpectInputError(R"({"tasks": [
+  {"family": "x", "containerDefinitions": [{"name": "m", "image": "img", "memory": 64,
+    "cpu": "1"}]}
+]})",
+                   "w.json",
+                   {"w.json:3:", "field 'tasks[0].containerDefinitions[0].cpu'", "expected an integer, got a string"});
+  // The planner's own fields do not reach the codec (they would be kept as unknown fields there).
+  Workload w = ParseWorkload(R"({"tasks": [{"family": "x", "count": 3, "weight": 2, "group": "g", "gpuModels": ["T4"],
+    "schedule": [{"arrival": 1}], "containerDefinitions": [{"name": "m", "image": "img", "memory": 64}]}]})");
+  ASSERT_EQ(w.tasks.size(), 1u);
+  EXPECT_EQ(w.tasks[0].count, 3);
+  EXPECT_EQ(w.tasks[0].group, "g");
+  ASSERT_EQ(w.tasks[0].constraints.size(), 1u);
 }
 
 // Every strict prefix of a valid JSON fleet (a file cut short) is refused with a message that starts with the
@@ -262,7 +324,7 @@ TEST(OpenbMappingTest, GpuUnits) {
   EXPECT_EQ(in_mib->shapes[in_mib->tasks[0].shape].demand.gpu_memory, 7066);
   // A MiB need in milli units: 4,096 MiB of the smallest GPU that holds it (T4, 15,360 MiB):
   // ceil(4,096 x 1000 / 15,360) = ceil(266.67) = 267 units.
-  Workload mps = ParseWorkload(R"({"tasks": [{"family": "svc", "containerDefinitions": [{"name": "m", "memory": 512,
+  Workload mps = ParseWorkload(R"({"tasks": [{"family": "svc", "containerDefinitions": [{"name": "m", "image": "img", "memory": 512,
     "resourceRequirements": [{"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": 4096}}}]}]}]})");
   auto as_milli = BuildScenario(&json, mps, GpuUnits::kMilli);
   ASSERT_TRUE(as_milli.ok()) << as_milli.status().message();
@@ -372,13 +434,13 @@ constexpr const char* kFleetJson = R"({"instanceTypes": [
 
 std::string SharedTask(const std::string& family, int mib, double weight, int cpu = 1024) {
   return R"({"family": ")" + family + R"(", "weight": )" + std::to_string(weight) +
-         R"(, "containerDefinitions": [{"name": "m", "cpu": )" + std::to_string(cpu) +
+         R"(, "containerDefinitions": [{"name": "m", "image": "img", "cpu": )" + std::to_string(cpu) +
          R"(, "memory": 2048, "resourceRequirements": [{"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": )" +
          std::to_string(mib) + "}}}]}]}";
 }
 std::string DedicatedTask(const std::string& family, int gpus, double weight) {
   return R"({"family": ")" + family + R"(", "weight": )" + std::to_string(weight) +
-         R"(, "containerDefinitions": [{"name": "m", "cpu": 2048, "memory": 8192, "resourceRequirements": [{"type": "GPU", "value": ")" +
+         R"(, "containerDefinitions": [{"name": "m", "image": "img", "cpu": 2048, "memory": 8192, "resourceRequirements": [{"type": "GPU", "value": ")" +
          std::to_string(gpus) + R"("}]}]})";
 }
 

@@ -104,6 +104,21 @@ TEST(ProtocolTest, EveryServerMessageRoundTrips) {
   EXPECT_EQ(ParsedServer<Error>(Serialize(ServerMessage(error))), error);
   Error no_id{std::nullopt, "unknown message type 'x'"};
   EXPECT_EQ(ParsedServer<Error>(Serialize(ServerMessage(no_id))), no_id);
+  Error coded{7, "the hello's parts pass 1 bytes", RefusalCode::kTooLarge};
+  EXPECT_EQ(ParsedServer<Error>(Serialize(ServerMessage(coded))), coded);
+}
+
+// An error's code is on the wire as RefusalCode's name; one a peer does not know reads as none (never a parse
+// failure), and the message's words play no part in it.
+TEST(ProtocolTest, AnErrorCarriesItsCode) {
+  EXPECT_EQ(Json::parse(Serialize(ServerMessage(Error{3, "whatever", RefusalCode::kMalformed}))),
+            Json::parse(R"({"type":"error","message":"whatever","code":"Malformed","id":3})"));
+  EXPECT_EQ(Json::parse(Serialize(ServerMessage(Error{std::nullopt, "m"}))),
+            Json::parse(R"({"type":"error","message":"m"})"));
+  EXPECT_EQ(ParsedServer<Error>(R"({"type":"error","message":"m","code":"Rejected"})").code, RefusalCode::kRejected);
+  EXPECT_EQ(ParsedServer<Error>(R"({"type":"error","message":"m","code":"FromTheFuture"})"),
+            (Error{std::nullopt, "m"}));
+  EXPECT_FALSE(ParseServerMessage(R"({"type":"error","message":"m","code":7})").ok());
 }
 
 TEST(ProtocolTest, LogRequestsAndAnswersRoundTripAndParseAsDocumented) {
@@ -456,6 +471,13 @@ TEST(ProtocolTest, NamesAndTheirParsersAgree) {
   EXPECT_EQ(std::string(Name(StopCode::kTaskFailedToStart)), "TaskFailedToStart");
   EXPECT_FALSE(ParseTaskStatus("running").has_value());
   EXPECT_FALSE(ParseStopCode("").has_value());
+  for (RefusalCode c : {RefusalCode::kUnknownInstance, RefusalCode::kNotLeader, RefusalCode::kUnauthorized,
+                        RefusalCode::kMalformed, RefusalCode::kTooLarge, RefusalCode::kBusy, RefusalCode::kRejected,
+                        RefusalCode::kServerError})
+    EXPECT_EQ(ParseRefusalCode(Name(c)), c);
+  EXPECT_EQ(std::string(Name(RefusalCode::kNotLeader)), "NotLeader");
+  EXPECT_EQ(std::string(Name(RefusalCode::kUnknownInstance)), "UnknownInstance");
+  EXPECT_FALSE(ParseRefusalCode("notleader").has_value());
 }
 
 TEST(ProtocolTest, ChannelTargetCarriesTheInstanceArn) {

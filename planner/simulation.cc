@@ -1,4 +1,4 @@
-#include "bench/simulation.h"
+#include "planner/simulation.h"
 
 #include <algorithm>
 #include <cmath>

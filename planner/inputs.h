@@ -100,7 +100,7 @@ int64_t OpenbCpuUnits(int64_t cpu_milli);
 // "attribute:gpu-model in [V100M16, V100M32]"; empty for an empty list.
 std::string GpuModelExpression(const std::vector<std::string>& models);
 
-// The directory of the openb CSVs bundled with the source tree (bench/data/openb), or $GPUPACK_OPENB_DIR when set.
+// The directory of the openb CSVs bundled with the source tree (planner/data/openb), or $GPUPACK_OPENB_DIR when set.
 // For tests and benchmarks.
 std::string BundledOpenbDir();
 

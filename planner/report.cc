@@ -1,4 +1,4 @@
-#include "bench/report.h"
+#include "planner/report.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "bench/protocols.h"
+#include "planner/protocols.h"
 
 #include <algorithm>
 #include <atomic>

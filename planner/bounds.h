@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/simulation.h"
+#include "planner/simulation.h"
 
 namespace gpupack::plan {
 

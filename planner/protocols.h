@@ -3,7 +3,7 @@
 //           demand_pct of capacity, no departures; the allocated share of GPU capacity as demand arrives.
 //   replay  arrivals and departures in time order; peak GPUs in use and refusals by reason over time.
 //   size    per instance type, the smallest count of it alone that places the workload with no refusal.
-// (bounds, the one-dimensional reference, is in bench/bounds.h.)
+// (bounds, the one-dimensional reference, is in planner/bounds.h.)
 //
 // Runs (a strategy x a seed, or a probe of the size search) are independent Simulations spread over `jobs`
 // threads; reports do not depend on the number of threads. `progress` is called from those threads, one call
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/simulation.h"
+#include "planner/simulation.h"
 
 namespace gpupack::plan {
 

@@ -1,5 +1,5 @@
-// inputs_parts.h: internal to the planner's input readers (bench/inputs.cc, bench/inputs_json.cc,
-// bench/inputs_openb.cc); nothing outside those files includes it. inputs.cc owns the helpers both readers
+// inputs_parts.h: internal to the planner's input readers (planner/inputs.cc, planner/inputs_json.cc,
+// planner/inputs_openb.cc); nothing outside those files includes it. inputs.cc owns the helpers both readers
 // share and defines them; inputs_json.cc owns the JSON fleet/workload reader (ParseJson), inputs_openb.cc the
 // openb CSV reader (ParseCsv). Pure functions over text; no globals.
 #pragma once
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/inputs.h"
+#include "planner/inputs.h"
 #include "scheduler/model.h"
 #include "base/status.h"
 

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/inputs.h"
+#include "planner/inputs.h"
 #include "scheduler/cluster_state.h"
 #include "scheduler/fragmentation.h"
 #include "scheduler/placement.h"

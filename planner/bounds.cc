@@ -1,4 +1,4 @@
-#include "bench/bounds.h"
+#include "planner/bounds.h"
 
 #include <algorithm>
 #include <functional>

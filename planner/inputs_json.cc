@@ -1,14 +1,18 @@
 // inputs_json.cc owns the planner's JSON reader: a fleet ({"instanceTypes": [...]}) or a workload
-// ({"tasks": [...]}) as docs/planning.md documents them, with JsonLines giving every error its line. Entry point
-// ParseJson (bench/inputs_parts.h); bench/inputs.cc dispatches to it.
+// ({"tasks": [...]}) as docs/planning.md documents them, with JsonLines giving every error its line. A task's
+// definition is read by the server's own codec (api::ParseRegisterTaskDefinition) and validated as the server
+// validates it; this file reads only the planner's fields around it. Entry point ParseJson
+// (planner/inputs_parts.h); planner/inputs.cc dispatches to it.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
-#include "bench/inputs_parts.h"
+#include "api/ecs/codec.h"
+#include "planner/inputs_parts.h"
 #include "scheduler/cluster_state.h"
 #include "scheduler/validation.h"
 
@@ -169,17 +173,6 @@ Status GetString(const JsonDoc& doc, const Json& obj, const std::string& path, c
   return Status::Ok();
 }
 
-// ECS accepts task-level cpu/memory as strings ("1024", "1 vCPU"); we accept numbers too.
-Status GetQuantity(const JsonDoc& doc, const Json& obj, const std::string& path, const char* key,
-                   std::optional<std::string>& out) {
-  auto it = obj.find(key);
-  if (it == obj.end()) return Status::Ok();
-  if (it->is_string()) out = it->get<std::string>();
-  else if (it->is_number_integer() && it->get<int64_t>() > 0) out = std::to_string(it->get<int64_t>());
-  else return doc.Error(Member(path, key), "expected a string like \"1024\" or a positive integer, got " + Shown(*it));
-  return Status::Ok();
-}
-
 Status GetStringList(const JsonDoc& doc, const Json& obj, const std::string& path, const char* key,
                      std::vector<std::string>& out) {
   auto it = obj.find(key);
@@ -249,63 +242,21 @@ Result<Fleet> ParseJsonFleet(const JsonDoc& doc, const Json& root) {
 
 // ---- JSON workload ------------------------------------------------------------------------------------------
 
-Status ParseResourceRequirements(const JsonDoc& doc, const Json& c, const std::string& path,
-                                 std::vector<ResourceRequirement>& out) {
-  auto it = c.find("resourceRequirements");
-  if (it == c.end()) return Status::Ok();
-  std::string p = Member(path, "resourceRequirements");
-  if (!it->is_array()) return doc.Error(p, "expected an array, got " + Shown(*it));
-  for (size_t i = 0; i < it->size(); ++i) {
-    std::string rp = Element(p, i);
-    const Json& r = (*it)[i];
-    if (!r.is_object()) return doc.Error(rp, "expected an object, got " + Shown(r));
-    ResourceRequirement rr;
-    GP_PLAN_TRY(GetString(doc, r, rp, "type", rr.type, true));
-    if (auto v = r.find("value"); v != r.end()) {
-      if (!v->is_string()) return doc.Error(Member(rp, "value"), "expected a string like \"1\", got " + Shown(*v));
-      rr.value = v->get<std::string>();
-    }
-    if (auto s = r.find("sharingStrategy"); s != r.end()) {
-      std::string sp = Member(rp, "sharingStrategy");
-      rr.has_sharing_strategy = true;
-      if (!s->is_object()) return doc.Error(sp, "expected an object, got " + Shown(*s));
-      if (auto m = s->find("nvidiaMps"); m != s->end()) {
-        std::string mp = Member(sp, "nvidiaMps");
-        if (!m->is_object()) return doc.Error(mp, "expected an object, got " + Shown(*m));
-        MpsSharing mps;
-        if (!m->contains("memory")) return doc.Error(mp, "missing required field 'memory' (MiB)");
-        int64_t v = 0;
-        GP_PLAN_TRY(GetInt(doc, *m, mp, "memory", 1, int64_t{1} << 30, v));
-        mps.memory_mib = v;
-        if (m->contains("maxComputePercent")) {
-          GP_PLAN_TRY(GetInt(doc, *m, mp, "maxComputePercent", 1, 100, v));
-          mps.max_compute_percent = static_cast<int>(v);
-        }
-        rr.mps = mps;
-      }
-    }
-    out.push_back(std::move(rr));
-  }
-  return Status::Ok();
-}
+// The planner's own fields of a workload's task entry; everything else is the task definition, read by the
+// server's codec.
+const std::set<std::string> kPlannerFields = {"gpuModels", "group", "weight", "count", "schedule"};
 
-Status ParseConstraints(const JsonDoc& doc, const Json& t, const std::string& path,
-                        std::vector<PlacementConstraint>& out) {
-  auto it = t.find("placementConstraints");
-  if (it == t.end()) return Status::Ok();
-  std::string p = Member(path, "placementConstraints");
-  if (!it->is_array()) return doc.Error(p, "expected an array, got " + Shown(*it));
-  for (size_t i = 0; i < it->size(); ++i) {
-    std::string cp = Element(p, i);
-    const Json& c = (*it)[i];
-    if (!c.is_object()) return doc.Error(cp, "expected an object, got " + Shown(c));
-    PlacementConstraint pc;
-    GP_PLAN_TRY(GetString(doc, c, cp, "type", pc.type, true));
-    GP_PLAN_TRY(GetString(doc, c, cp, "expression", pc.expression, false));
-    if (Status st = ValidatePlacement({pc}, {}); !st.ok()) return doc.Error(cp, st.message());
-    out.push_back(std::move(pc));
+// CodecError turns a refusal of api::ParseRegisterTaskDefinition ("PATH: what", PATH relative to the task
+// definition) into the planner's error at that field of task `path`; a message without a path stays on the task.
+Status CodecError(const JsonDoc& doc, const std::string& path, const std::string& message) {
+  size_t colon = message.find(": ");
+  bool has_path = colon != std::string::npos && colon > 0;
+  for (size_t i = 0; has_path && i < colon; ++i) {
+    char c = message[i];
+    has_path = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' || c == ']';
   }
-  return Status::Ok();
+  if (!has_path) return doc.Error(path, message);
+  return doc.Error(Member(path, message.substr(0, colon)), message.substr(colon + 2));
 }
 
 Status ParseSchedule(const JsonDoc& doc, const Json& t, const std::string& path, std::vector<Occurrence>& out) {
@@ -342,42 +293,20 @@ Result<Workload> ParseJsonWorkload(const JsonDoc& doc, const Json& root) {
     if (!t.is_object()) return doc.Error(path, "expected an object (a task definition), got " + Shown(t));
     TaskSpec spec;
     spec.origin = doc.file + ":" + std::to_string(doc.lines.LineOf(path));
-    TaskDefinition td;
-    GP_PLAN_TRY(GetString(doc, t, path, "family", td.family, true));
-    GP_PLAN_TRY(GetQuantity(doc, t, path, "cpu", td.cpu));
-    GP_PLAN_TRY(GetQuantity(doc, t, path, "memory", td.memory));
-    GP_PLAN_TRY(GetStringList(doc, t, path, "requiresCompatibilities", td.requires_compatibilities));
-    auto cds = t.find("containerDefinitions");
-    std::string cpath = Member(path, "containerDefinitions");
-    if (cds == t.end()) return doc.Error(path, "missing required field 'containerDefinitions'");
-    if (!cds->is_array() || cds->empty()) return doc.Error(cpath, "expected a non-empty array, got " + Shown(*cds));
-    int gpu_containers = 0;
-    for (size_t c = 0; c < cds->size(); ++c) {
-      std::string p = Element(cpath, c);
-      const Json& cj = (*cds)[c];
-      if (!cj.is_object()) return doc.Error(p, "expected an object, got " + Shown(cj));
-      ContainerDefinition cd;
-      GP_PLAN_TRY(GetString(doc, cj, p, "name", cd.name, true));
-      cd.image = "plan";
-      GP_PLAN_TRY(GetString(doc, cj, p, "image", cd.image, false));
-      int64_t v = 0;
-      GP_PLAN_TRY(GetInt(doc, cj, p, "cpu", 0, int64_t{1} << 30, cd.cpu));
-      if (cj.contains("memory")) {
-        GP_PLAN_TRY(GetInt(doc, cj, p, "memory", 1, int64_t{1} << 40, v));
-        cd.memory = v;
-      }
-      if (cj.contains("memoryReservation")) {
-        GP_PLAN_TRY(GetInt(doc, cj, p, "memoryReservation", 1, int64_t{1} << 40, v));
-        cd.memory_reservation = v;
-      }
-      GP_PLAN_TRY(ParseResourceRequirements(doc, cj, p, cd.resource_requirements));
-      for (const auto& r : cd.resource_requirements)
-        if (r.type == "GPU") ++gpu_containers;
-      td.containers.push_back(std::move(cd));
-    }
-    spec.gpu_containers = std::max(1, gpu_containers);
-    GP_PLAN_TRY(ParseConstraints(doc, t, path, td.placement_constraints));
+    // The task definition is what RegisterTaskDefinition would be sent: read by the server's codec and
+    // validated as the server validates it, so the planner refuses what the server refuses, with its message.
+    Json body = Json::object();
+    for (auto f = t.begin(); f != t.end(); ++f)
+      if (!kPlannerFields.count(f.key())) body[f.key()] = f.value();
+    auto parsed = api::ParseRegisterTaskDefinition(body);
+    if (!parsed.ok()) return CodecError(doc, path, parsed.status().message());
+    const TaskDefinition& td = *parsed;
     if (Status st = ValidateTaskDefinition(td); !st.ok()) return doc.Error(path, st.message());
+    int gpu_containers = 0;
+    for (const auto& c : td.containers)
+      for (const auto& r : c.resource_requirements)
+        if (r.type == "GPU") ++gpu_containers;
+    spec.gpu_containers = std::max(1, gpu_containers);
     spec.name = td.family;
     spec.demand = DemandOf(td);
     spec.constraints = td.placement_constraints;

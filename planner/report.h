@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "bench/bounds.h"
-#include "bench/protocols.h"
+#include "planner/bounds.h"
+#include "planner/protocols.h"
 
 namespace gpupack::plan {
 

@@ -1,13 +1,13 @@
 // inputs_openb.cc owns the planner's openb CSV reader: the node list (sn,cpu_milli,memory_mib,gpu,model) as a
 // fleet and the pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli,...) as a workload, mapped as
-// docs/planning.md documents. Entry point ParseCsv (bench/inputs_parts.h); bench/inputs.cc dispatches to it.
+// docs/planning.md documents. Entry point ParseCsv (planner/inputs_parts.h); planner/inputs.cc dispatches to it.
 #include <charconv>
 #include <map>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
 
-#include "bench/inputs_parts.h"
+#include "planner/inputs_parts.h"
 #include "scheduler/cluster_state.h"
 #include "scheduler/validation.h"
 

@@ -1,14 +1,14 @@
 // inputs.cc owns the planner's entry points (ParseInput, LoadInput: tell JSON from CSV by content), the small
-// model helpers of bench/inputs.h, and the helpers both readers share (bench/inputs_parts.h). The JSON reader is
-// bench/inputs_json.cc, the openb CSV reader bench/inputs_openb.cc.
-#include "bench/inputs.h"
+// model helpers of planner/inputs.h, and the helpers both readers share (planner/inputs_parts.h). The JSON reader is
+// planner/inputs_json.cc, the openb CSV reader planner/inputs_openb.cc.
+#include "planner/inputs.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
-#include "bench/inputs_parts.h"
+#include "planner/inputs_parts.h"
 
 namespace gpupack::plan {
 
@@ -41,7 +41,7 @@ std::string BundledOpenbDir() {
 #ifdef GPUPACK_BUNDLED_OPENB_DIR
   return GPUPACK_BUNDLED_OPENB_DIR;
 #else
-  return "bench/data/openb";
+  return "planner/data/openb";
 #endif
 }
 namespace inputs_internal {
