@@ -331,10 +331,16 @@ class Harness {
     }
   }
 
-  ~Harness() {
-    committer_.Flush();  // the committer's callbacks point at cp_
-    channel_.reset();
+  // Settle waits until every queued write has run on the writer thread and committed, and its answers were sent.
+  void Settle() {
+    cp_.applier().Drain();
     committer_.Flush();
+  }
+
+  ~Harness() {
+    Settle();  // the committer's callbacks point at cp_
+    channel_.reset();
+    Settle();
   }
 
   api::ControlPlane& control_plane() { return cp_; }
@@ -423,7 +429,7 @@ class Harness {
     if (!conn_) return;
     conn_->Close();
     handler_.on_close(conn_);
-    committer_.Flush();  // AgentDisconnected commits in the background
+    Settle();  // AgentDisconnected commits in the background
     conn_.reset();
   }
 
@@ -442,7 +448,7 @@ class Harness {
         typed && parsed["type"] == "helloPart" && !(parsed.contains("last") && parsed["last"] == true);
     now_ += 1000;
     handler_.on_message(conn_, text);
-    committer_.Flush();
+    Settle();
     int answers = 0;
     for (const std::string& s : conn_->Take()) {
       Json out = Json::parse(s, nullptr, false);
@@ -578,7 +584,7 @@ class Harness {
   // CheckInvariants is the cheap check after every step: from /metrics, every GPU's allocated memory (total -
   // remaining) lies in [0, total]. The full accounting against the tasks runs at the end (CheckReload).
   void CheckInvariants(const std::string& after) {
-    committer_.Flush();
+    Settle();
     std::map<std::string, std::pair<std::optional<int64_t>, std::optional<int64_t>>> gpus;  // labels -> (total, allocated)
     const std::string text = metrics_.Render();
     size_t pos = 0;
@@ -609,11 +615,11 @@ class Harness {
   // CheckReload: a second control plane that loads the store describes the same state (nothing acknowledged
   // lived only in memory, and the rebuilt reservations equal the ones kept incrementally).
   void CheckReload() {
-    committer_.Flush();
+    Settle();
     now_ += 61'000;  // both planes purge expired STOPPED tasks on their first call, at the same time
     State before = Observe(cp_);
     CheckGpus(before, "the input");
-    committer_.Flush();
+    Settle();
     GroupCommitter committer2(store_);
     {
       api::ControlPlane cp2(Options(2), store_, committer2);
@@ -720,7 +726,7 @@ class Harness {
     static const Image image = [] {
       Image im;
       Harness built{BuildTag{}};
-      built.committer_.Flush();
+      built.Settle();
       auto snap = built.store_.Load();
       if (!snap.ok()) Fail("fixture: the store does not load");
       im.snapshot = std::move(snap).value();
