@@ -48,11 +48,7 @@ FrontDoor::FrontDoor(ControlPlane& control_plane, MetricsRegistry& metrics)
       metrics_(metrics),
       gate_(metrics),
       ecs_(control_plane, gate_),
-      console_(control_plane, refusals_) {
-  ecs_.SetPlacementObserver([this](const std::string& operation, const Json& request, const Json& answer) {
-    RecordRefusal(refusals_, operation, request, answer, cp_.applier().Now());
-  });
-}
+      console_(control_plane) {}
 FrontDoor::~FrontDoor() = default;
 
 Handler FrontDoor::AsHandler() {

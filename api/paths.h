@@ -66,7 +66,6 @@ class FrontDoor {
   ControlPlane& cp_;
   MetricsRegistry& metrics_;
   CallGate gate_;
-  PlacementRefusals refusals_;  // RunTask/StartTask refusals, for the console's overview
   EcsHandler ecs_;
   ConsoleHandler console_;
   const class LogsHandler* logs_ = nullptr;

@@ -48,8 +48,7 @@ void Applier::Enqueue(Job job) {
   queue_cv_.notify_one();
 }
 
-// WriterLoop takes everything queued at once and runs it in order; then it publishes the placement counters
-// once for the whole run, so /metrics and the console read them without waiting for the writer.
+// WriterLoop takes everything queued at once and runs it in order.
 void Applier::WriterLoop() {
   std::deque<Job> jobs;
   for (;;) {
@@ -59,22 +58,21 @@ void Applier::WriterLoop() {
       if (queue_.empty()) return;  // stopping, and nothing left to run
       jobs.swap(queue_);
     }
-    bool wrote = false;
     for (Job& job : jobs) {
       if (job.read) {
         job.read(state_);
       } else {
         RunWrite(job.op, std::move(job.done));
-        wrote = true;
       }
     }
     jobs.clear();
-    if (wrote) {
-      auto counters = std::make_shared<const PlacementCounters>(counters_);
-      std::lock_guard lock(view_mu_);
-      published_counters_ = std::move(counters);
-    }
   }
+}
+
+void Applier::PublishCounters() {
+  auto counters = std::make_shared<const PlacementCounters>(counters_);
+  std::lock_guard lock(view_mu_);
+  published_counters_ = std::move(counters);
 }
 
 void Applier::RunOnWriter(const std::function<void()>& f) {
@@ -148,6 +146,7 @@ void Applier::Drain() {
 // RunWrite applies one write on the writer thread and hands its batch to the committer.
 void Applier::RunWrite(const WriteOp& op, std::function<void(Status)> done) {
   Transaction txn(state_, options_.arn, Now(), rng_, counters_);
+  const uint64_t counters_before = counters_.changes;
   const uint64_t seq = ++next_seq_;
   const uint64_t durable_through = durable_through_.load();
   const std::shared_ptr<const ReadView> committed = View();  // at least as new as durable_through
@@ -164,6 +163,9 @@ void Applier::RunWrite(const WriteOp& op, std::function<void(Status)> done) {
   }
   Transaction::Outcome outcome = txn.Finish();
   state_.DropSuperseded();  // no pointer taken during the operation outlives it
+  // The counters this write changed are published before it is answered, so whoever got the answer reads them
+  // (/metrics, the console) without waiting for the writer.
+  if (counters_.changes != counters_before) PublishCounters();
   const bool from_committed = s.ok() && outcome.from_committed && outcome.batch.empty() && !outcome.write;
   if (degraded_.load() && !from_committed) {
     // The disk is behind memory: the working state may hold changes that never became durable, so an operation

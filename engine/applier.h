@@ -28,9 +28,9 @@
 #include <thread>
 
 #include "scheduler/arn.h"
-#include "engine/read_view.h"
-#include "engine/requests.h"
-#include "engine/transaction.h"
+#include "engine/core/read_view.h"
+#include "engine/core/requests.h"
+#include "engine/core/transaction.h"
 #include "scheduler/cluster_state.h"
 #include "storage/group_committer.h"
 #include "storage/store.h"
@@ -87,7 +87,8 @@ class Applier {
   void SetPushSink(PushSink sink);
 
   bool healthy() const { return !degraded_.load(); }
-  // counters: the placement counters as the writer last published them (after each run of queued writes).
+  // counters: the placement counters as the writer last published them: a write that changed them publishes
+  // them before it is answered.
   PlacementCounters counters() const;
   const ArnContext& arn() const { return options_.arn; }
   const PlacementPolicy& placement() const { return options_.placement; }
@@ -113,6 +114,7 @@ class Applier {
   void RunOnWriter(const std::function<void()>& f);  // queue f and wait for it (inline on the writer thread)
   void WriterLoop();                                // the writer thread
   void RunWrite(const WriteOp& op, std::function<void(Status)> done);  // writer thread only
+  void PublishCounters();                                              // writer thread only
   Status LoadOnWriter();                            // writer thread only
   void FinishGroup();  // the committer's after-group hook
 

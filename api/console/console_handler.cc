@@ -5,6 +5,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "api/ecs/codec.h"
 #include "api/http/errors.h"
 
 namespace gpupack::api {
@@ -247,7 +248,7 @@ Json TaskJson(const Task& t, const ReadView& view, const UsedMemory& used) {
   return out;
 }
 
-Json Overview(const ReadView& view, PlacementRefusals& refusals, EpochMs now) {
+Json Overview(const ReadView& view, const RefusalLog& refusals, EpochMs now) {
   struct Tally {
     int instances = 0, active = 0, connected = 0, gpus = 0, shared = 0, dedicated = 0, held = 0;
     int64_t gpu_total = 0, gpu_allocated = 0;
@@ -367,116 +368,32 @@ Json Tasks(const ReadView& view, const std::map<std::string, std::string>& q, co
   return {{"total", matching.size()}, {"tasks", std::move(tasks)}, {"families", families}, {"clusters", clusters}};
 }
 
-Json RefusalsJson(const PlacementRefusals& refusals) {
+Json RefusalsJson(const RefusalLog& refusals) {
   Json out = Json::array();
-  for (const auto& r : refusals.Recent()) {
+  for (const PlacementRefusal& r : refusals.recent()) {
+    Json failures = Json::array();
+    for (const Failure& f : r.failures) {
+      Json j = {{"arn", f.arn}, {"reason", f.reason}};
+      if (!f.detail.empty()) j["detail"] = f.detail;
+      failures.push_back(std::move(j));
+    }
+    const bool overridden = !r.overrides.container_overrides.empty() || r.overrides.cpu || r.overrides.memory;
     out.push_back({{"at", r.at},
                    {"cluster", r.cluster},
                    {"taskDefinition", r.task_definition},
-                   {"overrides", r.overrides},
+                   {"overrides", overridden ? ToJson(r.overrides).dump(-1, ' ', false, Json::error_handler_t::replace)
+                                            : std::string()},
                    {"tasks", r.tasks},
-                   {"failures", r.failures}});
+                   {"failures", std::move(failures)}});
   }
   return {{"refusals", std::move(out)}};
 }
 
 }  // namespace
 
-// ---- PlacementRefusals -----------------------------------------------------------------------------------------
-
-void PlacementRefusals::SetTotals(Totals totals) { totals_ = std::move(totals); }
-
-void PlacementRefusals::Take(EpochMs at) {
-  if (!totals_) return;
-  const std::map<std::string, uint64_t> totals = totals_();  // the applier's lock, not ours
-  std::lock_guard lock(mu_);
-  const int64_t minute = at / 60000;
-  for (const auto& [cluster, total] : totals) {
-    uint64_t& seen = seen_[cluster];
-    if (total <= seen) continue;  // a concurrent Take counted it already
-    Bucket& b = by_cluster_[cluster][static_cast<size_t>(minute % 60)];
-    if (b.minute != minute) b = Bucket{minute, 0};
-    b.count += total - seen;
-    seen = total;
-  }
-}
-
-void PlacementRefusals::Record(Refusal refusal) {
-  Take(refusal.at);
-  std::lock_guard lock(mu_);
-  recent_.push_front(std::move(refusal));
-  if (recent_.size() > kRecent) recent_.pop_back();
-  ++generation_;
-}
-
-int PlacementRefusals::LastHour(const std::string& cluster, EpochMs now) {
-  Take(now);
-  std::lock_guard lock(mu_);
-  auto it = by_cluster_.find(cluster);
-  if (it == by_cluster_.end()) return 0;
-  const int64_t minute = now / 60000;
-  uint64_t n = 0;
-  for (const Bucket& b : it->second)
-    if (b.minute > minute - 60 && b.minute <= minute) n += b.count;
-  return static_cast<int>(std::min<uint64_t>(n, INT_MAX));
-}
-
-std::vector<PlacementRefusals::Refusal> PlacementRefusals::Recent() const {
-  std::lock_guard lock(mu_);
-  return {recent_.begin(), recent_.end()};
-}
-
-uint64_t PlacementRefusals::generation() const {
-  std::lock_guard lock(mu_);
-  return generation_;
-}
-
-void RecordRefusal(PlacementRefusals& refusals, const std::string& operation, const Json& request, const Json& answer,
-                   EpochMs now) {
-  if (operation != "RunTask" && operation != "StartTask") return;
-  if (!answer.is_object() || !request.is_object()) return;
-  int asked = 1;
-  if (operation == "RunTask" && request.contains("count") && request["count"].is_number_integer())
-    asked = request["count"].get<int>();
-  if (operation == "StartTask" && request.contains("containerInstances") && request["containerInstances"].is_array())
-    asked = static_cast<int>(request["containerInstances"].size());
-  const int placed =
-      answer.contains("tasks") && answer["tasks"].is_array() ? static_cast<int>(answer["tasks"].size()) : 0;
-  const bool failed = answer.contains("failures") && answer["failures"].is_array() && !answer["failures"].empty();
-  int refused = asked - placed;
-  if (refused <= 0 && failed) refused = 1;
-  if (refused <= 0) return;
-  PlacementRefusals::Refusal r;
-  r.at = now;
-  r.cluster = request.contains("cluster") && request["cluster"].is_string()
-                  ? NameFromArn(request["cluster"].get<std::string>())
-                  : "default";
-  if (request.contains("taskDefinition") && request["taskDefinition"].is_string())
-    r.task_definition = request["taskDefinition"].get<std::string>().substr(0, 512);
-  if (request.contains("overrides") && request["overrides"].is_object())
-    r.overrides = request["overrides"].dump(-1, ' ', false, Json::error_handler_t::replace);
-  r.tasks = refused;
-  r.failures = Json::array();
-  if (failed) {
-    for (const Json& f : answer["failures"]) {
-      if (r.failures.size() == 10) break;
-      r.failures.push_back(f);
-    }
-  }
-  refusals.Record(std::move(r));
-}
-
 // ---- ConsoleHandler --------------------------------------------------------------------------------------------
 
-ConsoleHandler::ConsoleHandler(ControlPlane& control_plane, PlacementRefusals& refusals)
-    : cp_(control_plane), refusals_(refusals) {
-  // One count of tasks not placed: the placement counters that gpupack_placement_failures_total reads.
-  refusals_.SetTotals([&cp = cp_] {
-    std::map<std::string, uint64_t> totals;
-    for (const auto& [key, n] : cp.applier().counters().tasks_not_placed) totals[key.first] += n;
-    return totals;
-  });
-}
+ConsoleHandler::ConsoleHandler(ControlPlane& control_plane) : cp_(control_plane) {}
 
 void ConsoleHandler::Handle(const HttpRequest& req, const std::string& request_id, const Responder& respond) const {
   const size_t question = req.target.find('?');
@@ -573,19 +490,20 @@ HttpResponse ConsoleHandler::Read(const HttpRequest& req, const std::string& pat
   }
   const auto q = QueryOf(query);
   std::shared_ptr<const ReadView> view = cp_.applier().View();
-  const std::string version = std::to_string(view->sequence()) + "." + std::to_string(refusals_.generation()) + "." +
+  const std::shared_ptr<const RefusalLog> refusals = cp_.applier().counters().refusals;
+  const std::string version = std::to_string(view->sequence()) + "." + std::to_string(refusals->generation()) + "." +
                               std::to_string(gpu_memory_ ? gpu_memory_->generation() : 0);
   const UsedMemory used{gpu_memory_, cp_.applier().Now()};
   if (Param(q, "since") == version) return JsonAnswer(200, {{"version", version}, {"unchanged", true}});
   Json out;
   if (path == "/console/api/overview") {
-    out = Overview(*view, refusals_, cp_.applier().Now());
+    out = Overview(*view, *refusals, cp_.applier().Now());
   } else if (path == "/console/api/instances") {
     out = Instances(*view, cp_.applier().arn(), q, used);
   } else if (path == "/console/api/tasks") {
     out = Tasks(*view, q, used);
   } else if (path == "/console/api/refusals") {
-    out = RefusalsJson(refusals_);
+    out = RefusalsJson(*refusals);
   } else {
     return ErrorAnswer(404, Status::Client("no such console read: " + path.substr(0, 200)));
   }

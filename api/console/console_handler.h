@@ -21,12 +21,12 @@
 // of an admin or reader key) and the X-Gpupack-Console header; the page and its assets are served to anyone
 // (they hold no data). Without one the console is open, as the API is.
 //
-// PlacementRefusals: the latest refused placements with their reasons, and the overview's "refused in the last
-// hour", which counts what the placement counters count (PlacementCounters::tasks_not_placed, the source of
-// gpupack_placement_failures_total): one count of tasks not placed, read by both.
+// The overview's "refused in the last hour" and the list of the latest refusals come from the engine's refusal
+// log (engine/core/refusals.h), recorded where placement refuses a task and published with the placement
+// counters: the console counts nothing of its own.
 //
 // Thread-safety: ConsoleHandler is immutable once the server serves (SetAuthenticator before), and Handle may
-// run on any number of threads; PlacementRefusals is guarded by its own mutex.
+// run on any number of threads.
 #pragma once
 
 #include <array>
@@ -49,59 +49,9 @@ namespace gpupack::api {
 
 using Json = nlohmann::json;
 
-class PlacementRefusals {
- public:
-  static constexpr size_t kRecent = 20;  // refusals kept with their reasons
-
-  struct Refusal {
-    EpochMs at = 0;
-    std::string cluster;
-    std::string task_definition;
-    std::string overrides;  // the request's overrides as compact JSON, "" when none
-    int tasks = 0;          // tasks not placed
-    Json failures;          // ECS's failures array, at most 10 entries
-  };
-
-  // Totals: tasks not placed since the server started, per cluster: the placement counters' count summed over
-  // its reasons. Unset: nothing is counted (LastHour reads 0).
-  using Totals = std::function<std::map<std::string, uint64_t>()>;
-  // SetTotals: where the count comes from (ConsoleHandler sets the control plane's). Set before serving.
-  void SetTotals(Totals totals);
-
-  // Record: a RunTask/StartTask in `cluster` left `tasks` task(s) unplaced, for `failures`: kept with the latest,
-  // and the totals' growth since they were last read is counted in the minute of `at`.
-  void Record(Refusal refusal);
-  // LastHour: tasks refused in `cluster` in the hour before `now` (per-minute buckets of the totals' growth; a
-  // growth no Record saw, if any, is counted in the minute it is read).
-  int LastHour(const std::string& cluster, EpochMs now);
-  std::vector<Refusal> Recent() const;  // newest first
-  uint64_t generation() const;          // bumps with every Record
-
- private:
-  struct Bucket {
-    int64_t minute = -1;
-    uint64_t count = 0;
-  };
-  // Take reads the totals (outside the lock) and counts their growth since the last read in the minute of `at`.
-  void Take(EpochMs at);
-
-  Totals totals_;  // set before serving, then read only
-  mutable std::mutex mu_;
-  std::map<std::string, std::array<Bucket, 60>> by_cluster_;  // guarded by mu_
-  std::map<std::string, uint64_t> seen_;                      // guarded by mu_: the totals last read
-  std::deque<Refusal> recent_;                                // guarded by mu_
-  uint64_t generation_ = 0;                                   // guarded by mu_
-};
-
-// RecordRefusal: what the ECS front end's placement observer calls (api/paths.cc) after each RunTask or StartTask
-// answer: records the tasks it left unplaced (asked minus placed) in `refusals`, nothing when all were placed.
-void RecordRefusal(PlacementRefusals& refusals, const std::string& operation, const Json& request,
-                   const Json& answer, EpochMs now);
-
 class ConsoleHandler {
  public:
-  // The handler makes `refusals` count from the control plane's placement counters (SetTotals).
-  ConsoleHandler(ControlPlane& control_plane, PlacementRefusals& refusals);
+  explicit ConsoleHandler(ControlPlane& control_plane);
 
   void SetAuthenticator(const RequestAuthenticator* auth) { auth_ = auth; }
   // SetGpuMemory: where the reads find each task's GPU memory in use (the agent channel's heartbeat figures);
@@ -118,7 +68,6 @@ class ConsoleHandler {
   HttpResponse Read(const HttpRequest& req, const std::string& path, const std::string& query) const;
 
   ControlPlane& cp_;
-  PlacementRefusals& refusals_;
   const RequestAuthenticator* auth_ = nullptr;
   const GpuMemoryUsage* gpu_memory_ = nullptr;
 };

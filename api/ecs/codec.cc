@@ -448,6 +448,23 @@ Json ToJson(const TaskDefinition& td) {
   return out;
 }
 
+Json ToJson(const TaskOverride& o) {
+  Json cos = Json::array();
+  for (const auto& co : o.container_overrides) {
+    Json j = {{"name", co.name}};
+    if (co.command) j["command"] = *co.command;
+    if (!co.environment.empty()) j["environment"] = ToJson(co.environment, false);
+    if (co.cpu) j["cpu"] = *co.cpu;
+    if (co.memory) j["memory"] = *co.memory;
+    if (co.memory_reservation) j["memoryReservation"] = *co.memory_reservation;
+    cos.push_back(std::move(j));
+  }
+  Json overrides = {{"containerOverrides", cos}, {"inferenceAcceleratorOverrides", Json::array()}};
+  if (o.cpu) overrides["cpu"] = *o.cpu;
+  if (o.memory) overrides["memory"] = *o.memory;
+  return overrides;
+}
+
 Json ToJson(const ArnContext& ctx, const Task& t) {
   Json containers = Json::array();
   for (const auto& c : t.containers) {
@@ -464,24 +481,11 @@ Json ToJson(const ArnContext& ctx, const Task& t) {
     if (c.mps) j["gpuSharingStrategy"] = {{"nvidiaMps", MpsJson(*c.mps)}};
     containers.push_back(std::move(j));
   }
-  Json cos = Json::array();
-  for (const auto& co : t.overrides.container_overrides) {
-    Json j = {{"name", co.name}};
-    if (co.command) j["command"] = *co.command;
-    if (!co.environment.empty()) j["environment"] = ToJson(co.environment, false);
-    if (co.cpu) j["cpu"] = *co.cpu;
-    if (co.memory) j["memory"] = *co.memory;
-    if (co.memory_reservation) j["memoryReservation"] = *co.memory_reservation;
-    cos.push_back(std::move(j));
-  }
-  Json overrides = {{"containerOverrides", cos}, {"inferenceAcceleratorOverrides", Json::array()}};
-  if (t.overrides.cpu) overrides["cpu"] = *t.overrides.cpu;
-  if (t.overrides.memory) overrides["memory"] = *t.overrides.memory;
   Json out = {{"taskArn", t.arn},
               {"clusterArn", ctx.ClusterArn(t.cluster)},
               {"taskDefinitionArn", t.task_definition_arn},
               {"containerInstanceArn", t.container_instance_arn},
-              {"overrides", overrides},
+              {"overrides", ToJson(t.overrides)},
               {"lastStatus", Name(t.last_status)},
               {"desiredStatus", Name(t.desired_status)},
               {"cpu", std::to_string(t.reserved.cpu)},

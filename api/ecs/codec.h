@@ -34,6 +34,7 @@ Result<std::vector<Attribute>> ParseAttributes(const Json& list, const std::stri
 Json ToJson(const ArnContext& ctx, const Cluster& cluster, const ClusterCounts& counts);
 Json ToJson(const TaskDefinition& td);
 Json ToJson(const ArnContext& ctx, const Task& task);
+Json ToJson(const TaskOverride& overrides);  // a task's "overrides", as DescribeTasks answers it
 Json ToJson(const ContainerInstance& instance);
 Json ToJson(const PlacementFailure& failure);
 Json ToJson(const std::vector<KeyValuePair>& tags, bool as_tags);

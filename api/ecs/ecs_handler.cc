@@ -33,14 +33,12 @@ void EcsHandler::Handle(const HttpRequest& req, const SigV4Result& who, const st
     respond(ErrorResponse(body.status(), request_id));
     return;
   }
-  const bool places = placed_ && (operation == "RunTask" || operation == "StartTask");
   // An agent-role key acts only for the instances it registered: the operations it may call check that.
   AgentKey agent_key;
   if (gate_.authenticator() != nullptr && who.role == KeyRole::kAgent) agent_key = who.access_key_id;
-  router_.Dispatch(operation, *body, [this, respond = std::move(respond), request_id, operation, start,
-                                      request = places ? *body : Json()](OperationResult r) {
+  router_.Dispatch(operation, *body,
+                   [this, respond = std::move(respond), request_id, operation, start](OperationResult r) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (r.status.ok() && !request.is_null()) placed_(operation, request, r.body);
     HttpResponse resp = r.status.ok()
                             ? JsonResponse(200, r.body.dump(-1, ' ', false, Json::error_handler_t::replace), request_id)
                             : ErrorResponse(r.status, request_id);

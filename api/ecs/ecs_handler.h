@@ -30,15 +30,9 @@ class EcsHandler {
   void Handle(const HttpRequest& req, const SigV4Result& who, const std::string& request_id,
               std::chrono::steady_clock::time_point start, Responder respond) const;
 
-  // PlacementObserver: called after each RunTask or StartTask answered ok, with its request and answer (the
-  // console counts the tasks left unplaced). Set before the server starts.
-  using PlacementObserver = std::function<void(const std::string& operation, const Json& request, const Json& answer)>;
-  void SetPlacementObserver(PlacementObserver observer) { placed_ = std::move(observer); }
-
  private:
   Router router_;
   const CallGate& gate_;
-  PlacementObserver placed_;
 };
 
 }  // namespace gpupack::api

@@ -1,11 +1,11 @@
-// Parse: the JSON 1.1 body of each ECS operation into its typed request (engine/requests.h). Errors name the
+// Parse: the JSON 1.1 body of each ECS operation into its typed request (engine/core/requests.h). Errors name the
 // field; what needs the cluster's state is left to the operation.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
-#include "engine/requests.h"
+#include "engine/core/requests.h"
 
 namespace gpupack::api {
 

@@ -1,9 +1,9 @@
-// Render: the typed results of the engine (engine/results.h) as ECS's JSON response shapes, through the codec.
+// Render: the typed results of the engine (engine/core/results.h) as ECS's JSON response shapes, through the codec.
 // Total: every result renders.
 #pragma once
 
 #include "api/ecs/codec.h"
-#include "engine/results.h"
+#include "engine/core/results.h"
 
 namespace gpupack::api {
 

@@ -14,7 +14,7 @@
 #include "api/ecs/parse.h"
 #include "engine/applier.h"
 #include "engine/control_plane.h"
-#include "engine/requests.h"
+#include "engine/core/requests.h"
 
 namespace gpupack::api {
 

@@ -9,7 +9,7 @@
 #include "api/ecs/codec.h"
 #include "api/http/errors.h"
 #include "api/http/json_call.h"
-#include "engine/read_view.h"
+#include "engine/core/read_view.h"
 
 namespace gpupack::api {
 

@@ -9,10 +9,10 @@
 #pragma once
 
 #include "scheduler/arn.h"
-#include "engine/read_view.h"
-#include "engine/requests.h"
-#include "engine/results.h"
-#include "engine/transaction.h"
+#include "engine/core/read_view.h"
+#include "engine/core/requests.h"
+#include "engine/core/results.h"
+#include "engine/core/transaction.h"
 
 namespace gpupack::api {
 

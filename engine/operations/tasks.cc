@@ -175,6 +175,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
   for (int64_t i = 0; i < count; ++i) txn.RecordDemand(cluster->name, shape);
 
   std::vector<std::string> placed_arns;
+  uint64_t not_placed = 0;  // what CountTasksNotPlaced counted for this request
   for (int i = 0; i < count; ++i) {
     if (start_task) {  // one task per named instance
       PlacementRequest one = placer->request();
@@ -193,6 +194,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
       const int64_t left = start_task ? 1 : count - static_cast<int64_t>(placed_arns.size());
       txn.CountTasksNotPlaced(cluster->name, NotPlacedReason(placer->request().demand, p.failures),
                               static_cast<uint64_t>(left));
+      not_placed += static_cast<uint64_t>(left);
       if (!start_task) {  // later tasks of the request would fail the same way
         auto summary = NotPlacedSummary(state, *cluster, txn.arn(), placer->request().demand, count,
                                         static_cast<int64_t>(placed_arns.size()), p.failures);
@@ -227,6 +229,8 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
   }
   // Instance counters and remaining resources are derived: a restart recomputes them from the tasks, so only
   // the tasks are persisted.
+  if (not_placed > 0)
+    txn.RecordRefusal({txn.now(), cluster->name, in.task_definition, in.overrides, not_placed, out.failures});
   if (has_token && !placed_arns.empty())
     txn.PutClientToken({cluster->name, *in.client_token, in.fingerprint, placed_arns, txn.now(), txn.seq()});
   txn.MarkWrite();

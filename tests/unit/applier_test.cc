@@ -268,6 +268,31 @@ TEST_F(ApplierTest, WritesRunOnOneWriterThreadInArrivalOrderAndQueueingNeverWait
   EXPECT_NE(*threads.begin(), std::this_thread::get_id());
 }
 
+// RefusalLog keeps the latest refusals, newest first, and counts refused tasks per cluster and minute for an hour.
+TEST(RefusalLogTest, CountsTheLastHourPerClusterAndKeepsTheLatest) {
+  RefusalLog log;
+  const EpochMs t0 = 1'700'000'000'000;
+  PlacementRefusal big{t0, "a", std::string(600, 'x'), {}, 2, {}};
+  for (int i = 0; i < 12; ++i) big.failures.push_back({"arn:x", "RESOURCE:GPU_MEMORY", ""});
+  log.Add(big);
+  log.Add({t0 + 30 * 60'000, "b", "fits", {}, 1, {}});
+  EXPECT_EQ(log.LastHour("a", t0), 2u);
+  EXPECT_EQ(log.LastHour("b", t0 + 30 * 60'000), 1u);
+  EXPECT_EQ(log.LastHour("default", t0), 0u);
+  EXPECT_EQ(log.LastHour("a", t0 + 61 * 60'000), 0u);
+  EXPECT_EQ(log.LastHour("b", t0 + 61 * 60'000), 1u);
+  log.Add({t0 + 62 * 60'000, "a", "big", {}, 5, {}});  // the same slot of the minute ring, an hour later
+  EXPECT_EQ(log.LastHour("a", t0 + 62 * 60'000), 5u);
+  ASSERT_EQ(log.recent().size(), 3u);
+  EXPECT_EQ(log.recent()[0].tasks, 5u);
+  EXPECT_EQ(log.recent()[1].cluster, "b");
+  EXPECT_EQ(log.recent()[2].task_definition.size(), RefusalLog::kMaxTaskDefinition);
+  EXPECT_EQ(log.recent()[2].failures.size(), RefusalLog::kMaxFailures);
+  for (size_t i = 0; i < RefusalLog::kRecent; ++i) log.Add({t0, "c", "td", {}, 1, {}});
+  EXPECT_EQ(log.recent().size(), RefusalLog::kRecent);
+  EXPECT_EQ(log.generation(), 3 + RefusalLog::kRecent);
+}
+
 TEST(TransactionTest, RecordsWhatChangedOnceWithOneVersionBump) {
   ClusterState state;
   std::mt19937_64 rng(3);

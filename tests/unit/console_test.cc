@@ -153,48 +153,5 @@ TEST(ConsoleLogin, ASessionNeedsTheConsoleHeaderAndNeverOpensTheAgentChannel) {
   EXPECT_EQ(auth.Authenticate(ConsoleCall("")).status.code(), ErrorCode::kAccessDenied);
 }
 
-// The count comes from the totals (the placement counters), not from the answers: a RunTask answer's count of
-// tasks is kept for its row only, and growth no answer was recorded for is counted when read.
-TEST(PlacementRefusals, CountsTheLastHourPerClusterFromThePlacementCountersAndKeepsTheLatest) {
-  PlacementRefusals refusals;
-  std::map<std::string, uint64_t> totals;  // what the placement counters say, per cluster
-  refusals.SetTotals([&totals] { return totals; });
-  const EpochMs t0 = 1'700'000'000'000;
-  Json failures = Json::array({{{"arn", "arn:x"}, {"reason", "RESOURCE:GPU"}}});
-  totals["a"] = 2;
-  RecordRefusal(refusals, "RunTask", {{"cluster", "a"}, {"taskDefinition", "big"}, {"count", 3}},
-                {{"tasks", Json::array({Json::object()})}, {"failures", failures}}, t0);
-  RecordRefusal(refusals, "RunTask", {{"taskDefinition", "fits"}}, {{"tasks", Json::array({Json::object()})}}, t0);
-  RecordRefusal(refusals, "DescribeTasks", {{"cluster", "a"}}, {{"failures", failures}}, t0);
-  totals["b"] = 1;
-  RecordRefusal(refusals, "StartTask",
-                {{"cluster", "arn:aws:ecs:us-east-1:000000000000:cluster/b"}, {"containerInstances", {"i"}}},
-                {{"tasks", Json::array()}, {"failures", failures}}, t0 + 30 * 60'000);
-  EXPECT_EQ(refusals.LastHour("a", t0), 2);
-  EXPECT_EQ(refusals.LastHour("b", t0 + 30 * 60'000), 1);
-  EXPECT_EQ(refusals.LastHour("default", t0), 0);
-  EXPECT_EQ(refusals.LastHour("a", t0 + 61 * 60'000), 0);
-  EXPECT_EQ(refusals.LastHour("b", t0 + 61 * 60'000), 1);
-  // The counters grew with no answer recorded: counted in the minute they are read, and only once.
-  totals["a"] = 7;
-  EXPECT_EQ(refusals.LastHour("a", t0 + 62 * 60'000), 5);
-  EXPECT_EQ(refusals.LastHour("a", t0 + 62 * 60'000), 5);
-  ASSERT_EQ(refusals.Recent().size(), 2u);
-  EXPECT_EQ(refusals.Recent()[0].cluster, "b");
-  EXPECT_EQ(refusals.Recent()[1].task_definition, "big");
-  EXPECT_EQ(refusals.Recent()[1].tasks, 2);  // the answer's own count, for its row
-  EXPECT_EQ(refusals.Recent()[1].failures, failures);
-  EXPECT_EQ(refusals.generation(), 2u);
-}
-
-// Without a source nothing is counted: never a count of its own beside the metrics'.
-TEST(PlacementRefusals, WithoutTotalsNothingIsCounted) {
-  PlacementRefusals refusals;
-  RecordRefusal(refusals, "RunTask", {{"cluster", "a"}, {"taskDefinition", "big"}},
-                {{"tasks", Json::array()}, {"failures", Json::array({{{"reason", "RESOURCE:GPU"}}})}}, 60'000);
-  EXPECT_EQ(refusals.LastHour("a", 60'000), 0);
-  EXPECT_EQ(refusals.Recent().size(), 1u);
-}
-
 }  // namespace
 }  // namespace gpupack::api

@@ -62,6 +62,9 @@ class Server {
     return r.body;
   }
 
+  // counters: the placement counters and refusal log the applier published.
+  PlacementCounters counters() const { return cp_->applier().counters(); }
+
   // Inspect runs `f` on the applier's working state (ClusterState).
   void Inspect(const std::function<void(const ClusterState&)>& f) { cp_->applier().Inspect(f); }
 
@@ -299,6 +302,68 @@ TEST_F(ControlPlaneTest, RefusalsSayHowManyWereNotPlacedAndWhatCanNeverFit) {
   EXPECT_LT(score["value"].get<double>(), 1.0);
   EXPECT_EQ(score["text"].get<std::string>().rfind("random draw 0.", 0), 0u);
   EXPECT_GT(e["instances"][1]["rawScores"][0].get<double>(), 1.0);
+}
+
+// A refusal is recorded once, where placement decides it: the console's log and its "last hour" count the same
+// tasks as gpupack_placement_failures_total (tasks_not_placed), and nothing else (a placed task, a Describe
+// failure, a refused request) is recorded.
+TEST_F(ControlPlaneTest, RefusalsAreRecordedOnceWherePlacementDecidesThem) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  s.Ok("CreateCluster", {{"clusterName", "b"}});
+  const std::string a = RegisterInstance(s, {22587});
+  RegisterShared(s, "quarter", 5000);  // 4 fit on one 22,587 MiB GPU
+  auto not_placed = [](const PlacementCounters& c, const std::string& cluster) {
+    uint64_t n = 0;
+    for (const auto& [key, count] : c.tasks_not_placed)
+      if (key.first == cluster) n += count;
+    return n;
+  };
+
+  s.Ok("RunTask", {{"taskDefinition", "quarter"}, {"count", 3}});  // all placed
+  const PlacementCounters placed = s.counters();
+  EXPECT_EQ(placed.refusals->generation(), 0u);
+  EXPECT_TRUE(placed.refusals->recent().empty());
+
+  const Json overrides = {{"containerOverrides", Json::array({{{"name", "c"}, {"command", {"serve"}}}})}};
+  Json r = s.Ok("RunTask", {{"taskDefinition", "quarter"}, {"count", 4}, {"overrides", overrides}});
+  ASSERT_EQ(r["tasks"].size(), 1u);
+  s.Ok("DescribeTasks", {{"tasks", {"arn:aws:ecs:us-east-1:000000000000:task/default/nothing"}}});  // a failure
+  EXPECT_FALSE(s.Call("RunTask", {{"taskDefinition", "absent"}}).status.ok());
+  const PlacementCounters one = s.counters();
+  ASSERT_EQ(one.refusals->recent().size(), 1u);
+  const PlacementRefusal& refusal = one.refusals->recent().front();
+  EXPECT_EQ(refusal.cluster, "default");
+  EXPECT_EQ(refusal.task_definition, "quarter");
+  EXPECT_EQ(refusal.tasks, 3u);  // 4 asked, 1 placed
+  ASSERT_EQ(refusal.overrides.container_overrides.size(), 1u);
+  EXPECT_EQ(refusal.overrides.container_overrides[0].name, "c");
+  ASSERT_EQ(refusal.failures.size(), r["failures"].size());
+  EXPECT_EQ(refusal.failures[0].arn, a);
+  EXPECT_EQ(refusal.failures.back().reason, "RESOURCE:GPU_MEMORY");
+  EXPECT_EQ(one.refusals->LastHour("default", s.now_), 3u);
+  EXPECT_EQ(one.refusals->LastHour("default", s.now_), not_placed(one, "default"));  // one count, read twice
+
+  // StartTask: one task per named instance that refused; counted in its own cluster, in the minute it happened.
+  const Json small = Json::array({{{"id", "GPU-small"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 4000}}}}});
+  const std::string b1 = s.Ok("RegisterContainerInstance", {{"cluster", "b"},
+                                                            {"totalResources", Resources(8192, 32768)},
+                                                            {"platformDevices", small}})["containerInstance"]
+                                                           ["containerInstanceArn"];
+  s.now_ += 30 * 60'000;
+  s.Ok("StartTask", {{"cluster", "b"}, {"taskDefinition", "quarter"}, {"containerInstances", {b1}}});
+  const PlacementCounters two = s.counters();
+  ASSERT_EQ(two.refusals->recent().size(), 2u);
+  EXPECT_EQ(two.refusals->recent().front().cluster, "b");  // newest first
+  EXPECT_EQ(two.refusals->LastHour("b", s.now_), 1u);
+  EXPECT_EQ(two.refusals->LastHour("b", s.now_), not_placed(two, "b"));
+  EXPECT_EQ(two.refusals->LastHour("default", s.now_), 3u);
+  EXPECT_EQ(two.refusals->LastHour("default", s.now_ + 31 * 60'000), 0u);  // an hour after it: gone
+  EXPECT_EQ(two.refusals->LastHour("b", s.now_ + 31 * 60'000), 1u);
+  EXPECT_EQ(two.refusals->generation(), 2u);
+  // What was published before is never changed by a later refusal.
+  EXPECT_EQ(one.refusals->recent().size(), 1u);
+  EXPECT_EQ(one.refusals->generation(), 1u);
 }
 
 // The public ECS test: one GPU of 22,587 MiB.

@@ -1,5 +1,5 @@
 // TaskOrder: the read view's per-cluster ListTasks order, changed by copy on write.
-#include "engine/task_order.h"
+#include "engine/core/task_order.h"
 
 #include <gtest/gtest.h>
 

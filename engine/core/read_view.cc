@@ -1,4 +1,4 @@
-#include "engine/read_view.h"
+#include "engine/core/read_view.h"
 
 #include <algorithm>
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -20,7 +21,8 @@
 #include <vector>
 
 #include "scheduler/arn.h"
-#include "engine/read_view.h"
+#include "engine/core/read_view.h"
+#include "engine/core/refusals.h"
 #include "protocol/messages.h"
 #include "scheduler/cluster_state.h"
 #include "storage/store.h"
@@ -32,9 +34,13 @@ using AgentPush = std::variant<protocol::Assign, protocol::Stop>;
 
 // PlacementCounters: placements and refusals, for /metrics (kept by the applier). Keys are (cluster, reason).
 struct PlacementCounters {
+  uint64_t changes = 0;  // bumps with every count or refusal below (the applier publishes them when it moved)
   uint64_t placements = 0;
   std::map<std::pair<std::string, std::string>, uint64_t> tasks_not_placed;   // one per task left unplaced
   std::map<std::pair<std::string, std::string>, uint64_t> instance_refusals;  // one per instance that refused one
+  // refusals: the latest refused placements and the per-minute counts (never null). Shared between the working
+  // counters and the published ones until the next refusal, which changes a copy (Transaction::RecordRefusal).
+  std::shared_ptr<RefusalLog> refusals = std::make_shared<RefusalLog>();
 };
 
 class Transaction {
@@ -80,15 +86,23 @@ class Transaction {
 
   // ---- agents and metrics
   void Push(const std::string& instance_arn, AgentPush push);
-  void CountPlacement() { ++counters_.placements; }
+  void CountPlacement() {
+    ++counters_.placements;
+    ++counters_.changes;
+  }
   // CountInstanceRefusal: an instance refused a task of `cluster` for `reason`.
   void CountInstanceRefusal(const std::string& cluster, const std::string& reason) {
     ++counters_.instance_refusals[{cluster, reason}];
+    ++counters_.changes;
   }
   // CountTasksNotPlaced: `tasks` tasks of `cluster` were left unplaced, for `reason`.
   void CountTasksNotPlaced(const std::string& cluster, const std::string& reason, uint64_t tasks) {
     counters_.tasks_not_placed[{cluster, reason}] += tasks;
+    ++counters_.changes;
   }
+  // RecordRefusal: a RunTask/StartTask left `refusal.tasks` tasks unplaced (the sum its CountTasksNotPlaced calls
+  // counted), for the console (RefusalLog).
+  void RecordRefusal(PlacementRefusal refusal);
 
   // ---- what is durable (set by the applier before the operation runs)
   // seq: this write's sequence number (1, 2, ... in the order writes are applied). durable_through: every write

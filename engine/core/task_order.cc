@@ -1,4 +1,4 @@
-#include "engine/task_order.h"
+#include "engine/core/task_order.h"
 
 #include <algorithm>
 #include <iterator>

@@ -1,4 +1,4 @@
-#include "engine/transaction.h"
+#include "engine/core/transaction.h"
 
 namespace gpupack::api {
 
@@ -152,6 +152,13 @@ Transaction::Outcome Transaction::Finish() {
   for (const auto& [cluster, token] : deleted_client_tokens_) out.batch.DeleteClientToken(cluster, token);
   out.pushes = std::move(pushes_);
   return out;
+}
+
+void Transaction::RecordRefusal(PlacementRefusal refusal) {
+  // The published counters may share the log: change a copy then (only this thread ever changes a log).
+  if (counters_.refusals.use_count() != 1) counters_.refusals = std::make_shared<RefusalLog>(*counters_.refusals);
+  counters_.refusals->Add(std::move(refusal));
+  ++counters_.changes;
 }
 
 }  // namespace gpupack::api

@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/task_order.h"
+#include "engine/core/task_order.h"
 #include "scheduler/cluster_state.h"
 #include "scheduler/model.h"
 

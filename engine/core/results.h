@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/read_view.h"
+#include "engine/core/read_view.h"
 #include "scheduler/model.h"
 #include "scheduler/placement.h"
 

@@ -1,4 +1,4 @@
-#include "engine/results.h"
+#include "engine/core/results.h"
 
 #include <algorithm>
 #include <sstream>
