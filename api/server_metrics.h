@@ -1,7 +1,7 @@
 // The server's /metrics families beyond the request ones (api/ecs/ecs_handler.h): placements and refusals, tasks by
 // status, the instances and their GPUs and the tasks' GPU allocations as the last published read view shows them,
 // store commit latency, and the HTTP server's, store's and agent channel's own counters. All but the commit
-// latency are collected at scrape time; none takes the applier's lock for longer than a copy of its counters.
+// latency are collected at scrape time; none waits for the writer thread (the counters are the copy it published).
 //
 // Conventions (docs/operations.md "Metrics"): base units (`_bytes`, `_seconds`, `_ratio`); no label named
 // `instance` or `job` (Prometheus sets those on every series it scrapes); GPU series carry `UUID` (the GPU's

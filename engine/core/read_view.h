@@ -1,8 +1,8 @@
 // ReadView: an immutable snapshot of the committed cluster state, for Describe/List calls and /metrics.
 //
 // The applier publishes a new view after each commit (engine/applier.h); readers take the current one with
-// Applier::View() and never touch the writer's lock or its working state, so a read shows only what is durable
-// and never waits for a placement. A view is never changed once published: every entity is held as a
+// Applier::View() and never wait for the writer thread or touch its working state, so a read shows only what is
+// durable and never waits for a placement. A view is never changed once published: every entity is held as a
 // shared_ptr<const T>, and a new view shares with the previous one everything its commit did not touch.
 // Tasks and instances live in sharded maps; a commit copies only the shards it touched (copy on write), so
 // publishing costs O(changed entities x shard size), not O(state).
@@ -35,7 +35,7 @@ struct InstanceRecord {
 
 using TaskDefinitionFamily = std::map<int, std::shared_ptr<const TaskDefinition>>;  // revision -> definition
 
-// ViewDelta: what one commit changed, as copies made by the transaction under the writer's lock. Applied to
+// ViewDelta: what one commit changed, as copies made by the transaction on the writer thread. Applied to
 // the previous view once the commit is durable.
 struct ViewDelta {
   std::vector<Cluster> clusters;

@@ -2,7 +2,7 @@
 // (api/ecs/render.h).
 //
 // Entities are shared, immutable copies: a read result points into the read view it was answered from, a write
-// result holds copies taken under the applier's lock, so rendering needs no lock.
+// result holds copies taken on the writer thread, so rendering needs no lock.
 #pragma once
 
 #include <memory>

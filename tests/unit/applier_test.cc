@@ -203,10 +203,10 @@ TEST_F(ApplierTest, ReadsAnswerWhileAWriteWaitsForItsCommit) {
   EXPECT_TRUE(run.get().status.ok());
 }
 
-// Reads take no lock of the writer: ListTasks and DescribeTasks answer from the published view while the
-// writer's lock is held (here by Inspect, as a placement dry run holds it). When every read scanned the state
+// Reads never wait for the writer: ListTasks and DescribeTasks answer from the published view while the writer
+// thread is busy (here held inside Inspect, as a placement dry run holds it). When every read scanned the state
 // under the one global lock, 16 clients calling ListTasks delayed an unrelated RunTask to 0.7-1.7 s; a read that
-// waits for the writer's lock fails this test after its 10 s bound instead of answering.
+// waits for the writer fails this test after its 10 s bound instead of answering.
 TEST_F(ApplierTest, ReadsAnswerWhileTheWritersLockIsHeld) {
   SetUpCluster();
   const std::string arn = Ok("RunTask", {{"taskDefinition", "mps"}})["tasks"][0]["taskArn"];
