@@ -90,8 +90,18 @@ struct Fields : JsonFields {
     static const Json empty = Json::object();
     return empty;
   }
-  // Int32: an optional integer within int32 (ECS's Integer).
+  // Int32: an optional integer within int32 (ECS's Integer). Text: an optional string.
   void Int32(const char* key, std::optional<int64_t>& out) { Int64(key, out, kInt32Min, kInt32Max); }
+  std::optional<int64_t> Int32(const char* key) {
+    std::optional<int64_t> out;
+    Int32(key, out);
+    return out;
+  }
+  std::optional<std::string> Text(const char* key) {
+    std::optional<std::string> out;
+    String(key, out);
+    return out;
+  }
   // StringList: an optional list of at most 1,000 strings.
   std::vector<std::string> StringList(const char* key) {
     std::vector<std::string> out;
@@ -126,10 +136,8 @@ Status OptionalRef(Fields& f, const char* key, std::string& out) {
 
 // ParsePage: maxResults 1..100 (default 100) and a nextToken this server issued ("gp1.<hex offset>").
 Result<PageRequest> ParsePage(Fields& f) {
-  std::optional<int64_t> max_results;
-  std::optional<std::string> token;
-  f.Int32("maxResults", max_results);
-  f.String("nextToken", token);
+  const auto max_results = f.Int32("maxResults");
+  const auto token = f.Text("nextToken");
   GP_TRY(f.status());
   PageRequest page;
   if (max_results) {
@@ -178,14 +186,12 @@ Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
   Fields f(in);
   GP_TRY(OptionalRef(f, "cluster", r.cluster));
   GP_TRY(RequireString(f, "taskDefinition", r.task_definition));
-  std::optional<int64_t> count;
-  f.Int32("count", count);
+  const auto count = f.Int32("count");
   GP_TRY(f.status());
   r.count = count.value_or(1);
   if (!start_task && (r.count < 1 || r.count > kMaxRunCount))
     return Status::InvalidParameter("count must be between 1 and 10");
-  std::optional<std::string> launch_type;
-  f.String("launchType", launch_type);
+  const auto launch_type = f.Text("launchType");
   GP_TRY(f.status());
   if (launch_type && *launch_type != "EC2")
     return Status::InvalidParameter("launchType " + *launch_type + " is not supported; gpupack places EC2-style tasks");
@@ -221,9 +227,8 @@ Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
 Result<ContainerStateReport> ParseContainerReport(const Json& c, const char* name_key) {
   ContainerStateReport r;
   Fields f(c);
-  std::optional<std::string> status;
   f.String(name_key, r.name);
-  f.String("status", status);
+  const auto status = f.Text("status");
   f.Int32("exitCode", r.exit_code);
   f.String("reason", r.reason);
   GP_TRY(f.status());
@@ -240,9 +245,8 @@ Result<std::vector<AttributeTarget>> ParseAttributeTargets(const Json& list, boo
   for (size_t i = 0; i < list.size(); ++i) {
     GP_ASSIGN(one, ParseAttributes(Json::array({list[i]}), "attributes"));
     Fields f(list[i]);
-    std::optional<std::string> target_type, target_id;
-    f.String("targetType", target_type);
-    f.String("targetId", target_id);
+    const auto target_type = f.Text("targetType");
+    const auto target_id = f.Text("targetId");
     GP_TRY(f.status());
     if (put && target_type && *target_type != "container-instance")
       return Status::InvalidParameter("attributes[" + std::to_string(i) + "].targetType must be container-instance");
@@ -267,8 +271,7 @@ Result<std::vector<AttributeTarget>> ParseAttributeTargets(const Json& list, boo
 Result<CreateClusterRequest> ParseCreateCluster(const Json& in) {
   CreateClusterRequest r;
   Fields f(in);
-  std::optional<std::string> name;
-  f.String("clusterName", name);
+  const auto name = f.Text("clusterName");
   GP_TRY(f.status());
   r.cluster_name = name.value_or("default");
   GP_ASSIGN(tags, ParseTags(in));
@@ -350,10 +353,9 @@ Result<DescribeTaskDefinitionRequest> ParseDescribeTaskDefinition(const Json& in
 Result<ListTaskDefinitionsRequest> ParseListTaskDefinitions(const Json& in) {
   ListTaskDefinitionsRequest r;
   Fields f(in);
-  std::optional<std::string> status, sort;
   f.String("familyPrefix", r.family_prefix);
-  f.String("status", status);
-  f.String("sort", sort);
+  const auto status = f.Text("status");
+  const auto sort = f.Text("sort");
   GP_TRY(f.status());
   if (status && *status == "DELETE_IN_PROGRESS") {
     r.status = std::nullopt;  // ECS's; accepted, and no revision here is ever in it
@@ -371,9 +373,8 @@ Result<ListTaskDefinitionsRequest> ParseListTaskDefinitions(const Json& in) {
 Result<ListTaskDefinitionFamiliesRequest> ParseListTaskDefinitionFamilies(const Json& in) {
   ListTaskDefinitionFamiliesRequest r;
   Fields f(in);
-  std::optional<std::string> status;
   f.String("familyPrefix", r.family_prefix);
-  f.String("status", status);
+  const auto status = f.Text("status");
   GP_TRY(f.status());
   if (status && *status == "ALL") {
     r.status = std::nullopt;
@@ -425,15 +426,14 @@ Result<ListTasksRequest> ParseListTasks(const Json& in) {
   ListTasksRequest r;
   // Filters gpupack cannot apply are refused, never ignored (an ignored filter would answer every task).
   Fields f(in);
-  std::optional<std::string> service_name, launch_type, desired;
-  f.String("serviceName", service_name);
+  const auto service_name = f.Text("serviceName");
   GP_TRY(f.status());
   if (service_name)
     return Status::Unsupported(
         "ListTasks: serviceName is not supported: gpupack does not support ECS services, so no task belongs to "
         "one (list by family, startedBy or containerInstance instead); the supported operations and fields are "
         "listed in docs/api.md");
-  f.String("launchType", launch_type);
+  const auto launch_type = f.Text("launchType");
   GP_TRY(f.status());
   if (launch_type && *launch_type != "EC2")
     return Status::Unsupported("ListTasks: launchType " + launch_type->substr(0, 100) +
@@ -442,7 +442,7 @@ Result<ListTasksRequest> ParseListTasks(const Json& in) {
   f.String("containerInstance", r.container_instance);
   f.String("family", r.family);
   f.String("startedBy", r.started_by);
-  f.String("desiredStatus", desired);
+  const auto desired = f.Text("desiredStatus");
   GP_TRY(f.status());
   if (desired) {
     const std::optional<TaskStatus> parsed = ParseTaskStatus(*desired);
@@ -468,8 +468,7 @@ Result<ExplainPlacementRequest> ParseExplainPlacement(const Json& in) {
   f.String("group", r.group);
   GP_TRY(f.status());
   GP_TRY(CheckText(r.group, "group", kMaxGroup));
-  std::optional<int64_t> seed;
-  f.Int32("seed", seed);
+  const auto seed = f.Int32("seed");
   GP_TRY(f.status());
   r.seed = static_cast<uint64_t>(seed.value_or(0));
   return r;
@@ -506,8 +505,7 @@ Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const 
   GP_TRY(OptionalRef(f, "cluster", r.cluster));
   GP_TRY(RequireString(f, "task", r.task));
   GP_TRY(RequireString(f, "containerName", r.container_name));
-  std::optional<std::string> status;
-  f.String("status", status);
+  const auto status = f.Text("status");
   f.Int32("exitCode", r.exit_code);
   f.String("reason", r.reason);
   GP_TRY(f.status());
@@ -525,8 +523,7 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
   RegisterContainerInstanceRequest r;
   Fields f(in);
   GP_TRY(OptionalRef(f, "cluster", r.cluster));
-  std::optional<std::string> existing;
-  f.String("containerInstanceArn", existing);
+  const auto existing = f.Text("containerInstanceArn");
   GP_TRY(f.status());
   if (existing && !existing->empty()) r.container_instance_arn = existing;
   // totalResources: CPU and MEMORY are required.
@@ -536,10 +533,8 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
     if (!tr.is_array()) return Status::InvalidParameter("totalResources: expected a list");
     for (const auto& res : tr) {
       Fields rf(res);
-      std::optional<std::string> name;
-      std::optional<int64_t> iv;
-      rf.String("name", name);
-      rf.Int32("integerValue", iv);
+      const auto name = rf.Text("name");
+      const auto iv = rf.Int32("integerValue");
       GP_TRY(rf.status());
       if (!name) return Status::InvalidParameter("totalResources[].name is required");
       if (*name == "CPU" || *name == "MEMORY") {
@@ -564,9 +559,8 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
       const Json& d = pd[i];
       const std::string at = "platformDevices[" + std::to_string(i) + "]";
       Fields df(d);
-      std::optional<std::string> id, type;
-      df.String("id", id);
-      df.String("type", type);
+      const auto id = df.Text("id");
+      const auto type = df.Text("type");
       GP_TRY(df.status());
       if (!id || id->empty() || id->size() > 255) return Status::InvalidParameter(at + ".id is required");
       if (std::any_of(id->begin(), id->end(), [](char c) { return c <= ' ' || c > '~' || c == '"' || c == '\\'; }))
@@ -576,8 +570,7 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
       MiB mem = 0;
       if (d.contains("gpuInfo")) {
         Fields gf(d["gpuInfo"]);
-        std::optional<int64_t> m;
-        gf.Int32("memoryInMiB", m);
+        const auto m = gf.Int32("memoryInMiB");
         GP_TRY(gf.status());
         if (m) mem = *m;
       }
@@ -599,8 +592,7 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
     GP_TRY(vf.status());
     r.agent_version = agent_version;
   }
-  std::optional<std::string> identity;
-  f.String("instanceIdentityDocument", identity);
+  const auto identity = f.Text("instanceIdentityDocument");
   GP_TRY(f.status());
   if (identity && !identity->empty()) {
     Json d = Json::parse(*identity, nullptr, false);
@@ -632,9 +624,8 @@ Result<ListContainerInstancesRequest> ParseListContainerInstances(const Json& in
   ListContainerInstancesRequest r;
   Fields f(in);
   GP_TRY(OptionalRef(f, "cluster", r.cluster));
-  std::optional<std::string> status;
   f.String("filter", r.filter);
-  f.String("status", status);
+  const auto status = f.Text("status");
   GP_TRY(f.status());
   if (status) {
     // ECS's transitional statuses are accepted; no instance here is ever in them.
