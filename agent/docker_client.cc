@@ -101,23 +101,6 @@ Result<DockerResponse> DockerClient::Request(std::string_view method, std::strin
   return response;
 }
 
-std::string UrlEncode(std::string_view value) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(value.size() * 3);
-  for (unsigned char c : value) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-        c == '_' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
 std::string EngineMessage(const DockerResponse& response) {
   auto json = nlohmann::json::parse(response.body, nullptr, /*allow_exceptions=*/false);
   if (json.is_object() && json.contains("message") && json["message"].is_string()) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/percent.h"
 #include "base/status.h"
 
 namespace gpupack::agent {
@@ -45,8 +46,9 @@ class DockerClient {
   DockerClientOptions options_;
 };
 
-// UrlEncode percent-encodes everything but RFC 3986 unreserved characters (for query parameter values).
-std::string UrlEncode(std::string_view value);
+// UrlEncode percent-encodes everything but RFC 3986 unreserved characters (for query parameter values): the one
+// encoder, base/percent.h.
+inline std::string UrlEncode(std::string_view value) { return PercentEncode(value); }
 
 // EngineMessage extracts the engine's error message from a response body ({"message": "..."}), or returns the
 // body itself (shortened) when it is not that shape.

@@ -1,157 +1,76 @@
 #include "api/ecs/codec.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <set>
+
+#include "api/ecs/ecs_dialect.h"
+#include "base/json_fields.h"
 
 namespace gpupack::api {
 
 namespace {
 
-// CodecError carries a Status out of deep parsing code; it never leaves this file.
-struct CodecError {
-  Status status;
-};
+// Every read below is base's JsonFields in ECS's words (ecs_dialect.h): the first problem is kept and names the
+// member by its path ("containerDefinitions[1].cpu: expected an integer, got a string").
+constexpr size_t kMaxList = 1000;  // a list's most entries unless the member says otherwise
 
-[[noreturn]] void Fail(const std::string& path, const std::string& what) {
-  throw CodecError{Status::Client(path + ": " + what)};
+// Int32: an optional integer member within int32 (ECS's Integer).
+void Int32(JsonFields& f, const char* key, std::optional<int64_t>& out) {
+  f.Int64(key, out, JsonFields::kInt32Min, JsonFields::kInt32Max);
 }
 
-const char* TypeName(const Json& j) {
-  switch (j.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "a list";
-    case Json::value_t::object: return "an object";
-    case Json::value_t::number_float: return "a number with a fraction";
-    default: return "a number";
-  }
+// Objects calls `each(fields)` for every element of list member `key` (at most `max`), each element an object
+// read in ECS's words.
+template <typename Each>
+void Objects(JsonFields& f, const char* key, size_t max, Each each) {
+  f.Array(key, false, [&](const Json& e, const JsonPath& at) {
+    JsonFields o(e, at, f.dialect());
+    if (o.ok()) each(o);
+    return o.status();
+  }, max);
 }
 
-std::string Join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
-
-const Json* Field(const Json& obj, const std::string& key) {
-  if (!obj.is_object()) return nullptr;
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::optional<std::string> GetString(const Json& obj, const std::string& key, const std::string& path) {
-  const Json* f = Field(obj, key);
-  if (!f) return std::nullopt;
-  if (!f->is_string()) Fail(Join(path, key), std::string("expected a string, got ") + TypeName(*f));
-  return f->get<std::string>();
-}
-
-std::optional<int64_t> GetInt(const Json& obj, const std::string& key, const std::string& path) {
-  const Json* f = Field(obj, key);
-  if (!f) return std::nullopt;
-  if (f->is_number_integer() || f->is_number_unsigned()) {
-    if (f->is_number_unsigned() && f->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX))
-      Fail(Join(path, key), "integer out of range");
-    int64_t v = f->get<int64_t>();
-    if (v > INT32_MAX || v < INT32_MIN) Fail(Join(path, key), "integer out of range");
-    return v;
-  }
-  if (f->is_number_float()) {
-    double d = f->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= INT32_MAX) return static_cast<int64_t>(d);
-    if (std::isfinite(d) && d == std::floor(d)) Fail(Join(path, key), "integer out of range");  // e.g. 2^64, 1e300
-    Fail(Join(path, key), "expected an integer, got a number with a fraction");
-  }
-  Fail(Join(path, key), std::string("expected an integer, got ") + TypeName(*f));
-}
-
-std::optional<int64_t> GetInt64(const Json& obj, const std::string& key, const std::string& path) {
-  const Json* f = Field(obj, key);
-  if (!f) return std::nullopt;
-  if (f->is_number_unsigned() && f->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    Fail(Join(path, key), "integer out of range");
-  if (f->is_number_integer()) return f->get<int64_t>();
-  Fail(Join(path, key), std::string("expected an integer, got ") + TypeName(*f));
-}
-
-std::optional<bool> GetBool(const Json& obj, const std::string& key, const std::string& path) {
-  const Json* f = Field(obj, key);
-  if (!f) return std::nullopt;
-  if (!f->is_boolean()) Fail(Join(path, key), std::string("expected a boolean, got ") + TypeName(*f));
-  return f->get<bool>();
-}
-
-const Json* GetList(const Json& obj, const std::string& key, const std::string& path, size_t max = 1000) {
-  const Json* f = Field(obj, key);
-  if (!f) return nullptr;
-  if (!f->is_array()) Fail(Join(path, key), std::string("expected a list, got ") + TypeName(*f));
-  if (f->size() > max) Fail(Join(path, key), "at most " + std::to_string(max) + " entries are allowed");
-  return f;
-}
-
-const Json* GetObject(const Json& obj, const std::string& key, const std::string& path) {
-  const Json* f = Field(obj, key);
-  if (!f) return nullptr;
-  if (!f->is_object()) Fail(Join(path, key), std::string("expected an object, got ") + TypeName(*f));
-  return f;
-}
-
-std::vector<std::string> GetStringList(const Json& obj, const std::string& key, const std::string& path,
-                                       size_t max = 1000) {
-  std::vector<std::string> out;
-  const Json* l = GetList(obj, key, path, max);
-  if (!l) return out;
-  for (size_t i = 0; i < l->size(); ++i) {
-    const Json& e = (*l)[i];
-    if (!e.is_string())
-      Fail(Join(path, key) + "[" + std::to_string(i) + "]", std::string("expected a string, got ") + TypeName(e));
-    out.push_back(e.get<std::string>());
-  }
-  return out;
-}
-
-std::string Index(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
-
-std::vector<KeyValuePair> GetKeyValues(const Json& obj, const std::string& key, const std::string& path,
-                                       const char* k = "name", const char* v = "value") {
+std::vector<KeyValuePair> KeyValues(JsonFields& f, const char* key, const char* k = "name", const char* v = "value") {
   std::vector<KeyValuePair> out;
-  const Json* l = GetList(obj, key, path);
-  if (!l) return out;
-  for (size_t i = 0; i < l->size(); ++i) {
-    std::string p = Index(Join(path, key), i);
-    const Json& e = (*l)[i];
-    if (!e.is_object()) Fail(p, std::string("expected an object, got ") + TypeName(e));
-    out.push_back({GetString(e, k, p).value_or(""), GetString(e, v, p).value_or("")});
-  }
+  Objects(f, key, kMaxList, [&](JsonFields& o) {
+    KeyValuePair kv;
+    o.String(k, kv.name);
+    o.String(v, kv.value);
+    out.push_back(std::move(kv));
+  });
   return out;
 }
 
-std::vector<ResourceRequirement> GetResourceRequirements(const Json& obj, const std::string& path) {
+std::vector<ResourceRequirement> ResourceRequirements(JsonFields& f) {
   std::vector<ResourceRequirement> out;
-  const Json* l = GetList(obj, "resourceRequirements", path, 16);
-  if (!l) return out;
-  for (size_t i = 0; i < l->size(); ++i) {
-    std::string p = Index(Join(path, "resourceRequirements"), i);
-    const Json& e = (*l)[i];
-    if (!e.is_object()) Fail(p, std::string("expected an object, got ") + TypeName(e));
+  Objects(f, "resourceRequirements", 16, [&](JsonFields& o) {
     ResourceRequirement r;
-    r.type = GetString(e, "type", p).value_or("");
-    r.value = GetString(e, "value", p);
-    if (const Json* ss = GetObject(e, "sharingStrategy", p)) {
+    o.String("type", r.type);
+    o.String("value", r.value);
+    if (const Json* ss = o.Get("sharingStrategy")) {
       r.has_sharing_strategy = true;
-      std::string sp = Join(p, "sharingStrategy");
-      if (const Json* mps = GetObject(*ss, "nvidiaMps", sp)) {
-        std::string mp = Join(sp, "nvidiaMps");
-        MpsSharing m;
-        auto mem = GetInt(*mps, "memory", mp);
-        if (!mem) Fail(mp, "memory is required (MiB of GPU memory for the container)");
-        m.memory_mib = *mem;
-        if (auto c = GetInt(*mps, "maxComputePercent", mp)) m.max_compute_percent = static_cast<int>(*c);
-        r.mps = m;
+      const JsonPath ss_at(o.path(), "sharingStrategy");
+      JsonFields s(*ss, ss_at, o.dialect());
+      if (const Json* mps = s.Get("nvidiaMps")) {
+        const JsonPath mps_at(ss_at, "nvidiaMps");
+        JsonFields m(*mps, mps_at, o.dialect());
+        std::optional<int64_t> memory, percent;
+        Int32(m, "memory", memory);
+        if (m.ok() && !memory) m.Fail(mps_at.str(), "memory is required (MiB of GPU memory for the container)");
+        Int32(m, "maxComputePercent", percent);
+        if (m.ok()) {
+          MpsSharing sharing;
+          sharing.memory_mib = *memory;
+          if (percent) sharing.max_compute_percent = static_cast<int>(*percent);
+          r.mps = sharing;
+        }
+        s.Take(m.status());
       }
+      o.Take(s.status());
     }
     out.push_back(std::move(r));
-  }
+  });
   return out;
 }
 
@@ -176,41 +95,67 @@ const std::set<std::string> kContainerKnown = {"name", "image", "command", "entr
 const std::set<std::string> kTaskDefKnown = {"family", "containerDefinitions", "cpu", "memory", "networkMode",
                                              "requiresCompatibilities", "placementConstraints", "tags"};
 
-ContainerDefinition ParseContainerDefinition(const Json& e, const std::string& p) {
-  if (!e.is_object()) Fail(p, std::string("expected an object, got ") + TypeName(e));
+ContainerDefinition ContainerDefinitionOf(JsonFields& o) {
   ContainerDefinition c;
-  c.name = GetString(e, "name", p).value_or("");
-  c.image = GetString(e, "image", p).value_or("");
-  c.command = GetStringList(e, "command", p);
-  c.entry_point = GetStringList(e, "entryPoint", p);
-  c.environment = GetKeyValues(e, "environment", p);
-  c.cpu = GetInt(e, "cpu", p).value_or(0);
-  c.memory = GetInt(e, "memory", p);
-  c.memory_reservation = GetInt(e, "memoryReservation", p);
-  c.essential = GetBool(e, "essential", p).value_or(true);
-  c.resource_requirements = GetResourceRequirements(e, p);
-  c.extra_json = ExtraFields(e, kContainerKnown);
+  o.String("name", c.name);
+  o.String("image", c.image);
+  o.Strings("command", c.command, kMaxList);
+  o.Strings("entryPoint", c.entry_point, kMaxList);
+  c.environment = KeyValues(o, "environment");
+  o.Int64("cpu", c.cpu, false, JsonFields::kInt32Min, JsonFields::kInt32Max);
+  Int32(o, "memory", c.memory);
+  Int32(o, "memoryReservation", c.memory_reservation);
+  o.Bool("essential", c.essential);
+  c.resource_requirements = ResourceRequirements(o);
+  if (o.ok()) c.extra_json = ExtraFields(o.object(), kContainerKnown);
   return c;
 }
 
-// Task-level cpu/memory are strings in ECS, but SDKs and scripts also send numbers.
-std::optional<std::string> GetQuantity(const Json& obj, const std::string& key, const std::string& path) {
-  const Json* f = Field(obj, key);
-  if (!f) return std::nullopt;
-  if (f->is_string()) return f->get<std::string>();
-  if (f->is_number_integer() || f->is_number_unsigned()) return f->dump();  // 2^64-1 stays itself, not -1
-  Fail(Join(path, key), std::string("expected a string, got ") + TypeName(*f));
+// Quantity: task-level cpu/memory are strings in ECS, but SDKs and scripts also send integers (kept as written:
+// 2^64-1 stays itself, not -1).
+void Quantity(JsonFields& f, const char* key, std::optional<std::string>& out) {
+  const Json* v = f.Get(key);
+  if (v == nullptr) return;
+  if (v->is_number_integer()) {
+    out = v->dump();
+    return;
+  }
+  std::string s;
+  if (f.StringValue(*v, JsonPath(f.path(), key), s)) out = std::move(s);
 }
 
-template <typename F>
-auto Guard(F&& f) -> Result<decltype(f())> {
-  try {
-    return f();
-  } catch (const CodecError& e) {
-    return e.status;
-  } catch (const Json::exception& e) {
-    return Status::Client(std::string("malformed request: ") + e.what());
-  }
+std::vector<PlacementConstraint> Constraints(JsonFields& f, const char* key) {
+  std::vector<PlacementConstraint> out;
+  Objects(f, key, 100, [&](JsonFields& o) {
+    PlacementConstraint pc;
+    o.String("type", pc.type);
+    o.String("expression", pc.expression);
+    out.push_back(std::move(pc));
+  });
+  return out;
+}
+
+// EmptyObject: what a body that is not an object is read as, and the object under JsonFields' value reads of a
+// list given on its own (ParseAttributes).
+const Json& EmptyObject() {
+  static const Json empty = Json::object();
+  return empty;
+}
+
+// ECS's character sets for attributes: names of letters, digits and - _ / \ . (1-128); values printable ASCII
+// (ECS: letters, digits, - _ . @ / \ : and spaces; we also let other punctuation through, e.g. a GPU model name),
+// at most 128, not starting or ending with a space. No control characters, no non-ASCII.
+Status CheckAttribute(const Attribute& a, const std::string& p) {
+  auto name_char = [](char c) { return c && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_/\\.", c)); };
+  if (a.name.size() > 128 || !std::all_of(a.name.begin(), a.name.end(), name_char))
+    return Status::InvalidParameter(
+        p + ".name: must be 1-128 letters, numbers, hyphens, underscores, slashes, back slashes or periods");
+  if (a.value && (a.value->size() > 128 || std::any_of(a.value->begin(), a.value->end(), [](char c) {
+                    return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e;
+                  }) || (!a.value->empty() && (a.value->front() == ' ' || a.value->back() == ' '))))
+    return Status::InvalidParameter(
+        p + ".value: must be at most 128 printable ASCII characters, not starting or ending with a space");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -218,138 +163,94 @@ auto Guard(F&& f) -> Result<decltype(f())> {
 // ---- requests ------------------------------------------------------------------------------------------
 
 Result<TaskDefinition> ParseRegisterTaskDefinition(const Json& body) {
-  return Guard([&]() -> TaskDefinition {
-    TaskDefinition td;
-    td.family = GetString(body, "family", "").value_or("");
-    const Json* defs = GetList(body, "containerDefinitions", "", 100);
-    if (defs)
-      for (size_t i = 0; i < defs->size(); ++i)
-        td.containers.push_back(ParseContainerDefinition((*defs)[i], Index("containerDefinitions", i)));
-    td.cpu = GetQuantity(body, "cpu", "");
-    td.memory = GetQuantity(body, "memory", "");
-    td.network_mode = GetString(body, "networkMode", "").value_or("");
-    td.requires_compatibilities = GetStringList(body, "requiresCompatibilities", "", 10);
-    const Json* pcs = GetList(body, "placementConstraints", "", 100);
-    if (pcs)
-      for (size_t i = 0; i < pcs->size(); ++i) {
-        std::string p = Index("placementConstraints", i);
-        const Json& e = (*pcs)[i];
-        if (!e.is_object()) Fail(p, std::string("expected an object, got ") + TypeName(e));
-        td.placement_constraints.push_back(
-            {GetString(e, "type", p).value_or(""), GetString(e, "expression", p).value_or("")});
-      }
-    td.tags = GetKeyValues(body, "tags", "", "key", "value");
-    td.extra_json = ExtraFields(body, kTaskDefKnown);
-    return td;
-  });
+  if (!body.is_object()) return Status::Client("request body must be a JSON object");
+  JsonFields f(body, JsonPath(), EcsDialect());
+  TaskDefinition td;
+  f.String("family", td.family);
+  Objects(f, "containerDefinitions", 100, [&](JsonFields& o) { td.containers.push_back(ContainerDefinitionOf(o)); });
+  Quantity(f, "cpu", td.cpu);
+  Quantity(f, "memory", td.memory);
+  f.String("networkMode", td.network_mode);
+  f.Strings("requiresCompatibilities", td.requires_compatibilities, 10);
+  td.placement_constraints = Constraints(f, "placementConstraints");
+  td.tags = KeyValues(f, "tags", "key", "value");
+  if (!f.ok()) return f.status();
+  td.extra_json = ExtraFields(body, kTaskDefKnown);
+  return td;
 }
 
 Result<TaskOverride> ParseTaskOverride(const Json& overrides, const std::string& path) {
-  return Guard([&]() -> TaskOverride {
-    TaskOverride o;
-    if (overrides.is_null()) return o;
-    if (!overrides.is_object()) Fail(path, std::string("expected an object, got ") + TypeName(overrides));
-    const Json* cos = GetList(overrides, "containerOverrides", path, 100);
-    if (cos)
-      for (size_t i = 0; i < cos->size(); ++i) {
-        std::string p = Index(Join(path, "containerOverrides"), i);
-        const Json& e = (*cos)[i];
-        if (!e.is_object()) Fail(p, std::string("expected an object, got ") + TypeName(e));
-        ContainerOverride co;
-        co.name = GetString(e, "name", p).value_or("");
-        if (Field(e, "command")) co.command = GetStringList(e, "command", p);
-        co.environment = GetKeyValues(e, "environment", p);
-        co.cpu = GetInt(e, "cpu", p);
-        co.memory = GetInt(e, "memory", p);
-        co.memory_reservation = GetInt(e, "memoryReservation", p);
-        co.resource_requirements = GetResourceRequirements(e, p);
-        o.container_overrides.push_back(std::move(co));
-      }
-    o.cpu = GetQuantity(overrides, "cpu", path);
-    o.memory = GetQuantity(overrides, "memory", path);
-    return o;
+  TaskOverride o;
+  if (overrides.is_null()) return o;
+  JsonFields f(overrides, JsonPath(path), EcsDialect());
+  Objects(f, "containerOverrides", 100, [&](JsonFields& c) {
+    ContainerOverride co;
+    c.String("name", co.name);
+    if (c.Get("command") != nullptr) {
+      std::vector<std::string> command;
+      c.Strings("command", command, kMaxList);
+      co.command = std::move(command);
+    }
+    co.environment = KeyValues(c, "environment");
+    Int32(c, "cpu", co.cpu);
+    Int32(c, "memory", co.memory);
+    Int32(c, "memoryReservation", co.memory_reservation);
+    co.resource_requirements = ResourceRequirements(c);
+    o.container_overrides.push_back(std::move(co));
   });
+  Quantity(f, "cpu", o.cpu);
+  Quantity(f, "memory", o.memory);
+  if (!f.ok()) return f.status();
+  return o;
 }
 
+// A body that is not an object has no such member (the router refuses such bodies before they get here).
 Result<std::vector<PlacementConstraint>> ParsePlacementConstraints(const Json& body, const std::string& key) {
-  return Guard([&]() -> std::vector<PlacementConstraint> {
-    std::vector<PlacementConstraint> out;
-    const Json* l = GetList(body, key, "", 100);
-    if (!l) return out;
-    for (size_t i = 0; i < l->size(); ++i) {
-      std::string p = Index(key, i);
-      const Json& e = (*l)[i];
-      if (!e.is_object()) Fail(p, std::string("expected an object, got ") + TypeName(e));
-      out.push_back({GetString(e, "type", p).value_or(""), GetString(e, "expression", p).value_or("")});
-    }
-    return out;
-  });
+  JsonFields f(body.is_object() ? body : EmptyObject(), JsonPath(), EcsDialect());
+  auto out = Constraints(f, key.c_str());
+  if (!f.ok()) return f.status();
+  return out;
 }
 
 Result<std::vector<PlacementStrategy>> ParsePlacementStrategies(const Json& body, const std::string& key) {
-  return Guard([&]() -> std::vector<PlacementStrategy> {
-    std::vector<PlacementStrategy> out;
-    const Json* l = GetList(body, key, "", 100);
-    if (!l) return out;
-    for (size_t i = 0; i < l->size(); ++i) {
-      std::string p = Index(key, i);
-      const Json& e = (*l)[i];
-      if (!e.is_object()) Fail(p, std::string("expected an object, got ") + TypeName(e));
-      out.push_back({GetString(e, "type", p).value_or(""), GetString(e, "field", p).value_or("")});
-    }
-    return out;
+  JsonFields f(body.is_object() ? body : EmptyObject(), JsonPath(), EcsDialect());
+  std::vector<PlacementStrategy> out;
+  Objects(f, key.c_str(), 100, [&](JsonFields& o) {
+    PlacementStrategy s;
+    o.String("type", s.type);
+    o.String("field", s.field);
+    out.push_back(std::move(s));
   });
+  if (!f.ok()) return f.status();
+  return out;
 }
 
 Result<std::vector<KeyValuePair>> ParseTags(const Json& body) {
-  return Guard([&]() { return GetKeyValues(body, "tags", "", "key", "value"); });
+  JsonFields f(body.is_object() ? body : EmptyObject(), JsonPath(), EcsDialect());
+  auto out = KeyValues(f, "tags", "key", "value");
+  if (!f.ok()) return f.status();
+  return out;
 }
 
 Result<std::vector<Attribute>> ParseAttributes(const Json& list, const std::string& path) {
-  return Guard([&]() -> std::vector<Attribute> {
-    std::vector<Attribute> out;
-    if (list.is_null()) return out;
-    if (!list.is_array()) Fail(path, std::string("expected a list, got ") + TypeName(list));
-    for (size_t i = 0; i < list.size(); ++i) {
-      std::string p = Index(path, i);
-      const Json& e = list[i];
-      if (!e.is_object()) Fail(p, std::string("expected an object, got ") + TypeName(e));
-      Attribute a;
-      a.name = GetString(e, "name", p).value_or("");
-      a.value = GetString(e, "value", p);
-      if (a.name.empty()) Fail(p, "name is required");
-      // ECS's character sets: names of letters, digits and - _ / \ . (1-128); values printable ASCII (ECS:
-      // letters, digits, - _ . @ / \ : and spaces; we also let other punctuation through, e.g. a GPU model
-      // name), at most 128, not starting or ending with a space. No control characters, no non-ASCII.
-      auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_/\\.", c); };
-      if (a.name.size() > 128 || !std::all_of(a.name.begin(), a.name.end(), [&](char c) { return c && name_char(c); }))
-        throw CodecError{Status::InvalidParameter(
-            p + ".name: must be 1-128 letters, numbers, hyphens, underscores, slashes, back slashes or periods")};
-      if (a.value && (a.value->size() > 128 || std::any_of(a.value->begin(), a.value->end(), [](char c) {
-                        return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e;
-                      }) || (!a.value->empty() && (a.value->front() == ' ' || a.value->back() == ' '))))
-        throw CodecError{Status::InvalidParameter(
-            p + ".value: must be at most 128 printable ASCII characters, not starting or ending with a space")};
-      out.push_back(std::move(a));
-    }
-    return out;
-  });
-}
-
-Result<std::optional<std::string>> OptString(const Json& body, const std::string& key) {
-  return Guard([&]() { return GetString(body, key, ""); });
-}
-Result<std::optional<int64_t>> OptInt(const Json& body, const std::string& key) {
-  return Guard([&]() { return GetInt(body, key, ""); });
-}
-Result<std::optional<int64_t>> OptInt64(const Json& body, const std::string& key) {
-  return Guard([&]() { return GetInt64(body, key, ""); });
-}
-Result<std::optional<bool>> OptBool(const Json& body, const std::string& key) {
-  return Guard([&]() { return GetBool(body, key, ""); });
-}
-Result<std::vector<std::string>> OptStringList(const Json& body, const std::string& key) {
-  return Guard([&]() { return GetStringList(body, key, ""); });
+  std::vector<Attribute> out;
+  if (list.is_null()) return out;
+  JsonFields f(EmptyObject(), JsonPath(), EcsDialect());
+  const JsonPath at(path);
+  if (!f.ArrayValue(list, at)) return f.status();
+  for (size_t i = 0; i < list.size() && f.ok(); ++i) {
+    const JsonPath element(at, i);
+    JsonFields o(list[i], element, EcsDialect());
+    Attribute a;
+    o.String("name", a.name);
+    o.String("value", a.value);
+    if (o.ok() && a.name.empty()) o.Fail(element.str(), "name is required");
+    if (o.ok()) o.Take(CheckAttribute(a, element.str()));
+    f.Take(o.status());
+    out.push_back(std::move(a));
+  }
+  if (!f.ok()) return f.status();
+  return out;
 }
 
 // ---- responses -----------------------------------------------------------------------------------------

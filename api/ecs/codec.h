@@ -42,14 +42,4 @@ Json ToJson(const std::vector<KeyValuePair>& tags, bool as_tags);
 // Epoch milliseconds -> ECS epoch seconds (a JSON number with millisecond precision).
 Json EpochSeconds(EpochMs ms);
 
-// ---- typed field access (used by the operation handlers)
-//
-// Each getter checks the type of body[key] when present and returns the error "<path>: expected <type>".
-Result<std::optional<std::string>> OptString(const Json& body, const std::string& key);
-Result<std::optional<int64_t>> OptInt(const Json& body, const std::string& key);
-// OptInt64: OptInt over the whole int64 range (epoch milliseconds, positions), integers only.
-Result<std::optional<int64_t>> OptInt64(const Json& body, const std::string& key);
-Result<std::optional<bool>> OptBool(const Json& body, const std::string& key);
-Result<std::vector<std::string>> OptStringList(const Json& body, const std::string& key);
-
 }  // namespace gpupack::api

@@ -4,6 +4,8 @@
 #include <set>
 
 #include "api/ecs/codec.h"
+#include "api/ecs/ecs_dialect.h"
+#include "base/json_fields.h"
 
 namespace gpupack::api {
 
@@ -78,33 +80,65 @@ Status CheckTags(const std::vector<KeyValuePair>& tags, bool control_ok = false)
   return Status::Ok();
 }
 
-Status RequireString(const Json& in, const std::string& key, std::string& out) {
-  GP_ASSIGN(v, OptString(in, key));
-  if (!v || v->empty()) return Status::InvalidParameter(key + " is required");
-  out = *v;
-  return Status::Ok();
+// Fields: the reader of one request body (or a member object of it), in ECS's words (ecs_dialect.h). Each parser
+// reads its members in the order it checks them and returns the first problem, the reader's or its own.
+struct Fields : JsonFields {
+  explicit Fields(const Json& in) : JsonFields(in.is_object() ? in : Empty(), JsonPath(), EcsDialect()) {}
+
+  // Empty: what a member object that is not an object reads as (its members are all absent).
+  static const Json& Empty() {
+    static const Json empty = Json::object();
+    return empty;
+  }
+  // Int32: an optional integer within int32 (ECS's Integer). Text: an optional string.
+  void Int32(const char* key, std::optional<int64_t>& out) { Int64(key, out, kInt32Min, kInt32Max); }
+  std::optional<int64_t> Int32(const char* key) {
+    std::optional<int64_t> out;
+    Int32(key, out);
+    return out;
+  }
+  std::optional<std::string> Text(const char* key) {
+    std::optional<std::string> out;
+    String(key, out);
+    return out;
+  }
+  // StringList: an optional list of at most 1,000 strings.
+  std::vector<std::string> StringList(const char* key) {
+    std::vector<std::string> out;
+    Strings(key, out, 1000);
+    return out;
+  }
+};
+
+// RequireString: `key` is a string that is not empty ("KEY is required" when absent, null or "").
+Status RequireString(Fields& f, const char* key, std::string& out) {
+  f.String(key, out, /*required=*/true);
+  if (f.ok() && out.empty()) f.Take(Status::InvalidParameter(std::string(key) + " is required"));
+  return f.status();
 }
 
 // RequireRefs: `key` is required and names 1 to 100 resources (a Describe call).
-Status RequireRefs(const Json& in, const std::string& key, const std::string& what, std::vector<std::string>& out) {
-  if (!in.contains(key)) return Status::InvalidParameter(key + " is required");
-  GP_ASSIGN(refs, OptStringList(in, key));
-  if (refs.empty()) return Status::InvalidParameter(key + " must name at least one " + what);
-  if (refs.size() > kMaxDescribe) return Status::InvalidParameter(key + " can have at most 100 entries");
+Status RequireRefs(Fields& f, const char* key, const std::string& what, std::vector<std::string>& out) {
+  GP_TRY(f.status());
+  if (!f.object().contains(key)) return Status::InvalidParameter(std::string(key) + " is required");
+  std::vector<std::string> refs = f.StringList(key);
+  GP_TRY(f.status());
+  if (refs.empty()) return Status::InvalidParameter(std::string(key) + " must name at least one " + what);
+  if (refs.size() > kMaxDescribe) return Status::InvalidParameter(std::string(key) + " can have at most 100 entries");
   out = std::move(refs);
   return Status::Ok();
 }
 
-Status OptionalRef(const Json& in, const std::string& key, std::string& out) {
-  GP_ASSIGN(v, OptString(in, key));
-  out = v.value_or("");
-  return Status::Ok();
+Status OptionalRef(Fields& f, const char* key, std::string& out) {
+  f.String(key, out);
+  return f.status();
 }
 
 // ParsePage: maxResults 1..100 (default 100) and a nextToken this server issued ("gp1.<hex offset>").
-Result<PageRequest> ParsePage(const Json& in) {
-  GP_ASSIGN(max_results, OptInt(in, "maxResults"));
-  GP_ASSIGN(token, OptString(in, "nextToken"));
+Result<PageRequest> ParsePage(Fields& f) {
+  const auto max_results = f.Int32("maxResults");
+  const auto token = f.Text("nextToken");
+  GP_TRY(f.status());
   PageRequest page;
   if (max_results) {
     if (*max_results < 1 || *max_results > 100) return Status::InvalidParameter("maxResults must be between 1 and 100");
@@ -149,24 +183,28 @@ Result<TaskOverride> ParseOverrides(const Json& in) {
 }
 
 Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_TRY(RequireString(in, "taskDefinition", r.task_definition));
-  GP_ASSIGN(count, OptInt(in, "count"));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  GP_TRY(RequireString(f, "taskDefinition", r.task_definition));
+  const auto count = f.Int32("count");
+  GP_TRY(f.status());
   r.count = count.value_or(1);
   if (!start_task && (r.count < 1 || r.count > kMaxRunCount))
     return Status::InvalidParameter("count must be between 1 and 10");
-  GP_ASSIGN(launch_type, OptString(in, "launchType"));
+  const auto launch_type = f.Text("launchType");
+  GP_TRY(f.status());
   if (launch_type && *launch_type != "EC2")
     return Status::InvalidParameter("launchType " + *launch_type + " is not supported; gpupack places EC2-style tasks");
-  GP_ASSIGN(group, OptString(in, "group"));
-  GP_TRY(CheckText(group, "group", kMaxGroup));
-  r.group = group;
-  GP_ASSIGN(started_by, OptString(in, "startedBy"));
-  GP_TRY(CheckText(started_by, "startedBy", kMaxStartedBy));
-  r.started_by = started_by;
-  GP_ASSIGN(client_token, OptString(in, "clientToken"));
-  if (client_token && client_token->size() > 64) return Status::InvalidParameter("clientToken is at most 64 characters");
-  r.client_token = client_token;
+  f.String("group", r.group);
+  GP_TRY(f.status());
+  GP_TRY(CheckText(r.group, "group", kMaxGroup));
+  f.String("startedBy", r.started_by);
+  GP_TRY(f.status());
+  GP_TRY(CheckText(r.started_by, "startedBy", kMaxStartedBy));
+  f.String("clientToken", r.client_token);
+  GP_TRY(f.status());
+  if (r.client_token && r.client_token->size() > 64)
+    return Status::InvalidParameter("clientToken is at most 64 characters");
   GP_ASSIGN(tags, ParseTags(in));
   GP_TRY(CheckTags(tags));
   r.tags = std::move(tags);
@@ -177,8 +215,8 @@ Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
   GP_ASSIGN(strategies, ParsePlacementStrategies(in, "placementStrategy"));
   r.strategies = std::move(strategies);
   if (start_task) {
-    GP_ASSIGN(refs, OptStringList(in, "containerInstances"));
-    r.container_instances = std::move(refs);
+    r.container_instances = f.StringList("containerInstances");
+    GP_TRY(f.status());
   }
   r.fingerprint = in.dump();
   return Status::Ok();
@@ -186,19 +224,18 @@ Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
 
 // ParseContainerReport: one entry of SubmitTaskStateChange's containers; its status is checked after the types
 // of all its fields.
-Result<ContainerStateReport> ParseContainerReport(const Json& c, const std::string& name_key) {
+Result<ContainerStateReport> ParseContainerReport(const Json& c, const char* name_key) {
   ContainerStateReport r;
-  GP_ASSIGN(name, OptString(c, name_key));
-  GP_ASSIGN(status, OptString(c, "status"));
-  GP_ASSIGN(exit_code, OptInt(c, "exitCode"));
-  GP_ASSIGN(reason, OptString(c, "reason"));
-  r.name = name;
+  Fields f(c);
+  f.String(name_key, r.name);
+  const auto status = f.Text("status");
+  f.Int32("exitCode", r.exit_code);
+  f.String("reason", r.reason);
+  GP_TRY(f.status());
   if (status) {
     r.status = ParseTaskStatus(*status);
     if (!r.status) return Status::InvalidParameter("containers[].status must be PENDING, RUNNING or STOPPED");
   }
-  r.exit_code = exit_code;
-  r.reason = reason;
   CutUtf8(r.reason, kMaxReportReason);
   return r;
 }
@@ -207,8 +244,10 @@ Result<std::vector<AttributeTarget>> ParseAttributeTargets(const Json& list, boo
   std::vector<AttributeTarget> out;
   for (size_t i = 0; i < list.size(); ++i) {
     GP_ASSIGN(one, ParseAttributes(Json::array({list[i]}), "attributes"));
-    GP_ASSIGN(target_type, OptString(list[i], "targetType"));
-    GP_ASSIGN(target_id, OptString(list[i], "targetId"));
+    Fields f(list[i]);
+    const auto target_type = f.Text("targetType");
+    const auto target_id = f.Text("targetId");
+    GP_TRY(f.status());
     if (put && target_type && *target_type != "container-instance")
       return Status::InvalidParameter("attributes[" + std::to_string(i) + "].targetType must be container-instance");
     if (!target_id)
@@ -231,7 +270,9 @@ Result<std::vector<AttributeTarget>> ParseAttributeTargets(const Json& list, boo
 
 Result<CreateClusterRequest> ParseCreateCluster(const Json& in) {
   CreateClusterRequest r;
-  GP_ASSIGN(name, OptString(in, "clusterName"));
+  Fields f(in);
+  const auto name = f.Text("clusterName");
+  GP_TRY(f.status());
   r.cluster_name = name.value_or("default");
   GP_ASSIGN(tags, ParseTags(in));
   GP_TRY(CheckTags(tags));
@@ -245,13 +286,15 @@ Result<CreateClusterRequest> ParseCreateCluster(const Json& in) {
 
 Result<DeleteClusterRequest> ParseDeleteCluster(const Json& in) {
   DeleteClusterRequest r;
-  GP_TRY(RequireString(in, "cluster", r.cluster));
+  Fields f(in);
+  GP_TRY(RequireString(f, "cluster", r.cluster));
   return r;
 }
 
 Result<UpdateClusterSettingsRequest> ParseUpdateClusterSettings(const Json& in) {
   UpdateClusterSettingsRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
   if (!in.contains("settings")) return Status::InvalidParameter("settings is required");
   GP_ASSIGN(compute_aware, ParseComputeAware(in["settings"]));
   r.compute_aware = compute_aware;
@@ -260,11 +303,14 @@ Result<UpdateClusterSettingsRequest> ParseUpdateClusterSettings(const Json& in) 
 
 Result<DescribeClustersRequest> ParseDescribeClusters(const Json& in) {
   DescribeClustersRequest r;
-  GP_ASSIGN(refs, OptStringList(in, "clusters"));
+  Fields f(in);
+  std::vector<std::string> refs = f.StringList("clusters");
+  GP_TRY(f.status());
   if (refs.size() > kMaxDescribe) return Status::InvalidParameter("clusters can have at most 100 entries");
   if (refs.empty()) refs.push_back("default");
   r.clusters = std::move(refs);
-  GP_ASSIGN(include, OptStringList(in, "include"));
+  const std::vector<std::string> include = f.StringList("include");
+  GP_TRY(f.status());
   for (const auto& v : include) {
     if (v == "STATISTICS") r.statistics = true;
     else if (v != "ATTACHMENTS" && v != "CONFIGURATIONS" && v != "SETTINGS" && v != "TAGS")
@@ -276,7 +322,8 @@ Result<DescribeClustersRequest> ParseDescribeClusters(const Json& in) {
 
 Result<ListClustersRequest> ParseListClusters(const Json& in) {
   ListClustersRequest r;
-  GP_ASSIGN(page, ParsePage(in));
+  Fields f(in);
+  GP_ASSIGN(page, ParsePage(f));
   r.page = page;
   return r;
 }
@@ -291,22 +338,25 @@ Result<RegisterTaskDefinitionRequest> ParseRegisterTaskDefinitionRequest(const J
 
 Result<DeregisterTaskDefinitionRequest> ParseDeregisterTaskDefinition(const Json& in) {
   DeregisterTaskDefinitionRequest r;
-  GP_TRY(RequireString(in, "taskDefinition", r.task_definition));
+  Fields f(in);
+  GP_TRY(RequireString(f, "taskDefinition", r.task_definition));
   return r;
 }
 
 Result<DescribeTaskDefinitionRequest> ParseDescribeTaskDefinition(const Json& in) {
   DescribeTaskDefinitionRequest r;
-  GP_TRY(RequireString(in, "taskDefinition", r.task_definition));
+  Fields f(in);
+  GP_TRY(RequireString(f, "taskDefinition", r.task_definition));
   return r;
 }
 
 Result<ListTaskDefinitionsRequest> ParseListTaskDefinitions(const Json& in) {
   ListTaskDefinitionsRequest r;
-  GP_ASSIGN(prefix, OptString(in, "familyPrefix"));
-  GP_ASSIGN(status, OptString(in, "status"));
-  GP_ASSIGN(sort, OptString(in, "sort"));
-  r.family_prefix = prefix;
+  Fields f(in);
+  f.String("familyPrefix", r.family_prefix);
+  const auto status = f.Text("status");
+  const auto sort = f.Text("sort");
+  GP_TRY(f.status());
   if (status && *status == "DELETE_IN_PROGRESS") {
     r.status = std::nullopt;  // ECS's; accepted, and no revision here is ever in it
   } else if (status) {
@@ -315,23 +365,24 @@ Result<ListTaskDefinitionsRequest> ParseListTaskDefinitions(const Json& in) {
   }
   if (sort && *sort != "ASC" && *sort != "DESC") return Status::InvalidParameter("sort must be ASC or DESC");
   r.descending = sort && *sort == "DESC";
-  GP_ASSIGN(page, ParsePage(in));
+  GP_ASSIGN(page, ParsePage(f));
   r.page = page;
   return r;
 }
 
 Result<ListTaskDefinitionFamiliesRequest> ParseListTaskDefinitionFamilies(const Json& in) {
   ListTaskDefinitionFamiliesRequest r;
-  GP_ASSIGN(prefix, OptString(in, "familyPrefix"));
-  GP_ASSIGN(status, OptString(in, "status"));
-  r.family_prefix = prefix;
+  Fields f(in);
+  f.String("familyPrefix", r.family_prefix);
+  const auto status = f.Text("status");
+  GP_TRY(f.status());
   if (status && *status == "ALL") {
     r.status = std::nullopt;
   } else if (status) {
     r.status = ParseLifecycleStatus(*status);
     if (!r.status) return Status::InvalidParameter("status must be ACTIVE, INACTIVE or ALL");
   }
-  GP_ASSIGN(page, ParsePage(in));
+  GP_ASSIGN(page, ParsePage(f));
   r.page = page;
   return r;
 }
@@ -352,85 +403,90 @@ Result<StartTaskRequest> ParseStartTask(const Json& in) {
 
 Result<StopTaskRequest> ParseStopTask(const Json& in) {
   StopTaskRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_TRY(RequireString(in, "task", r.task));
-  GP_ASSIGN(reason, OptString(in, "reason"));
-  if (reason && reason->size() > kMaxStopReason)
-    return Status::InvalidParameter("reason can be at most 255 characters long, got " + std::to_string(reason->size()) +
-                                    ".");
-  r.reason = reason;
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  GP_TRY(RequireString(f, "task", r.task));
+  f.String("reason", r.reason);
+  GP_TRY(f.status());
+  if (r.reason && r.reason->size() > kMaxStopReason)
+    return Status::InvalidParameter("reason can be at most 255 characters long, got " +
+                                    std::to_string(r.reason->size()) + ".");
   return r;
 }
 
 Result<DescribeTasksRequest> ParseDescribeTasks(const Json& in) {
   DescribeTasksRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_TRY(RequireRefs(in, "tasks", "task", r.tasks));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  GP_TRY(RequireRefs(f, "tasks", "task", r.tasks));
   return r;
 }
 
 Result<ListTasksRequest> ParseListTasks(const Json& in) {
   ListTasksRequest r;
   // Filters gpupack cannot apply are refused, never ignored (an ignored filter would answer every task).
-  GP_ASSIGN(service_name, OptString(in, "serviceName"));
+  Fields f(in);
+  const auto service_name = f.Text("serviceName");
+  GP_TRY(f.status());
   if (service_name)
     return Status::Unsupported(
         "ListTasks: serviceName is not supported: gpupack does not support ECS services, so no task belongs to "
         "one (list by family, startedBy or containerInstance instead); the supported operations and fields are "
         "listed in docs/api.md");
-  GP_ASSIGN(launch_type, OptString(in, "launchType"));
+  const auto launch_type = f.Text("launchType");
+  GP_TRY(f.status());
   if (launch_type && *launch_type != "EC2")
     return Status::Unsupported("ListTasks: launchType " + launch_type->substr(0, 100) +
                                " is not supported: every gpupack task runs on a container instance (EC2)");
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_ASSIGN(instance, OptString(in, "containerInstance"));
-  GP_ASSIGN(family, OptString(in, "family"));
-  GP_ASSIGN(started_by, OptString(in, "startedBy"));
-  GP_ASSIGN(desired, OptString(in, "desiredStatus"));
-  r.container_instance = instance;
-  r.family = family;
-  r.started_by = started_by;
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  f.String("containerInstance", r.container_instance);
+  f.String("family", r.family);
+  f.String("startedBy", r.started_by);
+  const auto desired = f.Text("desiredStatus");
+  GP_TRY(f.status());
   if (desired) {
     const std::optional<TaskStatus> parsed = ParseTaskStatus(*desired);
     if (!parsed) return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
     r.desired_status = *parsed;
   }
-  GP_ASSIGN(page, ParsePage(in));
+  GP_ASSIGN(page, ParsePage(f));
   r.page = page;
   return r;
 }
 
 Result<ExplainPlacementRequest> ParseExplainPlacement(const Json& in) {
   ExplainPlacementRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_TRY(RequireString(in, "taskDefinition", r.task_definition));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  GP_TRY(RequireString(f, "taskDefinition", r.task_definition));
   GP_ASSIGN(overrides, ParseOverrides(in));
   r.overrides = std::move(overrides);
   GP_ASSIGN(constraints, ParsePlacementConstraints(in, "placementConstraints"));
   r.constraints = std::move(constraints);
   GP_ASSIGN(strategies, ParsePlacementStrategies(in, "placementStrategy"));
   r.strategies = std::move(strategies);
-  GP_ASSIGN(group, OptString(in, "group"));
-  GP_TRY(CheckText(group, "group", kMaxGroup));
-  r.group = group;
-  GP_ASSIGN(seed, OptInt(in, "seed"));
+  f.String("group", r.group);
+  GP_TRY(f.status());
+  GP_TRY(CheckText(r.group, "group", kMaxGroup));
+  const auto seed = f.Int32("seed");
+  GP_TRY(f.status());
   r.seed = static_cast<uint64_t>(seed.value_or(0));
   return r;
 }
 
 Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) {
   SubmitTaskStateChangeRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_TRY(RequireString(in, "task", r.task));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  GP_TRY(RequireString(f, "task", r.task));
   std::string status;
-  GP_TRY(RequireString(in, "status", status));
+  GP_TRY(RequireString(f, "status", status));
   const std::optional<TaskStatus> parsed = ParseTaskStatus(status);
   if (!parsed) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   r.report.status = *parsed;
-  GP_ASSIGN(reason, OptString(in, "reason"));
-  GP_ASSIGN(stop_code, OptString(in, "stopCode"));  // ours: the agent names why a task stopped
-  r.report.reason = reason;
-  r.report.stop_code = stop_code;
+  f.String("reason", r.report.reason);
+  f.String("stopCode", r.report.stop_code);  // ours: the agent names why a task stopped
+  GP_TRY(f.status());
   CutUtf8(r.report.reason, kMaxReportReason);
   CutUtf8(r.report.stop_code, kMaxStopCode);
   r.report.has_containers = in.contains("containers");
@@ -445,18 +501,18 @@ Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) 
 
 Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const Json& in) {
   SubmitContainerStateChangeRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_TRY(RequireString(in, "task", r.task));
-  GP_TRY(RequireString(in, "containerName", r.container_name));
-  GP_ASSIGN(status, OptString(in, "status"));
-  GP_ASSIGN(exit_code, OptInt(in, "exitCode"));
-  GP_ASSIGN(reason, OptString(in, "reason"));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  GP_TRY(RequireString(f, "task", r.task));
+  GP_TRY(RequireString(f, "containerName", r.container_name));
+  const auto status = f.Text("status");
+  f.Int32("exitCode", r.exit_code);
+  f.String("reason", r.reason);
+  GP_TRY(f.status());
   if (status) {
     r.status = ParseTaskStatus(*status);
     if (!r.status) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   }
-  r.exit_code = exit_code;
-  r.reason = reason;
   CutUtf8(r.reason, kMaxReportReason);
   return r;
 }
@@ -465,8 +521,10 @@ Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const 
 
 Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Json& in) {
   RegisterContainerInstanceRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_ASSIGN(existing, OptString(in, "containerInstanceArn"));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  const auto existing = f.Text("containerInstanceArn");
+  GP_TRY(f.status());
   if (existing && !existing->empty()) r.container_instance_arn = existing;
   // totalResources: CPU and MEMORY are required.
   bool has_cpu = false, has_mem = false;
@@ -474,8 +532,10 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
     const Json& tr = in["totalResources"];
     if (!tr.is_array()) return Status::InvalidParameter("totalResources: expected a list");
     for (const auto& res : tr) {
-      GP_ASSIGN(name, OptString(res, "name"));
-      GP_ASSIGN(iv, OptInt(res, "integerValue"));
+      Fields rf(res);
+      const auto name = rf.Text("name");
+      const auto iv = rf.Int32("integerValue");
+      GP_TRY(rf.status());
       if (!name) return Status::InvalidParameter("totalResources[].name is required");
       if (*name == "CPU" || *name == "MEMORY") {
         if (!iv || *iv < 0) return Status::InvalidParameter("totalResources " + *name + " needs a non-negative integerValue");
@@ -498,8 +558,10 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
     for (size_t i = 0; i < pd.size(); ++i) {
       const Json& d = pd[i];
       const std::string at = "platformDevices[" + std::to_string(i) + "]";
-      GP_ASSIGN(id, OptString(d, "id"));
-      GP_ASSIGN(type, OptString(d, "type"));
+      Fields df(d);
+      const auto id = df.Text("id");
+      const auto type = df.Text("type");
+      GP_TRY(df.status());
       if (!id || id->empty() || id->size() > 255) return Status::InvalidParameter(at + ".id is required");
       if (std::any_of(id->begin(), id->end(), [](char c) { return c <= ' ' || c > '~' || c == '"' || c == '\\'; }))
         return Status::InvalidParameter(at + ".id must be printable ASCII without spaces, quotes or back slashes");
@@ -507,7 +569,9 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
       if (!ids.insert(*id).second) return Status::InvalidParameter("platformDevices: GPU " + *id + " is listed twice");
       MiB mem = 0;
       if (d.contains("gpuInfo")) {
-        GP_ASSIGN(m, OptInt(d["gpuInfo"], "memoryInMiB"));
+        Fields gf(d["gpuInfo"]);
+        const auto m = gf.Int32("memoryInMiB");
+        GP_TRY(gf.status());
         if (m) mem = *m;
       }
       if (mem <= 0) return Status::InvalidParameter(at + ".gpuInfo.memoryInMiB must be a positive integer");
@@ -522,10 +586,14 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
     r.attributes = std::move(attrs);
   }
   if (in.contains("versionInfo") && in["versionInfo"].is_object()) {
-    GP_ASSIGN(v, OptString(in["versionInfo"], "agentVersion"));
-    r.agent_version = v.value_or("");
+    Fields vf(in["versionInfo"]);
+    std::string agent_version;
+    vf.String("agentVersion", agent_version);
+    GP_TRY(vf.status());
+    r.agent_version = agent_version;
   }
-  GP_ASSIGN(identity, OptString(in, "instanceIdentityDocument"));
+  const auto identity = f.Text("instanceIdentityDocument");
+  GP_TRY(f.status());
   if (identity && !identity->empty()) {
     Json d = Json::parse(*identity, nullptr, false);
     if (d.is_object() && d.contains("instanceId") && d["instanceId"].is_string()) r.ec2_instance_id = d["instanceId"];
@@ -536,25 +604,29 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
 
 Result<DeregisterContainerInstanceRequest> ParseDeregisterContainerInstance(const Json& in) {
   DeregisterContainerInstanceRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_TRY(RequireString(in, "containerInstance", r.container_instance));
-  GP_ASSIGN(force, OptBool(in, "force"));
-  r.force = force.value_or(false);
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  GP_TRY(RequireString(f, "containerInstance", r.container_instance));
+  f.Bool("force", r.force);
+  GP_TRY(f.status());
   return r;
 }
 
 Result<DescribeContainerInstancesRequest> ParseDescribeContainerInstances(const Json& in) {
   DescribeContainerInstancesRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_TRY(RequireRefs(in, "containerInstances", "instance", r.container_instances));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  GP_TRY(RequireRefs(f, "containerInstances", "instance", r.container_instances));
   return r;
 }
 
 Result<ListContainerInstancesRequest> ParseListContainerInstances(const Json& in) {
   ListContainerInstancesRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_ASSIGN(filter, OptString(in, "filter"));
-  GP_ASSIGN(status, OptString(in, "status"));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  f.String("filter", r.filter);
+  const auto status = f.Text("status");
+  GP_TRY(f.status());
   if (status) {
     // ECS's transitional statuses are accepted; no instance here is ever in them.
     const std::optional<InstanceStatus> parsed = ParseInstanceStatus(*status);
@@ -566,18 +638,18 @@ Result<ListContainerInstancesRequest> ParseListContainerInstances(const Json& in
       return Status::InvalidParameter(
           "status must be ACTIVE, DRAINING, REGISTERING, DEREGISTERING or REGISTRATION_FAILED");
   }
-  r.filter = filter;
-  GP_ASSIGN(page, ParsePage(in));
+  GP_ASSIGN(page, ParsePage(f));
   r.page = page;
   return r;
 }
 
 Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(const Json& in) {
   UpdateContainerInstancesStateRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
-  GP_ASSIGN(refs, OptStringList(in, "containerInstances"));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
+  std::vector<std::string> refs = f.StringList("containerInstances");
   std::string status;
-  GP_TRY(RequireString(in, "status", status));
+  GP_TRY(RequireString(f, "status", status));
   const std::optional<InstanceStatus> parsed = ParseInstanceStatus(status);
   if (!parsed || *parsed == InstanceStatus::kInactive)
     return Status::InvalidParameter("status must be ACTIVE or DRAINING");
@@ -591,7 +663,8 @@ Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(
 
 Result<PutAttributesRequest> ParsePutAttributes(const Json& in) {
   PutAttributesRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
   if (!in.contains("attributes")) return Status::InvalidParameter("attributes is required");
   const Json& list = in["attributes"];
   if (!list.is_array() || list.empty() || list.size() > 10)
@@ -603,7 +676,8 @@ Result<PutAttributesRequest> ParsePutAttributes(const Json& in) {
 
 Result<DeleteAttributesRequest> ParseDeleteAttributes(const Json& in) {
   DeleteAttributesRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
   if (!in.contains("attributes") || !in["attributes"].is_array() || in["attributes"].empty())
     return Status::InvalidParameter("attributes must be a non-empty list");
   GP_ASSIGN(targets, ParseAttributeTargets(in["attributes"], false));
@@ -613,16 +687,16 @@ Result<DeleteAttributesRequest> ParseDeleteAttributes(const Json& in) {
 
 Result<ListAttributesRequest> ParseListAttributes(const Json& in) {
   ListAttributesRequest r;
-  GP_TRY(OptionalRef(in, "cluster", r.cluster));
+  Fields f(in);
+  GP_TRY(OptionalRef(f, "cluster", r.cluster));
   std::string target_type;
-  GP_TRY(RequireString(in, "targetType", target_type));
+  GP_TRY(RequireString(f, "targetType", target_type));
   if (target_type != "container-instance") return Status::InvalidParameter("targetType must be container-instance");
-  GP_ASSIGN(name, OptString(in, "attributeName"));
-  GP_ASSIGN(value, OptString(in, "attributeValue"));
-  if (value && !name) return Status::InvalidParameter("attributeValue needs attributeName");
-  r.attribute_name = name;
-  r.attribute_value = value;
-  GP_ASSIGN(page, ParsePage(in));
+  f.String("attributeName", r.attribute_name);
+  f.String("attributeValue", r.attribute_value);
+  GP_TRY(f.status());
+  if (r.attribute_value && !r.attribute_name) return Status::InvalidParameter("attributeValue needs attributeName");
+  GP_ASSIGN(page, ParsePage(f));
   r.page = page;
   return r;
 }

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "base/fd_wait.h"
+
 namespace gpupack::api {
 namespace {
 
@@ -36,18 +38,6 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
-
-// WaitFd polls `fd` for `events` until `deadline`; false on timeout or error.
-bool WaitFd(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left));
-    if (n > 0) return true;
-    if (n < 0 && errno != EINTR) return false;
-  }
-}
 
 // ConnectTo opens a TCP connection to the server at `base` (http://HOST:PORT) before `deadline`.
 Result<int> ConnectTo(const std::string& base, Clock::time_point deadline) {

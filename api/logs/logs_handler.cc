@@ -6,9 +6,10 @@
 #include <optional>
 #include <vector>
 
-#include "api/ecs/codec.h"
 #include "api/http/errors.h"
 #include "api/http/json_call.h"
+#include "api/logs/logs_dialect.h"
+#include "base/json_fields.h"
 #include "engine/core/read_view.h"
 
 namespace gpupack::api {
@@ -119,56 +120,50 @@ std::vector<StreamRef> GroupStreams(const ReadView& view, const std::string& gro
 
 // ---- request fields ---------------------------------------------------------------------------------------------
 
-// Fields reads a request's members with the codec's typed getters (api/ecs/codec.h), keeping the first problem
-// as an InvalidParameterException.
-struct Fields {
-  const Json& body;
-  std::optional<LogsReply> error;
+// Fields reads a request's members with base's reader in CloudWatch Logs' words (logs_dialect.h), keeping the
+// first problem (an InvalidParameterException).
+struct Fields : JsonFields {
+  explicit Fields(const Json& body) : JsonFields(body, JsonPath(), LogsDialect()) {}
 
-  // Take: the getter's value, or `fallback` once a problem is kept.
-  template <typename T>
-  T Take(Result<T> got, T fallback) {
-    if (!error && !body.is_object()) error = InvalidParameter("the request body must be a JSON object");
-    if (error) return fallback;
-    if (!got.ok()) {
-      error = InvalidParameter(got.status().message());
-      return fallback;
-    }
-    return std::move(got).value();
-  }
-  std::optional<std::string> String(const char* key, bool required = false) {
-    auto v = Take(OptString(body, key), std::optional<std::string>());
-    if (!v && required && !error)
-      error = InvalidParameter(std::string("1 validation error detected: ") + key + " is required");
+  std::optional<std::string> Text(const char* key) {
+    std::optional<std::string> v;
+    String(key, v);
     return v;
   }
-  std::optional<int64_t> Int(const char* key, int64_t min, int64_t max) {
-    auto v = Take(OptInt64(body, key), std::optional<int64_t>());
-    if (v && (*v < min || *v > max)) {
-      error = InvalidParameter(std::string(key) + " must be an integer from " + std::to_string(min) + " to " +
-                               std::to_string(max));
-      return std::nullopt;
-    }
+  std::string Required(const char* key) {
+    std::string v;
+    String(key, v, /*required=*/true);
     return v;
   }
-  bool Bool(const char* key, bool fallback) {
-    return Take(OptBool(body, key), std::optional<bool>()).value_or(fallback);
+  std::optional<int64_t> Integer(const char* key, int64_t min, int64_t max) {
+    std::optional<int64_t> v;
+    Int64(key, v, min, max);
+    return v;
   }
-  std::vector<std::string> Strings(const char* key) {
-    return Take(OptStringList(body, key), std::vector<std::string>());
+  bool Flag(const char* key, bool fallback) {
+    Bool(key, fallback);
+    return fallback;
   }
+  std::vector<std::string> List(const char* key) {
+    std::vector<std::string> v;
+    Strings(key, v, 1000);
+    return v;
+  }
+  // Error: the kept problem as the answer.
+  LogsReply Error() const { return InvalidParameter(status().message()); }
+
   // Group: logGroupName, or logGroupIdentifier (a name or an ARN "...:log-group:NAME[:*]").
   std::string Group() {
-    auto name = String("logGroupName");
-    auto id = String("logGroupIdentifier");
-    if (error) return "";
+    auto name = Text("logGroupName");
+    auto id = Text("logGroupIdentifier");
+    if (!ok()) return "";
     if (name && id) {
-      error = InvalidParameter("give logGroupName or logGroupIdentifier, not both");
+      Take(Status::InvalidParameter("give logGroupName or logGroupIdentifier, not both"));
       return "";
     }
     if (name) return *name;
     if (!id) {
-      error = InvalidParameter("1 validation error detected: logGroupName is required");
+      Take(Status::InvalidParameter("1 validation error detected: logGroupName is required"));
       return "";
     }
     std::string group = *id;
@@ -362,16 +357,16 @@ void LogsHandler::Handle(const std::string& operation, const Json& body, Done do
 }
 
 void LogsHandler::GetLogEvents(const Json& body, Done done) const {
-  Fields f{body, std::nullopt};
+  Fields f(body);
   const std::string group = f.Group();
-  const auto stream_name = f.String("logStreamName", true);
-  const auto start = f.Int("startTime", 0, INT64_MAX);
-  const auto end = f.Int("endTime", 0, INT64_MAX);
-  const auto token = f.String("nextToken");
-  const auto limit = f.Int("limit", 1, kMaxEvents);
-  const bool from_head = f.Bool("startFromHead", false);
-  f.Bool("unmask", false);
-  if (f.error) return done(*f.error);
+  const std::string stream_name = f.Required("logStreamName");
+  const auto start = f.Integer("startTime", 0, INT64_MAX);
+  const auto end = f.Integer("endTime", 0, INT64_MAX);
+  const auto token = f.Text("nextToken");
+  const auto limit = f.Integer("limit", 1, kMaxEvents);
+  const bool from_head = f.Flag("startFromHead", false);
+  f.Flag("unmask", false);
+  if (!f.ok()) return done(f.Error());
   std::optional<std::pair<bool, int64_t>> position;
   if (token) {
     position = ParsePositionToken(*token);
@@ -381,7 +376,7 @@ void LogsHandler::GetLogEvents(const Json& body, Done done) const {
   bool exists = false;
   const std::vector<StreamRef> streams = GroupStreams(*view, group, exists);
   if (!exists) return done(NotFound("The specified log group does not exist."));
-  auto it = std::find_if(streams.begin(), streams.end(), [&](const StreamRef& s) { return s.name == *stream_name; });
+  auto it = std::find_if(streams.begin(), streams.end(), [&](const StreamRef& s) { return s.name == stream_name; });
   if (it == streams.end()) return done(NotFound("The specified log stream does not exist."));
   const StreamRef s = *it;
   if (s.instance_arn.empty()) {  // not placed yet: no output
@@ -411,18 +406,18 @@ void LogsHandler::GetLogEvents(const Json& body, Done done) const {
 }
 
 void LogsHandler::FilterLogEvents(const Json& body, Done done) const {
-  Fields f{body, std::nullopt};
+  Fields f(body);
   const std::string group = f.Group();
-  const std::vector<std::string> names = f.Strings("logStreamNames");
-  const auto prefix = f.String("logStreamNamePrefix");
-  const auto start = f.Int("startTime", 0, INT64_MAX);
-  const auto end = f.Int("endTime", 0, INT64_MAX);
-  const auto pattern = f.String("filterPattern");
-  const auto token = f.String("nextToken");
-  const auto limit = f.Int("limit", 1, kMaxEvents);
-  f.Bool("interleaved", true);
-  f.Bool("unmask", false);
-  if (f.error) return done(*f.error);
+  const std::vector<std::string> names = f.List("logStreamNames");
+  const auto prefix = f.Text("logStreamNamePrefix");
+  const auto start = f.Integer("startTime", 0, INT64_MAX);
+  const auto end = f.Integer("endTime", 0, INT64_MAX);
+  const auto pattern = f.Text("filterPattern");
+  const auto token = f.Text("nextToken");
+  const auto limit = f.Integer("limit", 1, kMaxEvents);
+  f.Flag("interleaved", true);
+  f.Flag("unmask", false);
+  if (!f.ok()) return done(f.Error());
   if (!names.empty() && prefix) return done(InvalidParameter("give logStreamNames or logStreamNamePrefix, not both"));
   std::string why;
   auto terms = ParseFilterPattern(pattern.value_or(""), why);
@@ -458,14 +453,14 @@ void LogsHandler::FilterLogEvents(const Json& body, Done done) const {
 }
 
 void LogsHandler::DescribeLogStreams(const Json& body, Done done) const {
-  Fields f{body, std::nullopt};
+  Fields f(body);
   const std::string group = f.Group();
-  const auto prefix = f.String("logStreamNamePrefix");
-  const auto order = f.String("orderBy");
-  const bool descending = f.Bool("descending", false);
-  const auto token = f.String("nextToken");
-  const auto limit = f.Int("limit", 1, kDescribeLimit);
-  if (f.error) return done(*f.error);
+  const auto prefix = f.Text("logStreamNamePrefix");
+  const auto order = f.Text("orderBy");
+  const bool descending = f.Flag("descending", false);
+  const auto token = f.Text("nextToken");
+  const auto limit = f.Integer("limit", 1, kDescribeLimit);
+  if (!f.ok()) return done(f.Error());
   if (order && *order != "LogStreamName" && *order != "LastEventTime")
     return done(InvalidParameter("orderBy must be LogStreamName or LastEventTime"));
   const bool by_time = order && *order == "LastEventTime";

@@ -20,6 +20,8 @@
 
 #include "api/channel/agent_channel.h"
 #include "api/ecs/codec.h"
+#include "api/ecs/ecs_dialect.h"
+#include "base/json_fields.h"
 #include "engine/control_plane.h"
 #include "api/ecs/ecs_handler.h"
 #include "api/ecs/router.h"
@@ -228,13 +230,20 @@ void FuzzAttributes(const Json& body) {
   (void)api::ParseTags(body);
 }
 
+// FuzzFields: the request parsers' member reads (base's JsonFields in ECS's words), each on a fresh reader.
 void FuzzFields(const Json& body) {
   for (const char* key : {"cluster", "count", "force", "tasks", "nextToken", "maxResults"}) {
-    (void)api::OptString(body, key);
-    auto i = api::OptInt(body, key);
-    if (i.ok() && *i && (**i > INT32_MAX || **i < INT32_MIN)) Fail("OptInt returned an out-of-range integer");
-    (void)api::OptBool(body, key);
-    (void)api::OptStringList(body, key);
+    std::optional<std::string> s;
+    std::optional<int64_t> i;
+    std::optional<bool> b;
+    std::vector<std::string> list;
+    JsonFields(body, JsonPath(), api::EcsDialect()).String(key, s);
+    JsonFields ints(body, JsonPath(), api::EcsDialect());
+    ints.Int64(key, i, JsonFields::kInt32Min, JsonFields::kInt32Max);
+    if (ints.ok() && i && (*i > INT32_MAX || *i < INT32_MIN)) Fail("an Int32 read returned an out-of-range integer");
+    if (!ints.ok() && ints.status().message().empty()) Fail("an Int32 read refused without a message");
+    JsonFields(body, JsonPath(), api::EcsDialect()).Bool(key, b);
+    JsonFields(body, JsonPath(), api::EcsDialect()).Strings(key, list, 1000);
   }
 }
 
