@@ -168,6 +168,65 @@ TEST(PlannerInputTest, JsonErrorsNameFileLineAndField) {
   ExpectInputError(R"({"nodes": []})", "x.json", {"x.json:1:", "instanceTypes", "tasks"});
 }
 
+// The whole message of a refusal, byte for byte: file, line, field and the planner's words (planner/inputs_dialect.h).
+TEST(PlannerInputTest, JsonErrorsAreWordedExactly) {
+  const std::string task =
+      R"("family": "x", "containerDefinitions": [{"name": "m", "image": "img", "memory": 64, )"
+      R"("resourceRequirements": [{"type": "GPU", "value": "1"}]}])";
+  auto tasks = [&](const std::string& fields) { return "{\"tasks\": [{" + task + ",\n " + fields + "}]}"; };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"instanceTypes\": [\n {\"name\": \"a\",\n \"memory\": 1}]}",
+       "f.json:2: field 'instanceTypes[0]': missing required field 'cpu' (CPU units, 1024 per vCPU)"},
+      {"{\"instanceTypes\": [\n {\"cpu\": 1, \"memory\": 1}]}",
+       "f.json:2: field 'instanceTypes[0]': missing required field 'name'"},
+      {"{\"instanceTypes\": [\n {\"name\": null, \"cpu\": 1, \"memory\": 1}]}",
+       "f.json:2: field 'instanceTypes[0].name': expected a string, got null"},
+      {"{\"instanceTypes\": [\n {\"name\": \"a\", \"count\": 2.0, \"cpu\": 1, \"memory\": 1}]}",
+       "f.json:2: field 'instanceTypes[0].count': expected an integer 0..1000000, got 2.0"},
+      {"{\"instanceTypes\": [\n {\"name\": \"a\", \"count\": \"this is a very long string value that goes on and on "
+       "and on for more than sixty chars\", \"cpu\": 1, \"memory\": 1}]}",
+       "f.json:2: field 'instanceTypes[0].count': expected an integer 0..1000000, got \"this is a very long string "
+       "value that goes on and on and..."},
+      {"{\"instanceTypes\": [\n {\"name\": \"a\", \"cpu\": 1, \"memory\": 1,\n \"attributes\": {\"ok\": \"y\", "
+       "\"n\": null,\n   \"bad\": 3}}]}",
+       "f.json:4: field 'instanceTypes[0].attributes.bad': expected a string or null, got 3"},
+      {"{\"instanceTypes\": [\n {\"name\": \"a\", \"cpu\": 1, \"memory\": 1,\n \"attributes\": [\"x\"]}]}",
+       "f.json:3: field 'instanceTypes[0].attributes': expected an object of NAME: value, got [\"x\"]"},
+      {"{\"instanceTypes\": []}", "f.json:1: field 'instanceTypes': expected a non-empty array of instance types"},
+      {"{\"instanceTypes\": [\n {\"name\": \"a\", \"cpu\": 1, \"memory\": 1},\n [1,2,3]]}",
+       "f.json:3: field 'instanceTypes[1]': expected an object, got [1,2,3]"},
+      {"{\"tasks\": [\n \"x\"]}", "f.json:2: field 'tasks[0]': expected an object (a task definition), got \"x\""},
+      {tasks("\"gpuModels\": \"T4\""),
+       "f.json:2: field 'tasks[0].gpuModels': expected an array of strings, got \"T4\""},
+      {tasks("\"gpuModels\": [\"\", 5]"),
+       "f.json:2: field 'tasks[0].gpuModels[0]': expected a non-empty string, got \"\""},
+      {tasks("\"gpuModels\": [\"T4\",\n 5]"),
+       "f.json:3: field 'tasks[0].gpuModels[1]': expected a non-empty string, got 5"},
+      {tasks("\"weight\": \"2\""), "f.json:2: field 'tasks[0].weight': expected a number >= 0, got \"2\""},
+      {tasks("\"schedule\": null"),
+       "f.json:2: field 'tasks[0].schedule': expected an array of {\"arrival\": s, \"departure\": s}, got null"},
+      {tasks("\"schedule\": [{\"arrival\": 1},\n 7]"),
+       "f.json:3: field 'tasks[0].schedule[1]': expected an object, got 7"},
+      {tasks("\"schedule\": [{\"departure\": 1}]"),
+       "f.json:2: field 'tasks[0].schedule[0]': missing required field 'arrival' (seconds)"},
+      {tasks("\"schedule\": [{\"arrival\": 5,\n \"departure\": \"9\"}]"),
+       "f.json:3: field 'tasks[0].schedule[0].departure': expected an integer 0..1125899906842624, got \"9\""},
+      // The first problem in reading order wins (group is read before count and schedule).
+      {tasks("\"schedule\": [{\"arrival\": \"a\", \"departure\": \"b\"}], \"count\": \"c\", \"group\": 1"),
+       "f.json:2: field 'tasks[0].group': expected a string, got 1"},
+  };
+  for (const auto& [text, message] : cases) {
+    auto in = ParseInput(text, "f.json");
+    ASSERT_FALSE(in.ok()) << text;
+    EXPECT_EQ(in.status().code(), ErrorCode::kInvalidParameter);
+    EXPECT_EQ(in.status().message(), message) << text;
+  }
+  // A null departure is no departure.
+  Workload w = ParseWorkload(tasks("\"schedule\": [{\"arrival\": 5, \"departure\": null}]"));
+  ASSERT_EQ(w.tasks.at(0).schedule.size(), 1u);
+  EXPECT_FALSE(w.tasks[0].schedule[0].departure.has_value());
+}
+
 // A workload's task definitions are read by the server's codec (api::ParseRegisterTaskDefinition) and checked
 // by ValidateTaskDefinition, as RegisterTaskDefinition does: the planner accepts exactly what the server accepts,
 // and refuses with the server's message, placed at the codec's field or at the task.
