@@ -1,7 +1,7 @@
-// inputs_parts.h: internal to the planner's input readers (planner/inputs.cc, planner/inputs_json.cc,
-// planner/inputs_openb.cc); nothing outside those files includes it. inputs.cc owns the helpers both readers
-// share and defines them; inputs_json.cc owns the JSON fleet/workload reader (ParseJson), inputs_openb.cc the
-// openb CSV reader (ParseCsv). Pure functions over text; no globals.
+// inputs_parts.h: internal to the planner's input readers (planner/inputs.cc, planner/inputs_json.cc with its
+// dialect planner/inputs_dialect.cc, planner/inputs_openb.cc); nothing outside those files includes it. inputs.cc
+// owns the helpers both readers share and defines them; inputs_json.cc owns the JSON fleet/workload reader
+// (ParseJson), inputs_openb.cc the openb CSV reader (ParseCsv). Pure functions over text; no globals.
 #pragma once
 
 #include <optional>
