@@ -174,6 +174,10 @@ Result<Input> ParseJson(std::string_view text, const std::string& name) {
     std::string what = e.what();
     if (size_t cut = what.find("syntax error"); cut != std::string::npos) what = what.substr(cut);
     return InputError(name, line, prefix.last_path(), "invalid JSON: " + what);
+  } catch (const Json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    std::string what = e.what();
+    if (size_t cut = what.find("] "); cut != std::string::npos) what = what.substr(cut + 2);
+    return InputError(name, 1, "", "invalid JSON: " + what);
   }
   JsonFields f(root, JsonPath(), words);  // not an object: "expected a JSON object with ..."
   if (!f.ok()) return f.status();

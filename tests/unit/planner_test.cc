@@ -214,6 +214,8 @@ TEST(PlannerInputTest, JsonErrorsAreWordedExactly) {
       // The first problem in reading order wins (group is read before count and schedule).
       {tasks("\"schedule\": [{\"arrival\": \"a\", \"departure\": \"b\"}], \"count\": \"c\", \"group\": 1"),
        "f.json:2: field 'tasks[0].group': expected a string, got 1"},
+      // A number beyond a double is refused as JSON, not thrown out of the parser.
+      {"{\"tasks\": [{\"weight\": 1e400}]}", "f.json:1: invalid JSON: number overflow parsing '1e400'"},
   };
   for (const auto& [text, message] : cases) {
     auto in = ParseInput(text, "f.json");
