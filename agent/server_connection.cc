@@ -276,22 +276,26 @@ ServerEndpoint ServerConnection::Current() const {
   return servers_[current_];
 }
 
-void ServerConnection::NextServer(const std::string& leader_url) {
+bool ServerConnection::NextServer(const std::string& leader_url) {
   std::lock_guard lock(mu_);
   if (!leader_url.empty()) {
+    // Only a server this agent was configured with (--server) is followed: a URL a refusal names is the word of
+    // whoever answered, and a stranger reached that way would get this agent's signed upgrade, its hello and its
+    // trust in the epoch it claims (docs/security.md, "Who the agent talks to").
     if (auto leader = ServerEndpoint::Parse(leader_url); leader.ok()) {
-      leader->signing = options_.server.signing;
       for (size_t i = 0; i < servers_.size(); ++i)
         if (servers_[i].host == leader->host && servers_[i].port == leader->port) {
           current_ = i;
-          return;
+          return true;
         }
-      servers_.push_back(*leader);
-      current_ = servers_.size() - 1;
-      return;
     }
+    if (ignored_leaders_.size() < kMaxIgnoredLeaders && ignored_leaders_.insert(leader_url).second)
+      spdlog::warn("agent: {} named {} as the leader, which is not one of this agent's --server URLs; ignoring it "
+                   "(the agent connects only to the servers it was configured with)",
+                   servers_[current_].Url(), leader_url);
   }
   current_ = (current_ + 1) % servers_.size();
+  return false;
 }
 
 void ServerConnection::Connect() {
@@ -308,10 +312,12 @@ void ServerConnection::Connect() {
   if (!c.ok()) {
     const ServerEndpoint failed = Current();
     const std::string& why = c.status().message();  // for the log only: the decisions read `declined`
-    const ReconnectPolicy::Outcome outcome = ReconnectPolicy::Classify(declined);
+    ReconnectPolicy::Outcome outcome = ReconnectPolicy::Classify(declined);
     const ChannelDecline decline = declined.http_status != 0 ? ReadDecline(declined) : ChannelDecline{};
-    // NextServer moves to the leader a standby named (the refusal's "leader" field), else to the next server.
-    NextServer(decline.leader);
+    // NextServer moves to the leader a standby named (the refusal's "leader" field) when it is one of the
+    // configured servers, else to the next server; a leader named but not followed counts as a plain refusal.
+    if (!NextServer(decline.leader) && outcome == ReconnectPolicy::Outcome::kLeaderNamed)
+      outcome = ReconnectPolicy::Outcome::kAnswered;
     if (declined.http_status != 0) {
       // The server answered: its code decides. Only an instance it does not know is registered again: a
       // standby's redirect, a busy server (503) or an authentication refusal says nothing about the instance,

@@ -15,8 +15,12 @@
 // writes its record before it reports, so every state change is either in the hello or sent after it. A hello
 // too large for one message goes as parts (protocol::SerializeHello), all sent before any report.
 //
+// Servers: the connection talks only to the servers it was configured with (ConnectionOptions::servers); a
+// standby's refusal that names a leader off that list is logged and ignored, so no stranger gets the signed
+// upgrade, the hello, or a say in the epoch.
+//
 // Epochs: the connection remembers the highest leadership epoch a welcome or push carried (docs/ha.md), across
-// reconnects and servers, and across restarts: it is written to leader_epoch.json in the state directory
+// reconnects and (configured) servers, and across restarts: it is written to leader_epoch.json in the state directory
 // (beside instance.json) before the message that raised it is handed on, and read back at construction. A
 // welcome, assign or stop whose epoch is lower comes from a deposed leader: it is logged and dropped before the
 // Listener sees it, so its task is neither started nor stopped nor acked. One without an epoch (a single server,
@@ -76,7 +80,7 @@ class ReconnectPolicy {
   // refusal kAnswered. Never from the failure's message.
   static Outcome Classify(const DeclinedUpgrade& declined);
 
-  void SetServers(size_t servers);  // the list grew (a leader named that was not on it)
+  void SetServers(size_t servers);  // how many servers the list holds
   void Connected();                 // a channel opened: the backoff starts again from kBase
   std::chrono::milliseconds Closed();  // an open channel closed: the wait before the first attempt
   // Failed: the wait before the next attempt after one failed with `outcome` (the caller has already moved to
@@ -102,7 +106,7 @@ class ReconnectPolicy {
 struct ChannelDecline {
   enum class Action {
     kRegister,      // UnknownInstance: the server does not know the instance (unregistered, forgotten, deregistered)
-    kFollowLeader,  // NotLeader naming the leader: the next attempt goes there at once
+    kFollowLeader,  // NotLeader naming the leader: the next attempt goes there at once if it is a configured server
     kRetry,         // NotLeader naming none, Busy, ServerError, Malformed, no code: walk on
     kAuthRefused,   // Unauthorized: the signature or the key is refused: logged as an error, walk on with the backoff
   };
@@ -128,7 +132,9 @@ struct ConnectionOptions {
   ServerEndpoint server;
   // Every server of a replicated control plane (gpupack server on PostgreSQL, --server URL,URL...), `server`
   // among them; empty: `server` alone. The channel goes to the leader: a standby refuses it naming the leader,
-  // and the connection follows that name; a server that cannot be reached makes it try the next one.
+  // and the connection follows that name when it is one of these (never another: a URL off the list is logged
+  // and ignored); a server that cannot be reached makes it try the next one. These are the only servers the
+  // agent ever connects to, so the only ones whose welcome can raise the epoch it keeps.
   std::vector<ServerEndpoint> servers;
   // instance.json: the instance ARN, so a restarted agent re-registers the same instance; leader_epoch.json: the
   // highest leadership epoch seen, so a restarted agent still ignores a deposed leader.
@@ -210,9 +216,13 @@ class ServerConnection final : public Reporter {
   ServerEndpoint Current() const;  // the server the connection talks to now
   // SilentAfter: when the open channel's server counts as gone if it says nothing meanwhile. Called under mu_.
   Clock::time_point SilentAfter() const { return last_heard_ + heartbeat_interval_ * kSilentHeartbeats; }
-  // NextServer moves to `leader` (the URL a standby's refusal named) when it is one, else to the next server of
-  // the list.
-  void NextServer(const std::string& leader);
+  // NextServer moves to `leader` (the URL a standby's refusal named) when it is one of the configured servers
+  // (true), else to the next server of the list (false): a leader named that is not on the list is logged (once
+  // per URL) and never connected to.
+  bool NextServer(const std::string& leader);
+  // kMaxIgnoredLeaders: how many unknown leader URLs are remembered for logging once each (a server naming a new
+  // URL on every refusal cannot grow the agent's memory).
+  static constexpr size_t kMaxIgnoredLeaders = 64;
 
   const ConnectionOptions options_;
   Listener& listener_;
@@ -225,7 +235,8 @@ class ServerConnection final : public Reporter {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string instance_arn_;                    // guarded by mu_
-  std::vector<ServerEndpoint> servers_;         // guarded by mu_: the candidates (options' list, plus leaders named)
+  std::vector<ServerEndpoint> servers_;         // guarded by mu_: the configured servers (options' list), no other
+  std::set<std::string> ignored_leaders_;       // guarded by mu_: leader URLs named that are not configured (logged)
   size_t current_ = 0;                          // guarded by mu_: index into servers_
   std::unique_ptr<ChannelClient> channel_;      // guarded by mu_
   uint64_t generation_ = 0;                     // the current channel's; older channels' callbacks are ignored

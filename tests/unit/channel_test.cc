@@ -1631,9 +1631,10 @@ TEST_F(ChannelTest, ADeclinedUpgradeReturnsItsStatusAndBody) {
   EXPECT_EQ(long_one.body.size(), agent::DeclinedUpgrade::kMaxBody);
 }
 
-// A standby that declines the channel naming the leader (not on the agent's list) sends the agent there: the
-// agent's channel opens at the leader without registering anywhere again.
-TEST_F(ChannelTest, AStandbysChannelRefusalSendsTheAgentToTheLeaderItNames) {
+// A standby that declines the channel naming the leader, one of the agent's configured servers, sends the agent
+// there at once, past the server between them on the list: the agent's channel opens at the leader without
+// registering anywhere again.
+TEST_F(ChannelTest, AStandbysChannelRefusalSendsTheAgentToTheConfiguredLeaderItNames) {
   server_->Call("CreateCluster", {{"clusterName", "default"}});
   agent::ConnectionOptions o;
   o.server = *agent::ServerEndpoint::Parse(server_->url());
@@ -1649,8 +1650,10 @@ TEST_F(ChannelTest, AStandbysChannelRefusalSendsTheAgentToTheLeaderItNames) {
   }
   // Worded so that no sentence of the old refusal is left: the code and the leader field decide.
   DecliningServer standby(Reworded(StandbyRefusal(server_->url()), "go elsewhere"));
+  DecliningServer between(StandbyRefusal(""));  // next on the list after the standby: the redirect skips it
+  const agent::ServerEndpoint leader = o.server;
   o.server = *agent::ServerEndpoint::Parse(standby.url());
-  o.servers = {o.server};
+  o.servers = {o.server, *agent::ServerEndpoint::Parse(between.url()), leader};
   EpochListener listener;
   agent::ServerConnection connection(o, listener, {});
   listener.connection = &connection;
@@ -1658,9 +1661,82 @@ TEST_F(ChannelTest, AStandbysChannelRefusalSendsTheAgentToTheLeaderItNames) {
   for (int i = 0; i < 500 && listener.welcomes() < 1; ++i) std::this_thread::sleep_for(20ms);
   EXPECT_EQ(listener.welcomes(), 1u);
   EXPECT_GE(standby.upgrades(), 1);
+  EXPECT_EQ(between.upgrades(), 0);  // followed at once, not walked to
   EXPECT_EQ(standby.requests(), 0);  // no RegisterContainerInstance at the standby
   WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
   connection.Stop();
+}
+
+// StrangerServer: an agent channel endpoint the agent was not configured with, posing as a leader: it would open
+// the channel and welcome the agent under epoch 99. It counts the TCP connections it accepts.
+class StrangerServer {
+ public:
+  StrangerServer() {
+    api::HttpServerOptions o;
+    o.port = 0;
+    api::WebSocketHandler ws;
+    ws.accept = [](const api::HttpRequest&) { return Status::Ok(); };
+    ws.on_open = [](const std::shared_ptr<api::WebSocketConnection>&, const api::HttpRequest&) {};
+    ws.on_message = [](const std::shared_ptr<api::WebSocketConnection>& c, std::string) {
+      c->Send(R"({"type":"welcome","assign":[],"stop":[],"heartbeatIntervalMs":5000,"epoch":99})");
+    };
+    ws.on_close = [](const std::shared_ptr<api::WebSocketConnection>&) {};
+    o.websockets[protocol::kChannelPath] = ws;
+    auto created = api::HttpServer::Create(o, [](api::HttpRequest&&, api::Responder r) { r({503, {}, ""}); });
+    EXPECT_TRUE(created.ok()) << created.status().message();
+    server_ = std::move(*created);
+    server_->Start();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+  uint64_t connections() const { return server_->stats().connections_total; }
+
+ private:
+  std::unique_ptr<api::HttpServer> server_;
+};
+
+// A standby's refusal that names a leader the agent was not configured with (a stranger, or a lying server) is
+// logged and ignored: the stranger never receives a connection (no signed upgrade, no hello, nothing to run),
+// the agent walks on to its next configured server and takes that one's welcome, and the epoch the agent keeps
+// (in memory and in leader_epoch.json) is the configured leader's, never the stranger's.
+TEST_F(ChannelTest, AStandbyNamingALeaderOffTheAgentsListSendsTheAgentNowhere) {
+  const std::string db = (dir_ / "state.db").string();
+  api::AgentChannelOptions channel{200ms, 3};
+  channel.epoch = 2;
+  server_.reset();
+  server_ = std::make_unique<TestServer>(db, 0, channel);
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.name = "not-misled";
+  o.registration.cpu = 4096;
+  o.registration.memory = 8192;
+  {
+    EpochListener registering;  // registered at the leader (instance.json): the channel goes straight on
+    agent::ServerConnection c(o, registering, {});
+    ASSERT_TRUE(c.Register().ok());
+  }
+  StrangerServer stranger;
+  DecliningServer standby(StandbyRefusal(stranger.url()));
+  const agent::ServerEndpoint leader = o.server;
+  o.server = *agent::ServerEndpoint::Parse(standby.url());
+  o.servers = {o.server, leader};
+  EpochListener listener;
+  agent::ServerConnection connection(o, listener, {});
+  listener.connection = &connection;
+  connection.Start();
+  for (int i = 0; i < 500 && listener.welcomes() < 1; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(listener.welcomes(), 1u);
+  EXPECT_GE(standby.upgrades(), 1);
+  EXPECT_EQ(stranger.connections(), 0u);
+  EXPECT_EQ(connection.epoch(), 2);
+  const fs::path epoch_file = fs::path(o.state_dir) / "leader_epoch.json";
+  ASSERT_TRUE(fs::exists(epoch_file));
+  EXPECT_EQ(Json::parse(std::ifstream(epoch_file))["epoch"], 2);
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == true; });
+  connection.Stop();
+  EXPECT_EQ(stranger.connections(), 0u);
 }
 
 // An agent registers again only when a declined upgrade says the server does not know the instance: a standby
