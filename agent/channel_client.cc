@@ -47,7 +47,11 @@ Result<ServerEndpoint> ServerEndpoint::Parse(const std::string& url) {
 }
 
 std::string ServerEndpoint::Url() const {
-  return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  return "http://" + Authority();
+}
+
+std::string ServerEndpoint::Authority() const {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 namespace {
@@ -173,7 +177,7 @@ Status RefusalOf(const ServerEndpoint& server, const http::response<http::string
 Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation, const Json& body,
                      std::chrono::milliseconds timeout) {
   http::request<http::string_body> req{http::verb::post, "/", 11};
-  req.set(http::field::host, server.host);
+  req.set(http::field::host, server.Authority());
   req.set(http::field::content_type, "application/x-amz-json-1.1");
   req.set("X-Amz-Target", "AmazonEC2ContainerServiceV20141113." + operation);
   req.body() = body.dump();
@@ -257,7 +261,7 @@ Result<std::unique_ptr<ChannelClient>> ChannelClient::Connect(const ServerEndpoi
   // The handshake runs asynchronously on the client's io_context before its io thread starts: only the
   // asynchronous handshake hands back a declined answer (status and body), and the stream's expiry bounds it.
   websocket::response_type res;
-  impl->ws.async_handshake(res, server.host + ":" + std::to_string(server.port), target,
+  impl->ws.async_handshake(res, server.Authority(), target,
                            [&ec](beast::error_code e) { ec = e; });
   impl->ioc.run();
   impl->ioc.restart();

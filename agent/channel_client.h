@@ -27,6 +27,9 @@ struct ServerEndpoint {
   std::optional<protocol::SigningIdentity> signing;
   static Result<ServerEndpoint> Parse(const std::string& url);
   std::string Url() const;
+  // Authority: HOST:PORT as the Host header carries it (an IPv6 address in brackets), the port always given: the
+  // server answers a signed request only when its signed Host names it, port included (docs/security.md).
+  std::string Authority() const;
 };
 
 // CallEcs POSTs one ECS operation (SigV4-signed when server.signing is set) and returns the response body; an ECS

@@ -53,6 +53,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
                  "with a PostgreSQL --db: the URL (http://HOST:PORT) at which the other servers reach this one to "
                  "forward calls to it while it leads (default: http://LISTEN; required when LISTEN is a wildcard "
                  "address or port 0)");
+  app.add_option("--server-name", f.server_names,
+                 "with --credentials: HOST[:PORT] (port 80 when none), repeatable: another name a signed request's "
+                 "Host may carry, besides --listen's address and --advertise's (a proxy or load balancer in front of "
+                 "this server, the other replicas a standby forwards from); requests signed for any other host are "
+                 "refused");
   app.add_option("--lease-ttl-ms", f.lease_ttl_ms,
                  "with a PostgreSQL --db: how long the leader's lease lasts without a renewal (renewed about every "
                  "second); a standby takes over this long after the leader is gone")
@@ -188,6 +193,7 @@ void WaitForSignal() {
 struct ServerRuntime::Impl {
   std::unique_ptr<api::RequestAuthenticator> authenticator;  // null without --credentials; outlives the rest
   std::unique_ptr<api::RequestAuthenticator> logs_authenticator;  // the same keys, SigV4 service "logs"
+  std::shared_ptr<api::ServerNames> names;  // with --credentials: the Hosts a signed request may name
   size_t key_count = 0;
   std::unique_ptr<Store> store;         // SqliteStore, or PostgresStore for a postgres:// --db
   std::unique_ptr<PostgresStore> lease_store;  // with PostgreSQL: the lease's own connection
@@ -207,8 +213,12 @@ std::string ServerRuntime::endpoint() const { return impl_->endpoint; }
 
 std::string ServerRuntime::auth_summary() const {
   if (!impl_->authenticator) return "none: unsigned requests are served (loopback or --insecure-no-auth)";
+  const std::vector<std::string> names = impl_->names->names();
+  std::string shown;
+  for (size_t i = 0; i < names.size() && i < 4; ++i) shown += (i ? ", " : "") + names[i];
+  if (names.size() > 4) shown += ", ... (" + std::to_string(names.size()) + " in all)";
   return "SigV4, service ecs, region " + impl_->authenticator->verifier().region() + ", " +
-         std::to_string(impl_->key_count) + " key(s)";
+         std::to_string(impl_->key_count) + " key(s), host " + shown;
 }
 
 bool ServerRuntime::AgentsConnected(const std::vector<std::string>& instance_arns,
@@ -259,6 +269,17 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     return usage("--region must look like us-east-1");
   if (std::string bad = ChannelBoundsError(f); !bad.empty()) return usage(bad);
   auto impl = std::make_unique<Impl>();
+  // The names a signed request's Host may carry (api/auth/server_names.h): --server-name's, --advertise's, and
+  // --listen's once the server is bound (its port may be 0 until then).
+  auto names = std::make_shared<api::ServerNames>();
+  for (const std::string& name : f.server_names) {
+    if (Status s = names->Add(name); !s.ok()) return usage("--server-name " + s.message());
+  }
+  if (!f.advertise.empty()) {
+    std::string authority = f.advertise.rfind("http://", 0) == 0 ? f.advertise.substr(7) : "";
+    if (!authority.empty() && authority.back() == '/') authority.pop_back();
+    if (!authority.empty()) (void)names->Add(authority);  // a malformed one is refused below (with PostgreSQL)
+  }
   if (!f.credentials.empty()) {
     if (f.insecure_no_auth)
       return usage("--credentials and --insecure-no-auth contradict each other: drop --insecure-no-auth");
@@ -268,6 +289,9 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     impl->logs_authenticator = std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier(*keys, f.region, "logs"));
     impl->authenticator =
         std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier(std::move(*keys), f.region, "ecs"));
+    impl->names = names;
+    impl->authenticator->SetServerNames(names);
+    impl->logs_authenticator->SetServerNames(names);
   } else if (!IsLoopback(host) && !f.insecure_no_auth) {
     return usage("refusing to listen on " + host +
                  " without authentication: anyone who reaches it could run tasks on your GPUs. Pass "
@@ -344,6 +368,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
                                        *impl->lease_store);
     if (!started.ok()) return fail("cannot listen on " + f.listen + ": " + started.status().message());
     impl->replica = std::move(*started);
+    names->AddListen(host, impl->replica->port());
     impl->endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                      std::to_string(impl->replica->port());
     return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));
@@ -358,6 +383,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     return fail(m);  // kListen: the HTTP server's message names the address
   }
   impl->server = std::move(*server);
+  names->AddListen(host, impl->server->port());
   impl->endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                    std::to_string(impl->server->port());
   return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));

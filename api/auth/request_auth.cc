@@ -59,7 +59,26 @@ bool RequestAuthenticator::IsConsoleCall(const HttpRequest& req) {
 
 SigV4Result RequestAuthenticator::Authenticate(const HttpRequest& req) const {
   if (IsConsoleCall(req)) return AuthenticateSession(req);
-  return verifier_.Authenticate(req, clock_());
+  return AuthenticateSignature(req);
+}
+
+SigV4Result RequestAuthenticator::AuthenticateSignature(const HttpRequest& req) const {
+  SigV4Result who = verifier_.Authenticate(req, clock_());
+  if (!who.status.ok() || names_ == nullptr) return who;
+  // Checked after the signature, so only a request someone signed is judged by its Host (the verifier made sure
+  // Host is signed); every Host header must name this server.
+  for (const auto& [name, value] : req.headers) {
+    if (name != "host" || names_->Contains(value)) continue;
+    std::string shown = value.substr(0, 255);
+    for (char& c : shown)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return {Status(ErrorCode::kInvalidSignature,
+                   "The request was signed for host '" + shown +
+                       "', which is not this server's: sign for the address you send it to (this server answers "
+                       "for its --listen and --advertise addresses and its --server-name names)."),
+            {}, {}, KeyRole::kAdmin};
+  }
+  return who;
 }
 
 SigV4Result RequestAuthenticator::AuthenticateSession(const HttpRequest& req) const {
@@ -106,7 +125,7 @@ Status RequestAuthenticator::Authorize(const SigV4Result& who, std::string_view 
 
 Status RequestAuthenticator::Check(const HttpRequest& req, std::string_view action) const {
   // The agent channel takes signatures only: a console session (even an admin's) never opens it.
-  if (action == kAgentChannelAction) return Authorize(verifier_.Authenticate(req, clock_()), action);
+  if (action == kAgentChannelAction) return Authorize(AuthenticateSignature(req), action);
   return Authorize(Authenticate(req), action);
 }
 

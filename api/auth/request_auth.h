@@ -8,6 +8,10 @@
 // X-Gpupack-Console header is authenticated by its session instead of a signature (with the session's console
 // role: admin keys write, every other key only reads). A session never opens the agent channel.
 //
+// With server names (SetServerNames), a signed request is answered only when its signed Host is one of them
+// (api/auth/server_names.h): a request signed for another server is refused as a signature error
+// (kInvalidSignature), whoever signed it.
+//
 // Thread-safety: the verifier and clock are immutable after construction and the sessions are thread-safe;
 // every method may be called from any number of threads at once (the clock function must be thread-safe).
 #pragma once
@@ -19,6 +23,7 @@
 #include <string_view>
 
 #include "api/auth/console_sessions.h"
+#include "api/auth/server_names.h"
 #include "api/http/http_server.h"
 #include "protocol/sigv4_verifier.h"
 
@@ -72,12 +77,19 @@ class RequestAuthenticator {
 
   const SigV4Verifier& verifier() const { return verifier_; }
 
+  // SetServerNames: the names a signed request's Host must be one of (null: any Host, as before). Call it before
+  // the server serves; the names themselves may grow later (ServerNames is thread-safe).
+  void SetServerNames(std::shared_ptr<const ServerNames> names) { names_ = std::move(names); }
+
  private:
   SigV4Result AuthenticateSession(const HttpRequest& req) const;
+  // AuthenticateSignature: the verifier's verdict, then the Host check against names_.
+  SigV4Result AuthenticateSignature(const HttpRequest& req) const;
 
   SigV4Verifier verifier_;
   Clock clock_;
   std::unique_ptr<ConsoleSessions> sessions_;  // thread-safe itself; mutable through the pointer
+  std::shared_ptr<const ServerNames> names_;   // null: no Host check
 };
 
 }  // namespace gpupack::api

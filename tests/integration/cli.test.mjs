@@ -304,3 +304,11 @@ describe('first contact', () => {
     }
   });
 });
+
+describe('--server-name', () => {
+  test('--server-name takes HOST[:PORT] only', async () => {
+    const r = await run(['server', '--listen', '127.0.0.1:0', '--db', path.join(dir, 'names.db'), '--server-name', 'http://gp1:8080']);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /--server-name 'http:\/\/gp1:8080' is not HOST\[:PORT\]/);
+  });
+});

@@ -153,11 +153,14 @@ test('with --credentials, a SigV4-signed call sent to a standby verifies at the 
     fs.writeFileSync(creds, '[default]\naws_access_key_id = AKIDHA0001\naws_secret_access_key = ha-secret\n');
     fs.chmodSync(creds, 0o600);
     const db = pg.createDatabase('sigv4');
-    const args = ['--credentials', creds];
-    const a = await startReplica({ db, port: await freePort(), ttlMs: TTL_MS, extraArgs: args });
+    // Each replica counts the other among its names (--server-name): a call signed for the standby B reaches the
+    // leader A with B's Host.
+    const [aPort, bPort] = [await freePort(), await freePort()];
+    const args = (other) => ['--credentials', creds, '--server-name', `127.0.0.1:${other}`];
+    const a = await startReplica({ db, port: aPort, ttlMs: TTL_MS, extraArgs: args(bPort) });
     started.push(a);
     await waitLeader([a]);
-    const b = await startReplica({ db, port: await freePort(), ttlMs: TTL_MS, extraArgs: args });
+    const b = await startReplica({ db, port: bPort, ttlMs: TTL_MS, extraArgs: args(aPort) });
     started.push(b);
     await waitLeader([a, b], { all: true });
     const env = { ...awsClientEnv(dir), AWS_ACCESS_KEY_ID: 'AKIDHA0001', AWS_SECRET_ACCESS_KEY: 'ha-secret', AWS_DEFAULT_REGION: 'us-east-1' };

@@ -156,7 +156,11 @@ class AuthServer {
                                                                               : system_clock::time_point{
                                                                                     std::chrono::seconds{fixed}};
                                                           })),
-        server_(db, {0, {200ms, 3}, auth_.get()}) {}
+        names_(WithNames(*auth_)),
+        server_(db, {0, {200ms, 3}, auth_.get()}) {
+    // As `gpupack server --listen 127.0.0.1:0` does: the bound port's loopback names, set before any request.
+    names_->AddListen("127.0.0.1", server_.port());
+  }
 
   uint16_t port() const { return server_.port(); }
   std::string url() const { return server_.url(); }
@@ -177,9 +181,18 @@ class AuthServer {
   }
 
   std::atomic<int64_t> fixed_seconds{0};  // 0: the real clock
+  // names: the Hosts a signed request may carry (the listen address's, and what a test adds as --server-name).
+  api::ServerNames& names() { return *names_; }
 
  private:
+  static std::shared_ptr<api::ServerNames> WithNames(api::RequestAuthenticator& auth) {
+    auto names = std::make_shared<api::ServerNames>();
+    auth.SetServerNames(names);
+    return names;
+  }
+
   std::unique_ptr<api::RequestAuthenticator> auth_;  // before server_: its channel and handler point at it
+  std::shared_ptr<api::ServerNames> names_;
   testing_support::InProcessServer server_;
 };
 
@@ -356,6 +369,100 @@ TEST_F(AuthTest, TheAgentClientSaysWhichKeyAndWhatToCheck) {
   ASSERT_FALSE(unsigned_call.ok());
   EXPECT_EQ(unsigned_call.status().code(), ErrorCode::kMissingAuthenticationToken);
   EXPECT_NE(unsigned_call.status().message().find("--credentials"), std::string::npos);
+}
+
+// ---- Whose request it is --------------------------------------------------------------------------------------
+
+// SignedFor: the ListClusters call signed by the admin key as a client of the server at `host` signs it.
+std::string SignedFor(const std::string& host) {
+  const Call list;
+  HeaderList headers = list.Headers(0);
+  headers[0] = {"Host", host};
+  return Wire("POST", "/", Signed(headers, kAdmin, T0(), list.body), list.body);
+}
+
+// A signed request names its server in its signed Host. One signed for another server (what a stranger an
+// agent was misled to holds, or a call captured at another deployment that shares the key) and replayed here is
+// refused, however good its signature; one signed for this server's own address (127.0.0.1:PORT, and localhost or
+// ::1 on that port: it listens on loopback) or for a name added with --server-name is served. The agent channel's
+// upgrade is judged the same way (403).
+TEST_F(AuthTest, ARequestSignedForAnotherHostIsRefusedAndOneForThisServersNamesIsServed) {
+  const std::string arn = RegisterInstance(kAgentKey);  // signed now, by the agent's client: before FixClock
+  FixClock();
+  ASSERT_TRUE(server_->names().Add("gpupack.example.com").ok());  // --server-name gpupack.example.com (port 80)
+  const std::string port = std::to_string(server_->port());
+  const std::string other_port = std::to_string(server_->port() == 65535 ? 1 : server_->port() + 1);
+  struct Row {
+    std::string host;
+    bool served;
+  };
+  const std::vector<Row> rows = {
+      {"127.0.0.1:" + port, true},       {"localhost:" + port, true},        {"LocalHost:" + port, true},
+      {"[::1]:" + port, true},           {"gpupack.example.com", true},      {"gpupack.example.com:80", true},
+      {"10.0.0.66:" + port, false},      {"127.0.0.1:" + other_port, false}, {"localhost", false},
+      {"gpupack.example.com:8080", false}, {"stranger.example.net:8080", false},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.host);
+    RawResponse r = Exchange(server_->port(), SignedFor(row.host));
+    if (row.served) {
+      EXPECT_EQ(r.status, 200) << r.head << "\n" << r.body;
+      continue;
+    }
+    EXPECT_EQ(r.status, 400) << r.head << "\n" << r.body;
+    EXPECT_EQ(r.Header("x-amzn-ErrorType"), "InvalidSignatureException");
+    Json j = Json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << r.body;
+    EXPECT_EQ(j.value("__type", ""), "InvalidSignatureException");
+    EXPECT_NE(j.value("message", "").find("The request was signed for host '" + row.host +
+                                          "', which is not this server's"),
+              std::string::npos)
+        << j.value("message", "");
+  }
+
+  // The channel's upgrade signed for a stranger (as an agent misled to it would sign it), replayed here: 403.
+  const std::string target = std::string(api::kAgentChannelPath) + "?containerInstance=" + agent::PercentEncode(arn);
+  HeaderList upgrade = {{"Host", "stranger.example.net:8080"},
+                        {"Upgrade", "websocket"},
+                        {"Connection", "Upgrade"},
+                        {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
+                        {"Sec-WebSocket-Version", "13"}};
+  upgrade = Signed(upgrade, kAgentKey, T0(), "", kRegion, "GET", target);
+  std::string raw = "GET " + target + " HTTP/1.1\r\n";
+  for (const auto& [name, value] : upgrade) raw += name + ": " + value + "\r\n";
+  RawResponse refused = Exchange(server_->port(), raw + "\r\n");
+  EXPECT_EQ(refused.status, 403) << refused.head;
+  EXPECT_EQ(Json::parse(refused.body, nullptr, false).value("__type", ""), "InvalidSignatureException") << refused.body;
+  EXPECT_EQ(server_->channel().connected(), 0u);
+}
+
+// ServerNames reads HOST[:PORT] as a Host header or --server-name gives it: the host in lower case, port 80 when
+// none; anything else (a URL, a path, a user, an unbracketed IPv6 address, a bad port) is refused.
+TEST(ServerNamesTest, NormalizeReadsHostAndPortAndRefusesTheRest) {
+  const std::vector<std::pair<std::string, std::string>> good = {
+      {"gp1.internal:8080", "gp1.internal:8080"}, {"GP1.Internal", "gp1.internal:80"},
+      {"10.0.0.5:80", "10.0.0.5:80"},             {"[::1]:8080", "[::1]:8080"},
+      {"[FE80::1]", "[fe80::1]:80"},              {"localhost:65535", "localhost:65535"},
+  };
+  for (const auto& [in, out] : good) {
+    auto n = api::ServerNames::Normalize(in);
+    ASSERT_TRUE(n.ok()) << in << ": " << n.status().message();
+    EXPECT_EQ(*n, out) << in;
+  }
+  const std::vector<std::string> bad_names = {"",        ":8080",     "host:",        "host:0", "host:65536",
+                                              "host:8o", "http://h:1", "host/path",   "user@host", "::1",
+                                              "[::1",    "[::1]x",     "a b",          std::string(300, 'a')};
+  for (const std::string& bad : bad_names) {
+    EXPECT_FALSE(api::ServerNames::Normalize(bad).ok()) << bad;
+  }
+  api::ServerNames names;
+  names.AddListen("0.0.0.0", 8080);  // a wildcard listen: loopback, the interfaces' addresses, the host name
+  EXPECT_TRUE(names.Contains("127.0.0.1:8080"));
+  EXPECT_TRUE(names.Contains("localhost:8080"));
+  EXPECT_FALSE(names.Contains("127.0.0.1:8081"));
+  names.AddListen("10.1.2.3", 9000);  // a concrete address: itself only
+  EXPECT_TRUE(names.Contains("10.1.2.3:9000"));
+  EXPECT_FALSE(names.Contains("localhost:9000"));
 }
 
 // ---- The agent channel's upgrade ------------------------------------------------------------------------------
