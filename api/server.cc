@@ -20,7 +20,7 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
     failed = StartFailure::kLoadState;
     return Status(st.code(), "cannot load state: " + st.message());
   }
-  AddControlPlaneMetrics(*s->metrics_, *s->control_plane_);
+  AddControlPlaneMetrics(*s->metrics_, *s->control_plane_, options.metrics_per_task);
   options.channel.authenticator = options.authenticator;
   s->channel_ = std::make_unique<AgentChannel>(*s->control_plane_, options.channel);
   s->front_ = std::make_unique<FrontDoor>(*s->control_plane_, *s->metrics_);

@@ -38,6 +38,9 @@ struct ServerOptions {
   const RequestAuthenticator* authenticator = nullptr;
   // The same keys for the CloudWatch Logs calls, whose signatures name the service "logs"; null = none.
   const RequestAuthenticator* logs_authenticator = nullptr;
+  // metrics_per_task: /metrics carries the per-task GPU allocation series, labelled with task ARNs and container
+  // names (`gpupack server --metrics-per-task`); off: it names no task and no container.
+  bool metrics_per_task = false;
   // What GET /readyz answers (FrontDoor::ReadinessProbe); unset: a server alone. Must outlive the server.
   std::function<HttpResponse()> readiness;
 };

@@ -123,7 +123,7 @@ class TimedStore final : public Store {
 
 }  // namespace
 
-void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& cp) {
+void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& cp, bool per_task) {
   AddOne(metrics, "gpupack_placements_total", "Tasks placed.", MetricType::kCounter,
          [&cp] { return cp.applier().counters().placements; });
   AddPairCounter(metrics, cp, "gpupack_placement_failures_total",
@@ -164,6 +164,7 @@ void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& cp) {
               [](const Gpu& g) { return g.held ? 1.0 : 0.0; });
   AddGpuGauge(metrics, cp, "gpupack_gpu_mode", "Sharing mode per GPU (always 1; the mode is the label).",
               [](const Gpu&) { return 1.0; }, true);
+  if (!per_task) return;  // the task ARNs and container names are asked for, never shown by default
   metrics.AddCollected("gpupack_task_gpu_memory_allocated_bytes",
                        "GPU memory a container of a task not yet STOPPED holds on a GPU: what it declared (shared) or "
                        "the whole GPU (dedicated).",

@@ -23,9 +23,12 @@ namespace gpupack::api {
 // kBytesPerMiB: MiB figures of the model become bytes in /metrics.
 inline constexpr double kBytesPerMiB = 1048576.0;
 
-// AddControlPlaneMetrics: placements and placement failures, tasks by status, instance and per-GPU gauges and
-// the per-task GPU allocations, all from the control plane's current read view or counters.
-void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& control_plane);
+// AddControlPlaneMetrics: placements and placement failures, tasks by status, instance and per-GPU gauges, all
+// from the control plane's current read view or counters; with `per_task` (gpupack server --metrics-per-task)
+// also the per-task GPU allocations (gpupack_task_gpu_memory_allocated_bytes and
+// gpupack_task_gpu_compute_limit_ratio), whose labels name each task's ARN and container: /metrics is served
+// without a signature, so by default it names no task and no container (docs/security.md).
+void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& control_plane, bool per_task = false);
 
 // AddServerMetrics: HTTP connections and requests, store commits, agents connected and the channel's counters.
 // Every argument must outlive the registry's scrapes.

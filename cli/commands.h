@@ -27,7 +27,8 @@ struct ServerFlags {
   // Several servers on one PostgreSQL --db (docs/ha.md): the URL the others forward to (default
   // http://LISTEN) and the leader lease's length.
   std::string advertise;
-  std::vector<std::string> server_names;  // --server-name HOST[:PORT], repeatable: more names a signed Host may carry
+  std::vector<std::string> server_names;
+  bool metrics_per_task = false;  // --metrics-per-task: /metrics names tasks and containers  // --server-name HOST[:PORT], repeatable: more names a signed Host may carry
   int lease_ttl_ms = 5000;
   // The agent channel's bounds (api::ServerOptions; docs/security.md): connections open at once, the MiB one
   // connection may hold queued for sending, and the MiB of one hello's parts. Checked by ServerRuntime::Start.

@@ -58,6 +58,10 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
                  "Host may carry, besides --listen's address and --advertise's (a proxy or load balancer in front of "
                  "this server, the other replicas a standby forwards from); requests signed for any other host are "
                  "refused");
+  app.add_flag("--metrics-per-task", f.metrics_per_task,
+               "serve the per-task series on /metrics (gpupack_task_gpu_memory_allocated_bytes, "
+               "gpupack_task_gpu_compute_limit_ratio: two per GPU container of a task, labelled with its task ARN "
+               "and container name); off, /metrics names no task and no container (it needs no signature)");
   app.add_option("--lease-ttl-ms", f.lease_ttl_ms,
                  "with a PostgreSQL --db: how long the leader's lease lasts without a renewal (renewed about every "
                  "second); a standby takes over this long after the leader is gone")
@@ -344,6 +348,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.control_plane.arn.region = f.region;
   options.control_plane.arn.account = f.account_id;
   options.control_plane.placement.place_on_disconnected = f.place_on_disconnected;
+  options.metrics_per_task = f.metrics_per_task;
   options.max_websockets = static_cast<size_t>(f.max_agent_channels);
   options.max_send_queue_bytes = static_cast<size_t>(f.agent_send_queue_mib) << 20;
   options.channel.max_hello_bytes = static_cast<size_t>(f.agent_hello_mib) << 20;

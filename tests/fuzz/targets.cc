@@ -315,7 +315,7 @@ class Harness {
  public:
   // Harness loads the fixture (built once per process, see TheImage()) into a fresh store and control plane.
   explicit Harness(bool with_channel) : committer_(store_), cp_(Options(7), store_, committer_) {
-    api::AddControlPlaneMetrics(metrics_, cp_);
+    api::AddControlPlaneMetrics(metrics_, cp_, /*per_task=*/true);  // every family, the per-task ones included
     const Image& image = TheImage();
     WriteBatch batch;
     for (const auto& c : image.snapshot.clusters) batch.PutCluster(c);

@@ -3,7 +3,8 @@
 // through the simulated GPUs' process list, and a RunTask that cannot be placed. Then:
 //   - `promtool check metrics` finds nothing in either scrape;
 //   - the GPU series carry UUID, gpu and Hostname (the labels of dcgm-exporter) and their bytes are the MiB
-//     figures the API shows x 1048576; the per-task series name the task, its container and its GPU;
+//     figures the API shows x 1048576; the per-task series (the server runs with --metrics-per-task) name the
+//     task, its container and its GPU;
 //   - gpupack_placement_failures_total counts the tasks not placed, not the instances that refused them;
 //   - `promtool check rules` and `promtool check config` accept deploy/prometheus/, and every gpupack family the
 //     alert rules and the Grafana dashboard (deploy/grafana/gpupack.json) read is one the scrapes have.
@@ -128,7 +129,8 @@ describe('/metrics through promtool', { skip: SKIP }, () => {
 
   before(async () => {
     dir = tempDir('gpupack-metrics-');
-    server = await startServer({ db: path.join(dir, 'state.db') });
+    // --metrics-per-task: the dashboard's task tables read the per-task series, off by default.
+    server = await startServer({ db: path.join(dir, 'state.db'), extraArgs: ['--metrics-per-task'] });
     agent = await startAgent(dir, server.endpoint);
     const list = await waitFor('the agent to register and connect', async () => {
       const r = await ok(server.endpoint, 'ListContainerInstances', { cluster: 'default' });

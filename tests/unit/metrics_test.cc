@@ -371,10 +371,11 @@ TEST(MetricsRegistryTest, PromtoolAcceptsTheRendering) {
 // ---- The server's families over a control plane ----------------------------------------------------------------
 
 // MetricsServer: a control plane on a MemoryStore whose commits are timed, with the server's control-plane
-// families registered, played from the tests as the agent (placement on instances without a channel).
+// families registered (the per-task ones with `per_task`: --metrics-per-task), played from the tests as the agent
+// (placement on instances without a channel).
 class MetricsServer {
  public:
-  MetricsServer() {
+  explicit MetricsServer(bool per_task = false) {
     timed_ = TimeStoreCommits(store_, metrics_);
     committer_ = std::make_unique<GroupCommitter>(*timed_);
     ControlPlaneOptions o;
@@ -383,7 +384,7 @@ class MetricsServer {
     cp_ = std::make_unique<ControlPlane>(o, store_, *committer_);
     Status s = cp_->Load();
     EXPECT_TRUE(s.ok()) << s.message();
-    AddControlPlaneMetrics(metrics_, *cp_);
+    AddControlPlaneMetrics(metrics_, *cp_, per_task);
     Ok("CreateCluster", {{"clusterName", "default"}});
   }
   ~MetricsServer() { committer_->Flush(); }
@@ -439,7 +440,7 @@ std::string GpuKey(const std::string& family, const std::string& instance, const
 }
 
 TEST(ServerMetricsTest, GpuSeriesCarryUuidIndexAndHostnameWithBytesOfTheMiBFigures) {
-  MetricsServer s;
+  MetricsServer s(/*per_task=*/true);
   const std::string id = RegisterHost(s, "gpu-host-1", {"GPU-aaaa", "GPU-bbbb"}, 22587);
   RegisterShared(s, "mps", 4096, 50);
   Json run = s.Ok("RunTask", {{"taskDefinition", "mps"}});
@@ -472,6 +473,45 @@ TEST(ServerMetricsTest, GpuSeriesCarryUuidIndexAndHostnameWithBytesOfTheMiBFigur
   EXPECT_EQ(text.find("_mib"), std::string::npos) << text;
 }
 
+// /metrics needs no signature, so by default it names no task and no container: with a shared and a dedicated
+// task placed, the text holds neither task's ARN (nor its id), no task_arn or container label, and no
+// gpupack_task_ family, while the per-GPU series still count what the tasks hold. Asked for (--metrics-per-task),
+// the two per-task families name both tasks and their containers.
+TEST(ServerMetricsTest, ByDefaultNoSeriesNamesATaskOrAContainerAndThePerTaskFlagAddsThem) {
+  for (const bool per_task : {false, true}) {
+    SCOPED_TRACE(per_task ? "--metrics-per-task" : "default");
+    MetricsServer s(per_task);
+    const std::string id = RegisterHost(s, "h1", {"GPU-1", "GPU-2"}, 10000);
+    RegisterShared(s, "shared", 1000, 25);
+    s.Ok("RegisterTaskDefinition",
+         {{"family", "whole"},
+          {"containerDefinitions", Json::array({{{"name", "trainer-secret-name"}, {"image", "busybox"}, {"memory", 64},
+                                                 {"resourceRequirements", Json::array({{{"type", "GPU"},
+                                                                                        {"value", "1"}}})}}})}});
+    std::vector<std::string> arns;
+    for (const char* family : {"shared", "whole"}) {
+      Json run = s.Ok("RunTask", {{"taskDefinition", family}});
+      ASSERT_EQ(run["tasks"].size(), 1u) << family << ": " << run.dump();
+      arns.push_back(run["tasks"][0]["taskArn"]);
+    }
+    const std::string text = s.Render();
+    for (const std::string& arn : arns) {
+      const std::string task_id = arn.substr(arn.rfind('/') + 1);
+      EXPECT_EQ(text.find(task_id) != std::string::npos, per_task) << task_id << "\n" << text;
+    }
+    EXPECT_EQ(text.find("task_arn=") != std::string::npos, per_task) << text;
+    EXPECT_EQ(text.find("container=") != std::string::npos, per_task) << text;
+    EXPECT_EQ(text.find("trainer-secret-name") != std::string::npos, per_task) << text;
+    EXPECT_EQ(text.find("gpupack_task_gpu_memory_allocated_bytes") != std::string::npos, per_task);
+    EXPECT_EQ(text.find("gpupack_task_gpu_compute_limit_ratio") != std::string::npos, per_task);
+    auto m = s.Scrape();
+    double allocated = 0;
+    for (const char* uuid : {"GPU-1", "GPU-2"})
+      allocated += m.at(GpuKey("gpupack_gpu_memory_allocated_bytes", id, "h1", uuid, uuid[4] == '1' ? 0 : 1));
+    EXPECT_EQ(allocated, (1000.0 + 10000.0) * 1048576);  // the shared task's declared MiB and the whole GPU
+  }
+}
+
 TEST(ServerMetricsTest, PlacementFailuresCountTasksNotRejectedInstances) {
   MetricsServer s;
   RegisterHost(s, "h1", {"GPU-1"}, 10000);
@@ -498,7 +538,7 @@ TEST(ServerMetricsTest, PlacementFailuresCountTasksNotRejectedInstances) {
 }
 
 TEST(ServerMetricsTest, StopTaskReleasesItsAllocationSeriesAndCommitsAreTimed) {
-  MetricsServer s;
+  MetricsServer s(/*per_task=*/true);
   RegisterHost(s, "h1", {"GPU-1"}, 10000);
   RegisterShared(s, "small", 1000, 25);
   Json run = s.Ok("RunTask", {{"taskDefinition", "small"}});
@@ -515,7 +555,7 @@ TEST(ServerMetricsTest, PromtoolAcceptsTheServerFamilies) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "promtool is not on PATH (Debian: apt-get install prometheus)";
   }
-  MetricsServer s;
+  MetricsServer s(/*per_task=*/true);
   RegisterHost(s, "h1", {"GPU-1", "GPU-2"}, 10000);
   RegisterShared(s, "small", 1000, 25);
   for (int i = 0; i < 3; ++i) s.Ok("RunTask", {{"taskDefinition", "small"}, {"count", 10}});  // 20 fit
