@@ -12,16 +12,14 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "base/atomic_file.h"
 #include "cli/commands.h"
+#include "cli/ecs_model.h"
 
 namespace gpupack::cli {
 
 namespace {
-
-using Json = nlohmann::ordered_json;
 
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
@@ -49,79 +47,7 @@ constexpr const char* kBotocoreEcsModel =
     "data = open(path).read() if os.path.exists(path) else gzip.open(path + '.gz', 'rt').read()\n"
     "sys.stdout.write(data)\n";
 
-const char* kAdded = "Added by gpupack aws-model: a field gpupack serves (docs/api.md).";
-
-// AddMember adds `member` (of shape `shape`) to structure `owner` unless it has one; true when added.
-bool AddMember(Json& shapes, const std::string& owner, const std::string& member, const std::string& shape) {
-  Json& members = shapes[owner]["members"];
-  if (members.contains(member)) return false;
-  members[member] = {{"shape", shape}, {"documentation", kAdded}};
-  return true;
-}
-
-// AddShape adds a shape unless the model has one of that name.
-void AddShape(Json& shapes, const std::string& name, Json shape) {
-  if (!shapes.contains(name)) shapes[name] = std::move(shape);
-}
-
 }  // namespace
-
-// AddGpuSharingShapes adds to an ECS service model what gpupack serves beyond it: sharingStrategy on
-// ResourceRequirement (whose value becomes optional), gpuSharingStrategy on Container, gpuDevices on
-// ContainerInstance, gpuInfo on PlatformDevice. Idempotent. Returns the members added ("Shape.member").
-std::vector<std::string> AddGpuSharingShapes(Json& model) {
-  Json& shapes = model["shapes"];
-  AddShape(shapes, "gpupackInteger", {{"type", "integer"}, {"box", true}});
-  AddShape(shapes, "gpupackBoolean", {{"type", "boolean"}, {"box", true}});
-  AddShape(shapes, "gpupackString", {{"type", "string"}});
-  AddShape(shapes, "NvidiaMpsAllocation",
-           {{"type", "structure"},
-            {"required", {"memory"}},
-            {"members",
-             {{"memory", {{"shape", "gpupackInteger"}, {"documentation", "GPU memory in MiB, on one GPU."}}},
-              {"maxComputePercent",
-               {{"shape", "gpupackInteger"}, {"documentation", "Compute ceiling, 1..100 (omitted: 100)."}}}}},
-            {"documentation", kAdded}});
-  AddShape(shapes, "SharingStrategy",
-           {{"type", "structure"},
-            {"members", {{"nvidiaMps", {{"shape", "NvidiaMpsAllocation"}}}}},
-            {"documentation", kAdded}});
-  AddShape(shapes, "GpuSharingMode", {{"type", "string"}, {"enum", {"IDLE", "NVIDIA_MPS", "DEDICATED"}}});
-  AddShape(shapes, "GpuDevice",
-           {{"type", "structure"},
-            {"members",
-             {{"gpuId", {{"shape", "gpupackString"}}},
-              {"sharingMode", {{"shape", "GpuSharingMode"}}},
-              {"totalMemoryInMiB", {{"shape", "gpupackInteger"}}},
-              {"remainingMemoryInMiB", {{"shape", "gpupackInteger"}}},
-              {"containerCount", {{"shape", "gpupackInteger"}}},
-              {"heldAfterFault", {{"shape", "gpupackBoolean"}}}}},
-            {"documentation", kAdded}});
-  AddShape(shapes, "GpuDevices", {{"type", "list"}, {"member", {{"shape", "GpuDevice"}}}});
-  AddShape(shapes, "GpuInfo",
-           {{"type", "structure"},
-            {"members", {{"memoryInMiB", {{"shape", "gpupackInteger"}}}}},
-            {"documentation", kAdded}});
-
-  std::vector<std::string> added;
-  auto add = [&](const std::string& owner, const std::string& member, const std::string& shape) {
-    if (AddMember(shapes, owner, member, shape)) added.push_back(owner + "." + member);
-  };
-  add("ResourceRequirement", "sharingStrategy", "SharingStrategy");
-  add("Container", "gpuSharingStrategy", "SharingStrategy");
-  add("ContainerInstance", "gpuDevices", "GpuDevices");
-  add("PlatformDevice", "gpuInfo", "GpuInfo");
-  // A shared GPU requirement has no value: the model must not require one.
-  Json& rr = shapes["ResourceRequirement"];
-  if (rr.contains("required")) {
-    Json required = Json::array();
-    for (const auto& r : rr["required"])
-      if (r != "value") required.push_back(r);
-    if (required.size() != rr["required"].size()) added.push_back("ResourceRequirement.value optional");
-    rr["required"] = std::move(required);
-  }
-  return added;
-}
 
 void AddAwsModelFlags(CLI::App& app, AwsModelFlags& f) {
   app.add_option("--python", f.python,
@@ -157,14 +83,13 @@ int RunAwsModel(const AwsModelFlags& f) {
                       " imports: install boto3 (Debian: python3-boto3), pass --python, or --from FILE",
                   1);
   }
-  Json model = Json::parse(text, nullptr, false);
-  if (model.is_discarded() || !model.is_object() || !model.contains("shapes") || !model.contains("metadata"))
-    return fail(source + " is not an AWS service model", 1);
-  const std::string prefix = model["metadata"].value("endpointPrefix", "");
-  const std::string version = model["metadata"].value("apiVersion", "");
-  if (prefix != "ecs" || version.empty()) return fail(source + " is not the ECS service model", 1);
-  const std::vector<std::string> added = AddGpuSharingShapes(model);
-  const std::string out = model.dump(1);
+  // The model is read as untrusted input (cli/ecs_model.h): a malformed one is refused, never a crash, and its
+  // API version, which becomes a directory name, must be a plain date.
+  auto model = ReadEcsModel(text, source);
+  if (!model.ok()) return fail(model.status().message(), 1);
+  const std::string version = (*model)["metadata"]["apiVersion"].get<std::string>();
+  const std::vector<std::string> added = AddGpuSharingShapes(*model);
+  const std::string out = model->dump(1, ' ', false, ModelJson::error_handler_t::replace);
   if (f.to_stdout) {
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fputc('\n', stdout);
@@ -177,7 +102,7 @@ int RunAwsModel(const AwsModelFlags& f) {
     dir = std::string(home) + "/.aws/models";
   }
   namespace fs = std::filesystem;
-  const fs::path target = fs::path(dir) / prefix / version / "service-2.json";
+  const fs::path target = ModelPath(dir, *model);
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);
   if (ec) return fail("cannot create " + target.parent_path().string() + ": " + ec.message(), 1);

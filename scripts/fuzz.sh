@@ -4,7 +4,7 @@
 # crashes per target), also written to <build>/fuzz-summary.txt. Not part of the default test run; the crashes
 # it ever found are replayed by fuzz_regressions_test (tests/fuzz/regressions/<target>/).
 #
-# Usage: scripts/fuzz.sh [target...]        targets: query codec operations http channel sigv4 protocol (default: all)
+# Usage: scripts/fuzz.sh [target...]        targets: query codec operations http channel sigv4 protocol ecs_model (default: all)
 # Environment:
 #   FUZZ_SECONDS     seconds per target (default: 60), passed as -max_total_time
 #   FUZZ_BUILD_DIR   build directory, relative to the repository root (default: build-fuzz)
@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-$(nproc)}
-all_targets=(query codec operations http channel sigv4 protocol)
+all_targets=(query codec operations http channel sigv4 protocol ecs_model)
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do

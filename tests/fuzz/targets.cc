@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "api/ecs/codec.h"
 #include "api/ecs/ecs_dialect.h"
 #include "base/json_fields.h"
+#include "cli/ecs_model.h"
 #include "engine/control_plane.h"
 #include "api/ecs/ecs_handler.h"
 #include "api/ecs/router.h"
@@ -1090,6 +1092,27 @@ int FuzzProtocol(const uint8_t* data, size_t size) {
   const std::string_view rest = AsText(data + 1, size - 1);
   if (data[0] % 2 == 0) FuzzMessage(rest, [](std::string_view t) { return protocol::ParseAgentMessage(t); });
   else FuzzMessage(rest, [](std::string_view t) { return protocol::ParseServerMessage(t); });
+  return 0;
+}
+
+int FuzzEcsModel(const uint8_t* data, size_t size) {
+  const std::string_view text = AsText(data, size);
+  auto model = cli::ReadEcsModel(text, "input");
+  if (!model.ok()) {
+    if (model.status().message().rfind("input is not an ECS service model", 0) != 0)
+      Fail("a refused model's message does not say what was read", model.status().message());
+    return 0;
+  }
+  const std::string version = (*model)["metadata"]["apiVersion"].get<std::string>();
+  if (!cli::IsPlainApiVersion(version)) Fail("a model with an API version that is not a date was accepted", version);
+  const std::filesystem::path path = cli::ModelPath("/models", *model);
+  if (path.lexically_normal() != path || path.parent_path().parent_path() != "/models/ecs")
+    Fail("the install path leaves the models directory", path.string());
+  cli::AddGpuSharingShapes(*model);
+  if (!cli::AddGpuSharingShapes(*model).empty()) Fail("patching twice added something the second time");
+  const std::string out = model->dump(1, ' ', false, cli::ModelJson::error_handler_t::replace);
+  auto again = cli::ReadEcsModel(out, "the patched model");
+  if (!again.ok()) Fail("the patched model does not read back", again.status().message());
   return 0;
 }
 

@@ -17,6 +17,9 @@
 //               file, a request as in `http`: verified as is, then signed with SignRequest and verified again).
 //   protocol    byte 0 picks the direction (even: ParseAgentMessage, odd: ParseServerMessage), the rest is one
 //               channel message; an accepted one must survive Serialize and parse back equal (protocol/messages.h).
+//   ecs_model   the bytes are an ECS service model as `gpupack aws-model` reads one (cli/ecs_model.h): refused with
+//               a Status or accepted; an accepted one has a plain API version, its install path stays under the
+//               models directory, patching it twice adds nothing the second time, and it dumps and parses back.
 // In operations and channel input (and in an http body) these placeholders are replaced before parsing:
 // @I0..@I9 the container instance ARNs and @T0..@T9 the task ARNs known so far (the fixture's first, then
 // those the input's own RegisterContainerInstance/RunTask/StartTask created). Control lines: `!advance` moves
@@ -46,5 +49,6 @@ int FuzzHttp(const uint8_t* data, size_t size);
 int FuzzChannel(const uint8_t* data, size_t size);
 int FuzzSigV4(const uint8_t* data, size_t size);
 int FuzzProtocol(const uint8_t* data, size_t size);
+int FuzzEcsModel(const uint8_t* data, size_t size);
 
 }  // namespace gpupack::fuzz

@@ -312,3 +312,44 @@ describe('--server-name', () => {
     assert.match(r.stderr, /--server-name 'http:\/\/gp1:8080' is not HOST\[:PORT\]/);
   });
 });
+
+describe('gpupack aws-model on a hostile model', () => {
+  // model: a minimal ECS model with `metadata.apiVersion` = version and `shapes` as given (JSON text).
+  const model = (version, shapes = '{}') => `{"metadata":{"apiVersion":${JSON.stringify(version)},"endpointPrefix":"ecs"},"shapes":${shapes}}`;
+
+  test('a path for an apiVersion, shapes of the wrong type and deep nesting are refused, and nothing is written outside --models-dir', async () => {
+    const base = path.join(dir, 'aws-model');
+    const models = path.join(base, 'models');
+    fs.mkdirSync(models, { recursive: true });
+    const from = path.join(base, 'from.json');
+    const cases = [
+      { text: model('../../escaped'), message: /metadata\.apiVersion '\.\.\/\.\.\/escaped' is not a date YYYY-MM-DD/ },
+      { text: model(path.join(base, 'absolute')), message: /is not a date YYYY-MM-DD/ },
+      { text: model('2014-11-13', '[]'), message: /it has no "shapes" object/ },
+      { text: model('2014-11-13', `{"X":${'['.repeat(100000)}${']'.repeat(100000)}}`), message: /nests deeper than 64 levels/ },
+    ];
+    for (const c of cases) {
+      fs.writeFileSync(from, c.text);
+      const r = await run(['aws-model', '--from', from, '--models-dir', models]);
+      assert.equal(r.signal, null, r.stderr);
+      assert.equal(r.code, 1, r.stderr);
+      assert.match(r.stderr, /^gpupack: aws-model: .*from\.json is not an ECS service model that can be patched: /);
+      assert.match(r.stderr, c.message);
+    }
+    assert.deepEqual(fs.readdirSync(models), []);
+    assert.deepEqual(fs.readdirSync(base).sort(), ['from.json', 'models']);
+
+    // A plain model installs under the models directory; a symlink at the target is replaced, its target untouched.
+    const victim = path.join(base, 'victim');
+    fs.writeFileSync(victim, 'precious');
+    fs.mkdirSync(path.join(models, 'ecs', '2014-11-13'), { recursive: true });
+    const target = path.join(models, 'ecs', '2014-11-13', 'service-2.json');
+    fs.symlinkSync(victim, target);
+    fs.writeFileSync(from, model('2014-11-13'));
+    const good = await run(['aws-model', '--from', from, '--models-dir', models]);
+    assert.equal(good.code, 0, good.stderr);
+    assert.equal(fs.lstatSync(target).isSymbolicLink(), false);
+    assert.ok(JSON.parse(fs.readFileSync(target, 'utf8')).shapes.SharingStrategy);
+    assert.equal(fs.readFileSync(victim, 'utf8'), 'precious');
+  });
+});

@@ -307,6 +307,37 @@ TEST(BaseAtomicFile, CallersTemporaryStaleOneIsReplaced) {
   EXPECT_FALSE(fs::exists(temp));
 }
 
+// A symlink planted at the temporary's name (what `gpupack aws-model` once wrote through to any file the link
+// named) is never followed: the temporary is created with O_EXCL | O_NOFOLLOW, so the write fails and the link's
+// target keeps its content. The temporary's name is "<path>.tmp.<pid>.<n>" with a counter: links are planted
+// for the next 4096 values of n.
+TEST(BaseAtomicFile, ASymlinkAtTheTemporaryIsNotFollowed) {
+  TempDir dir;
+  const fs::path victim = dir.path / "victim";
+  std::ofstream(victim) << "precious";
+  const fs::path target = dir.path / "service-2.json";
+  for (int n = 0; n < 4096; ++n)
+    fs::create_symlink(victim, target.string() + ".tmp." + std::to_string(getpid()) + "." + std::to_string(n));
+  const Status s = WriteFileAtomically(target.string(), "attacker's choice", 0644);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot create"), std::string::npos) << s.message();
+  EXPECT_EQ(ReadAll(victim), "precious");
+  EXPECT_FALSE(fs::exists(target));
+  // The caller-named temporary: a stale symlink there is removed, not written through.
+  const fs::path temp = dir.path / ".rec.tmp";
+  fs::create_symlink(victim, temp);
+  EXPECT_EQ(WriteFileAtomicallyAt(target.c_str(), temp.c_str(), "x", 1, 0644), 0);
+  EXPECT_EQ(ReadAll(victim), "precious");
+  EXPECT_EQ(ReadAll(target), "x");
+  // A symlink at the target itself is replaced by the new file, its target untouched.
+  const fs::path linked = dir.path / "linked.json";
+  fs::create_symlink(victim, linked);
+  ASSERT_TRUE(WriteFileAtomically(linked.string(), "new", 0644).ok());
+  EXPECT_FALSE(fs::is_symlink(linked));
+  EXPECT_EQ(ReadAll(linked), "new");
+  EXPECT_EQ(ReadAll(victim), "precious");
+}
+
 // ---- WaitFd --------------------------------------------------------------------------------------------------
 
 TEST(BaseFdWait, ReadyAndTimeout) {

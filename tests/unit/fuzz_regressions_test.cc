@@ -59,7 +59,7 @@ INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplayTest,
                          ::testing::Values(Target{"query", FuzzQuery}, Target{"codec", FuzzCodec},
                                            Target{"operations", FuzzOperations}, Target{"http", FuzzHttp},
                                            Target{"channel", FuzzChannel}, Target{"sigv4", FuzzSigV4},
-                                           Target{"protocol", FuzzProtocol}),
+                                           Target{"protocol", FuzzProtocol}, Target{"ecs_model", FuzzEcsModel}),
                          [](const ::testing::TestParamInfo<Target>& info) { return std::string(info.param.name); });
 
 }  // namespace
