@@ -16,6 +16,8 @@ enum class ErrorCode {
   kClient,               // ClientException (400)
   kInvalidParameter,     // InvalidParameterException (400)
   kClusterNotFound,      // ClusterNotFoundException (400)
+  kServiceNotFound,      // ServiceNotFoundException (400)
+  kServiceNotActive,     // ServiceNotActiveException (400)
   kConflict,             // ConflictException (400)
   kAccessDenied,         // AccessDeniedException (400)
   kLimitExceeded,        // LimitExceededException (400)
@@ -41,6 +43,8 @@ class [[nodiscard]] Status {
   static Status Client(std::string m) { return {ErrorCode::kClient, std::move(m)}; }
   static Status InvalidParameter(std::string m) { return {ErrorCode::kInvalidParameter, std::move(m)}; }
   static Status ClusterNotFound(std::string m) { return {ErrorCode::kClusterNotFound, std::move(m)}; }
+  static Status ServiceNotFound(std::string m) { return {ErrorCode::kServiceNotFound, std::move(m)}; }
+  static Status ServiceNotActive(std::string m) { return {ErrorCode::kServiceNotActive, std::move(m)}; }
   static Status Conflict(std::string m) { return {ErrorCode::kConflict, std::move(m)}; }
   static Status LimitExceeded(std::string m) { return {ErrorCode::kLimitExceeded, std::move(m)}; }
   static Status Unsupported(std::string m) { return {ErrorCode::kUnsupportedFeature, std::move(m)}; }

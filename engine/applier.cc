@@ -48,15 +48,26 @@ void Applier::Enqueue(Job job) {
   queue_cv_.notify_one();
 }
 
-// WriterLoop takes everything queued at once and runs it in order.
+// WriterLoop takes everything queued at once and runs it in order. While nothing is queued it sleeps until the
+// earliest end of a service's restart back-off, and then runs a write that wakes the service.
 void Applier::WriterLoop() {
   std::deque<Job> jobs;
   for (;;) {
     {
       std::unique_lock lock(queue_mu_);
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left to run
+      auto ready = [this] { return stopping_ || !queue_.empty(); };
+      const auto& wakes = state_.ServiceWakes();  // state_ is the writer thread's: read here, on it
+      if (wakes.empty()) {
+        queue_cv_.wait(lock, ready);
+      } else if (const EpochMs delay = wakes.begin()->first - Now(); delay > 0) {
+        queue_cv_.wait_for(lock, std::chrono::milliseconds(delay), ready);
+      }
+      if (queue_.empty() && stopping_) return;  // stopping, and nothing left to run
       jobs.swap(queue_);
+    }
+    if (jobs.empty()) {  // a back-off ended: WakeServices runs at the start of every write
+      RunWrite([](Transaction&) { return Status::Ok(); }, [](Status) {});
+      continue;
     }
     for (Job& job : jobs) {
       if (job.read) {
@@ -87,7 +98,18 @@ void Applier::RunOnWriter(const std::function<void()>& f) {
 
 Status Applier::Load() {
   Status s;
-  RunOnWriter([&] { s = LoadOnWriter(); });
+  RunOnWriter([&] {
+    s = LoadOnWriter();
+    // Every service is looked at once after a load: a restarted or newly elected server goes on where the last
+    // one stopped (a deployment half done, replicas a lost agent took with it).
+    if (s.ok() && state_.ServiceCount() > 0)
+      Write(
+          [](Transaction& txn) {
+            MarkAllServices(txn);
+            return Status::Ok();
+          },
+          [](Status) {});
+  });
   return s;
 }
 
@@ -120,6 +142,7 @@ Status Applier::LoadOnWriter() {
     state_.PutInstance(std::move(i));
   }
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
+  for (auto& svc : snap->services) state_.PutService(std::move(svc));
   state_.RebuildReservations();
   // Records that decode but contradict each other are never served (storage/invariants.h).
   if (Status s = CheckInvariants(state_); !s.ok()) return s;
@@ -151,13 +174,18 @@ void Applier::RunWrite(const WriteOp& op, std::function<void(Status)> done) {
   const uint64_t durable_through = durable_through_.load();
   const std::shared_ptr<const ReadView> committed = View();  // at least as new as durable_through
   txn.SetDurability(seq, durable_through, committed.get());
-  if (txn.now() - last_purge_ >= 60'000 && !degraded_.load()) {
+  const bool degraded = degraded_.load();
+  if (txn.now() - last_purge_ >= 60'000 && !degraded) {
     last_purge_ = txn.now();
     PurgeExpired(txn, options_.stopped_task_retention_ms);
   }
   Status s;
   try {
+    if (!degraded) WakeServices(txn);
     s = op(txn);
+    // The service scheduler acts on what the operation changed, in the same transaction, so the tasks it
+    // starts or stops are durable together with their cause.
+    if (!degraded) ReconcileServices(txn, options_.placement);
   } catch (const std::exception& e) {
     s = Status::Server(std::string("internal error: ") + e.what());
   }
@@ -214,6 +242,7 @@ void Applier::FinishGroup() {
     move_all(merged.instances, c.delta.instances);
     move_all(merged.tasks, c.delta.tasks);
     move_all(merged.erased_tasks, c.delta.erased_tasks);
+    move_all(merged.services, c.delta.services);
   }
   if (!merged.empty()) {
     std::shared_ptr<const ReadView> base = View();

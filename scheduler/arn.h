@@ -25,6 +25,9 @@ struct ArnContext {
   std::string TaskDefinitionArn(const std::string& family, int revision) const {
     return Prefix() + "task-definition/" + family + ":" + std::to_string(revision);
   }
+  std::string ServiceArn(const std::string& cluster, const std::string& name) const {
+    return Prefix() + "service/" + cluster + "/" + name;
+  }
   std::string ContainerArn(const std::string& cluster, const std::string& task_id, const std::string& name) const {
     return Prefix() + "container/" + cluster + "/" + task_id + "/" + name;
   }

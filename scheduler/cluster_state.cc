@@ -231,6 +231,7 @@ std::shared_ptr<const Task> ClusterState::SharedTask(const std::string& arn) con
 
 void ClusterState::PutTask(Task task) {
   std::string arn = task.arn;
+  if (!task.resources_released) IndexServiceTask(task, /*insert=*/true);
   tasks_[arn] = std::make_shared<Task>(std::move(task));
 }
 
@@ -322,6 +323,7 @@ Status ClusterState::ReserveTask(Task task) {
     return Status::Server("task " + task.arn + " placed on unknown instance " + task.container_instance_arn);
   task.resources_released = false;
   ApplyReservation(task, +1);
+  IndexServiceTask(task, /*insert=*/true);
   std::string arn = task.arn;
   tasks_[arn] = std::make_shared<Task>(std::move(task));
   return Status::Ok();
@@ -331,8 +333,60 @@ bool ClusterState::ReleaseTask(const std::string& task_arn) {
   auto it = tasks_.find(task_arn);
   if (it == tasks_.end() || it->second->resources_released) return false;
   ApplyReservation(*it->second, -1);
+  IndexServiceTask(*it->second, /*insert=*/false);
   Own(it->second).resources_released = true;
   return true;
+}
+
+// ---- services ----------------------------------------------------------------------------------------------
+
+const Service* ClusterState::FindService(const std::string& arn) const {
+  auto it = services_.find(arn);
+  return it == services_.end() ? nullptr : &it->second;
+}
+
+void ClusterState::PutService(Service service) {
+  std::string arn = service.arn;
+  if (auto old = services_.find(arn); old != services_.end()) {
+    starved_services_[old->second.cluster].erase(arn);
+    daemon_services_[old->second.cluster].erase(arn);
+    service_wakes_.erase({old->second.next_launch_at, arn});
+  }
+  if (service.starved && service.status != ServiceStatus::kInactive) starved_services_[service.cluster].insert(arn);
+  if (service.daemon && service.status != ServiceStatus::kInactive) daemon_services_[service.cluster].insert(arn);
+  if (service.next_launch_at > 0 && service.status != ServiceStatus::kInactive)
+    service_wakes_.emplace(service.next_launch_at, arn);
+  services_[arn] = std::move(service);
+}
+
+const std::set<std::string>& ClusterState::StarvedServices(const std::string& cluster) const {
+  static const std::set<std::string> kNone;
+  auto it = starved_services_.find(cluster);
+  return it == starved_services_.end() ? kNone : it->second;
+}
+
+const std::set<std::string>& ClusterState::DaemonServices(const std::string& cluster) const {
+  static const std::set<std::string> kNone;
+  auto it = daemon_services_.find(cluster);
+  return it == daemon_services_.end() ? kNone : it->second;
+}
+
+const std::set<std::string>& ClusterState::ServiceTasks(const std::string& cluster, const std::string& group) const {
+  static const std::set<std::string> kNone;
+  auto it = service_tasks_.find({cluster, group});
+  return it == service_tasks_.end() ? kNone : it->second;
+}
+
+void ClusterState::IndexServiceTask(const Task& task, bool insert) {
+  if (task.group.rfind("service:", 0) != 0) return;
+  if (insert) {
+    service_tasks_[{task.cluster, task.group}].insert(task.arn);
+    return;
+  }
+  auto it = service_tasks_.find({task.cluster, task.group});
+  if (it == service_tasks_.end()) return;
+  it->second.erase(task.arn);
+  if (it->second.empty()) service_tasks_.erase(it);
 }
 
 void ClusterState::SetTaskLastStatus(const std::string& task_arn, TaskStatus last_status) {

@@ -210,6 +210,28 @@ class ClusterState {
   const std::vector<uint64_t>& StampsOf(const std::string& cluster) const;
   uint64_t LastStamp() const { return stamps_; }
 
+  // ---- services, keyed by ARN
+  const Service* FindService(const std::string& arn) const;
+  void PutService(Service service);  // adds or replaces
+  // ForEachService calls `f(const Service&)` for every service, by ARN.
+  template <typename F>
+  void ForEachService(F&& f) const {
+    for (const auto& entry : services_) f(entry.second);
+  }
+  size_t ServiceCount() const { return services_.size(); }
+  // ServiceTasks: the tasks of group `group` ("service:<name>") in `cluster` that still hold their reservations
+  // (placed and not yet released), by ARN. Kept by ReserveTask, ReleaseTask and PutTask for every group that
+  // starts with "service:", so the service scheduler never scans the tasks.
+  const std::set<std::string>& ServiceTasks(const std::string& cluster, const std::string& group) const;
+  // StarvedServices: the ARNs of the cluster's services whose last reconcile could not place a task
+  // (Service::starved); ServiceWakes: (next_launch_at, ARN) of the services waiting out a restart back-off,
+  // earliest first. Both kept by PutService.
+  const std::set<std::string>& StarvedServices(const std::string& cluster) const;
+  // DaemonServices: the ARNs of the cluster's DAEMON services that are not INACTIVE (kept by PutService): an
+  // instance that joins or leaves concerns each of them.
+  const std::set<std::string>& DaemonServices(const std::string& cluster) const;
+  const std::set<std::pair<EpochMs, std::string>>& ServiceWakes() const { return service_wakes_; }
+
   // ---- clientToken idempotency
   const ClientTokenRecord* FindClientToken(const std::string& cluster, const std::string& token) const;
   void PutClientToken(ClientTokenRecord record);
@@ -261,6 +283,13 @@ class ClusterState {
   std::unordered_map<std::string, std::shared_ptr<Task>> tasks_;
   std::vector<std::shared_ptr<Task>> superseded_;  // versions replaced by Own() since DropSuperseded()
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
+  std::map<std::string, Service> services_;  // ARN -> service
+  // (cluster, group) -> ARNs of the group's tasks holding reservations, for groups "service:*" (ServiceTasks)
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> service_tasks_;
+  void IndexServiceTask(const Task& task, bool insert);
+  std::map<std::string, std::set<std::string>> starved_services_;  // cluster -> ARNs (StarvedServices)
+  std::map<std::string, std::set<std::string>> daemon_services_;   // cluster -> ARNs (DaemonServices)
+  std::set<std::pair<EpochMs, std::string>> service_wakes_;        // (next_launch_at, ARN) (ServiceWakes)
   // cluster -> fragmentation state (shared_ptr: ClusterFragments is incomplete here)
   std::unordered_map<std::string, std::shared_ptr<ClusterFragments>> fragments_;
   uint64_t stamps_ = 0;  // the last InstanceLoad::stamp given

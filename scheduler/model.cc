@@ -11,6 +11,10 @@ namespace {
 constexpr const char* kTaskStatusNames[] = {"PENDING", "RUNNING", "STOPPED"};
 constexpr const char* kInstanceStatusNames[] = {"ACTIVE", "DRAINING", "INACTIVE"};
 constexpr const char* kLifecycleStatusNames[] = {"ACTIVE", "INACTIVE"};
+constexpr const char* kServiceStatusNames[] = {"ACTIVE", "DRAINING", "INACTIVE"};
+constexpr const char* kRolloutStateNames[] = {"IN_PROGRESS", "COMPLETED", "FAILED"};
+static_assert(std::size(kServiceStatusNames) == static_cast<size_t>(ServiceStatus::kInactive) + 1);
+static_assert(std::size(kRolloutStateNames) == static_cast<size_t>(RolloutState::kFailed) + 1);
 static_assert(std::size(kTaskStatusNames) == static_cast<size_t>(TaskStatus::kStopped) + 1);
 static_assert(std::size(kInstanceStatusNames) == static_cast<size_t>(InstanceStatus::kInactive) + 1);
 static_assert(std::size(kLifecycleStatusNames) == static_cast<size_t>(LifecycleStatus::kInactive) + 1);
@@ -37,6 +41,15 @@ std::optional<InstanceStatus> ParseInstanceStatus(std::string_view text) {
 }
 std::optional<LifecycleStatus> ParseLifecycleStatus(std::string_view text) {
   return ParseName<LifecycleStatus>(kLifecycleStatusNames, text);
+}
+
+const char* Name(ServiceStatus status) { return kServiceStatusNames[static_cast<size_t>(status)]; }
+const char* Name(RolloutState state) { return kRolloutStateNames[static_cast<size_t>(state)]; }
+std::optional<ServiceStatus> ParseServiceStatus(std::string_view text) {
+  return ParseName<ServiceStatus>(kServiceStatusNames, text);
+}
+std::optional<RolloutState> ParseRolloutState(std::string_view text) {
+  return ParseName<RolloutState>(kRolloutStateNames, text);
 }
 
 const char* GpuModeName(GpuMode mode) {

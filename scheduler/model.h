@@ -43,6 +43,7 @@ inline constexpr char kTaskFailedToStart[] = "TaskFailedToStart";
 inline constexpr char kEssentialContainerExited[] = "EssentialContainerExited";
 inline constexpr char kUserInitiated[] = "UserInitiated";
 inline constexpr char kInfrastructureHealth[] = "InfrastructureHealth";
+inline constexpr char kServiceSchedulerInitiated[] = "ServiceSchedulerInitiated";
 }  // namespace stop_codes
 
 // ---- Task definitions -------------------------------------------------------------------------------------
@@ -288,6 +289,88 @@ struct Task {
   int64_t version = 1;
   bool operator==(const Task&) const = default;
 };
+
+// ---- Services ---------------------------------------------------------------------------------------------
+// A service keeps desiredCount copies of a task definition running (engine/operations/service_scheduler.cc). Its
+// tasks carry group "service:<name>" and startedBy the id of the deployment that started them.
+
+// ServiceStatus: ACTIVE; DRAINING after DeleteService until its last task stopped; then INACTIVE.
+enum class ServiceStatus { kActive, kDraining, kInactive };
+const char* Name(ServiceStatus status);  // "ACTIVE" | "DRAINING" | "INACTIVE"
+std::optional<ServiceStatus> ParseServiceStatus(std::string_view text);
+
+// RolloutState: a deployment's rolloutState.
+enum class RolloutState { kInProgress, kCompleted, kFailed };
+const char* Name(RolloutState state);  // "IN_PROGRESS" | "COMPLETED" | "FAILED"
+std::optional<RolloutState> ParseRolloutState(std::string_view text);
+
+// deploymentConfiguration: how many tasks a deployment or a drain may stop and start at once.
+struct DeploymentConfiguration {
+  int minimum_healthy_percent = 100;  // RUNNING tasks kept, percent of desiredCount (rounded up)
+  int maximum_percent = 200;          // tasks RUNNING or PENDING at most, percent of desiredCount (rounded down)
+  bool circuit_breaker = false;       // deploymentCircuitBreaker.enable
+  bool rollback = false;              // deploymentCircuitBreaker.rollback
+  bool operator==(const DeploymentConfiguration&) const = default;
+};
+
+// One deployment of a service: the PRIMARY one is what the service converges on; ACTIVE ones are older ones
+// whose tasks are being replaced. Counts are kept by the service scheduler.
+struct ServiceDeployment {
+  std::string id;                       // "ecs-svc/<19 digits>": the startedBy of its tasks
+  bool primary = true;                  // status PRIMARY, else ACTIVE
+  std::string task_definition_arn;
+  int desired_count = 0;
+  int pending_count = 0;
+  int running_count = 0;
+  int failed_tasks = 0;
+  RolloutState rollout_state = RolloutState::kInProgress;
+  std::string rollout_state_reason;
+  EpochMs created_at = 0;
+  EpochMs updated_at = 0;
+  bool operator==(const ServiceDeployment&) const = default;
+};
+
+struct ServiceEvent {
+  std::string id;
+  EpochMs created_at = 0;
+  std::string message;
+  bool operator==(const ServiceEvent&) const = default;
+};
+
+struct Service {
+  std::string arn;
+  std::string name;
+  std::string cluster;  // cluster name
+  ServiceStatus status = ServiceStatus::kActive;
+  std::string task_definition_arn;  // the PRIMARY deployment's
+  std::string stable_task_definition_arn;  // the last COMPLETED deployment's: what a rollback returns to
+  int desired_count = 0;
+  bool daemon = false;              // schedulingStrategy DAEMON (one task per instance), else REPLICA
+  std::vector<PlacementConstraint> placement_constraints;
+  std::vector<PlacementStrategy> placement_strategy;
+  DeploymentConfiguration deployment_configuration;
+  std::vector<ServiceDeployment> deployments;  // PRIMARY first, then ACTIVE ones, newest first
+  std::vector<ServiceEvent> events;            // newest first, at most kMaxServiceEvents
+  std::vector<KeyValuePair> tags;
+  std::string client_token;
+  int running_count = 0;
+  int pending_count = 0;
+  bool steady = false;          // the last reconcile found desiredCount RUNNING and nothing else to do
+  bool starved = false;         // the last reconcile could not place a task it wanted: retried when capacity frees
+  int failure_streak = 0;       // tasks that stopped on their own, each within kFailureWindowMs of the last
+  EpochMs last_failure_at = 0;
+  EpochMs next_launch_at = 0;   // no task is started before this (restart back-off); 0 = none
+  EpochMs created_at = 0;
+  EpochMs updated_at = 0;
+  int64_t version = 1;
+  bool operator==(const Service&) const = default;
+
+  static constexpr size_t kMaxServiceEvents = 100;
+  const ServiceDeployment* Primary() const { return deployments.empty() ? nullptr : &deployments.front(); }
+};
+
+// ServiceGroup: the task group of a service's tasks.
+inline std::string ServiceGroup(const std::string& service_name) { return "service:" + service_name; }
 
 const char* GpuModeName(GpuMode mode);  // "IDLE" | "NVIDIA_MPS" | "DEDICATED"
 

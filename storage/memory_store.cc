@@ -25,6 +25,9 @@ Snapshot MemoryStore::SnapshotLocked(bool with_tasks) const {
   snap.instances = instances_.values();
   if (with_tasks) snap.tasks = tasks_.values();
   snap.client_tokens = client_tokens_.values();
+  snap.services = services_.values();
+  std::sort(snap.services.begin(), snap.services.end(),
+            [](const Service& a, const Service& b) { return a.arn < b.arn; });
   std::sort(snap.clusters.begin(), snap.clusters.end(),
             [](const Cluster& a, const Cluster& b) { return a.name < b.name; });
   std::sort(snap.task_definitions.begin(), snap.task_definitions.end(),
@@ -52,6 +55,7 @@ Status MemoryStore::Commit(const WriteBatch& batch) {
   for (const auto& v : batch.instances()) instances_.Put(v.arn, v);
   for (const auto& v : batch.tasks()) tasks_.Put(v.arn, v);
   for (const auto& v : batch.client_tokens()) client_tokens_.Put({v.cluster, v.token}, v);
+  for (const auto& v : batch.services()) services_.Put(v.arn, v);
   for (const auto& arn : batch.deleted_tasks()) tasks_.Erase(arn);
   for (const auto& key : batch.deleted_client_tokens()) client_tokens_.Erase(key);
   for (const auto& arn : batch.deleted_instances()) instances_.Erase(arn);

@@ -30,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 // Instances and tasks carry `seq` (bigserial) that upserts keep, so Load returns them in first-stored order.
 // gpupack_leader_lease holds exactly one row (id 1): the leader's name, the URL it serves on, its epoch (raised
 // by every takeover) and when its lease ends by the database's clock; epoch 0 is "nobody has led yet".
-constexpr std::array<std::string_view, 1> kPgMigrations = {
+constexpr std::array<std::string_view, 2> kPgMigrations = {
     // 0 -> 1: the initial schema.
     R"sql(
 CREATE TABLE clusters (
@@ -67,6 +67,13 @@ CREATE TABLE gpupack_leader_lease (
   expires_at timestamptz NOT NULL
 );
 INSERT INTO gpupack_leader_lease (id, holder, advertise, epoch, expires_at) VALUES (1, '', '', 0, '-infinity');
+)sql",
+    // 1 -> 2: services.
+    R"sql(
+CREATE TABLE services (
+  arn text PRIMARY KEY,
+  doc text NOT NULL
+);
 )sql",
 };
 
@@ -535,6 +542,9 @@ Result<Snapshot> PostgresStore::LoadImpl(const TaskSink* on_task) {
                 two_texts,
                 [](const ClientTokenRecord& x) { return "(" + Quote(x.cluster) + ", " + Quote(x.token) + ")"; },
                 &snap.client_tokens);
+  if (s.ok())
+    s = ReadAll(c, "SELECT arn, doc FROM services ORDER BY arn", "services", 1, one_text,
+                [](const Service& x) { return Quote(x.arn); }, &snap.services);
   if (!s.ok()) {
     c.Rollback();
     return Status::Server("storage load failed: " + s.message());
@@ -654,6 +664,7 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                     ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return ToDoc(x); })}});
   if (!batch.instances().empty()) out.push_back(UpsertByArn("container_instances", batch.instances()));
   if (!batch.tasks().empty()) out.push_back(UpsertByArn("tasks", batch.tasks()));
+  if (!batch.services().empty()) out.push_back(UpsertByArn("services", batch.services()));
   if (!batch.client_tokens().empty())
     out.push_back({"writing client_tokens",
                    "INSERT INTO client_tokens (cluster, token, doc) "

@@ -22,6 +22,7 @@ std::string ToDoc(const TaskDefinition& v);
 std::string ToDoc(const ContainerInstance& v);
 std::string ToDoc(const Task& v);
 std::string ToDoc(const ClientTokenRecord& v);
+std::string ToDoc(const Service& v);
 
 // FromDoc parses `doc` into `*out`; on failure a Status::Server whose message says what is wrong (the caller
 // adds which record it was).
@@ -30,5 +31,6 @@ Status FromDoc(std::string_view doc, TaskDefinition* out);
 Status FromDoc(std::string_view doc, ContainerInstance* out);
 Status FromDoc(std::string_view doc, Task* out);
 Status FromDoc(std::string_view doc, ClientTokenRecord* out);
+Status FromDoc(std::string_view doc, Service* out);
 
 }  // namespace gpupack::storage_internal

@@ -27,7 +27,7 @@ using storage_internal::ToDoc;
 //
 // Instances and tasks carry `seq`, an INTEGER PRIMARY KEY (stable under VACUUM) that upserts keep, so Load
 // returns them in the order they were first stored (ClusterState's per-cluster registration order).
-constexpr std::array<std::string_view, 1> kMigrations = {
+constexpr std::array<std::string_view, 2> kMigrations = {
     // 0 -> 1: the initial schema.
     R"sql(
 CREATE TABLE clusters (
@@ -55,6 +55,13 @@ CREATE TABLE client_tokens (
   token   TEXT NOT NULL,
   doc     TEXT NOT NULL,
   PRIMARY KEY (cluster, token)
+);
+)sql",
+    // 1 -> 2: services.
+    R"sql(
+CREATE TABLE services (
+  arn TEXT PRIMARY KEY NOT NULL,
+  doc TEXT NOT NULL
 );
 )sql",
 };
@@ -203,9 +210,10 @@ Status Migrate(sqlite3* db) {
 struct SqliteStore::Db {
   std::unique_ptr<sqlite3, ConnCloser> conn;
   StmtPtr begin_write, begin_read, commit, rollback;
-  StmtPtr put_cluster, put_task_definition, put_instance, put_task, put_client_token;
+  StmtPtr put_cluster, put_task_definition, put_instance, put_task, put_client_token, put_service;
   StmtPtr delete_task, delete_client_token, delete_instance;
-  StmtPtr select_clusters, select_task_definitions, select_instances, select_tasks, select_client_tokens;
+  StmtPtr select_clusters, select_task_definitions, select_instances, select_tasks, select_client_tokens,
+      select_services;
 
   Status PrepareAll() {
     const std::pair<StmtPtr*, const char*> all[] = {
@@ -226,6 +234,8 @@ struct SqliteStore::Db {
         {&put_client_token,
          "INSERT INTO client_tokens (cluster, token, doc) VALUES (?1, ?2, ?3) "
          "ON CONFLICT (cluster, token) DO UPDATE SET doc = excluded.doc"},
+        {&put_service,
+         "INSERT INTO services (arn, doc) VALUES (?1, ?2) ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc"},
         {&delete_task, "DELETE FROM tasks WHERE arn = ?1"},
         {&delete_client_token, "DELETE FROM client_tokens WHERE cluster = ?1 AND token = ?2"},
         {&delete_instance, "DELETE FROM container_instances WHERE arn = ?1"},
@@ -235,6 +245,7 @@ struct SqliteStore::Db {
         {&select_instances, "SELECT arn, doc FROM container_instances ORDER BY seq"},
         {&select_tasks, "SELECT arn, doc FROM tasks ORDER BY seq"},
         {&select_client_tokens, "SELECT cluster, token, doc FROM client_tokens ORDER BY cluster, token"},
+        {&select_services, "SELECT arn, doc FROM services ORDER BY arn"},
     };
     for (const auto& [slot, sql] : all) {
       sqlite3_stmt* raw = nullptr;
@@ -431,6 +442,10 @@ Result<Snapshot> SqliteStore::LoadImpl(const TaskSink* on_task) {
         conn, d.select_client_tokens.get(), "client_tokens", 2, two_texts,
         [](const ClientTokenRecord& r) { return "(" + Quote(r.cluster) + ", " + Quote(r.token) + ")"; },
         &snap.client_tokens);
+  if (s.ok())
+    s = ReadTable(
+        conn, d.select_services.get(), "services", 1, one_text, [](const Service& v) { return Quote(v.arn); },
+        &snap.services);
   if (!s.ok()) {
     d.Rollback();
     return Status::Server("storage load failed: " + s.message());
@@ -481,6 +496,10 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
     const std::string doc = ToDoc(r);
     if (!Use(d.put_client_token.get()).Text(1, r.cluster).Text(2, r.token).Text(3, doc).Run())
       return fail("writing client_tokens (" + Quote(r.cluster) + ", " + Quote(r.token) + ")");
+  }
+  for (const auto& v : batch.services()) {
+    const std::string doc = ToDoc(v);
+    if (!Use(d.put_service.get()).Text(1, v.arn).Text(2, doc).Run()) return fail("writing services " + Quote(v.arn));
   }
   for (const auto& arn : batch.deleted_tasks()) {
     if (!Use(d.delete_task.get()).Text(1, arn).Run()) return fail("deleting tasks " + Quote(arn));

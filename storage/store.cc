@@ -41,6 +41,11 @@ void WriteBatch::PutClientToken(ClientTokenRecord record) {
   client_tokens_.Put(std::move(key), std::move(record));
 }
 
+void WriteBatch::PutService(Service service) {
+  std::string key = service.arn;
+  services_.Put(std::move(key), std::move(service));
+}
+
 void WriteBatch::DeleteTask(const std::string& arn) {
   tasks_.Erase(arn);
   deleted_tasks_.insert(arn);
@@ -69,6 +74,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   for (auto& v : other.instances_.TakeValues()) PutInstance(std::move(v));
   for (auto& v : other.tasks_.TakeValues()) PutTask(std::move(v));
   for (auto& v : other.client_tokens_.TakeValues()) PutClientToken(std::move(v));
+  for (auto& v : other.services_.TakeValues()) PutService(std::move(v));
   for (const auto& arn : other.deleted_tasks_) DeleteTask(arn);
   for (const auto& [cluster, token] : other.deleted_client_tokens_) DeleteClientToken(cluster, token);
   for (const auto& arn : other.deleted_instances_) DeleteInstance(arn);
@@ -77,7 +83,7 @@ void WriteBatch::Append(WriteBatch&& other) {
 
 size_t WriteBatch::size() const {
   return clusters_.size() + task_definitions_.size() + instances_.size() + tasks_.size() +
-         client_tokens_.size() + deleted_tasks_.size() + deleted_client_tokens_.size() +
+         client_tokens_.size() + services_.size() + deleted_tasks_.size() + deleted_client_tokens_.size() +
          deleted_instances_.size();
 }
 

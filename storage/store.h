@@ -29,6 +29,7 @@ struct Snapshot {
   std::vector<ContainerInstance> instances;
   std::vector<Task> tasks;
   std::vector<ClientTokenRecord> client_tokens;
+  std::vector<Service> services;  // by ARN
 };
 
 // KeyedPuts: upserts of one entity kind, unique by key, in the order each key was first put. A later put of
@@ -86,6 +87,7 @@ class WriteBatch {
   void PutInstance(ContainerInstance instance);
   void PutTask(Task task);
   void PutClientToken(ClientTokenRecord record);
+  void PutService(Service service);  // services are never deleted: an INACTIVE one stays describable
 
   void DeleteTask(const std::string& arn);  // retention purge of a STOPPED task
   void DeleteClientToken(const std::string& cluster, const std::string& token);
@@ -103,6 +105,7 @@ class WriteBatch {
   const std::vector<ContainerInstance>& instances() const { return instances_.values(); }
   const std::vector<Task>& tasks() const { return tasks_.values(); }
   const std::vector<ClientTokenRecord>& client_tokens() const { return client_tokens_.values(); }
+  const std::vector<Service>& services() const { return services_.values(); }
   const std::set<std::string>& deleted_tasks() const { return deleted_tasks_; }
   const std::set<ClientTokenKey>& deleted_client_tokens() const { return deleted_client_tokens_; }
   const std::set<std::string>& deleted_instances() const { return deleted_instances_; }
@@ -113,6 +116,7 @@ class WriteBatch {
   KeyedPuts<std::string, ContainerInstance> instances_;
   KeyedPuts<std::string, Task> tasks_;
   KeyedPuts<ClientTokenKey, ClientTokenRecord> client_tokens_;
+  KeyedPuts<std::string, Service> services_;
   std::set<std::string> deleted_tasks_;
   std::set<ClientTokenKey> deleted_client_tokens_;
   std::set<std::string> deleted_instances_;

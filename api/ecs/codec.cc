@@ -410,6 +410,67 @@ Json ToJson(const ArnContext& ctx, const Task& t) {
   return out;
 }
 
+Json ToJson(const ArnContext& ctx, const Service& svc, bool tags) {
+  Json constraints = Json::array(), strategies = Json::array();
+  for (const auto& pc : svc.placement_constraints) {
+    Json j = {{"type", pc.type}};
+    if (!pc.expression.empty()) j["expression"] = pc.expression;
+    constraints.push_back(std::move(j));
+  }
+  for (const auto& ps : svc.placement_strategy) {
+    Json j = {{"type", ps.type}};
+    if (!ps.field.empty()) j["field"] = ps.field;
+    strategies.push_back(std::move(j));
+  }
+  const DeploymentConfiguration& cfg = svc.deployment_configuration;
+  Json deployments = Json::array();
+  for (const auto& d : svc.deployments) {
+    Json j = {{"id", d.id},
+              {"status", d.primary ? "PRIMARY" : "ACTIVE"},
+              {"taskDefinition", d.task_definition_arn},
+              {"desiredCount", d.desired_count},
+              {"pendingCount", d.pending_count},
+              {"runningCount", d.running_count},
+              {"failedTasks", d.failed_tasks},
+              {"createdAt", EpochSeconds(d.created_at)},
+              {"updatedAt", EpochSeconds(d.updated_at)},
+              {"launchType", "EC2"},
+              {"rolloutState", Name(d.rollout_state)}};
+    if (!d.rollout_state_reason.empty()) j["rolloutStateReason"] = d.rollout_state_reason;
+    deployments.push_back(std::move(j));
+  }
+  Json events = Json::array();
+  for (const auto& e : svc.events)
+    events.push_back({{"id", e.id}, {"createdAt", EpochSeconds(e.created_at)}, {"message", e.message}});
+  Json out = {{"serviceArn", svc.arn},
+              {"serviceName", svc.name},
+              {"clusterArn", ctx.ClusterArn(svc.cluster)},
+              {"status", Name(svc.status)},
+              {"desiredCount", svc.desired_count},
+              {"runningCount", svc.running_count},
+              {"pendingCount", svc.pending_count},
+              {"launchType", "EC2"},
+              {"taskDefinition", svc.task_definition_arn},
+              {"deploymentConfiguration",
+               {{"deploymentCircuitBreaker", {{"enable", cfg.circuit_breaker}, {"rollback", cfg.rollback}}},
+                {"maximumPercent", cfg.maximum_percent},
+                {"minimumHealthyPercent", cfg.minimum_healthy_percent}}},
+              {"deployments", deployments},
+              {"events", events},
+              {"createdAt", EpochSeconds(svc.created_at)},
+              {"placementConstraints", constraints},
+              {"placementStrategy", strategies},
+              {"schedulingStrategy", svc.daemon ? "DAEMON" : "REPLICA"},
+              {"deploymentController", {{"type", "ECS"}}},
+              {"loadBalancers", Json::array()},
+              {"serviceRegistries", Json::array()},
+              {"enableECSManagedTags", false},
+              {"propagateTags", "NONE"},
+              {"enableExecuteCommand", false}};
+  if (tags) out["tags"] = ToJson(svc.tags, true);
+  return out;
+}
+
 Json ToJson(const ContainerInstance& inst) {
   Json attrs = Json::array();
   for (const auto& a : inst.attributes) {

@@ -37,6 +37,8 @@ Json ToJson(const ArnContext& ctx, const Task& task);
 Json ToJson(const TaskOverride& overrides);  // a task's "overrides", as DescribeTasks answers it
 Json ToJson(const ContainerInstance& instance);
 Json ToJson(const PlacementFailure& failure);
+// A service as DescribeServices answers it; its tags only when `tags` (include: TAGS).
+Json ToJson(const ArnContext& ctx, const Service& service, bool tags);
 Json ToJson(const std::vector<KeyValuePair>& tags, bool as_tags);
 
 // Epoch milliseconds -> ECS epoch seconds (a JSON number with millisecond precision).

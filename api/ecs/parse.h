@@ -37,5 +37,10 @@ Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(
 Result<PutAttributesRequest> ParsePutAttributes(const Json& in);
 Result<DeleteAttributesRequest> ParseDeleteAttributes(const Json& in);
 Result<ListAttributesRequest> ParseListAttributes(const Json& in);
+Result<CreateServiceRequest> ParseCreateService(const Json& in);
+Result<UpdateServiceRequest> ParseUpdateService(const Json& in);
+Result<DeleteServiceRequest> ParseDeleteService(const Json& in);
+Result<DescribeServicesRequest> ParseDescribeServices(const Json& in);
+Result<ListServicesRequest> ParseListServices(const Json& in);
 
 }  // namespace gpupack::api

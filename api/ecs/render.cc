@@ -50,6 +50,16 @@ Json Render(const ArnContext& ctx, const ClustersResult& r) {
   return {{"clusters", clusters}, {"failures", Failures(r.failures)}};
 }
 
+Json Render(const ArnContext& ctx, const ServiceResult& r) {
+  return {{"service", ToJson(ctx, *r.service, /*tags=*/true)}};
+}
+
+Json Render(const ArnContext& ctx, const ServicesResult& r) {
+  Json services = Json::array();
+  for (const auto& s : r.services) services.push_back(ToJson(ctx, *s, r.tags));
+  return {{"services", services}, {"failures", Failures(r.failures)}};
+}
+
 Json Render(const ArnContext&, const ListPage& r) {
   Json out = {{r.key, r.items}};
   if (r.next_token) out["nextToken"] = *r.next_token;

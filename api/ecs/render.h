@@ -18,5 +18,7 @@ Json Render(const ArnContext& ctx, const InstancesResult& r);
 Json Render(const ArnContext& ctx, const AttributesResult& r);
 Json Render(const ArnContext& ctx, const AckResult& r);
 Json Render(const ArnContext& ctx, const ExplainResult& r);
+Json Render(const ArnContext& ctx, const ServiceResult& r);
+Json Render(const ArnContext& ctx, const ServicesResult& r);
 
 }  // namespace gpupack::api

@@ -126,6 +126,11 @@ const std::map<std::string, Route>& Routes() {
       {"ListAttributes", ReadRoute(&ParseListAttributes, &ListAttributes)},
       {"SubmitTaskStateChange", WriteRoute(&ParseSubmitTaskStateChange, &SubmitTaskStateChange)},
       {"SubmitContainerStateChange", WriteRoute(&ParseSubmitContainerStateChange, &SubmitContainerStateChange)},
+      {"CreateService", WriteRoute(&ParseCreateService, &CreateService)},
+      {"UpdateService", WriteRoute(&ParseUpdateService, &UpdateService)},
+      {"DeleteService", WriteRoute(&ParseDeleteService, &DeleteService)},
+      {"DescribeServices", ReadRoute(&ParseDescribeServices, &DescribeServices)},
+      {"ListServices", ReadRoute(&ParseListServices, &ListServices)},
       {"ExplainPlacement", ExplainRoute()},
   };
   return kRoutes;
@@ -136,12 +141,10 @@ const std::map<std::string, Route>& Routes() {
 const std::map<std::string, std::string>& UnservedEcsOperations() {
   static const std::map<std::string, std::string> kUnserved = [] {
     std::map<std::string, std::string> m;
-    for (const char* op : {"CreateService", "DeleteService", "DescribeServices", "ListServices",
-                           "ListServicesByNamespace", "UpdateService", "UpdateServicePrimaryTaskSet",
-                           "CreateTaskSet", "DeleteTaskSet", "DescribeTaskSets", "UpdateTaskSet",
-                           "DescribeServiceDeployments", "DescribeServiceRevisions", "ListServiceDeployments",
-                           "StopServiceDeployment"})
-      m[op] = "ECS services";
+    for (const char* op : {"ListServicesByNamespace", "UpdateServicePrimaryTaskSet", "CreateTaskSet",
+                           "DeleteTaskSet", "DescribeTaskSets", "UpdateTaskSet", "DescribeServiceDeployments",
+                           "DescribeServiceRevisions", "ListServiceDeployments", "StopServiceDeployment"})
+      m[op] = "task sets, service revisions and Service Connect namespaces";
     for (const char* op : {"CreateCapacityProvider", "DeleteCapacityProvider", "DescribeCapacityProviders",
                            "UpdateCapacityProvider", "PutClusterCapacityProviders"})
       m[op] = "capacity providers";

@@ -12,6 +12,8 @@ EcsError ToEcsError(ErrorCode code) {
     case ErrorCode::kClient: return {400, "ClientException"};
     case ErrorCode::kInvalidParameter: return {400, "InvalidParameterException"};
     case ErrorCode::kClusterNotFound: return {400, "ClusterNotFoundException"};
+    case ErrorCode::kServiceNotFound: return {400, "ServiceNotFoundException"};
+    case ErrorCode::kServiceNotActive: return {400, "ServiceNotActiveException"};
     case ErrorCode::kConflict: return {400, "ConflictException"};
     case ErrorCode::kAccessDenied: return {400, "AccessDeniedException"};
     case ErrorCode::kLimitExceeded: return {400, "LimitExceededException"};

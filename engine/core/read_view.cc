@@ -53,7 +53,15 @@ std::shared_ptr<const ReadView> ReadView::FromState(const ClusterState& state) {
     (where.second ? (*orders)[where.first].stopped : (*orders)[where.first].running) = std::move(order);
   }
   view->task_orders_ = std::move(orders);
+  auto services = std::make_shared<ServiceMap>();
+  state.ForEachService([&](const Service& svc) { services->emplace(svc.arn, std::make_shared<const Service>(svc)); });
+  view->services_ = std::move(services);
   return view;
+}
+
+std::shared_ptr<const Service> ReadView::FindService(const std::string& arn) const {
+  auto it = services_->find(arn);
+  return it == services_->end() ? nullptr : it->second;
 }
 
 std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta delta) {
@@ -64,6 +72,12 @@ std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta 
     auto clusters = std::make_shared<std::map<std::string, Cluster>>(*base.clusters_);
     for (auto& c : delta.clusters) (*clusters)[c.name] = std::move(c);
     view->clusters_ = std::move(clusters);
+  }
+
+  if (!delta.services.empty()) {
+    auto services = std::make_shared<ServiceMap>(*base.services_);
+    for (auto& svc : delta.services) (*services)[svc->arn] = std::move(svc);
+    view->services_ = std::move(services);
   }
 
   if (!delta.task_definitions.empty()) {

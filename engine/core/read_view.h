@@ -43,8 +43,10 @@ struct ViewDelta {
   std::vector<std::shared_ptr<const InstanceRecord>> instances;
   std::vector<std::shared_ptr<const Task>> tasks;
   std::vector<std::string> erased_tasks;
+  std::vector<std::shared_ptr<const Service>> services;
   bool empty() const {
-    return clusters.empty() && task_definitions.empty() && instances.empty() && tasks.empty() && erased_tasks.empty();
+    return clusters.empty() && task_definitions.empty() && instances.empty() && tasks.empty() &&
+           erased_tasks.empty() && services.empty();
   }
 };
 
@@ -93,6 +95,11 @@ class ReadView {
   // (createdAt, then ARN): what ListTasks pages through.
   const TaskOrder& TaskOrderOf(const std::string& cluster, bool stopped) const;
 
+  // ---- services
+  using ServiceMap = std::map<std::string, std::shared_ptr<const Service>>;  // ARN -> service
+  std::shared_ptr<const Service> FindService(const std::string& arn) const;
+  const ServiceMap& Services() const { return *services_; }
+
   // The number of commits published before this view (0 = the view of the loaded state).
   uint64_t sequence() const { return sequence_; }
 
@@ -113,6 +120,7 @@ class ReadView {
     std::shared_ptr<const TaskOrder> running, stopped;
   };
   std::shared_ptr<const std::map<std::string, ClusterTaskOrders>> task_orders_;
+  std::shared_ptr<const ServiceMap> services_ = std::make_shared<const ServiceMap>();
   size_t task_count_ = 0;
   uint64_t sequence_ = 0;
 };

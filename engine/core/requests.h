@@ -140,11 +140,76 @@ struct ListTasksRequest {
   std::optional<std::string> container_instance;
   std::optional<std::string> family;
   std::optional<std::string> started_by;
+  std::optional<std::string> service_name;  // the tasks of this service (group "service:<name>")
   // desired_status: STOPPED lists the tasks desired STOPPED; RUNNING and PENDING both list the others (ECS's
   // PENDING and RUNNING tasks both have desiredStatus RUNNING).
   TaskStatus desired_status = TaskStatus::kRunning;
   PageRequest page;
 };
+// ---- services
+
+// DeploymentConfigurationChange: the members of a deploymentConfiguration a request gave; the others keep their
+// value (UpdateService) or their default (CreateService: 100/200 for REPLICA, 0/100 for DAEMON).
+struct DeploymentConfigurationChange {
+  std::optional<int> minimum_healthy_percent;
+  std::optional<int> maximum_percent;
+  std::optional<bool> circuit_breaker;
+  std::optional<bool> rollback;
+  DeploymentConfiguration ApplyTo(DeploymentConfiguration c) const {
+    if (minimum_healthy_percent) c.minimum_healthy_percent = *minimum_healthy_percent;
+    if (maximum_percent) c.maximum_percent = *maximum_percent;
+    if (circuit_breaker) c.circuit_breaker = *circuit_breaker;
+    if (rollback) c.rollback = *rollback;
+    return c;
+  }
+};
+
+// CreateService: ECS's fields gpupack honours; the parser refuses by name those it does not (load balancers,
+// service registries, service connect, capacity providers, a deployment controller other than ECS, ...).
+struct CreateServiceRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::string service_name;
+  std::string task_definition;
+  std::optional<int> desired_count;  // required for REPLICA; DAEMON takes none
+  bool daemon = false;               // schedulingStrategy DAEMON
+  std::vector<PlacementConstraint> constraints;
+  std::vector<PlacementStrategy> strategies;
+  DeploymentConfigurationChange deployment_configuration;
+  std::optional<std::string> client_token;
+  std::vector<KeyValuePair> tags;
+  PlacementPolicy policy;  // the server's, set by the router
+};
+struct UpdateServiceRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::string service;
+  std::optional<int> desired_count;
+  std::optional<std::string> task_definition;
+  std::optional<std::vector<PlacementConstraint>> constraints;
+  std::optional<std::vector<PlacementStrategy>> strategies;
+  DeploymentConfigurationChange deployment_configuration;
+  bool force_new_deployment = false;
+};
+struct DeleteServiceRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::string service;
+  bool force = false;
+};
+struct DescribeServicesRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string cluster;
+  std::vector<std::string> services;  // 1..10 names or ARNs
+  bool tags = false;                  // include: TAGS
+};
+struct ListServicesRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::string cluster;
+  std::optional<bool> daemon;  // schedulingStrategy filter
+  PageRequest page;            // maxResults 1..100, default 10 (ECS's)
+};
+
 // ExplainPlacement (ours): RunTask's placement without placing. It reads the applier's latest state (the
 // placement code needs the whole cluster state), so it runs serialized with the writes but writes nothing.
 struct ExplainPlacementRequest {

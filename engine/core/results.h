@@ -65,6 +65,14 @@ struct AttributesResult {
   std::vector<AttributeRow> attributes;
   std::optional<std::string> next_token;  // ListAttributes only
 };
+struct ServiceResult {
+  std::shared_ptr<const Service> service;
+};
+struct ServicesResult {
+  std::vector<std::shared_ptr<const Service>> services;
+  std::vector<Failure> failures;
+  bool tags = false;  // DescribeServices include TAGS
+};
 struct AckResult {};
 struct ExplainResult {
   TaskDemand demand;

@@ -84,7 +84,10 @@ void Transaction::UpdateTask(const std::string& arn, const std::function<void(Ta
 void Transaction::SetTaskStatus(const std::string& arn, TaskStatus status) {
   Task* task = state_.FindTask(arn);
   if (!task) return;
+  const bool held = !task->resources_released;
   state_.SetTaskLastStatus(arn, status);
+  task = state_.FindTask(arn);  // SetTaskLastStatus may have copied it (copy on write)
+  if (held && task->resources_released) released_tasks_.push_back(arn);
   TouchTask(*task);
   ViewInstance(task->container_instance_arn);
 }
@@ -107,6 +110,30 @@ void Transaction::DeleteClientToken(const std::string& cluster, const std::strin
   std::erase_if(client_tokens_,
                 [&](const ClientTokenRecord& r) { return r.cluster == cluster && r.token == token; });
   deleted_client_tokens_.emplace(cluster, token);
+}
+
+void Transaction::PutService(Service service) {
+  const std::string arn = service.arn;
+  const bool known = services_.count(arn) != 0;
+  state_.PutService(std::move(service));
+  if (!known) {
+    services_.insert(arn);
+    if (const Service* stored = state_.FindService(arn); stored && stored->version > 0) {
+      Service bumped = *stored;
+      ++bumped.version;
+      state_.PutService(std::move(bumped));
+    }
+  }
+  marked_services_.insert(arn);
+}
+
+void Transaction::UpdateService(const std::string& arn, const std::function<void(Service&)>& change) {
+  const Service* stored = state_.FindService(arn);
+  if (!stored) return;
+  Service copy = *stored;
+  change(copy);
+  if (services_.insert(arn).second) ++copy.version;
+  state_.PutService(std::move(copy));
 }
 
 void Transaction::Push(const std::string& instance_arn, AgentPush push) {
@@ -150,6 +177,11 @@ Transaction::Outcome Transaction::Finish() {
   }
   for (auto& rec : client_tokens_) out.batch.PutClientToken(std::move(rec));
   for (const auto& [cluster, token] : deleted_client_tokens_) out.batch.DeleteClientToken(cluster, token);
+  for (const auto& arn : services_)
+    if (const Service* svc = state_.FindService(arn)) {
+      out.batch.PutService(*svc);
+      out.delta.services.push_back(std::make_shared<const Service>(*svc));
+    }
   out.pushes = std::move(pushes_);
   return out;
 }

@@ -84,6 +84,28 @@ class Transaction {
   // never stored): binpack(fragmentation) learns its target workload from it.
   void RecordDemand(const std::string& cluster, const WorkloadShape& shape) { state_.RecordDemand(cluster, shape); }
 
+  // ---- services
+  // PutService adds or replaces a service whole; UpdateService applies `change` to a stored one. Both record it
+  // (its version bumps once per transaction) and mark it for the service scheduler.
+  void PutService(Service service);
+  void UpdateService(const std::string& arn, const std::function<void(Service&)>& change);
+  // MarkService: the service scheduler looks at this service when the operation is done (a change of its
+  // settings, or of something it depends on).
+  void MarkService(const std::string& arn) { marked_services_.insert(arn); }
+  const std::set<std::string>& marked_services() const { return marked_services_; }
+  // changed_tasks / changed_instances: what this transaction changed so far (the service scheduler reads them
+  // to find the services a write concerns; instances include those whose reservations moved).
+  const std::vector<std::string>& changed_tasks() const { return task_order_; }
+  // released_tasks: the tasks that returned their reservations in this transaction (they stopped), in order.
+  const std::vector<std::string>& released_tasks() const { return released_tasks_; }
+  // persisted_instances: the instances whose record this transaction changed (not only their reservations).
+  const std::set<std::string>& persisted_instances() const { return instances_; }
+  std::set<std::string> changed_instances() const {
+    std::set<std::string> all = instance_views_;
+    all.insert(instances_.begin(), instances_.end());
+    return all;
+  }
+
   // ---- agents and metrics
   void Push(const std::string& instance_arn, AgentPush push);
   void CountPlacement() {
@@ -160,6 +182,9 @@ class Transaction {
   std::vector<ClientTokenRecord> client_tokens_;
   std::set<std::pair<std::string, std::string>> deleted_client_tokens_;  // (cluster, token), none also put
   std::vector<std::pair<std::string, AgentPush>> pushes_;
+  std::set<std::string> services_;         // changed services (ARN)
+  std::vector<std::string> released_tasks_;
+  std::set<std::string> marked_services_;  // services the scheduler should look at (MarkService)
 };
 
 }  // namespace gpupack::api

@@ -92,6 +92,24 @@ Status CheckAttributeCount(const std::vector<Attribute>& attrs, const std::strin
 // UsesChannel: the instance's agent holds a channel (it registered the channel attribute).
 bool UsesChannel(const ContainerInstance& instance);
 
+// ---- services (services.cc: the API; service_scheduler.cc: what keeps them running)
+Status CreateService(const CreateServiceRequest& in, Transaction& txn, ServiceResult& out);
+Status UpdateService(const UpdateServiceRequest& in, Transaction& txn, ServiceResult& out);
+Status DeleteService(const DeleteServiceRequest& in, Transaction& txn, ServiceResult& out);
+Status DescribeServices(const DescribeServicesRequest& in, const ReadContext& ctx, ServicesResult& out);
+Status ListServices(const ListServicesRequest& in, const ReadContext& ctx, ListPage& out);
+// NewDeployment: a PRIMARY deployment of `task_definition_arn`, IN_PROGRESS, with a new "ecs-svc/<19 digits>" id.
+ServiceDeployment NewDeployment(Transaction& txn, const std::string& task_definition_arn, int desired_count);
+// ReconcileServices: the service scheduler. The applier runs it after every write operation, in the same
+// transaction: it starts and stops the tasks of the services the write concerns (service_scheduler.cc says
+// which) with `policy` for placement.
+void ReconcileServices(Transaction& txn, const PlacementPolicy& policy);
+// WakeServices marks the services whose restart back-off has ended (the applier runs it before each write and
+// when the earliest back-off ends); MarkAllServices marks every service that is not INACTIVE (after a load, so
+// a restarted or newly elected server picks up where the last one stopped).
+void WakeServices(Transaction& txn);
+void MarkAllServices(Transaction& txn);
+
 // ---- attributes
 Status PutAttributes(const PutAttributesRequest& in, Transaction& txn, AttributesResult& out);
 Status DeleteAttributes(const DeleteAttributesRequest& in, Transaction& txn, AttributesResult& out);

@@ -278,11 +278,13 @@ Status ListTasks(const ListTasksRequest& in, const ReadContext& ctx, ListPage& o
     instance_arn = ctx.arn.InstanceArn(cluster->name, id);
   }
   const std::string family_part = in.family ? "task-definition/" + *in.family + ":" : "";
-  const bool filtered = !instance_arn.empty() || in.started_by || in.family;
+  const std::string service_group = in.service_name ? ServiceGroup(*in.service_name) : "";
+  const bool filtered = !instance_arn.empty() || in.started_by || in.family || in.service_name;
   auto matches = [&](const TaskKey& key) {
     if (!filtered) return true;
     const Task* t = ctx.view.FindTask(key.arn);
     return t && (instance_arn.empty() || t->container_instance_arn == instance_arn) &&
+           (!in.service_name || t->group == service_group) &&
            (!in.started_by || t->started_by == *in.started_by) &&
            (!in.family || t->task_definition_arn.find(family_part) != std::string::npos);
   };

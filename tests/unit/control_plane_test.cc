@@ -20,6 +20,7 @@
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
 #include "storage/sqlite_store.h"
+#include "tests/unit/ecs_test_server.h"
 #include "tests/unit/gated_store.h"
 #include "tests/unit/temp_dir.h"
 
@@ -27,91 +28,6 @@ namespace gpupack::api {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Server wires a store, a committer and a control plane on a database file, like `gpupack server` does. These
-// tests play the agent themselves (SubmitTaskStateChange over the ECS API), so the server places on instances
-// without a connected agent, as `gpupack server --place-on-disconnected` does; `place_on_disconnected = false`
-// is the server's default.
-class Server {
- public:
-  explicit Server(const std::string& db, uint64_t seed = 7, bool place_on_disconnected = true,
-                  std::optional<std::vector<PlacementStrategy>> shared_default = std::nullopt) {
-    auto store = SqliteStore::Open(db);
-    EXPECT_TRUE(store.ok()) << store.status().message();
-    store_ = std::move(store).value();
-    committer_ = std::make_unique<GroupCommitter>(*store_);
-    ControlPlaneOptions o;
-    o.seed = seed;
-    o.placement.place_on_disconnected = place_on_disconnected;
-    if (shared_default) o.placement.shared_gpu_default = *shared_default;
-    o.clock = [this] { return now_; };
-    cp_ = std::make_unique<ControlPlane>(o, *store_, *committer_);
-    Status s = cp_->Load();
-    EXPECT_TRUE(s.ok()) << s.message();
-  }
-
-  OperationResult Call(const std::string& op, const Json& body) {
-    std::promise<OperationResult> p;
-    Execute(*cp_, op, body, [&](OperationResult r) { p.set_value(std::move(r)); });
-    return p.get_future().get();
-  }
-  // Ok calls an operation that must succeed and returns its body.
-  Json Ok(const std::string& op, const Json& body) {
-    OperationResult r = Call(op, body);
-    EXPECT_TRUE(r.status.ok()) << op << ": " << r.status.message();
-    return r.body;
-  }
-
-  // counters: the placement counters and refusal log the applier published.
-  PlacementCounters counters() const { return cp_->applier().counters(); }
-
-  // Inspect runs `f` on the applier's working state (ClusterState).
-  void Inspect(const std::function<void(const ClusterState&)>& f) { cp_->applier().Inspect(f); }
-
-  EpochMs now_ = 1'700'000'000'000;
-
- private:
-  std::unique_ptr<SqliteStore> store_;
-  std::unique_ptr<GroupCommitter> committer_;
-  std::unique_ptr<ControlPlane> cp_;
-};
-
-Json Resources(int cpu, int mem) {
-  return Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", cpu}},
-                      {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", mem}}});
-}
-
-// RegisterInstance registers an instance with GPUs of the given sizes and returns its ARN.
-std::string RegisterInstance(Server& s, std::vector<int> gpu_mib, int cpu = 8192, int mem = 32768,
-                             Json attributes = Json::array()) {
-  static int n = 0;
-  Json devices = Json::array();
-  for (int m : gpu_mib)
-    devices.push_back({{"id", "GPU-" + std::to_string(++n)}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", m}}}});
-  Json body = s.Ok("RegisterContainerInstance", {{"totalResources", Resources(cpu, mem)},
-                                                {"platformDevices", devices},
-                                                {"attributes", attributes}});
-  return body["containerInstance"]["containerInstanceArn"];
-}
-
-Json MpsContainer(const std::string& name, int memory, int compute = 0) {
-  Json mps = {{"memory", memory}};
-  if (compute) mps["maxComputePercent"] = compute;
-  return {{"name", name}, {"image", "busybox"}, {"memory", 64},
-          {"resourceRequirements", Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", mps}}}}})}};
-}
-
-void RegisterShared(Server& s, const std::string& family, int memory, int compute = 0) {
-  s.Ok("RegisterTaskDefinition", {{"family", family}, {"containerDefinitions", Json::array({MpsContainer("c", memory, compute)})}});
-}
-
-void RegisterDedicated(Server& s, const std::string& family, int gpus) {
-  s.Ok("RegisterTaskDefinition",
-       {{"family", family},
-        {"containerDefinitions",
-         Json::array({{{"name", "c"}, {"image", "busybox"}, {"memory", 64},
-                       {"resourceRequirements", Json::array({{{"type", "GPU"}, {"value", std::to_string(gpus)}}})}}})}});
-}
 
 Json Gpus(Server& s, const std::string& instance_arn) {
   Json body = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
@@ -552,18 +468,14 @@ TEST_F(ControlPlaneTest, ValidationRefusalsAreEcsErrors) {
 TEST_F(ControlPlaneTest, UnsupportedOperationsAndFiltersAreRefusedNotIgnored) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());
-  OperationResult create = s.Call("CreateService", {{"serviceName", "web"}, {"taskDefinition", "x"}});
-  EXPECT_EQ(create.status.code(), ErrorCode::kUnsupportedFeature);
-  EXPECT_EQ(create.status.message(),
-            "CreateService is not supported: gpupack does not support ECS services; the ECS operations it serves "
-            "are listed in docs/api.md (Operations)");
-  EXPECT_EQ(s.Call("ListServices", Json::object()).status.code(), ErrorCode::kUnsupportedFeature);
+  OperationResult task_set = s.Call("CreateTaskSet", {{"service", "web"}, {"taskDefinition", "x"}});
+  EXPECT_EQ(task_set.status.code(), ErrorCode::kUnsupportedFeature);
+  EXPECT_EQ(task_set.status.message(),
+            "CreateTaskSet is not supported: gpupack does not support task sets, service revisions and Service "
+            "Connect namespaces; the ECS operations it serves are listed in docs/api.md (Operations)");
   EXPECT_EQ(s.Call("TagResource", Json::object()).status.code(), ErrorCode::kUnsupportedFeature);
 
-  OperationResult by_service = s.Call("ListTasks", {{"serviceName", "web"}});
-  EXPECT_EQ(by_service.status.code(), ErrorCode::kUnsupportedFeature);
-  EXPECT_NE(by_service.status.message().find("gpupack does not support ECS services"), std::string::npos);
-  EXPECT_NE(by_service.status.message().find("docs/api.md"), std::string::npos);
+  EXPECT_TRUE(s.Call("ListTasks", {{"serviceName", "web"}}).status.ok());  // services are served
   EXPECT_EQ(s.Call("ListTasks", {{"launchType", "FARGATE"}}).status.code(), ErrorCode::kUnsupportedFeature);
   EXPECT_TRUE(s.Call("ListTasks", {{"launchType", "EC2"}}).status.ok());  // every task is EC2: the filter holds
   EXPECT_TRUE(s.Call("ListTasks", {{"serviceName", nullptr}}).status.ok());  // null is an absent field
