@@ -7,112 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_fields.h"
+#include "storage/serialize_codec.h"
 
 namespace gpupack::storage_internal {
-namespace {
-
-using json = nlohmann::json;
-
-// ---- forward declarations: the overload sets call each other (vectors of structs, structs of structs).
-
-json Enc(const std::string& v);
-json Enc(int64_t v);
-json Enc(int v);
-json Enc(bool v);
-json Enc(GpuMode v);
-json Enc(TaskStatus v);
-json Enc(InstanceStatus v);
-json Enc(LifecycleStatus v);
-json Enc(const MpsSharing& v);
-json Enc(const ResourceRequirement& v);
-json Enc(const KeyValuePair& v);
-json Enc(const ContainerDefinition& v);
-json Enc(const PlacementConstraint& v);
-json Enc(const TaskDefinition& v);
-json Enc(const ClusterSettings& v);
-json Enc(const Cluster& v);
-json Enc(const Gpu& v);
-json Enc(const Resources& v);
-json Enc(const Attribute& v);
-json Enc(const ContainerInstance& v);
-json Enc(const ContainerOverride& v);
-json Enc(const TaskOverride& v);
-json Enc(const Container& v);
-json Enc(const GpuReservation& v);
-json Enc(const Task& v);
-json Enc(const ClientTokenRecord& v);
-json Enc(ServiceStatus v);
-json Enc(RolloutState v);
-json Enc(const PlacementStrategy& v);
-json Enc(const DeploymentConfiguration& v);
-json Enc(const ServiceDeployment& v);
-json Enc(const ServiceEvent& v);
-json Enc(const Service& v);
-template <typename T>
-json Enc(const std::vector<T>& v);
-
-// Dec reads the value `j` at `at` into `out`, keeping a problem in `f`; Read reads a stored object's members.
-void Dec(JsonFields& f, const json& j, const JsonPath& at, std::string& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, int64_t& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, int& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, bool& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, GpuMode& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, TaskStatus& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, InstanceStatus& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, LifecycleStatus& out);
-void Read(JsonFields& o, MpsSharing& out);
-void Read(JsonFields& o, ResourceRequirement& out);
-void Read(JsonFields& o, KeyValuePair& out);
-void Read(JsonFields& o, ContainerDefinition& out);
-void Read(JsonFields& o, PlacementConstraint& out);
-void Read(JsonFields& o, TaskDefinition& out);
-void Read(JsonFields& o, ClusterSettings& out);
-void Read(JsonFields& o, Cluster& out);
-void Read(JsonFields& o, Gpu& out);
-void Read(JsonFields& o, Resources& out);
-void Read(JsonFields& o, Attribute& out);
-void Read(JsonFields& o, ContainerInstance& out);
-void Read(JsonFields& o, ContainerOverride& out);
-void Read(JsonFields& o, TaskOverride& out);
-void Read(JsonFields& o, Container& out);
-void Read(JsonFields& o, GpuReservation& out);
-void Read(JsonFields& o, Task& out);
-void Read(JsonFields& o, ClientTokenRecord& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, ServiceStatus& out);
-void Dec(JsonFields& f, const json& j, const JsonPath& at, RolloutState& out);
-void Read(JsonFields& o, PlacementStrategy& out);
-void Read(JsonFields& o, DeploymentConfiguration& out);
-void Read(JsonFields& o, ServiceDeployment& out);
-void Read(JsonFields& o, ServiceEvent& out);
-void Read(JsonFields& o, Service& out);
-template <typename T>
-void Dec(JsonFields& f, const json& j, const JsonPath& at, std::vector<T>& out);
-template <typename T>
-void Dec(JsonFields& f, const json& j, const JsonPath& at, std::optional<T>& out);
-template <typename T>
-  requires requires(JsonFields& o, T& v) { Read(o, v); }
-void Dec(JsonFields& f, const json& j, const JsonPath& at, T& out);
 
 // ---- encoding
-
-// Obj builds one JSON object; an absent optional writes no key.
-class ObjWriter {
- public:
-  template <typename T>
-  ObjWriter& Put(const char* key, const T& v) {
-    j_[key] = Enc(v);
-    return *this;
-  }
-  template <typename T>
-  ObjWriter& Put(const char* key, const std::optional<T>& v) {
-    if (v) j_[key] = Enc(*v);
-    return *this;
-  }
-  json Done() { return std::move(j_); }
-
- private:
-  json j_ = json::object();
-};
 
 json Enc(const std::string& v) { return v; }
 json Enc(int64_t v) { return v; }
@@ -135,12 +34,6 @@ json Enc(LifecycleStatus v) { return Name(v); }
 json Enc(ServiceStatus v) { return Name(v); }
 json Enc(RolloutState v) { return Name(v); }
 
-template <typename T>
-json Enc(const std::vector<T>& v) {
-  json a = json::array();
-  for (const auto& e : v) a.push_back(Enc(e));
-  return a;
-}
 
 json Enc(const MpsSharing& v) {
   return ObjWriter().Put("memory_mib", v.memory_mib).Put("max_compute_percent", v.max_compute_percent).Done();
@@ -208,67 +101,6 @@ json Enc(const Cluster& v) {
       .Put("settings", v.settings)
       .Put("tags", v.tags)
       .Put("created_at", v.created_at)
-      .Done();
-}
-
-json Enc(const PlacementStrategy& v) { return ObjWriter().Put("type", v.type).Put("field", v.field).Done(); }
-
-json Enc(const DeploymentConfiguration& v) {
-  return ObjWriter()
-      .Put("minimum_healthy_percent", v.minimum_healthy_percent)
-      .Put("maximum_percent", v.maximum_percent)
-      .Put("circuit_breaker", v.circuit_breaker)
-      .Put("rollback", v.rollback)
-      .Done();
-}
-
-json Enc(const ServiceDeployment& v) {
-  return ObjWriter()
-      .Put("id", v.id)
-      .Put("primary", v.primary)
-      .Put("task_definition_arn", v.task_definition_arn)
-      .Put("desired_count", v.desired_count)
-      .Put("pending_count", v.pending_count)
-      .Put("running_count", v.running_count)
-      .Put("failed_tasks", v.failed_tasks)
-      .Put("rollout_state", v.rollout_state)
-      .Put("rollout_state_reason", v.rollout_state_reason)
-      .Put("created_at", v.created_at)
-      .Put("updated_at", v.updated_at)
-      .Done();
-}
-
-json Enc(const ServiceEvent& v) {
-  return ObjWriter().Put("id", v.id).Put("created_at", v.created_at).Put("message", v.message).Done();
-}
-
-json Enc(const Service& v) {
-  return ObjWriter()
-      .Put("arn", v.arn)
-      .Put("name", v.name)
-      .Put("cluster", v.cluster)
-      .Put("status", v.status)
-      .Put("task_definition_arn", v.task_definition_arn)
-      .Put("stable_task_definition_arn", v.stable_task_definition_arn)
-      .Put("desired_count", v.desired_count)
-      .Put("daemon", v.daemon)
-      .Put("placement_constraints", v.placement_constraints)
-      .Put("placement_strategy", v.placement_strategy)
-      .Put("deployment_configuration", v.deployment_configuration)
-      .Put("deployments", v.deployments)
-      .Put("events", v.events)
-      .Put("tags", v.tags)
-      .Put("client_token", v.client_token)
-      .Put("running_count", v.running_count)
-      .Put("pending_count", v.pending_count)
-      .Put("steady", v.steady)
-      .Put("starved", v.starved)
-      .Put("failure_streak", v.failure_streak)
-      .Put("last_failure_at", v.last_failure_at)
-      .Put("next_launch_at", v.next_launch_at)
-      .Put("created_at", v.created_at)
-      .Put("updated_at", v.updated_at)
-      .Put("version", v.version)
       .Done();
 }
 
@@ -397,6 +229,8 @@ json Enc(const ClientTokenRecord& v) {
 
 // ---- decoding
 
+namespace {
+
 const char* TypeName(const json& j) {
   if (j.is_number_integer()) return "integer";
   return j.type_name();
@@ -429,16 +263,9 @@ class StoreWords : public JsonDialect {
 
 const StoreWords kWords;
 
-// Members reads the members of one stored object with Dec, chained: a missing (or null) member leaves its field
-// at its default.
-struct Members {
-  JsonFields& o;
-  template <typename T>
-  Members& Get(const char* key, T& out) {
-    if (const json* v = o.Get(key)) Dec(o, *v, JsonPath(o.path(), key), out);
-    return *this;
-  }
-};
+}  // namespace
+
+const JsonDialect& StoreDialect() { return kWords; }
 
 void Dec(JsonFields& f, const json& j, const JsonPath& at, std::string& out) { f.StringValue(j, at, out); }
 void Dec(JsonFields& f, const json& j, const JsonPath& at, int64_t& out) { f.Int64Value(j, at, out); }
@@ -459,17 +286,6 @@ void Dec(JsonFields& f, const json& j, const JsonPath& at, GpuMode& out) {
   }
 }
 
-// DecStatus reads a status stored as its ECS name; any other string is an error naming the field and the string.
-template <typename E>
-void DecStatus(JsonFields& f, const json& j, const JsonPath& at, std::optional<E> (*parse)(std::string_view),
-               const char* what, E& out) {
-  std::string s;
-  if (!f.StringValue(j, at, s)) return;
-  const std::optional<E> v = parse(s);
-  if (!v) return f.Fail(at.str(), std::string("unknown ") + what + " '" + s + "'");
-  out = *v;
-}
-
 void Dec(JsonFields& f, const json& j, const JsonPath& at, TaskStatus& out) {
   DecStatus(f, j, at, ParseTaskStatus, "task status", out);
 }
@@ -479,41 +295,6 @@ void Dec(JsonFields& f, const json& j, const JsonPath& at, InstanceStatus& out) 
 void Dec(JsonFields& f, const json& j, const JsonPath& at, LifecycleStatus& out) {
   DecStatus(f, j, at, ParseLifecycleStatus, "status", out);
 }
-void Dec(JsonFields& f, const json& j, const JsonPath& at, ServiceStatus& out) {
-  DecStatus(f, j, at, ParseServiceStatus, "service status", out);
-}
-void Dec(JsonFields& f, const json& j, const JsonPath& at, RolloutState& out) {
-  DecStatus(f, j, at, ParseRolloutState, "rollout state", out);
-}
-
-template <typename T>
-void Dec(JsonFields& f, const json& j, const JsonPath& at, std::vector<T>& out) {
-  if (!f.ArrayValue(j, at)) return;
-  out.clear();
-  out.reserve(j.size());
-  for (size_t i = 0; i < j.size() && f.ok(); ++i) {
-    T e{};
-    Dec(f, j[i], JsonPath(at, i), e);
-    out.push_back(std::move(e));
-  }
-}
-
-template <typename T>
-void Dec(JsonFields& f, const json& j, const JsonPath& at, std::optional<T>& out) {
-  T v{};
-  Dec(f, j, at, v);
-  if (f.ok()) out = std::move(v);
-}
-
-// A stored object: its members into `out`, the first problem into `f`.
-template <typename T>
-  requires requires(JsonFields& o, T& v) { Read(o, v); }
-void Dec(JsonFields& f, const json& j, const JsonPath& at, T& out) {
-  JsonFields o(j, at, kWords);
-  Read(o, out);
-  f.Take(o.status());
-}
-
 void Read(JsonFields& o, MpsSharing& out) {
   Members{o}.Get("memory_mib", out.memory_mib).Get("max_compute_percent", out.max_compute_percent);
 }
@@ -700,100 +481,16 @@ void Read(JsonFields& o, ClientTokenRecord& out) {
       .Get("created_at", out.created_at);
 }
 
-void Read(JsonFields& o, PlacementStrategy& out) { Members{o}.Get("type", out.type).Get("field", out.field); }
-
-void Read(JsonFields& o, DeploymentConfiguration& out) {
-  Members{o}
-      .Get("minimum_healthy_percent", out.minimum_healthy_percent)
-      .Get("maximum_percent", out.maximum_percent)
-      .Get("circuit_breaker", out.circuit_breaker)
-      .Get("rollback", out.rollback);
-}
-
-void Read(JsonFields& o, ServiceDeployment& out) {
-  Members{o}
-      .Get("id", out.id)
-      .Get("primary", out.primary)
-      .Get("task_definition_arn", out.task_definition_arn)
-      .Get("desired_count", out.desired_count)
-      .Get("pending_count", out.pending_count)
-      .Get("running_count", out.running_count)
-      .Get("failed_tasks", out.failed_tasks)
-      .Get("rollout_state", out.rollout_state)
-      .Get("rollout_state_reason", out.rollout_state_reason)
-      .Get("created_at", out.created_at)
-      .Get("updated_at", out.updated_at);
-}
-
-void Read(JsonFields& o, ServiceEvent& out) {
-  Members{o}.Get("id", out.id).Get("created_at", out.created_at).Get("message", out.message);
-}
-
-void Read(JsonFields& o, Service& out) {
-  Members{o}
-      .Get("arn", out.arn)
-      .Get("name", out.name)
-      .Get("cluster", out.cluster)
-      .Get("status", out.status)
-      .Get("task_definition_arn", out.task_definition_arn)
-      .Get("stable_task_definition_arn", out.stable_task_definition_arn)
-      .Get("desired_count", out.desired_count)
-      .Get("daemon", out.daemon)
-      .Get("placement_constraints", out.placement_constraints)
-      .Get("placement_strategy", out.placement_strategy)
-      .Get("deployment_configuration", out.deployment_configuration)
-      .Get("deployments", out.deployments)
-      .Get("events", out.events)
-      .Get("tags", out.tags)
-      .Get("client_token", out.client_token)
-      .Get("running_count", out.running_count)
-      .Get("pending_count", out.pending_count)
-      .Get("steady", out.steady)
-      .Get("starved", out.starved)
-      .Get("failure_streak", out.failure_streak)
-      .Get("last_failure_at", out.last_failure_at)
-      .Get("next_launch_at", out.next_launch_at)
-      .Get("created_at", out.created_at)
-      .Get("updated_at", out.updated_at)
-      .Get("version", out.version);
-}
-
-template <typename T>
-std::string Dump(const T& v) {
-  // replace: a string that is not valid UTF-8 must not make a whole group commit fail.
-  return Enc(v).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-template <typename T>
-Status Parse(std::string_view doc, T* out) {
-  json j;
-  try {
-    j = json::parse(doc.begin(), doc.end());
-  } catch (const json::exception& e) {
-    return Status::Server(std::string("doc is not valid JSON: ") + e.what());
-  }
-  T v{};
-  JsonFields root(j, JsonPath(), kWords);
-  Read(root, v);
-  if (!root.ok()) return root.status();
-  *out = std::move(v);
-  return Status::Ok();
-}
-
-}  // namespace
-
 std::string ToDoc(const Cluster& v) { return Dump(v); }
 std::string ToDoc(const TaskDefinition& v) { return Dump(v); }
 std::string ToDoc(const ContainerInstance& v) { return Dump(v); }
 std::string ToDoc(const Task& v) { return Dump(v); }
 std::string ToDoc(const ClientTokenRecord& v) { return Dump(v); }
-std::string ToDoc(const Service& v) { return Dump(v); }
 
 Status FromDoc(std::string_view doc, Cluster* out) { return Parse(doc, out); }
 Status FromDoc(std::string_view doc, TaskDefinition* out) { return Parse(doc, out); }
 Status FromDoc(std::string_view doc, ContainerInstance* out) { return Parse(doc, out); }
 Status FromDoc(std::string_view doc, Task* out) { return Parse(doc, out); }
 Status FromDoc(std::string_view doc, ClientTokenRecord* out) { return Parse(doc, out); }
-Status FromDoc(std::string_view doc, Service* out) { return Parse(doc, out); }
 
 }  // namespace gpupack::storage_internal

@@ -5,13 +5,13 @@
 
 #include "api/ecs/codec.h"
 #include "api/ecs/ecs_dialect.h"
+#include "api/ecs/parse_fields.h"
 #include "base/json_fields.h"
 
 namespace gpupack::api {
 
 namespace {
 
-constexpr size_t kMaxDescribe = 100;
 constexpr int kMaxRunCount = 10;
 
 // ECS's limits on what a caller sends (docs/security.md, "Limits on input"): with them every answer has a
@@ -20,17 +20,10 @@ constexpr size_t kMaxOverridesChars = 8192;  // the overrides' JSON, formatting 
 constexpr size_t kMaxStartedBy = 128;
 constexpr size_t kMaxGroup = 255;
 constexpr size_t kMaxStopReason = 255;
-constexpr size_t kMaxTags = 50;
-constexpr size_t kMaxTagKey = 128;
-constexpr size_t kMaxTagValue = 256;
 // What agents report (reasons, stop codes) is cut to these lengths, never refused: a report must not be lost
 // for a long error text.
 constexpr size_t kMaxReportReason = 255;
 constexpr size_t kMaxStopCode = 64;
-
-bool HasControlCharacter(const std::string& s) {
-  return std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-}
 
 // Utf16Length counts a UTF-8 text the way ECS (Java) counts characters: UTF-16 code units.
 size_t Utf16Length(const std::string& s) {
@@ -54,107 +47,6 @@ void CutUtf8(std::optional<std::string>& s, size_t max) {
   if (s) CutUtf8(*s, max);
 }
 
-// CheckText: an optional free-text field of at most `max` characters without control characters.
-Status CheckText(const std::optional<std::string>& v, const std::string& key, size_t max) {
-  if (!v) return Status::Ok();
-  if (v->size() > max)
-    return Status::InvalidParameter(key + " can be at most " + std::to_string(max) + " characters long, got " +
-                                    std::to_string(v->size()) + ".");
-  if (HasControlCharacter(*v)) return Status::InvalidParameter(key + " must not contain control characters.");
-  return Status::Ok();
-}
-
-// CheckTags: at most 50 tags per resource, keys 1-128 and values 0-256 characters; no control characters
-// unless `control_ok` (task definitions, whose tags were stored with them before this rule; they are not part of
-// DescribeTasks' answer).
-Status CheckTags(const std::vector<KeyValuePair>& tags, bool control_ok = false) {
-  if (tags.size() > kMaxTags)
-    return Status::InvalidParameter("Tags can have at most " + std::to_string(kMaxTags) + " entries per resource, got " +
-                                    std::to_string(tags.size()) + ".");
-  for (const auto& t : tags) {
-    if (t.name.empty() || t.name.size() > kMaxTagKey || (!control_ok && HasControlCharacter(t.name)))
-      return Status::InvalidParameter("Tag keys must be 1-128 characters without control characters.");
-    if (t.value.size() > kMaxTagValue || (!control_ok && HasControlCharacter(t.value)))
-      return Status::InvalidParameter("Tag values must be at most 256 characters without control characters.");
-  }
-  return Status::Ok();
-}
-
-// Fields: the reader of one request body (or a member object of it), in ECS's words (ecs_dialect.h). Each parser
-// reads its members in the order it checks them and returns the first problem, the reader's or its own.
-struct Fields : JsonFields {
-  explicit Fields(const Json& in) : JsonFields(in.is_object() ? in : Empty(), JsonPath(), EcsDialect()) {}
-
-  // Empty: what a member object that is not an object reads as (its members are all absent).
-  static const Json& Empty() {
-    static const Json empty = Json::object();
-    return empty;
-  }
-  // Int32: an optional integer within int32 (ECS's Integer). Text: an optional string.
-  void Int32(const char* key, std::optional<int64_t>& out) { Int64(key, out, kInt32Min, kInt32Max); }
-  std::optional<int64_t> Int32(const char* key) {
-    std::optional<int64_t> out;
-    Int32(key, out);
-    return out;
-  }
-  std::optional<std::string> Text(const char* key) {
-    std::optional<std::string> out;
-    String(key, out);
-    return out;
-  }
-  // StringList: an optional list of at most 1,000 strings.
-  std::vector<std::string> StringList(const char* key) {
-    std::vector<std::string> out;
-    Strings(key, out, 1000);
-    return out;
-  }
-};
-
-// RequireString: `key` is a string that is not empty ("KEY is required" when absent, null or "").
-Status RequireString(Fields& f, const char* key, std::string& out) {
-  f.String(key, out, /*required=*/true);
-  if (f.ok() && out.empty()) f.Take(Status::InvalidParameter(std::string(key) + " is required"));
-  return f.status();
-}
-
-// RequireRefs: `key` is required and names 1 to 100 resources (a Describe call).
-Status RequireRefs(Fields& f, const char* key, const std::string& what, std::vector<std::string>& out) {
-  GP_TRY(f.status());
-  if (!f.object().contains(key)) return Status::InvalidParameter(std::string(key) + " is required");
-  std::vector<std::string> refs = f.StringList(key);
-  GP_TRY(f.status());
-  if (refs.empty()) return Status::InvalidParameter(std::string(key) + " must name at least one " + what);
-  if (refs.size() > kMaxDescribe) return Status::InvalidParameter(std::string(key) + " can have at most 100 entries");
-  out = std::move(refs);
-  return Status::Ok();
-}
-
-Status OptionalRef(Fields& f, const char* key, std::string& out) {
-  f.String(key, out);
-  return f.status();
-}
-
-// ParsePage: maxResults 1..100 (default 100) and a nextToken this server issued ("gp1.<hex offset>").
-Result<PageRequest> ParsePage(Fields& f) {
-  const auto max_results = f.Int32("maxResults");
-  const auto token = f.Text("nextToken");
-  GP_TRY(f.status());
-  PageRequest page;
-  if (max_results) {
-    if (*max_results < 1 || *max_results > 100) return Status::InvalidParameter("maxResults must be between 1 and 100");
-    page.limit = static_cast<size_t>(*max_results);
-  }
-  if (token && !token->empty()) {
-    if (token->rfind("gp1.", 0) != 0 || token->size() > 20)
-      return Status::InvalidParameter("nextToken is not a token this server issued");
-    try {
-      page.begin = std::stoull(token->substr(4), nullptr, 16);
-    } catch (...) {
-      return Status::InvalidParameter("nextToken is not a token this server issued");
-    }
-  }
-  return page;
-}
 
 // ParseComputeAware: the cluster settings gpupack understands (containerInsights is accepted and ignored).
 Result<std::optional<bool>> ParseComputeAware(const Json& settings) {
@@ -694,190 +586,6 @@ Result<ListAttributesRequest> ParseListAttributes(const Json& in) {
   GP_TRY(f.status());
   if (r.attribute_value && !r.attribute_name) return Status::InvalidParameter("attributeValue needs attributeName");
   GP_ASSIGN(page, ParsePage(f));
-  r.page = page;
-  return r;
-}
-
-}  // namespace gpupack::api
-
-namespace gpupack::api {
-
-namespace {
-
-constexpr size_t kMaxDescribeServices = 10;
-
-// RefuseUnsupported: ECS service members gpupack does not honour are refused by name, never ignored (a load
-// balancer silently left out would be an outage nobody sees coming).
-Status RefuseUnsupported(const Json& in, const char* operation) {
-  static constexpr const char* kUnsupported[][2] = {
-      {"loadBalancers", "load balancers"},
-      {"serviceRegistries", "service discovery registries"},
-      {"serviceConnectConfiguration", "ECS Service Connect"},
-      {"capacityProviderStrategy", "capacity providers"},
-      {"networkConfiguration", "awsvpc networking"},
-      {"platformVersion", "Fargate platform versions"},
-      {"healthCheckGracePeriodSeconds", "load balancer health checks"},
-      {"volumeConfigurations", "managed volumes"},
-      {"taskSets", "task sets"},
-      {"vpcLatticeConfigurations", "VPC Lattice"},
-  };
-  for (const auto& [key, what] : kUnsupported) {
-    if (!in.contains(key)) continue;
-    const Json& v = in[key];
-    if (v.is_null() || (v.is_array() && v.empty())) continue;
-    return Status::Unsupported(std::string(operation) + ": " + key + " is not supported: gpupack does not support " +
-                               what + "; the supported fields are listed in docs/api.md (Services)");
-  }
-  if (in.contains("deploymentController") && in["deploymentController"].is_object()) {
-    const Json& c = in["deploymentController"];
-    if (c.contains("type") && c["type"] != "ECS")
-      return Status::Unsupported(std::string(operation) +
-                                 ": deploymentController type " + c["type"].dump().substr(0, 100) +
-                                 " is not supported: gpupack runs rolling deployments (type ECS) only");
-  }
-  if (in.contains("launchType") && in["launchType"].is_string() && in["launchType"] != "EC2")
-    return Status::InvalidParameter(std::string(operation) + ": launchType " +
-                                    in["launchType"].get<std::string>().substr(0, 100) +
-                                    " is not supported; gpupack places EC2-style tasks");
-  return Status::Ok();
-}
-
-// ParseDeploymentConfiguration: the members given of deploymentConfiguration (ECS's Integer percents and the
-// circuit breaker); alarms are refused by name.
-Status ParseDeploymentConfiguration(Fields& f, DeploymentConfigurationChange& out) {
-  const Json* v = f.Get("deploymentConfiguration");
-  GP_TRY(f.status());
-  if (!v || v->is_null()) return Status::Ok();
-  Fields c(*v);
-  if (!v->is_object()) return Status::InvalidParameter("deploymentConfiguration must be an object");
-  if (v->contains("alarms") && !(*v)["alarms"].is_null())
-    return Status::Unsupported("deploymentConfiguration.alarms is not supported: gpupack has no CloudWatch alarms");
-  std::optional<int64_t> min, max;
-  c.Int32("minimumHealthyPercent", min);
-  c.Int32("maximumPercent", max);
-  GP_TRY(c.status());
-  if (min) out.minimum_healthy_percent = static_cast<int>(*min);
-  if (max) out.maximum_percent = static_cast<int>(*max);
-  if (const Json* cb = c.Get("deploymentCircuitBreaker"); cb && !cb->is_null()) {
-    if (!cb->is_object()) return Status::InvalidParameter("deploymentCircuitBreaker must be an object");
-    Fields b(*cb);
-    bool enable = false, rollback = false;
-    b.Bool("enable", enable, /*required=*/true);
-    b.Bool("rollback", rollback, /*required=*/true);
-    GP_TRY(b.status());
-    out.circuit_breaker = enable;
-    out.rollback = rollback;
-  }
-  return c.status();
-}
-
-Status CheckClientToken(const std::optional<std::string>& token) {
-  if (token && token->size() > 64) return Status::InvalidParameter("clientToken is at most 64 characters");
-  return CheckText(token, "clientToken", 64);
-}
-
-}  // namespace
-
-Result<CreateServiceRequest> ParseCreateService(const Json& in) {
-  CreateServiceRequest r;
-  GP_TRY(RefuseUnsupported(in, "CreateService"));
-  Fields f(in);
-  GP_TRY(OptionalRef(f, "cluster", r.cluster));
-  GP_TRY(RequireString(f, "serviceName", r.service_name));
-  GP_TRY(RequireString(f, "taskDefinition", r.task_definition));
-  std::optional<int64_t> desired;
-  f.Int32("desiredCount", desired);
-  const auto strategy = f.Text("schedulingStrategy");
-  f.String("clientToken", r.client_token);
-  GP_TRY(f.status());
-  GP_TRY(CheckClientToken(r.client_token));
-  if (desired) r.desired_count = static_cast<int>(*desired);
-  if (strategy && *strategy != "REPLICA" && *strategy != "DAEMON")
-    return Status::InvalidParameter("schedulingStrategy must be REPLICA or DAEMON");
-  r.daemon = strategy && *strategy == "DAEMON";
-  GP_TRY(ParseDeploymentConfiguration(f, r.deployment_configuration));
-  GP_ASSIGN(constraints, ParsePlacementConstraints(in, "placementConstraints"));
-  r.constraints = std::move(constraints);
-  GP_ASSIGN(strategies, ParsePlacementStrategies(in, "placementStrategy"));
-  r.strategies = std::move(strategies);
-  GP_ASSIGN(tags, ParseTags(in));
-  GP_TRY(CheckTags(tags));
-  r.tags = std::move(tags);
-  return r;
-}
-
-Result<UpdateServiceRequest> ParseUpdateService(const Json& in) {
-  UpdateServiceRequest r;
-  GP_TRY(RefuseUnsupported(in, "UpdateService"));
-  Fields f(in);
-  GP_TRY(OptionalRef(f, "cluster", r.cluster));
-  GP_TRY(RequireString(f, "service", r.service));
-  std::optional<int64_t> desired;
-  f.Int32("desiredCount", desired);
-  f.String("taskDefinition", r.task_definition);
-  f.Bool("forceNewDeployment", r.force_new_deployment);
-  GP_TRY(f.status());
-  if (desired) r.desired_count = static_cast<int>(*desired);
-  GP_TRY(ParseDeploymentConfiguration(f, r.deployment_configuration));
-  if (in.contains("placementConstraints") && !in["placementConstraints"].is_null()) {
-    GP_ASSIGN(constraints, ParsePlacementConstraints(in, "placementConstraints"));
-    r.constraints = std::move(constraints);
-  }
-  if (in.contains("placementStrategy") && !in["placementStrategy"].is_null()) {
-    GP_ASSIGN(strategies, ParsePlacementStrategies(in, "placementStrategy"));
-    r.strategies = std::move(strategies);
-  }
-  return r;
-}
-
-Result<DeleteServiceRequest> ParseDeleteService(const Json& in) {
-  DeleteServiceRequest r;
-  Fields f(in);
-  GP_TRY(OptionalRef(f, "cluster", r.cluster));
-  GP_TRY(RequireString(f, "service", r.service));
-  f.Bool("force", r.force);
-  GP_TRY(f.status());
-  return r;
-}
-
-Result<DescribeServicesRequest> ParseDescribeServices(const Json& in) {
-  DescribeServicesRequest r;
-  Fields f(in);
-  GP_TRY(OptionalRef(f, "cluster", r.cluster));
-  GP_TRY(f.status());
-  if (!in.contains("services")) return Status::InvalidParameter("services is required");
-  r.services = f.StringList("services");
-  GP_TRY(f.status());
-  if (r.services.empty()) return Status::InvalidParameter("services must name at least one service");
-  if (r.services.size() > kMaxDescribeServices)
-    return Status::InvalidParameter("services can have at most 10 entries");
-  const std::vector<std::string> include = f.StringList("include");
-  GP_TRY(f.status());
-  for (const auto& v : include) {
-    if (v != "TAGS") return Status::InvalidParameter("include: " + v.substr(0, 100) + " is not TAGS");
-    r.tags = true;
-  }
-  return r;
-}
-
-Result<ListServicesRequest> ParseListServices(const Json& in) {
-  ListServicesRequest r;
-  Fields f(in);
-  GP_TRY(OptionalRef(f, "cluster", r.cluster));
-  const auto strategy = f.Text("schedulingStrategy");
-  const auto launch_type = f.Text("launchType");
-  GP_TRY(f.status());
-  if (strategy) {
-    if (*strategy != "REPLICA" && *strategy != "DAEMON")
-      return Status::InvalidParameter("schedulingStrategy must be REPLICA or DAEMON");
-    r.daemon = *strategy == "DAEMON";
-  }
-  if (launch_type && *launch_type != "EC2")
-    return Status::Unsupported("ListServices: launchType " + launch_type->substr(0, 100) +
-                               " is not supported: every gpupack service runs on container instances (EC2)");
-  const bool has_max = in.contains("maxResults") && !in["maxResults"].is_null();
-  GP_ASSIGN(page, ParsePage(f));
-  if (!has_max) page.limit = 10;  // ECS's default page of ListServices
   r.page = page;
   return r;
 }
