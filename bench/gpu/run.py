@@ -171,7 +171,7 @@ class Run:
         return self.ecs("DescribeContainerInstances", {"cluster": "gpu", "containerInstances": arns},
                         check=check)["containerInstances"][0]
 
-    def register(self, family, mps_memory=None, compute=None, dedicated=False):
+    def register(self, family, mps_memory=None, compute=None, dedicated=False, command=None):
         if family in self.registered:
             return
         gpu = {"type": "GPU"}
@@ -183,7 +183,7 @@ class Run:
                 mps["maxComputePercent"] = compute
             gpu["sharingStrategy"] = {"nvidiaMps": mps}
         c = {"name": "main", "image": "gpupack/workload", "cpu": 512, "memory": 4096, "essential": True,
-             "entryPoint": [sys.executable, WORKLOAD], "command": ["mem"], "resourceRequirements": [gpu]}
+             "entryPoint": [sys.executable, WORKLOAD], "command": command or ["mem"], "resourceRequirements": [gpu]}
         if self.docker:
             # The container's memory limit is real here: room for PyTorch and the CUDA libraries it maps.
             c.update(image=self.image, memory=16384,
@@ -440,6 +440,89 @@ class Run:
             "instanceWhileHeld": held_view, "runTaskWhileHeld": refused, "afterFailures": failures, "after": after}
         self.save()
 
+    def first_line(self, arn, event, timeout):
+        """The Unix time of the task's first workload line with `event` (None if none came within timeout s)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for line in self.output(arn):
+                if line.get("event") == event:
+                    return line.get("t")
+            time.sleep(0.05)
+        return None
+
+    def service_fault(self):
+        """A service of shared-GPU replicas; a fatal fault on their GPU; the time until the service runs
+        desiredCount replicas again, against one replica's own start time measured alone."""
+        self.log("service replicas after a fatal GPU error")
+        replicas = 3
+        hold = ["hold", "--hold-mib", "512", "--size", "2048", "--seconds", "3600", "--label", "replica"]
+        self.register("replica", mps_memory=2048, command=hold)
+        self.register("mem-4096", mps_memory=4096)
+        # One replica alone: RunTask -> RUNNING, and -> its CUDA work started ("allocated").
+        alone = []
+        for _ in range(3):
+            t0 = time.time()
+            arn = self.run_task("replica", hold)[0]
+            running_at = None
+            while running_at is None and time.time() - t0 < 60:
+                if self.describe([arn])[0]["lastStatus"] == "RUNNING":
+                    running_at = time.time()
+                time.sleep(0.02)
+            ready_at = self.first_line(arn, "allocated", 60)
+            alone.append({"running": running_at - t0 if running_at else None,
+                          "ready": ready_at - t0 if ready_at else None})
+            self.ecs("StopTask", {"cluster": "gpu", "task": arn})
+            self.wait([arn], "STOPPED", 60)
+        self.ecs("CreateService", {"cluster": "gpu", "serviceName": "infer", "taskDefinition": "replica",
+                                   "desiredCount": replicas})
+
+        def svc():
+            return self.ecs("DescribeServices", {"cluster": "gpu", "services": ["infer"]})["services"][0]
+
+        t0 = time.time()
+        while time.time() - t0 < 120:
+            s = svc()
+            if s["runningCount"] == replicas and len(s["deployments"]) == 1:
+                break
+            time.sleep(0.1)
+        steady_after = time.time() - t0
+        before = set(self.ecs("ListTasks", {"cluster": "gpu", "serviceName": "infer"})["taskArns"])
+        for arn in before:
+            self.first_line(arn, "allocated", 60)
+        time.sleep(3)  # the replicas are computing
+        crash = self.run_task("mem-4096", ["crash", "--delay", "3", "--label", "crash"])[0]
+        down_at = back_at = None
+        low = replicas
+        t0 = time.time()
+        while time.time() - t0 < 120:
+            s = svc()
+            now = time.time()
+            low = min(low, s["runningCount"])
+            if down_at is None and s["runningCount"] < replicas:
+                down_at = now
+            if down_at is not None and s["runningCount"] == replicas:
+                arns = set(self.ecs("ListTasks", {"cluster": "gpu", "serviceName": "infer"})["taskArns"])
+                if not (arns & before):
+                    back_at = now
+                    break
+            time.sleep(0.05)
+        after = sorted(self.ecs("ListTasks", {"cluster": "gpu", "serviceName": "infer"})["taskArns"])
+        ready = [self.first_line(a, "allocated", 60) for a in after]
+        crash_sum = self.summary(crash)
+        fault_at = next((l.get("t") for l in crash_sum["lines"] if l.get("event") == "launch"), None)
+        old = self.describe(sorted(before))
+        events = svc()["events"][:12]
+        self.ecs("UpdateService", {"cluster": "gpu", "service": "infer", "desiredCount": 0})
+        self.ecs("DeleteService", {"cluster": "gpu", "service": "infer", "force": True})
+        self.wait(after, "STOPPED", 60)
+        self.results["scenarios"]["serviceFault"] = {
+            "replicas": replicas, "alone": alone, "steadyAfterCreate": steady_after, "faultAt": fault_at,
+            "downSeenAt": down_at, "backSeenAt": back_at, "lowestRunning": low,
+            "replacementsReadyAt": ready, "crash": crash_sum,
+            "oldStops": [{"stopCode": t.get("stopCode"), "stoppedReason": t.get("stoppedReason")} for t in old],
+            "events": [e["message"] for e in events]}
+        self.save()
+
     def mps_killed(self):
         self.log("MPS control daemon killed")
         self.register("mem-4096", mps_memory=4096)
@@ -592,7 +675,7 @@ class Run:
             self.save()
             for name, fn in (("used", self.used), ("memory", self.memory), ("compute", self.compute), ("neighbours", self.neighbours),
                              ("bypass", self.bypass_with_watchdog), ("fault", self.fault),
-                             ("mps", self.mps_killed)):
+                             ("service", self.service_fault), ("mps", self.mps_killed)):
                 if want(name):
                     fn()
         finally:
@@ -623,7 +706,7 @@ def main():
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--seconds", type=float, default=6.0, help="measuring window of each compute task")
     p.add_argument("--barrier", type=float, default=20.0, help="seconds from RunTask to a group's common start")
-    p.add_argument("--only", default="", help="comma list: bypass0,used,memory,compute,neighbours,bypass,fault,mps")
+    p.add_argument("--only", default="", help="comma list: bypass0,used,memory,compute,neighbours,bypass,fault,service,mps")
     p.add_argument("--runtime", choices=["process", "docker"], default="process")
     p.add_argument("--docker-socket", default=os.environ.get("GPUPACK_DOCKER_SOCKET", "/var/run/docker.sock"))
     p.add_argument("--docker-gpu", default="auto", help="the agent's --docker-gpu: auto, nvidia, cdi or devices")
