@@ -158,6 +158,8 @@ struct ClusterCounts {
   int registered_instances = 0;
   int running_tasks = 0;
   int pending_tasks = 0;
+  int active_services = 0;
+  int draining_services = 0;
 };
 
 // ---- Container instances and GPUs -------------------------------------------------------------------------

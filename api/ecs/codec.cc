@@ -302,7 +302,7 @@ Json ToJson(const ArnContext& ctx, const Cluster& c, const ClusterCounts& counts
           {"registeredContainerInstancesCount", counts.registered_instances},
           {"runningTasksCount", counts.running_tasks},
           {"pendingTasksCount", counts.pending_tasks},
-          {"activeServicesCount", 0},
+          {"activeServicesCount", counts.active_services},
           {"statistics", Json::array()},
           {"tags", ToJson(c.tags, true)},
           {"settings", settings},

@@ -9,7 +9,7 @@ namespace gpupack::api {
 namespace {
 
 // Statistics: ECS's cluster statistics (DescribeClusters include STATISTICS), name and value as strings. Every
-// gpupack task is an EC2 task and there are no services, so those counts are 0.
+// gpupack task and service is an EC2 one, so the Fargate and External counts are 0.
 Json Statistics(const ClusterCounts& counts) {
   auto stat = [](const char* name, int value) { return Json{{"name", name}, {"value", std::to_string(value)}}; };
   return Json::array({stat("runningEC2TasksCount", counts.running_tasks),
@@ -18,9 +18,9 @@ Json Statistics(const ClusterCounts& counts) {
                       stat("pendingFargateTasksCount", 0),
                       stat("runningExternalTasksCount", 0),
                       stat("pendingExternalTasksCount", 0),
-                      stat("activeEC2ServiceCount", 0),
+                      stat("activeEC2ServiceCount", counts.active_services),
                       stat("activeFargateServiceCount", 0),
-                      stat("drainingEC2ServiceCount", 0),
+                      stat("drainingEC2ServiceCount", counts.draining_services),
                       stat("drainingFargateServiceCount", 0),
                       stat("activeExternalServiceCount", 0),
                       stat("drainingExternalServiceCount", 0)});

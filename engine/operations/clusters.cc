@@ -14,6 +14,11 @@ ClusterCounts CountsOf(const ClusterState& state, const std::string& cluster) {
     counts.running_tasks += inst->running_tasks_count;
     counts.pending_tasks += inst->pending_tasks_count;
   }
+  state.ForEachService([&](const Service& svc) {
+    if (svc.cluster != cluster) return;
+    counts.active_services += svc.status == ServiceStatus::kActive;
+    counts.draining_services += svc.status == ServiceStatus::kDraining;
+  });
   return counts;
 }
 

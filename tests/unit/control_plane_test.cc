@@ -29,11 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Json Gpus(Server& s, const std::string& instance_arn) {
-  Json body = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
-  return body["containerInstances"][0]["gpuDevices"];
-}
-
 class ControlPlaneTest : public ::testing::Test {
  protected:
   testing_support::TempDir tmp_{"gpupack-cp"};  // tmp_: this test's directory, removed after it

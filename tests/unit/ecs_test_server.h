@@ -55,6 +55,16 @@ class Server {
   // counters: the placement counters and refusal log the applier published.
   PlacementCounters counters() const { return cp_->applier().counters(); }
 
+  // Heartbeat delivers an agent's heartbeat for `instance_arn` holding `held_gpus` after a fault.
+  void Heartbeat(const std::string& instance_arn, std::vector<std::string> held_gpus) {
+    protocol::Heartbeat hb;
+    hb.held_gpus = std::move(held_gpus);
+    std::promise<Status> p;
+    cp_->AgentHeartbeat(instance_arn, hb, [&](Status s) { p.set_value(s); });
+    Status s = p.get_future().get();
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+
   // Inspect runs `f` on the applier's working state (ClusterState).
   void Inspect(const std::function<void(const ClusterState&)>& f) { cp_->applier().Inspect(f); }
 
@@ -101,6 +111,12 @@ inline void RegisterDedicated(Server& s, const std::string& family, int gpus) {
         {"containerDefinitions",
          Json::array({{{"name", "c"}, {"image", "busybox"}, {"memory", 64},
                        {"resourceRequirements", Json::array({{{"type", "GPU"}, {"value", std::to_string(gpus)}}})}}})}});
+}
+
+// Gpus: the instance's gpuDevices as DescribeContainerInstances answers them.
+inline Json Gpus(Server& s, const std::string& instance_arn) {
+  Json body = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
+  return body["containerInstances"][0]["gpuDevices"];
 }
 
 }  // namespace gpupack::api

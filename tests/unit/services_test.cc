@@ -170,6 +170,24 @@ TEST_F(ServicesTest, ADrainedInstanceHasItsReplicasMovedWithoutDroppingBelowMini
   EXPECT_EQ(Describe(s, "web")["runningCount"], 2);
 }
 
+TEST_F(ServicesTest, ReplicasOnAGpuHeldAfterAFaultAreReplacedElsewhere) {
+  Server s(db_);
+  s.Ok("CreateCluster", Json::object());
+  const std::string a = RegisterInstance(s, {10000});
+  RegisterShared(s, "web", 4000);
+  s.Ok("CreateService", {{"serviceName", "web"}, {"taskDefinition", "web"}, {"desiredCount", 2}});
+  Settle(s, "web", [](const Counts&) {});
+  const std::string b = RegisterInstance(s, {10000});
+  const std::string gpu = Gpus(s, a)[0]["gpuId"];
+  s.Heartbeat(a, {gpu});  // the agent holds the GPU after a fault; the tasks on it are still there
+  EXPECT_EQ(Tasks(s, "web").size(), 4u);  // two replacements placed on the other instance
+  Settle(s, "web", [](const Counts& c) { EXPECT_GE(c.running, 2); });
+  auto tasks = Tasks(s, "web");
+  ASSERT_EQ(tasks.size(), 2u);
+  for (const auto& [arn, t] : tasks) EXPECT_EQ(t["containerInstanceArn"], b);
+  EXPECT_EQ(Describe(s, "web")["runningCount"], 2);
+}
+
 TEST_F(ServicesTest, ARollingDeploymentKeepsWithinItsPercentsAndCompletes) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());
@@ -412,6 +430,12 @@ TEST_F(ServicesTest, RequestsAreCheckedAsEcsChecksThem) {
                                                                    "j", "k"})}})
                 .status.code(),
             ErrorCode::kInvalidParameter);
+  Json cluster = s.Ok("DescribeClusters", {{"include", Json::array({"STATISTICS"})}})["clusters"][0];
+  EXPECT_EQ(cluster["activeServicesCount"], 1);
+  bool counted = false;
+  for (const auto& st : cluster["statistics"])
+    if (st["name"] == "activeEC2ServiceCount") counted = st["value"] == "1";
+  EXPECT_TRUE(counted) << cluster.dump();
   Json listed = s.Ok("ListServices", {{"schedulingStrategy", "REPLICA"}});
   EXPECT_EQ(listed["serviceArns"], Json::array({"arn:aws:ecs:us-east-1:000000000000:service/default/web"}));
   EXPECT_TRUE(s.Ok("ListServices", {{"schedulingStrategy", "DAEMON"}})["serviceArns"].empty());
