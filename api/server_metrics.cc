@@ -1,5 +1,6 @@
 #include "api/server_metrics.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -52,6 +53,18 @@ void AddInstanceGauge(MetricsRegistry& metrics, const ControlPlane& cp, const ch
   metrics.AddCollected(name, help, MetricType::kGauge, [&cp, value](Samples& out) {
     auto view = cp.applier().View();
     ForEachLiveInstance(*view, [&](const ContainerInstance& inst) { out.push_back({InstanceLabels(inst), value(inst)}); });
+  });
+}
+
+// AddServiceGauge: a per-service gauge over the services of the current read view that are not INACTIVE (ACTIVE and
+// DRAINING ones, as ListServices lists them), labelled by cluster and service name, in ARN order.
+void AddServiceGauge(MetricsRegistry& metrics, const ControlPlane& cp, const char* name, const char* help,
+                     double (*value)(const Service&)) {
+  metrics.AddCollected(name, help, MetricType::kGauge, [&cp, value](Samples& out) {
+    auto view = cp.applier().View();
+    for (const auto& [arn, svc] : view->Services())
+      if (svc->status != ServiceStatus::kInactive)
+        out.push_back({{{"cluster", svc->cluster}, {"service", svc->name}}, value(*svc)});
   });
 }
 
@@ -164,6 +177,22 @@ void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& cp, bo
               [](const Gpu& g) { return g.held ? 1.0 : 0.0; });
   AddGpuGauge(metrics, cp, "gpupack_gpu_mode", "Sharing mode per GPU (always 1; the mode is the label).",
               [](const Gpu&) { return 1.0; }, true);
+  AddServiceGauge(metrics, cp, "gpupack_service_desired_tasks",
+                  "Tasks the service wants running (desiredCount; a DAEMON service's: one per eligible instance).",
+                  [](const Service& s) { return static_cast<double>(s.desired_count); });
+  AddServiceGauge(metrics, cp, "gpupack_service_running_tasks",
+                  "The service's tasks RUNNING and not being stopped (runningCount).",
+                  [](const Service& s) { return static_cast<double>(s.running_count); });
+  AddServiceGauge(metrics, cp, "gpupack_service_pending_tasks",
+                  "The service's tasks placed and not yet RUNNING (pendingCount); tasks it could not place are "
+                  "not counted.",
+                  [](const Service& s) { return static_cast<double>(s.pending_count); });
+  AddServiceGauge(metrics, cp, "gpupack_service_deployments_in_progress",
+                  "The service's deployments whose rolloutState is IN_PROGRESS.", [](const Service& s) {
+                    return static_cast<double>(std::count_if(
+                        s.deployments.begin(), s.deployments.end(),
+                        [](const ServiceDeployment& d) { return d.rollout_state == RolloutState::kInProgress; }));
+                  });
   if (!per_task) return;  // the task ARNs and container names are asked for, never shown by default
   metrics.AddCollected("gpupack_task_gpu_memory_allocated_bytes",
                        "GPU memory a container of a task not yet STOPPED holds on a GPU: what it declared (shared) or "

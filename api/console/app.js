@@ -1,6 +1,7 @@
 // gpupack's web console: one page, hash routes, plain JavaScript (no framework, nothing fetched from elsewhere).
 //
-// Pages: #/clusters, #/instances, #/tasks, #/task/<ARN>, #/explain. Each page has a `load` that fetches its data
+// Pages: #/clusters, #/instances, #/tasks, #/task/<ARN>, #/explain, and #/services, #/service/<ARN> (services.js,
+// loaded after this file, adds those two to PAGES). Each page has a `load` that fetches its data
 // and draws it; the page polls once a second, and the console's reads (/console/api/...) answer
 // {"unchanged": true} when the version it passes as `since` is still current, so an idle console redraws
 // nothing. Every call carries the X-Gpupack-Console header; with --credentials the server also wants the session
@@ -200,7 +201,10 @@ function setHash(name, params = {}) {
 async function route() {
   if (app.me?.authRequired && !app.me.loggedIn) return showLogin();
   const { name, params } = parseHash();
-  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.page === name);
+  // A task's page is under Tasks, a service's under Services.
+  for (const a of document.querySelectorAll('#nav a')) {
+    a.classList.toggle('active', a.dataset.page === name || a.dataset.page === `${name}s`);
+  }
   stopPolling();
   app.versions = {};
   const page = PAGES[name](params);
@@ -406,6 +410,15 @@ function taskRow(t) {
   </tr>`;
 }
 
+// tasksTable: tasks of a console read (/console/api/tasks), one taskRow each; nothing when there are none.
+function tasksTable(tasks) {
+  return tasks.length
+    ? `<table class="grid"><thead><tr><th>Task</th><th>Cluster</th><th>Definition</th><th>Status</th><th>Instance</th>
+        <th>GPUs</th><th>Started by</th><th>Created</th><th>Stop code and reason</th></tr></thead>
+        <tbody>${tasks.map(taskRow).join('')}</tbody></table>`
+    : '';
+}
+
 function tasksPage(params) {
   $('#main').innerHTML = '<h1>Tasks</h1><form id="task-filter" class="filters"></form><div id="tasks"></div>';
   let formKey = '';
@@ -443,9 +456,7 @@ function tasksPage(params) {
       $('#tasks').innerHTML = `<p class="muted" id="task-count" data-total="${data.total}">${
         data.total > data.tasks.length ? `newest ${num(data.tasks.length)} of ` : ''
       }${num(data.total)} task(s)</p>
-        ${data.tasks.length ? `<table class="grid"><thead><tr><th>Task</th><th>Cluster</th><th>Definition</th>
-          <th>Status</th><th>Instance</th><th>GPUs</th><th>Started by</th><th>Created</th><th>Stop code and reason</th>
-          </tr></thead><tbody>${data.tasks.map(taskRow).join('')}</tbody></table>` : ''}`;
+        ${tasksTable(data.tasks)}`;
     },
   };
 }

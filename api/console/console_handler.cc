@@ -10,7 +10,8 @@
 
 namespace gpupack::api {
 
-// ConsoleAssetBody: the bytes of the console file `name` ("index.html", "app.js", "app.css"), empty when none.
+// ConsoleAssetBody: the bytes of the console file `name` ("index.html", "app.js", "services.js", "app.css"), empty
+// when none.
 // Generated at build time from api/console/ (api/console/embed.cmake).
 std::string_view ConsoleAssetBody(std::string_view name);
 
@@ -342,13 +343,16 @@ Json Instances(const ReadView& view, const ArnContext& arn, const std::map<std::
 
 Json Tasks(const ReadView& view, const std::map<std::string, std::string>& q, const UsedMemory& used) {
   const std::string cluster = Param(q, "cluster"), status = Param(q, "status"), family = Param(q, "family"),
-                    started_by = Param(q, "startedBy"), arn = Param(q, "arn");
+                    started_by = Param(q, "startedBy"), arn = Param(q, "arn"), group = Param(q, "group");
+  const bool live = Param(q, "live") == "1";
   const size_t limit = SizeParam(q, "limit", kDefaultTaskLimit, kMaxTaskLimit);
   std::vector<const Task*> matching;
   view.ForEachTask([&](const Task& t) {
     if (!cluster.empty() && t.cluster != cluster) return;
     if (!arn.empty() && t.arn != arn) return;
     if (!status.empty() && status != Name(t.last_status)) return;
+    if (live && t.last_status == TaskStatus::kStopped) return;
+    if (!group.empty() && t.group != group) return;
     if (!family.empty() && FamilyOf(t.task_definition_arn) != family) return;
     if (!started_by.empty() && t.started_by != started_by) return;
     matching.push_back(&t);
@@ -366,6 +370,38 @@ Json Tasks(const ReadView& view, const std::map<std::string, std::string>& q, co
   Json clusters = Json::array();
   for (const Cluster* c : view.Clusters()) clusters.push_back(c->name);
   return {{"total", matching.size()}, {"tasks", std::move(tasks)}, {"families", families}, {"clusters", clusters}};
+}
+
+// Services: the services not INACTIVE (as ListServices lists them) of `cluster`, or of every cluster, in ARN
+// order (cluster, then name), each with its replica counts, its PRIMARY deployment's rollout and its latest event.
+Json Services(const ReadView& view, const ArnContext& arn, const std::map<std::string, std::string>& q) {
+  const std::string cluster = Param(q, "cluster");
+  const std::string prefix = cluster.empty() ? "" : arn.ServiceArn(cluster, "");
+  Json services = Json::array();
+  for (auto it = view.Services().lower_bound(prefix); it != view.Services().end(); ++it) {
+    if (it->first.rfind(prefix, 0) != 0) break;
+    const Service& svc = *it->second;
+    if (svc.status == ServiceStatus::kInactive) continue;
+    const ServiceDeployment* primary = svc.Primary();
+    Json j = {{"arn", svc.arn},
+              {"name", svc.name},
+              {"cluster", svc.cluster},
+              {"status", Name(svc.status)},
+              {"schedulingStrategy", svc.daemon ? "DAEMON" : "REPLICA"},
+              {"desired", svc.desired_count},
+              {"running", svc.running_count},
+              {"pending", svc.pending_count},
+              {"taskDefinition", FamilyRevisionOf(svc.task_definition_arn)},
+              {"deployments", svc.deployments.size()},
+              {"rolloutState", primary ? Name(primary->rollout_state) : ""},
+              {"rolloutStateReason", primary ? primary->rollout_state_reason : ""}};
+    if (!svc.events.empty())
+      j["latestEvent"] = {{"at", svc.events.front().created_at}, {"message", svc.events.front().message}};
+    services.push_back(std::move(j));
+  }
+  Json clusters = Json::array();
+  for (const Cluster* c : view.Clusters()) clusters.push_back(c->name);
+  return {{"services", std::move(services)}, {"clusters", std::move(clusters)}};
 }
 
 Json RefusalsJson(const RefusalLog& refusals) {
@@ -422,6 +458,7 @@ HttpResponse ConsoleHandler::Asset(const std::string& path) const {
       {"/console/", {"index.html", "text/html; charset=utf-8"}},
       {"/console/index.html", {"index.html", "text/html; charset=utf-8"}},
       {"/console/app.js", {"app.js", "text/javascript; charset=utf-8"}},
+      {"/console/services.js", {"services.js", "text/javascript; charset=utf-8"}},
       {"/console/app.css", {"app.css", "text/css; charset=utf-8"}},
   };
   auto it = kFiles.find(path);
@@ -502,6 +539,8 @@ HttpResponse ConsoleHandler::Read(const HttpRequest& req, const std::string& pat
     out = Instances(*view, cp_.applier().arn(), q, used);
   } else if (path == "/console/api/tasks") {
     out = Tasks(*view, q, used);
+  } else if (path == "/console/api/services") {
+    out = Services(*view, cp_.applier().arn(), q);
   } else if (path == "/console/api/refusals") {
     out = RefusalsJson(*refusals);
   } else {

@@ -1,10 +1,12 @@
-// ConsoleHandler: the web console at /console/ (docs/console.md). It serves the page (index.html, app.js and
-// app.css, compiled into the binary from api/console/ by the build), the login and logout of console sessions
-// (POST and DELETE /console/session; api/auth/console_sessions.h) and the console's compact reads under
-// /console/api/, built from the control plane's last published read view:
+// ConsoleHandler: the web console at /console/ (docs/console.md). It serves the page (index.html, app.js,
+// services.js and app.css, compiled into the binary from api/console/ by the build), the login and logout of
+// console sessions (POST and DELETE /console/session; api/auth/console_sessions.h) and the console's compact
+// reads under /console/api/, built from the control plane's last published read view:
 //   GET /console/api/overview                      clusters: GPUs, GPU memory, tasks by status, refusals
 //   GET /console/api/instances?cluster=&offset=&limit=&q=   instances with each GPU's holders
-//   GET /console/api/tasks?cluster=&status=&family=&startedBy=&arn=&limit=   tasks, newest first
+//   GET /console/api/tasks?cluster=&status=&family=&startedBy=&arn=&group=&live=&limit=   tasks, newest first
+//                                                  (live=1: only those not STOPPED; group: "service:<name>")
+//   GET /console/api/services?cluster=             services not INACTIVE: replicas, PRIMARY rollout, latest event
 //   GET /console/api/refusals                      the latest RunTask/StartTask refusals and their reasons
 // Tasks (and the holders of the instances' GPUs) carry, beside what they declared, the GPU memory they use as
 // their agent last reported it (GpuMemoryUsage, api/channel/agent_channel.h): gpuMemoryUsedBytes per GPU and in
@@ -14,7 +16,7 @@
 // generation); a caller that passes
 // `since=<version>` and gets {"unchanged": true} back keeps what it drew, so polling once a second costs
 // almost nothing while nothing changes. Everything else the console shows comes from the ECS API itself
-// (DescribeTasks, ExplainPlacement, StopTask, ...) through the ECS front end (api/ecs/ecs_handler.h),
+// (DescribeTasks, DescribeServices, ExplainPlacement, StopTask, ...) through the ECS front end (api/ecs/ecs_handler.h),
 // authenticated by the same session.
 //
 // With an authenticator (--credentials) the reads and the logout need a console session (or a SigV4 signature

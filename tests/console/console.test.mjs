@@ -4,9 +4,10 @@
 // Open server: the clusters page's numbers equal DescribeContainerInstances', each GPU's strip holds its
 // tasks, the page follows a change without a reload, a stopped task shows its stop code, reason and log lines,
 // and a refused RunTask's reasons appear in "why not placed" with ExplainPlacement's verdict per instance and GPU,
-// and a task's GPU memory in use is what the simulated GPUs list for its process. With --credentials: without a session the page asks for
-// a login and every data call is refused (401), a wrong secret is refused, a reader key's session reads but may
-// not write, an admin's may, and logout ends it.
+// and a task's GPU memory in use is what the simulated GPUs list for its process; a service's replicas,
+// deployments, events and tasks (with their GPUs) equal DescribeServices', and its page follows a scale-up.
+// With --credentials: without a session the page asks for a login and every data call is refused (401), a wrong
+// secret is refused, a reader key's session reads but may not write, an admin's may, and logout ends it.
 //
 // Screenshots of each page go to $GPUPACK_SCREENSHOT_DIR (ctest: <build>/tests/console-screenshots); copies live
 // in docs/console/. Skipped, with a message, only when /usr/bin/chromium is missing.
@@ -299,6 +300,82 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
     assert.equal(await page.$eval('#task-gpu-used', (e) => e.textContent), 'not reported');
     assert.equal(await page.$eval('#task-gpu-used', (e) => e.dataset.usedBytes), 'none');
   });
+  test('the services page and a service\'s page show its replicas, deployments, events and tasks with their GPUs', async () => {
+    const e = up.endpoint;
+    const created = await ok(e, 'CreateService', { serviceName: 'web', taskDefinition: 'trainer', desiredCount: 2 });
+    const arn = created.service.serviceArn;
+    const describe = async () => (await ok(e, 'DescribeServices', { services: ['web'] })).services[0];
+    await until('the service steady with 2 running', async () => {
+      const s = await describe();
+      return s.runningCount === 2 && s.events.some((ev) => ev.message.includes('has reached a steady state'));
+    });
+    const svc = await describe();
+    assert.equal(svc.deployments[0].rolloutState, 'COMPLETED');
+    // A deleted service with no task is INACTIVE at once: listed nowhere, as ListServices lists nothing of it.
+    await ok(e, 'CreateService', { serviceName: 'retired', taskDefinition: 'trainer', desiredCount: 0 });
+    await ok(e, 'DeleteService', { service: 'retired' });
+    assert.equal((await ok(e, 'DescribeServices', { services: ['retired'] })).services[0].status, 'INACTIVE');
+
+    // The list: one row per service with DescribeServices' numbers, its task definition and PRIMARY rollout.
+    await page.goto(`${e}/console/#/services`, { waitUntil: 'load' });
+    await page.waitForSelector('tr[data-service="web"]');
+    const row = await page.$eval('tr[data-service="web"]', (tr) => ({
+      cluster: tr.dataset.cluster,
+      desired: Number(tr.querySelector('[data-field="desired"]').dataset.value),
+      running: Number(tr.querySelector('[data-field="running"]').dataset.value),
+      pending: Number(tr.querySelector('[data-field="pending"]').dataset.value),
+      taskDefinition: tr.querySelector('[data-field="taskDefinition"]').textContent,
+      rollout: tr.querySelector('[data-field="rollout"]').textContent.trim(),
+      text: tr.textContent,
+    }));
+    assert.deepEqual({ ...row, text: undefined }, {
+      cluster: 'default', desired: 2, running: 2, pending: 0, taskDefinition: 'trainer:1', rollout: 'COMPLETED', text: undefined,
+    });
+    assert.match(row.text, /REPLICA/);
+    assert.match(row.text, /ACTIVE/);
+    assert.deepEqual(await page.$$eval('tr[data-service]', (rows) => rows.map((tr) => tr.dataset.service)), ['web']);
+    assert.equal(await page.$eval('#nav a.active', (a) => a.dataset.page), 'services');
+    await shot(page, 'services');
+
+    // The service's page, reached from the list.
+    await Promise.all([page.waitForSelector('#service-facts'), page.click('tr[data-service="web"] a')]);
+    assert.equal(decodeURIComponent(new URL(page.url()).hash), `#/service/${arn}`);
+    const facts = await page.$eval('#service-facts', (d) => [d.dataset.desired, d.dataset.running, d.dataset.pending].map(Number));
+    assert.deepEqual(facts, [2, 2, 0]);
+    assert.equal(await page.$eval('#service-replicas', (d) => d.textContent), '2 running · 0 pending · 2 desired');
+    const deployments = await page.$$eval('tr[data-deployment]', (rows) =>
+      rows.map((tr) => ({
+        id: tr.dataset.deployment,
+        status: tr.dataset.status,
+        counts: ['desired', 'running', 'pending', 'failed'].map((f) => Number(tr.querySelector(`[data-field="${f}"]`).dataset.value)),
+        rollout: tr.querySelector('[data-field="rollout"] .badge').textContent,
+      })),
+    );
+    assert.deepEqual(deployments, [{ id: svc.deployments[0].id, status: 'PRIMARY', counts: [2, 2, 0, 0], rollout: 'COMPLETED' }]);
+    // Events newest first, as DescribeServices lists them; the newest says it reached a steady state.
+    const events = await page.$$eval('tr.event', (rows) => rows.map((tr) => tr.lastElementChild.textContent));
+    assert.deepEqual(events, svc.events.slice(0, events.length).map((ev) => ev.message));
+    assert.match(events[0], /^\(service web\) has reached a steady state\.$/);
+    assert.ok(events.some((m) => m.includes('(service web) has started 2 tasks')), events.join('\n'));
+    // Its tasks, each with the GPU it holds, as the tasks page shows them.
+    const list = await ok(e, 'ListTasks', { serviceName: 'web' });
+    const tasks = (await ok(e, 'DescribeTasks', { tasks: list.taskArns })).tasks;
+    assert.equal(tasks.length, 2);
+    const drawn = await page.$$eval('#service-tasks tr[data-task]', (rows) =>
+      Object.fromEntries(rows.map((tr) => [tr.dataset.task, tr.children[5].textContent])));
+    assert.deepEqual(Object.keys(drawn).sort(), tasks.map((t) => t.taskArn.split('/').pop()).sort());
+    for (const t of tasks) {
+      const gpu = t.containers[0].gpuIds[0].replace(/^GPU-/, '');
+      const short = gpu.length > 14 ? `${gpu.slice(0, 8)}…${gpu.slice(-4)}` : gpu;
+      assert.equal(drawn[t.taskArn.split('/').pop()], `${short} 4,000 MiB 30%`);
+    }
+    await shot(page, 'service');
+
+    // Scaled up, the page follows without a reload: a third task, then 3 running.
+    await ok(e, 'UpdateService', { service: 'web', desiredCount: 3 });
+    await page.waitForSelector('#service-facts[data-desired="3"][data-running="3"]', { timeout: 20000 });
+    await page.waitForFunction(() => document.querySelectorAll('#service-tasks tr[data-task]').length === 3);
+  });
 });
 
 describe('the console with --credentials', { skip: !haveChromium && 'chromium is missing' }, () => {
@@ -357,7 +434,7 @@ describe('the console with --credentials', { skip: !haveChromium && 'chromium is
   });
 
   test('without a session the data calls are refused and the page asks for a login', async () => {
-    for (const p of ['overview', 'instances?cluster=default', 'tasks', 'refusals']) {
+    for (const p of ['overview', 'instances?cluster=default', 'tasks', 'services', 'refusals']) {
       const res = await fetch(`${up.endpoint}/console/api/${p}`, { headers: { 'X-Gpupack-Console': '1' } });
       assert.equal(res.status, 401, p);
       assert.equal((await res.json()).__type, 'AccessDeniedException');

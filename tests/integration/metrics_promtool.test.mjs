@@ -6,6 +6,7 @@
 //     figures the API shows x 1048576; the per-task series (the server runs with --metrics-per-task) name the
 //     task, its container and its GPU;
 //   - gpupack_placement_failures_total counts the tasks not placed, not the instances that refused them;
+//   - a service (of no replicas) has its gpupack_service_ series with DescribeServices' figures;
 //   - `promtool check rules` and `promtool check config` accept deploy/prometheus/, and every gpupack family the
 //     alert rules and the Grafana dashboard (deploy/grafana/gpupack.json) read is one the scrapes have.
 // Skipped, saying so, when promtool is not on PATH (Debian: apt-get install prometheus). Without promtool too: a
@@ -175,6 +176,8 @@ describe('/metrics through promtool', { skip: SKIP }, () => {
     });
     const refused = await ok(server.endpoint, 'RunTask', { cluster: 'default', taskDefinition: 'huge', count: 3 });
     assert.equal(refused.tasks.length, 0);
+    // A service of no replicas: its series are in the scrape, and it places nothing that the figures above count.
+    await ok(server.endpoint, 'CreateService', { cluster: 'default', serviceName: 'standby', taskDefinition: 'sleeper', desiredCount: 0 });
 
     serverText = await scrape(server.endpoint + '/metrics');
     agentText = await waitFor('the agent to read the task\'s GPU memory', async () => {
@@ -245,6 +248,22 @@ describe('/metrics through promtool', { skip: SKIP }, () => {
     assert.equal(task[0].value, DECLARED_MIB * MIB);
     const running = all.find((s) => s.name === 'gpupack_tasks' && s.labels.status === 'RUNNING');
     assert.equal(running.value, 1);
+  });
+
+  test('a service has its replica series, labelled by cluster and service, with DescribeServices\' figures', async () => {
+    const d = await ok(server.endpoint, 'DescribeServices', { cluster: 'default', services: ['standby'] });
+    const svc = d.services[0];
+    const all = samples(serverText);
+    const expected = {
+      gpupack_service_desired_tasks: svc.desiredCount,
+      gpupack_service_running_tasks: svc.runningCount,
+      gpupack_service_pending_tasks: svc.pendingCount,
+      gpupack_service_deployments_in_progress: svc.deployments.filter((x) => x.rolloutState === 'IN_PROGRESS').length,
+    };
+    for (const [name, value] of Object.entries(expected)) {
+      const series = all.filter((s) => s.name === name);
+      assert.deepEqual(series.map((s) => [s.labels, s.value]), [[{ cluster: 'default', service: 'standby' }, value]], name);
+    }
   });
 
   test('gpupack_placement_failures_total counts the tasks not placed, not the instances that refused them', () => {

@@ -3,7 +3,7 @@
 // Prometheus distribution) is on PATH, a rendered sample is also checked with `promtool check metrics`.
 // The server's families (api/server_metrics.h) over a control plane on a MemoryStore: GPU series labelled to
 // join dcgm-exporter (UUID, gpu, Hostname) with bytes = MiB x 1048576, placement failures counted per task, tasks
-// by status, the per-task allocations and the store's commit latency.
+// by status, the services' replicas, the per-task allocations and the store's commit latency.
 #include "metrics/registry.h"
 
 #include <atomic>
@@ -537,6 +537,75 @@ TEST(ServerMetricsTest, PlacementFailuresCountTasksNotRejectedInstances) {
   EXPECT_EQ(m.at("gpupack_tasks{cluster=\"default\",status=\"STOPPED\"}"), 0);
 }
 
+// ServiceSamples: the sample lines of the gpupack_service_ families, in rendering order.
+std::vector<std::string> ServiceSamples(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("gpupack_service_", 0) == 0) out.push_back(line);
+  return out;
+}
+
+// A service's replicas, per cluster and service: desired, running and pending tasks and the deployments in
+// progress, equal to what DescribeServices says, for the services not INACTIVE. One GPU of 10,000 MiB holds two
+// tasks of 4,000 MiB, so "web" (desiredCount 3) places 2 (PENDING) and its third waits for capacity, counted in
+// neither running nor pending. "idle" lives in a cluster without instances; "gone" was deleted with no task, so
+// it is INACTIVE at once and exported no more. Families list their services in ARN order (cluster, then name).
+TEST(ServerMetricsTest, ServicesShowDesiredRunningAndPendingTasksAndInactiveOnesAreLeftOut) {
+  MetricsServer s;
+  RegisterHost(s, "h1", {"GPU-1"}, 10000);
+  RegisterShared(s, "web", 4000, 25);
+  s.Ok("CreateCluster", {{"clusterName", "batch"}});
+  s.Ok("CreateService", {{"serviceName", "web"}, {"taskDefinition", "web"}, {"desiredCount", 3}});
+  s.Ok("CreateService",
+       {{"cluster", "batch"}, {"serviceName", "idle"}, {"taskDefinition", "web"}, {"desiredCount", 1}});
+  s.Ok("CreateService", {{"serviceName", "gone"}, {"taskDefinition", "web"}, {"desiredCount", 0}});
+  s.Ok("DeleteService", {{"service", "gone"}});
+  Json gone = s.Ok("DescribeServices", {{"services", Json::array({"gone"})}});
+  ASSERT_EQ(gone["services"].size(), 1u);
+  EXPECT_EQ(gone["services"][0]["status"], "INACTIVE");
+
+  const std::string text = s.Render();
+  for (const char* family : {"desired", "running", "pending"})
+    EXPECT_NE(text.find(std::string("# TYPE gpupack_service_") + family + "_tasks gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE gpupack_service_deployments_in_progress gauge\n"), std::string::npos);
+  EXPECT_EQ(ServiceSamples(text), (std::vector<std::string>{
+                                      "gpupack_service_desired_tasks{cluster=\"batch\",service=\"idle\"} 1",
+                                      "gpupack_service_desired_tasks{cluster=\"default\",service=\"web\"} 3",
+                                      "gpupack_service_running_tasks{cluster=\"batch\",service=\"idle\"} 0",
+                                      "gpupack_service_running_tasks{cluster=\"default\",service=\"web\"} 0",
+                                      "gpupack_service_pending_tasks{cluster=\"batch\",service=\"idle\"} 0",
+                                      "gpupack_service_pending_tasks{cluster=\"default\",service=\"web\"} 2",
+                                      "gpupack_service_deployments_in_progress{cluster=\"batch\",service=\"idle\"} 1",
+                                      "gpupack_service_deployments_in_progress{cluster=\"default\",service=\"web\"} 1",
+                                  }));
+
+  // The agent reports one task RUNNING: 1 running, 1 pending.
+  Json list = s.Ok("ListTasks", {{"serviceName", "web"}});
+  ASSERT_EQ(list["taskArns"].size(), 2u);
+  s.Ok("SubmitTaskStateChange", {{"task", list["taskArns"][0]}, {"status", "RUNNING"}});
+  auto m = s.Scrape();
+  const std::string web = "{cluster=\"default\",service=\"web\"}";
+  EXPECT_EQ(m.at("gpupack_service_running_tasks" + web), 1);
+  EXPECT_EQ(m.at("gpupack_service_pending_tasks" + web), 1);
+
+  // Scaled to 2 and the second RUNNING: the deployment completes, and the figures are DescribeServices'.
+  s.Ok("UpdateService", {{"service", "web"}, {"desiredCount", 2}});
+  s.Ok("SubmitTaskStateChange", {{"task", list["taskArns"][1]}, {"status", "RUNNING"}});
+  Json d = s.Ok("DescribeServices", {{"services", Json::array({"web"})}})["services"][0];
+  EXPECT_EQ(d["deployments"][0]["rolloutState"], "COMPLETED");
+  m = s.Scrape();
+  EXPECT_EQ(m.at("gpupack_service_desired_tasks" + web), d["desiredCount"].get<double>());
+  EXPECT_EQ(m.at("gpupack_service_running_tasks" + web), d["runningCount"].get<double>());
+  EXPECT_EQ(m.at("gpupack_service_pending_tasks" + web), d["pendingCount"].get<double>());
+  EXPECT_EQ(m.at("gpupack_service_desired_tasks" + web), 2);
+  EXPECT_EQ(m.at("gpupack_service_running_tasks" + web), 2);
+  EXPECT_EQ(m.at("gpupack_service_pending_tasks" + web), 0);
+  EXPECT_EQ(m.at("gpupack_service_deployments_in_progress" + web), 0);
+  EXPECT_EQ(s.Render().find("service=\"gone\""), std::string::npos);
+}
+
 TEST(ServerMetricsTest, StopTaskReleasesItsAllocationSeriesAndCommitsAreTimed) {
   MetricsServer s(/*per_task=*/true);
   RegisterHost(s, "h1", {"GPU-1"}, 10000);
@@ -559,6 +628,7 @@ TEST(ServerMetricsTest, PromtoolAcceptsTheServerFamilies) {
   RegisterHost(s, "h1", {"GPU-1", "GPU-2"}, 10000);
   RegisterShared(s, "small", 1000, 25);
   for (int i = 0; i < 3; ++i) s.Ok("RunTask", {{"taskDefinition", "small"}, {"count", 10}});  // 20 fit
+  s.Ok("CreateService", {{"serviceName", "web"}, {"taskDefinition", "small"}, {"desiredCount", 2}});  // none fits
   const testing_support::TempDir dir("gpupack-server-metrics");
   const std::string input = dir.Write("metrics.txt", s.Render());
   const std::string report = dir.File("promtool.txt");
