@@ -1,17 +1,24 @@
 // Tests for the planner's services (docs/planning.md, "Services"): a workload's `services` entries, each a task
 // definition with serviceName and desired counts over time, expanded into replicas (replica k present while the
-// desired count is at least k, so a scale-in removes the newest first); and the input errors, message for message.
+// desired count is at least k, so a scale-in removes the newest first); size keeps every service at its desired
+// count at all times, on hand-checked fleets; replay reports a refused replica per service; fgd refuses services;
+// and the input errors, message for message.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "planner/inputs.h"
 #include "planner/protocols.h"
+#include "planner/report.h"
 #include "planner/simulation.h"
 
 namespace gpupack::plan {
 namespace {
+
+using Json = nlohmann::json;
 
 Workload ParseWorkload(const std::string& text) {
   auto in = ParseInput(text, "w.json");
@@ -36,6 +43,12 @@ std::string Shared(const std::string& family, int mib) {
 // A service entry: the definition of Shared plus `fields` (serviceName, desiredCount or desired, ...).
 std::string Service(const std::string& family, int mib, const std::string& fields) {
   return "{" + Shared(family, mib) + ", " + fields + "}";
+}
+
+// Instances of one GPU of 24,000 MiB (16 vCPUs, 64 GiB), `count` of them.
+std::string OneGpuFleet(int count) {
+  return R"({"instanceTypes": [{"name": "g1", "count": )" + std::to_string(count) +
+         R"(, "cpu": 16384, "memory": 65536, "gpus": 1, "gpuMemory": 24000, "gpuModel": "L4"}]})";
 }
 
 Occurrence Occ(int64_t arrival, std::optional<int64_t> departure = std::nullopt) { return {arrival, departure}; }
@@ -112,6 +125,105 @@ TEST(ServiceExpansionTest, ScaleInFreesTheNewestReplicasInstance) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->strategies[0].arrivals, 3);
   EXPECT_EQ(r->strategies[0].refused, 0) << "the probe found B held: the oldest replica left instead of the newest";
+}
+
+// ---- size -----------------------------------------------------------------------------------------------------
+
+// Instances of one 24,000 MiB GPU; llm replicas take 10,000 MiB, embed replicas 6,000 MiB (binpack:gpuMemory,
+// best fit). Three llm and four embed at all times: 54,000 MiB > 2 GPUs, and 3 do: {llm, llm}, {llm, embed,
+// embed}, {embed, embed}. Over time, three llm and one embed (36,000) until 3600, then one llm and four embed
+// (34,000): two GPUs at every moment ({llm, llm} + {llm, embed}, then {llm, embed, embed} + {embed, embed}),
+// though the peaks together (54,000) would need three.
+TEST(ServiceSizeTest, KeepsEveryServiceAtItsDesiredCount) {
+  Fleet fleet = ParseFleet(OneGpuFleet(1));
+  auto size = [&](const std::string& services, bool at_once) {
+    Workload w = ParseWorkload("{\"services\": [" + services + "]}");
+    auto sc = BuildScenario(&fleet, w, GpuUnits::kAuto);
+    EXPECT_TRUE(sc.ok()) << sc.status().message();
+    SizeOptions o;
+    o.at_once = at_once;
+    auto r = RunSize(*sc, {*ParseStrategy("binpack:gpuMemory")}, o);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->timed, !at_once);
+    return r->strategies.at(0).types.at(0);
+  };
+  const std::string constant = Service("llm", 10000, R"("serviceName": "llm", "desiredCount": 3)") + "," +
+                               Service("embed", 6000, R"("serviceName": "embed", "desiredCount": 4)");
+  SizeTypeResult flat = size(constant, false);
+  EXPECT_EQ(flat.count, 3);
+  EXPECT_EQ(flat.unplaceable_tasks, 0);
+
+  const std::string varying =
+      Service("llm", 10000, R"("serviceName": "llm", "desired": [{"at": 0, "count": 3}, {"at": 3600, "count": 1}])") +
+      "," +
+      Service("embed", 6000, R"("serviceName": "embed", "desired": [{"at": 0, "count": 1}, {"at": 3600, "count": 4}])");
+  EXPECT_EQ(size(varying, false).count, 2);
+  EXPECT_EQ(size(varying, true).count, 3);  // at once: every service at its peak
+
+  // A replica that fits no instance of the type is counted (each arrival) and left out of the search.
+  SizeTypeResult too_big = size(constant + "," + Service("huge", 30000, R"("serviceName": "huge", "desired": [
+      {"at": 0, "count": 1}, {"at": 10, "count": 0}, {"at": 20, "count": 2}])"), false);
+  EXPECT_EQ(too_big.count, 3);
+  EXPECT_EQ(too_big.unplaceable_tasks, 3);
+  EXPECT_EQ(too_big.unplaceable_examples, (std::vector<std::string>{"huge"}));
+}
+
+// ---- replay and fgd -----------------------------------------------------------------------------------------
+
+// Two instances of one 24,000 MiB GPU. At 0: llm 1 and 2 share i0 (4,000 left), embed 1..3 share i1 (6,000
+// left). At 600 llm 3 (10,000) finds no GPU with room: refused, as the server would keep it waiting. At 1200
+// llm drops to 1: replicas 3 (never placed) and 2 go.
+TEST(ServiceReplayTest, RefusedReplicasAreCountedPerService) {
+  Fleet fleet = ParseFleet(OneGpuFleet(2));
+  Workload w = ParseWorkload("{\"services\": [" +
+                             Service("llm", 10000, R"("serviceName": "llm", "desired": [
+                                 {"at": 0, "count": 2}, {"at": 600, "count": 3}, {"at": 1200, "count": 1}])") +
+                             "," + Service("embed", 6000, R"("serviceName": "embed", "desiredCount": 3)") + "]}");
+  auto sc = BuildScenario(&fleet, w, GpuUnits::kAuto);
+  ASSERT_TRUE(sc.ok()) << sc.status().message();
+  ReplayOptions o;
+  o.buckets = 3;
+  auto r = RunReplay(*sc, {*ParseStrategy("binpack:gpuMemory")}, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->timed);
+  const ReplayStrategyResult& s = r->strategies[0];
+  EXPECT_EQ(s.arrivals, 6);
+  EXPECT_EQ(s.placed, 5);
+  EXPECT_EQ(s.refused, 1);
+  EXPECT_EQ(s.refusals, (std::map<std::string, int>{{"RESOURCE:GPU_MEMORY", 1}}));
+  EXPECT_EQ(s.refused_replicas, (std::map<std::string, int>{{"embed", 0}, {"llm", 1}}));
+  EXPECT_EQ(s.peak_gpus_in_use, 2);
+  EXPECT_NEAR(s.peak_allocated_pct, 100.0 * 38000 / 48000, 1e-9);
+  // Buckets of 401 s: the refusal is in the second ([401, 802)).
+  ASSERT_EQ(s.timeline.size(), 3u);
+  EXPECT_EQ(s.timeline[1].refusals, (std::map<std::string, int>{{"RESOURCE:GPU_MEMORY", 1}}));
+
+  PlanContext ctx{"fleet.json", 2, 2, 1, "w.json", 0, "mib", 2};
+  Json j = Json::parse(Render(ctx, *r, Format::kJson));
+  EXPECT_EQ(j["workload"], Json({{"source", "w.json"}, {"tasks", 0}, {"services", 2}}));
+  EXPECT_EQ(j["strategies"][0]["refusedReplicasByService"], Json({{"embed", 0}, {"llm", 1}}));
+  const std::string table = Render(ctx, *r, Format::kTable);
+  EXPECT_NE(table.find("workload w.json (2 services) on fleet"), std::string::npos) << table;
+  EXPECT_NE(table.find("\nrefused replicas by service (the server would keep each waiting for capacity):\n"
+                       "strategy           embed  llm\n"
+                       "binpack:gpuMemory      0    1\n"),
+            std::string::npos)
+      << table;
+}
+
+TEST(ServiceReplayTest, FgdRefusesServices) {
+  Fleet fleet = ParseFleet(OneGpuFleet(2));
+  Workload w = ParseWorkload("{\"tasks\": [{" + Shared("batch", 3000) + "}], \"services\": [" +
+                             Service("llm", 10000, R"("serviceName": "llm", "desiredCount": 1)") + "," +
+                             Service("embed", 6000, R"("serviceName": "embed", "desiredCount": 1)") + "]}");
+  auto sc = BuildScenario(&fleet, w, GpuUnits::kAuto);
+  ASSERT_TRUE(sc.ok());
+  auto r = RunFgd(*sc, {*ParseStrategy("binpack:gpuMemory")}, FgdOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidParameter);
+  EXPECT_EQ(r.status().message(),
+            "the workload has services (llm, embed), which fgd does not replay: it samples tasks by weight, with no "
+            "time and no desired count; use --protocol size or replay");
 }
 
 // ---- input errors -------------------------------------------------------------------------------------------
