@@ -170,7 +170,8 @@ int RunPlan(const PlanFlags& f) {
     ctx.instance_types = static_cast<int>(fleet->types.size());
   }
   ctx.workload_source = workload->source;
-  ctx.tasks = static_cast<int>(workload->tasks.size());
+  ctx.services = workload->ServiceCount();
+  ctx.tasks = static_cast<int>(workload->tasks.size()) - ctx.services;
   ctx.units = plan::GpuUnitsName(scenario->units);
 
   // ---- run

@@ -117,7 +117,7 @@ Result<BoundsReport> RunBounds(const Scenario& sc) {
       }
       int64_t size = d.gpu_kind == GpuKind::kDedicated ? r.capacity : std::min<int64_t>(d.gpu_memory, r.capacity);
       (size == r.capacity ? r.whole : r.fractional) += 1;
-      items.push_back({timed ? tasks[i].schedule[c].arrival : 0, size});
+      items.push_back({timed ? tasks[i].CopyArrival(c) : 0, size});
     }
   }
   if (items.empty()) return Status::InvalidParameter("the workload has no single-GPU task to bound");

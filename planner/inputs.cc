@@ -18,11 +18,45 @@ int Fleet::GpuCount() const {
   return n;
 }
 
+int TaskSpec::Copies() const {
+  if (IsService()) {
+    int peak = 0;
+    for (const DesiredStep& s : desired) peak = std::max(peak, s.count);
+    return peak;
+  }
+  return schedule.empty() ? count : static_cast<int>(schedule.size());
+}
+
+int64_t TaskSpec::CopyArrival(int c) const {
+  if (!IsService()) return schedule[c].arrival;
+  for (const DesiredStep& s : desired)
+    if (s.count > c) return s.at;
+  return 0;  // not a copy (c >= Copies())
+}
+
 bool Workload::HasTimes() const {
   if (tasks.empty()) return false;
   for (const auto& t : tasks)
-    if (t.schedule.empty()) return false;
+    if (t.schedule.empty() && !t.IsService()) return false;
   return true;
+}
+
+int Workload::ServiceCount() const {
+  return static_cast<int>(std::count_if(tasks.begin(), tasks.end(), [](const TaskSpec& t) { return t.IsService(); }));
+}
+
+std::vector<std::vector<Occurrence>> ReplicaSchedules(const std::vector<DesiredStep>& desired) {
+  std::vector<std::vector<Occurrence>> replicas;
+  int present = 0;
+  for (const DesiredStep& s : desired) {
+    for (int k = present; k < s.count; ++k) {  // scale-out: replicas present+1..count arrive
+      if (static_cast<int>(replicas.size()) <= k) replicas.emplace_back();
+      replicas[k].push_back({s.at, std::nullopt});
+    }
+    for (int k = s.count; k < present; ++k) replicas[k].back().departure = s.at;  // scale-in: the newest leave
+    present = s.count;
+  }
+  return replicas;
 }
 
 int64_t OpenbCpuUnits(int64_t cpu_milli) { return (cpu_milli * 1024 + 500) / 1000; }

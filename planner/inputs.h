@@ -56,9 +56,19 @@ struct Occurrence {
   std::optional<int64_t> departure;  // none: it never leaves
 };
 
-// TaskSpec: one task definition of the workload and how often and when it runs.
+// DesiredStep: a service's desired count from `at` (seconds from the start of the workload) until the next step.
+struct DesiredStep {
+  int64_t at = 0;
+  int count = 0;
+};
+
+// The most replicas a service may desire, ECS's bound on desiredCount.
+inline constexpr int kMaxDesiredCount = 5000;
+
+// TaskSpec: one task definition of the workload and how often and when it runs. A service of the workload is
+// one TaskSpec too: its task definition, with `service` set and `schedule` its replicas' (ReplicaSchedules).
 struct TaskSpec {
-  std::string name;     // family, or the openb pod name
+  std::string name;     // family, the openb pod name, or a service's serviceName
   TaskDemand demand;    // DemandOf its definition; a shared GPU need declared as a fraction has gpu_memory 0
   int gpu_milli = 0;    // shared GPU need as thousandths of one GPU (openb), when not declared in MiB
   int gpu_containers = 1;
@@ -69,24 +79,41 @@ struct TaskSpec {
   int count = 1;                                 // copies that arrive at once when there is no schedule
   std::vector<Occurrence> schedule;              // arrivals and departures (replay)
   std::string origin;                            // "file:line"
+  std::string service;                           // a service's name; empty for a task
+  std::vector<DesiredStep> desired;              // a service's desired counts over time (desiredCount: one step at 0)
 
-  // Arrivals of this task when the workload is placed at once: one per occurrence, else `count`.
-  int Copies() const { return schedule.empty() ? count : static_cast<int>(schedule.size()); }
+  bool IsService() const { return !service.empty(); }
+  // Arrivals of this task when the workload is placed at once: a service's peak desired count, else one per
+  // occurrence, else `count`.
+  int Copies() const;
+  // The arrival time of copy `c` (0 <= c < Copies()) in a workload with times: a service's replica c + 1 when
+  // it first arrives, a task's occurrence c.
+  int64_t CopyArrival(int c) const;
 };
 
+// Workload: the tasks and services of one file; services follow the tasks (tasks in file order, then services
+// in file order), so a service's index in `tasks` is after every task's.
 struct Workload {
   std::string source;
   std::vector<TaskSpec> tasks;
 
-  // Every task has a schedule (so the workload can be replayed in time).
+  // Every task has a schedule or is a service (so the workload can be replayed in time).
   bool HasTimes() const;
+  int ServiceCount() const;
 };
+
+// ReplicaSchedules expands a service's desired counts (steps in increasing time) into its replicas' presence:
+// element k - 1 is replica k's occurrences in time order. Replica k is present while the desired count is at
+// least k: it arrives when the count first reaches k and departs when it drops below k, and may arrive again
+// later, so a scale-in removes the newest replicas (the highest k) first, as the server's service scheduler does.
+// Before the first step the count is 0; a replica present after the last step never departs.
+std::vector<std::vector<Occurrence>> ReplicaSchedules(const std::vector<DesiredStep>& desired);
 
 // An input file is one or the other, told apart by its content.
 using Input = std::variant<Fleet, Workload>;
 
-// ParseInput reads JSON ({"instanceTypes": [...]} or {"tasks": [...]}) or an openb CSV (node list or pod
-// list, by header). `name` heads every error message.
+// ParseInput reads JSON ({"instanceTypes": [...]}, or {"tasks": [...], "services": [...]} with either list or
+// both) or an openb CSV (node list or pod list, by header). `name` heads every error message.
 Result<Input> ParseInput(std::string_view text, const std::string& name);
 // LoadInput reads a file and parses it (a file that cannot be read is InvalidParameter too).
 Result<Input> LoadInput(const std::string& path);

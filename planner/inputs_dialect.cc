@@ -30,15 +30,18 @@ struct ArrayWords {
 constexpr ArrayWords kArrays[] = {
     {"instanceTypes", "a non-empty array of instance types", false},
     {"tasks", "a non-empty array of task definitions", false},
+    {"services", "a non-empty array of services", false},
     {"gpuModels", "an array of strings", true},
     {"schedule", "an array of {\"arrival\": s, \"departure\": s}", true},
+    {"desired", "an array of {\"at\": s, \"count\": n}", true},
 };
 
 // RequiredNote: what a required member holds, after its name in "missing required field 'cpu' (...)".
 const char* RequiredNote(std::string_view key) {
   if (key == "cpu") return " (CPU units, 1024 per vCPU)";
   if (key == "memory") return " (MiB)";
-  if (key == "arrival") return " (seconds)";
+  if (key == "arrival" || key == "at") return " (seconds)";
+  if (key == "count") return " (replicas)";  // required only in a service's desired steps
   return "";
 }
 
@@ -155,8 +158,11 @@ Status InputsDialect::Error(const JsonError& e) const {
   switch (e.want) {
     case JsonWant::kAny: break;
     case JsonWant::kObject:
-      if (parent == nullptr) return Invalid(path, "expected a JSON object with \"instanceTypes\" or \"tasks\"");
+      if (parent == nullptr)
+        return Invalid(path, "expected a JSON object with \"instanceTypes\", \"tasks\" or \"services\"");
       if (element && Is(parent->key(), "tasks")) return Invalid(path, "expected an object (a task definition)" + got);
+      if (element && Is(parent->key(), "services"))
+        return Invalid(path, "expected an object (a task definition with serviceName)" + got);
       if (Is(e.path.key(), "attributes")) return Invalid(path, "expected an object of NAME: value" + got);
       return Invalid(path, "expected an object" + got);
     case JsonWant::kArray:

@@ -1,8 +1,9 @@
-// inputs_json.cc owns the planner's JSON reader: a fleet ({"instanceTypes": [...]}) or a workload
-// ({"tasks": [...]}) as docs/planning.md documents them, read with base's JsonFields in the planner's words
-// (planner/inputs_dialect.h: every error names the file, the line and the field). A task's definition is read by
-// the server's own codec (api::ParseRegisterTaskDefinition) and validated as the server validates it; this file
-// reads only the planner's fields around it. Entry point ParseJson (planner/inputs_parts.h); planner/inputs.cc
+// inputs_json.cc owns the planner's JSON reader: a fleet ({"instanceTypes": [...]}) or a workload ({"tasks":
+// [...], "services": [...]}) as docs/planning.md documents them, read with base's JsonFields in the planner's
+// words (planner/inputs_dialect.h: every error names the file, the line and the field). A task's or a service's
+// definition is read by the server's own codec (api::ParseRegisterTaskDefinition) and validated as the server
+// validates it; this file reads only the planner's fields around it (a service's: serviceName and its desired
+// counts, expanded into its replicas' schedule). Entry point ParseJson (planner/inputs_parts.h); planner/inputs.cc
 // dispatches to it.
 #include <algorithm>
 #include <cctype>
@@ -70,9 +71,23 @@ Status ReadInstanceType(const Json& j, const JsonPath& p, const InputsDialect& w
 
 // ---- JSON workload ------------------------------------------------------------------------------------------
 
-// The planner's own fields of a workload's task entry; everything else is the task definition, read by the
-// server's codec.
-const std::set<std::string> kPlannerFields = {"gpuModels", "group", "weight", "count", "schedule"};
+// The planner's own fields of a workload's task entry, and of a service entry; everything else is the task
+// definition, read by the server's codec.
+const std::set<std::string> kTaskFields = {"gpuModels", "group", "weight", "count", "schedule"};
+const std::set<std::string> kServiceFields = {"gpuModels", "serviceName", "desiredCount", "desired",
+                                              "schedulingStrategy"};
+
+// What a service entry refuses, and why: a task's planner fields, and CreateService's fields the planner does not
+// model (the codec would keep them as unknown task definition fields, and they would do nothing).
+constexpr std::pair<const char*, const char*> kNotForServices[] = {
+    {"group", "its tasks' group is service:<serviceName>, as the server's"},
+    {"weight", "fgd samples tasks, not services"},
+    {"count", "its replicas follow desiredCount or desired"},
+    {"schedule", "its replicas follow desiredCount or desired"},
+    {"taskDefinition", "the entry is the task definition itself: put its fields beside serviceName"},
+    {"placementStrategy", "every service is placed with the --strategy under study"},
+    {"deploymentConfiguration", "deployments are not replayed"},
+};
 
 // CodecFail keeps a refusal of api::ParseRegisterTaskDefinition ("PATH: what", PATH relative to the task
 // definition) as the planner's error at that field of task `t`; a message without a path stays on the task.
@@ -103,22 +118,19 @@ Status ReadOccurrence(const Json& j, const JsonPath& p, const InputsDialect& wor
   return o.status();
 }
 
-// ReadTask reads task entry `j` at `p` of a workload onto `w`.
-Status ReadTask(const Json& j, const JsonPath& p, const InputsDialect& words, Workload& w) {
-  JsonFields t(j, p, words);
-  if (!t.ok()) return t.status();
-  const std::string path = p.str();
-  TaskSpec spec;
-  spec.origin = words.file() + ":" + std::to_string(words.LineOf(path));
+// ReadDefinition reads the task definition of entry `t` (every member but the planner's `fields`) and its
+// gpuModels onto `spec`.
+void ReadDefinition(JsonFields& t, const std::set<std::string>& fields, TaskSpec& spec) {
   // The task definition is what RegisterTaskDefinition would be sent: read by the server's codec and
   // validated as the server validates it, so the planner refuses what the server refuses, with its message.
+  const Json& j = t.object();
   Json body = Json::object();
   for (auto f = j.begin(); f != j.end(); ++f)
-    if (!kPlannerFields.count(f.key())) body[f.key()] = f.value();
+    if (!fields.count(f.key())) body[f.key()] = f.value();
   auto parsed = api::ParseRegisterTaskDefinition(body);
   if (!parsed.ok()) CodecFail(t, parsed.status().message());
-  else if (Status st = ValidateTaskDefinition(*parsed); !st.ok()) t.Fail(path, st.message());
-  if (!t.ok()) return t.status();
+  else if (Status st = ValidateTaskDefinition(*parsed); !st.ok()) t.Fail(t.path().str(), st.message());
+  if (!t.ok()) return;
   const TaskDefinition& td = *parsed;
   int gpu_containers = 0;
   for (const auto& c : td.containers)
@@ -134,6 +146,15 @@ Status ReadTask(const Json& j, const JsonPath& p, const InputsDialect& words, Wo
     return Status::Ok();
   });
   if (t.ok() && !spec.gpu_models.empty()) spec.constraints.push_back({"memberOf", GpuModelExpression(spec.gpu_models)});
+}
+
+// ReadTask reads task entry `j` at `p` of a workload onto `w`.
+Status ReadTask(const Json& j, const JsonPath& p, const InputsDialect& words, Workload& w) {
+  JsonFields t(j, p, words);
+  if (!t.ok()) return t.status();
+  TaskSpec spec;
+  spec.origin = words.file() + ":" + std::to_string(words.LineOf(p.str()));
+  ReadDefinition(t, kTaskFields, spec);
   t.String("group", spec.group);
   if (const Json* wt = t.Get("weight")) {
     if (!wt->is_number() || !(wt->get<double>() >= 0) || !std::isfinite(wt->get<double>()))
@@ -147,6 +168,56 @@ Status ReadTask(const Json& j, const JsonPath& p, const InputsDialect& words, Wo
     return ReadOccurrence(o, at, words, spec.schedule);
   });
   if (!t.ok()) return t.status();
+  w.tasks.push_back(std::move(spec));
+  return Status::Ok();
+}
+
+// ReadStep reads step `j` at `p` of a service's desired counts onto `out` (times increasing).
+Status ReadStep(const Json& j, const JsonPath& p, const InputsDialect& words, std::vector<DesiredStep>& out) {
+  JsonFields o(j, p, words);
+  int64_t at = 0, count = 0;
+  o.Int64("at", at, true, 0, int64_t{1} << 50);
+  o.Int64("count", count, true, 0, kMaxDesiredCount);
+  if (o.ok() && !out.empty() && at <= out.back().at)
+    o.Fail(o.Path("at"), "expected a time after the step before (" + std::to_string(out.back().at) + "), got " +
+                             std::to_string(at));
+  if (o.ok()) out.push_back({at, static_cast<int>(count)});
+  return o.status();
+}
+
+// ReadService reads service entry `j` at `p` of a workload onto `w`: its task definition, read as a task's, and
+// its desired counts, expanded into its replicas' schedule. `names` are the service names read so far.
+Status ReadService(const Json& j, const JsonPath& p, const InputsDialect& words, std::set<std::string>& names,
+                   Workload& w) {
+  JsonFields s(j, p, words);
+  if (!s.ok()) return s.status();
+  const std::string path = p.str();
+  TaskSpec spec;
+  spec.origin = words.file() + ":" + std::to_string(words.LineOf(path));
+  s.String("serviceName", spec.service, true);
+  if (s.ok() && !IsValidName(spec.service))
+    s.Fail(s.Path("serviceName"), "expected 1-255 letters, numbers, hyphens and underscores (ECS's rule), got " +
+                                      Quote(spec.service));
+  if (s.ok() && !names.insert(spec.service).second)
+    s.Fail(s.Path("serviceName"), "service '" + spec.service + "' is listed twice");
+  for (const auto& [key, why] : kNotForServices)
+    if (s.ok() && s.Get(key) != nullptr) s.Fail(s.Path(key), std::string("a service takes no '") + key + "' (" + why + ")");
+  if (const Json* v = s.Get("schedulingStrategy"); v != nullptr && *v != "REPLICA")
+    s.Fail(s.Path("schedulingStrategy"), "expected \"REPLICA\" (the planner replays REPLICA services), got " + Shown(*v));
+  if (!s.ok()) return s.status();
+  ReadDefinition(s, kServiceFields, spec);
+  const bool constant = s.Get("desiredCount") != nullptr, steps = s.Get("desired") != nullptr;
+  if (constant && steps) s.Fail(path, "give 'desiredCount' or 'desired', not both");
+  if (!constant && !steps) s.Fail(path, "missing required field 'desiredCount' (or 'desired', counts over time)");
+  int64_t count = 0;
+  s.Int64("desiredCount", count, false, 0, kMaxDesiredCount);
+  if (constant) spec.desired.push_back({0, static_cast<int>(count)});
+  s.Array("desired", false, [&](const Json& d, const JsonPath& at) { return ReadStep(d, at, words, spec.desired); });
+  if (!s.ok()) return s.status();
+  spec.name = spec.service;
+  spec.group = "service:" + spec.service;
+  for (auto& replica : ReplicaSchedules(spec.desired))
+    spec.schedule.insert(spec.schedule.end(), replica.begin(), replica.end());
   w.tasks.push_back(std::move(spec));
   return Status::Ok();
 }
@@ -181,9 +252,10 @@ Result<Input> ParseJson(std::string_view text, const std::string& name) {
   }
   JsonFields f(root, JsonPath(), words);  // not an object: "expected a JSON object with ..."
   if (!f.ok()) return f.status();
-  const bool has_types = f.Get("instanceTypes") != nullptr, has_tasks = f.Get("tasks") != nullptr;
-  if (has_types && has_tasks) {
-    f.Fail("", "a file is either a fleet (\"instanceTypes\") or a workload (\"tasks\"), not both");
+  const bool has_types = f.Get("instanceTypes") != nullptr, has_tasks = f.Get("tasks") != nullptr,
+             has_services = f.Get("services") != nullptr;
+  if (has_types && (has_tasks || has_services)) {
+    f.Fail("", "a file is either a fleet (\"instanceTypes\") or a workload (\"tasks\", \"services\"), not both");
   } else if (has_types) {
     Fleet out;
     out.source = name;
@@ -192,13 +264,17 @@ Result<Input> ParseJson(std::string_view text, const std::string& name) {
       return ReadInstanceType(t, p, words, names, out);
     });
     if (f.ok()) return Input(std::move(out));
-  } else if (has_tasks) {
-    Workload out;
+  } else if (has_tasks || has_services) {
+    Workload out;  // tasks first, then services (Workload)
     out.source = name;
-    ReadList(f, "tasks", [&](const Json& t, const JsonPath& p) { return ReadTask(t, p, words, out); });
+    if (has_tasks) ReadList(f, "tasks", [&](const Json& t, const JsonPath& p) { return ReadTask(t, p, words, out); });
+    std::set<std::string> names;
+    if (has_services)
+      ReadList(f, "services", [&](const Json& s, const JsonPath& p) { return ReadService(s, p, words, names, out); });
     if (f.ok()) return Input(std::move(out));
   } else {
-    f.Fail("", "expected a fleet ({\"instanceTypes\": [...]}) or a workload ({\"tasks\": [...]})");
+    f.Fail("", "expected a fleet ({\"instanceTypes\": [...]}) or a workload ({\"tasks\": [...]}, "
+               "{\"services\": [...]} or both)");
   }
   return f.status();
 }

@@ -154,6 +154,13 @@ std::vector<int> SampleArrivals(const Scenario& sc, uint64_t seed, int demand_pc
 }
 
 Result<FgdReport> RunFgd(const Scenario& sc, const std::vector<PlanStrategy>& strategies, const FgdOptions& opt) {
+  std::string services;
+  for (const TaskSpec& t : sc.workload->tasks)
+    if (t.IsService()) services += (services.empty() ? "" : ", ") + t.service;
+  if (!services.empty())
+    return Status::InvalidParameter("the workload has services (" + services +
+                                    "), which fgd does not replay: it samples tasks by weight, with no time and no "
+                                    "desired count; use --protocol size or replay");
   if (Status st = NeedGpus(sc); !st.ok()) return st;
   if (sc.gpu_count == 0) return Status::InvalidParameter("the fleet has no GPUs; fgd measures GPU allocation");
   if (opt.demand_pct < 1 || opt.demand_pct > 1000) return Status::InvalidParameter("--demand must be 1..1000 (percent)");
@@ -253,6 +260,8 @@ Result<ReplayReport> RunReplay(const Scenario& sc, const std::vector<PlanStrateg
         if (!sim.ok()) return sim.status();
         ReplayStrategyResult& res = report.strategies[k];
         res.name = strategies[k].name;
+        for (const TaskSpec& t : sc.workload->tasks)
+          if (t.IsService()) res.refused_replicas[t.service] = 0;
         for (int b = 0; b < buckets; ++b) {
           ReplayBucket bucket;
           bucket.start = t0 + b * width;
@@ -287,6 +296,7 @@ Result<ReplayReport> RunReplay(const Scenario& sc, const std::vector<PlanStrateg
               ++res.refused;
               ++res.refusals[out.reason];
               ++cur.refusals[out.reason];
+              if (const TaskSpec& t = sc.workload->tasks[e.task]; t.IsService()) ++res.refused_replicas[t.service];
             }
           } else if (task_of[e.occurrence] >= 0) {
             (*sim)->Depart(task_of[e.occurrence]);
@@ -373,7 +383,10 @@ Result<SizeReport> RunSize(const Scenario& sc, const std::vector<PlanStrategy>& 
         SizeTypeResult& res = report.strategies[r / n_types].types[r % n_types];
         res.instance_type = sc.fleet->types[type].name;
         res.gpus_per_instance = sc.fleet->types[type].gpus;
-        // Shapes that one empty instance of this type refuses are never placed on it: leave their tasks out.
+        // Shapes that one empty instance of this type refuses are never placed on it: leave their tasks out, and
+        // count their arrivals.
+        std::vector<int> arrivals_of(sc.tasks.size(), 0);
+        for (const Event& e : events) arrivals_of[e.task] += e.kind == 1 ? 1 : 0;
         std::vector<int8_t> shape_fits(sc.shapes.size(), -1);
         std::vector<char> skip(sc.tasks.size(), 0);
         for (size_t t = 0; t < sc.tasks.size(); ++t) {
@@ -387,7 +400,7 @@ Result<SizeReport> RunSize(const Scenario& sc, const std::vector<PlanStrategy>& 
           }
           if (!shape_fits[shape]) {
             skip[t] = 1;
-            res.unplaceable_tasks += sc.workload->tasks[t].Copies();
+            res.unplaceable_tasks += arrivals_of[t];
             if (res.unplaceable_examples.size() < 3) res.unplaceable_examples.push_back(sc.workload->tasks[t].name);
           }
         }

@@ -1,8 +1,11 @@
 // The planner's protocols, each a function of (scenario, strategies, options) -> report:
 //   fgd     the FGD paper's protocol: tasks sampled with replacement (by weight) until arrived GPU demand reaches
-//           demand_pct of capacity, no departures; the allocated share of GPU capacity as demand arrives.
-//   replay  arrivals and departures in time order; peak GPUs in use and refusals by reason over time.
-//   size    per instance type, the smallest count of it alone that places the workload with no refusal.
+//           demand_pct of capacity, no departures; the allocated share of GPU capacity as demand arrives. A
+//           workload with services is refused (it has desired counts over time, which sampling has not).
+//   replay  arrivals and departures in time order; peak GPUs in use and refusals by reason over time (and by
+//           service: a refused replica is one the server would keep waiting for capacity).
+//   size    per instance type, the smallest count of it alone that places the workload with no refusal: for
+//           services, that keeps every service at its desired count at all times.
 // (bounds, the one-dimensional reference, is in planner/bounds.h.)
 //
 // Runs (a strategy x a seed, or a probe of the size search) are independent Simulations spread over `jobs`
@@ -94,6 +97,7 @@ struct ReplayStrategyResult {
   int64_t peak_at = 0;
   double peak_allocated_pct = 0;
   std::map<std::string, int> refusals;  // by reason
+  std::map<std::string, int> refused_replicas;  // by service name; every service of the workload, 0 included
   std::vector<ReplayBucket> timeline;
 };
 
@@ -117,7 +121,7 @@ struct SizeTypeResult {
   std::string instance_type;
   int gpus_per_instance = 0;
   int count = 0;               // smallest count that places every task that can fit this type at all
-  int unplaceable_tasks = 0;   // arrivals that fit no empty instance of this type (left out of the search)
+  int unplaceable_tasks = 0;   // arrivals (copies at once) that fit no empty instance of this type (left out)
   std::vector<std::string> unplaceable_examples;  // up to 3 task names
 };
 

@@ -87,7 +87,10 @@ class TextTable {
 };
 
 std::string Heading(const PlanContext& c) {
-  std::string s = "workload " + Basename(c.workload_source) + " (" + Count(c.tasks) + " tasks)";
+  std::string s = "workload " + Basename(c.workload_source) + " (";
+  if (c.tasks > 0 || c.services == 0) s += Count(c.tasks) + " tasks" + (c.services > 0 ? ", " : "");
+  if (c.services > 0) s += Count(c.services) + (c.services == 1 ? " service" : " services");
+  s += ")";
   if (!c.fleet_source.empty())
     s += " on fleet " + Basename(c.fleet_source) + " (" + Count(c.instances) + " instances, " + Count(c.gpus) +
          " GPUs, " + Count(c.instance_types) + " instance types)";
@@ -102,6 +105,7 @@ Json ContextJson(const PlanContext& c, const char* protocol) {
     j["fleet"] = {{"source", c.fleet_source}, {"instances", c.instances}, {"gpus", c.gpus},
                   {"instanceTypes", c.instance_types}};
   j["workload"] = {{"source", c.workload_source}, {"tasks", c.tasks}};
+  if (c.services > 0) j["workload"]["services"] = c.services;
   j["gpuUnits"] = c.units;
   return j;
 }
@@ -249,6 +253,7 @@ std::string Render(const PlanContext& ctx, const ReplayReport& r, Format format)
                  {"peakAllocatedPct", R4(s.peak_allocated_pct)},
                  {"refusalsByReason", Json::object()}};
       for (const auto& [reason, n] : s.refusals) js["refusalsByReason"][reason] = n;
+      if (!s.refused_replicas.empty()) js["refusedReplicasByService"] = s.refused_replicas;
       js["timeline"] = Json::array();
       for (const auto& b : s.timeline) {
         Json jb = {{"start", b.start},
@@ -302,6 +307,19 @@ std::string Render(const PlanContext& ctx, const ReplayReport& r, Format format)
     t.Row(row);
   }
   out += t.Str();
+  if (!r.strategies.empty() && !r.strategies.front().refused_replicas.empty()) {
+    out += "\nrefused replicas by service (the server would keep each waiting for capacity):\n";
+    TextTable by;
+    std::vector<std::string> names = {"strategy"};
+    for (const auto& [service, n] : r.strategies.front().refused_replicas) names.push_back(service);
+    by.Row(names);
+    for (const auto& s : r.strategies) {
+      std::vector<std::string> row = {s.name};
+      for (const auto& [service, n] : s.refused_replicas) row.push_back(Count(n));
+      by.Row(row);
+    }
+    out += by.Str();
+  }
   for (const auto& s : r.strategies) {
     out += "\n" + s.name + " over time:\n";
     TextTable tl;

@@ -18,8 +18,9 @@ struct PlanContext {
   int gpus = 0;
   int instance_types = 0;
   std::string workload_source;
-  int tasks = 0;
+  int tasks = 0;      // the workload's task entries (services not counted)
   std::string units;  // "milli" | "mib"
+  int services = 0;   // the workload's services
 };
 
 enum class Format { kTable, kJson, kCsv };

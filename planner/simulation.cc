@@ -144,7 +144,8 @@ Result<Scenario> BuildScenario(const Fleet* fleet, const Workload& workload, Gpu
       } else {  // declared in MiB
         MiB ref = ReferenceGpu(fleet, t, d.gpu_memory);
         if (ref <= 0 && units == GpuUnits::kMilli)
-          return Status::InvalidParameter(t.origin + ": field 'nvidiaMps.memory': task '" + t.name +
+          return Status::InvalidParameter(t.origin + ": field 'nvidiaMps.memory': " +
+                                          (t.IsService() ? "service '" : "task '") + t.name +
                                           "' declares GPU memory in MiB, but no GPU it may use has a known size to "
                                           "turn it into milli units; use --gpu-units mib with a JSON fleet");
         pt.gpu_demand = ref > 0 ? static_cast<double>(d.gpu_memory) / static_cast<double>(ref) : 0;
