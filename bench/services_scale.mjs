@@ -267,6 +267,24 @@ async function waitSteady(endpoint, cluster, each = async () => {}) {
     JSON.stringify(notSteady[0] && { ...notSteady[0], events: notSteady[0].events?.slice(0, 3) }));
 }
 
+// instancesHolding: how many instances the cluster's live tasks run on (ListTasks, DescribeTasks 100 a call).
+async function instancesHolding(endpoint, cluster) {
+  const arns = [];
+  let nextToken;
+  for (let page = 0; page < 10000; ++page) {
+    const r = await ok(endpoint, 'ListTasks', { cluster, desiredStatus: 'RUNNING', maxResults: 100, nextToken });
+    arns.push(...r.taskArns);
+    nextToken = r.nextToken;
+    if (!nextToken) break;
+  }
+  const instances = new Set();
+  await pool(Math.ceil(arns.length / 100), DESCRIBE_IN_FLIGHT, async (k) => {
+    const r = await ok(endpoint, 'DescribeTasks', { cluster, tasks: arns.slice(100 * k, 100 * k + 100) });
+    for (const t of r.tasks) instances.add(t.containerInstanceArn);
+  });
+  return { tasks: arns.length, instances: instances.size };
+}
+
 function replicaCounts(services) {
   let running = 0;
   let pending = 0;
@@ -397,6 +415,7 @@ async function benchmark() {
     const steadyS = lastSteadyAt ? (lastSteadyAt - wall0) / 1000 : NaN;
     const seenS = (seen.seenAt - create.t0) / 1000;
     const memSteady = memory(pid);
+    const holding = await instancesHolding(endpoint, opt.cluster);
 
     // ---- steady, idle
     progress(`all steady after ${seenS.toFixed(1)} s; idle for ${IDLE_S} s`);
@@ -460,6 +479,7 @@ async function benchmark() {
     console.log(`all steady       ${steadyS.toFixed(2)} s from the first CreateService to the last "reached a steady state" ` +
       `event; the poll saw them all steady at ${seenS.toFixed(2)} s (${seen.rounds} rounds of ${Math.ceil(SERVICES / 10)} ` +
       `DescribeServices, p50 ${quantiles(seen.roundMs).p50.toFixed(0)} ms a round)`);
+    console.log(`placed on        ${holding.instances} instances (${holding.tasks} tasks, once all were steady)`);
     console.log(`after idle       ${afterIdle.running} replicas running, ${afterIdle.pending} pending, ${afterIdle.notSteady} services not steady`);
     if (churn) {
       const c = churn.counts;
