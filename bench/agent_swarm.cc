@@ -26,15 +26,18 @@
 //             status 1 on a violation (docs/reliability.md, "1,000 agents with churn")
 // With --serve-s S the phases after register are replaced by serve mode (bench/swarm_serve.h): the agents are
 // held until SIGTERM (at most S seconds) while another program loads the server, and the measured window's
-// heartbeat send -> ack quantiles are printed (bench/write_path_compare.sh uses it).
+// heartbeat send -> ack quantiles are printed (bench/write_path_compare.sh uses it); with --crash-per-min the agents
+// also crash some of their tasks on SIGUSR2 (bench/services_scale.mjs uses it, with several swarms on one server:
+// --agent-offset).
 // The server's CPU time (its threads' run time from /proc/PID/task/*/schedstat, in ns; utime + stime from
 // /proc/PID/stat, in 10 ms ticks, next to it) is taken over each phase; its VmRSS is sampled
 // every second and VmHWM read at the end (/proc/PID/status). The swarm's own CPU is printed too, because it
 // shares the machine with the server.
 //
-// Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]
-//                    [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R] [--churn-down-ms MS]
-//                    [--heartbeat-ms MS] [--serve-s S] [--dir DIR] [--keep] [--no-ack]
+// Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--agent-offset K]
+//                    [--baseline-s S] [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]
+//                    [--churn-down-ms MS] [--heartbeat-ms MS] [--serve-s S [--crash-per-min P]] [--dir DIR]
+//                    [--keep] [--no-ack]
 // Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
 // no churn (200 ms away when churning), the welcome's heartbeat interval, no serve mode.
 #include <signal.h>
@@ -198,7 +201,7 @@ int main(int argc, char** argv) {
 
   auto t_reg0 = Clock::now();
   ParallelFor(o.agents, 8, [&](int i) {
-    auto r = CallEcs(*server, "RegisterContainerInstance", RegisterBody(cluster, i));
+    auto r = CallEcs(*server, "RegisterContainerInstance", RegisterBody(cluster, o.agent_offset + i));
     if (!r.ok()) return fail(register_failures, r.status().message());
     agents[i]->arn = (*r)["containerInstance"]["containerInstanceArn"];
   });

@@ -9,6 +9,11 @@
 # stops them); the cluster's capacity for them is printed next to what the run placed, and the answers are
 # sorted into successful placements, placement failures and HTTP errors.
 #
+# With --services N the cluster first gets N services of 4 replicas of the same task definition, their tasks
+# reported RUNNING by bench/services_scale.mjs --play-agent (SubmitTaskStateChange) until every service is steady,
+# so that RunTask runs beside steady services (docs/benchmarks.md, section 10); the capacity printed leaves their
+# tasks out. Needs node 20.
+#
 # With --db postgres://... the server runs on that (empty) PostgreSQL database instead, as the leader of its
 # replicas (fenced commits, --advertise on a free loopback port); with psql installed the report adds what the
 # database did during the load (pg_stat_wal, and pg_stat_statements when the database server preloads it).
@@ -22,10 +27,10 @@
 #
 # Usage: bench/runtask_load.sh [--gpupack PATH] [--instances N] [--connections N] [--duration S]
 #                              [--wrk-threads N] [--server-threads N] [--gpu-memory MiB] [--dir DIR] [--keep]
-#                              [--db postgres://... [--via-standby]]
+#                              [--services N] [--db postgres://... [--via-standby]]
 # Defaults: build-bench/gpupack (the Release build), 1000 instances, 64 connections, 20 s, 1 wrk thread, the
-# server's own --threads, 2048 MiB, the database under $TMPDIR or /tmp. --dir /dev/shm (tmpfs, where fsync
-# costs nothing) is a diagnostic that takes the disk out of the figure, not a durable result.
+# server's own --threads, 2048 MiB, no service, the database under $TMPDIR or /tmp. --dir /dev/shm (tmpfs,
+# where fsync costs nothing) is a diagnostic that takes the disk out of the figure, not a durable result.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,6 +54,8 @@ parent_dir="${TMPDIR:-/tmp}"
 keep=0
 pg_uri=""
 via_standby=0
+services=0
+replicas=4
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -63,7 +70,8 @@ while [[ $# -gt 0 ]]; do
     --keep) keep=1; shift ;;
     --db) pg_uri="$2"; shift 2 ;;
     --via-standby) via_standby=1; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    --services) services="$2"; shift 2 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "runtask_load: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -77,6 +85,8 @@ if [[ -n "$pg_uri" && ! "$pg_uri" =~ ^postgres(ql)?:// ]]; then
   echo "runtask_load: --db takes a postgres:// or postgresql:// URI (the SQLite file is always a fresh one)" >&2; exit 2
 fi
 if (( via_standby )) && [[ -z "$pg_uri" ]]; then echo "runtask_load: --via-standby needs --db postgres://..." >&2; exit 2; fi
+if ! [[ "$services" =~ ^[0-9]+$ ]] || (( services > 5000 )); then echo "runtask_load: --services must be 0..5000" >&2; exit 2; fi
+if (( services > 0 )) && ! command -v node >/dev/null; then echo "runtask_load: --services needs node 20" >&2; exit 2; fi
 have_psql=0
 [[ -n "$pg_uri" ]] && command -v psql >/dev/null && have_psql=1
 # pg SQL: the rows of SQL (|-separated values) on the benchmark's PostgreSQL database.
@@ -177,6 +187,16 @@ per_instance=$((per_gpu * gpus_per_instance))
 (( 2000000 / task_mem < per_instance )) && per_instance=$((2000000 / task_mem))
 capacity=$((per_instance * instances))
 
+# Services beside the load: created, their tasks reported RUNNING, steady before wrk starts.
+services_line="none"
+if (( services > 0 )); then
+  node "$here/services_scale.mjs" --attach "$endpoint" --server-pid "$server_pid" --play-agent --cluster "$cluster" \
+    --family "$family" --services "$services" --replicas "$replicas" >"$work/services.out" 2>&1 ||
+    { echo "runtask_load: the services did not reach a steady state:" >&2; cat "$work/services.out" >&2; exit 1; }
+  services_line=$(sed -n 's/^services *//p' "$work/services.out")
+  capacity=$((capacity - services * replicas))
+fi
+
 # ---- load -----------------------------------------------------------------------------------------------------
 metric() { curl -sS "$endpoint/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/${1:-$server_pid}/stat"; }
@@ -253,7 +273,8 @@ durability       $durability
 database on      $database_on
 cluster          $instances instances x $gpus_per_instance GPUs of $gpu_total_mib MiB, registered in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s
 task definition  $family: 1 container, $task_cpu CPU units, $task_mem MiB, nvidiaMps memory $task_gpu_mib MiB
-capacity         $capacity tasks of $family ($per_instance per instance)
+capacity         $capacity tasks of $family ($per_instance per instance$( (( services > 0 )) && echo ", less the services' $((services * replicas))"))
+services         $services_line
 load             wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}'), $wrk_threads thread(s), $connections keep-alive connections, ${duration} s, RunTask count=1$( (( via_standby )) && echo ", sent to a standby that forwards to the leader")
 
 calls            $requests in $secs s = $(r calls_per_s) calls/s

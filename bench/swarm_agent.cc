@@ -75,11 +75,12 @@ void SimAgent::SendHeartbeat() {
 }
 
 std::vector<protocol::ContainerReport> ContainerReports(protocol::TaskStatus status,
-                                                        const std::vector<std::string>& container_names) {
+                                                        const std::vector<std::string>& container_names,
+                                                        int exit_code) {
   std::vector<protocol::ContainerReport> containers;
   for (const auto& name : container_names) {
     protocol::ContainerReport c{name, status, std::nullopt, ""};
-    if (status == protocol::TaskStatus::kStopped) c.exit_code = 143;
+    if (status == protocol::TaskStatus::kStopped) c.exit_code = exit_code;
     containers.push_back(std::move(c));
   }
   return containers;
@@ -90,13 +91,16 @@ protocol::TaskStatus StatusOf(const std::string& status) {
 }
 
 void SimAgent::SendState(const std::string& task_arn, const std::string& status,
-                         const std::vector<std::string>& container_names) {
+                         const std::vector<std::string>& container_names, bool crashed) {
   protocol::StateReport m;
   m.id = next_id++;
   m.report.task_arn = task_arn;
   m.report.status = StatusOf(status);
-  m.report.containers = ContainerReports(m.report.status, container_names);
-  if (status == "STOPPED") {
+  m.report.containers = ContainerReports(m.report.status, container_names, crashed ? 1 : 143);
+  if (status == "STOPPED" && crashed) {
+    m.report.stop_code = protocol::StopCode::kEssentialContainerExited;
+    m.report.reason = "Essential container in task exited";
+  } else if (status == "STOPPED") {
     m.report.stop_code = protocol::StopCode::kUserInitiated;
     m.report.reason = "Task stopped by user";
   }
@@ -105,6 +109,18 @@ void SimAgent::SendState(const std::string& task_arn, const std::string& status,
     pending[m.id] = {task_arn, status};
   }
   Send(protocol::Serialize(protocol::AgentMessage(m)));
+}
+
+bool SimAgent::Crash(const std::string& task_arn) {
+  {
+    std::lock_guard lock(mu);
+    auto it = tasks.find(task_arn);
+    if (it == tasks.end() || it->second != "RUNNING") return false;
+    it->second = "STOPPED";
+  }
+  ++swarm->crashes;
+  SendState(task_arn, "STOPPED", {"main"}, /*crashed=*/true);
+  return true;
 }
 
 bool SimAgent::Connect(const ServerEndpoint& server, std::string* error) {

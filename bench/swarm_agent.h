@@ -79,8 +79,13 @@ struct SimAgent {
   // SendHeartbeat sends a heartbeat (not impaired, no held GPUs: a heartbeat that changes nothing) and keeps its
   // send time until the server answers it (Swarm::heartbeat_ms).
   void SendHeartbeat();
+  // SendState reports a task RUNNING or STOPPED; a STOPPED report says the user stopped it (exit code 143 on
+  // SIGTERM), or with `crashed` that its essential container exited on its own (exit code 1).
   void SendState(const std::string& task_arn, const std::string& status,
-                 const std::vector<std::string>& container_names);
+                 const std::vector<std::string>& container_names, bool crashed = false);
+  // Crash stops a RUNNING task as if its process had died: a STOPPED report the server did not ask for (the
+  // service scheduler counts it as a failure and replaces it). False when the agent runs no such task.
+  bool Crash(const std::string& task_arn);
   void Send(const std::string& text) {
     std::lock_guard lock(chan_mu);
     if (client) client->Send(text);
@@ -107,6 +112,7 @@ struct SimAgent {
 struct Swarm {
   std::atomic<int64_t> assigns{0}, stops{0}, state_acks{0}, heartbeats{0}, heartbeat_acks{0}, errors{0}, closes{0};
   std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0}, push_acks{0};
+  std::atomic<int64_t> crashes{0};                    // tasks stopped on the agent's side (SimAgent::Crash)
   bool no_ack = false;  // set before any agent connects
   std::atomic<int64_t> heartbeat_errors{0};           // heartbeats answered with an error
   std::atomic<int64_t> welcome_heartbeat_ms{0};       // heartbeatIntervalMs of the last welcome; 0 before one
@@ -150,9 +156,10 @@ class Heartbeater {
   std::thread thread_;
 };
 
-// ContainerReports: every container of a task in `status` (STOPPED ones exited on SIGTERM).
+// ContainerReports: every container of a task in `status` (STOPPED ones exited with `exit_code`: 143 on SIGTERM).
 std::vector<protocol::ContainerReport> ContainerReports(protocol::TaskStatus status,
-                                                        const std::vector<std::string>& container_names);
+                                                        const std::vector<std::string>& container_names,
+                                                        int exit_code = 143);
 
 // StatusOf: the protocol's status for "RUNNING", "STOPPED", ...; PENDING for a name it does not know.
 protocol::TaskStatus StatusOf(const std::string& status);

@@ -4,8 +4,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <optional>
+#include <random>
+#include <thread>
 
 #include "bench/proc_stats.h"
 
@@ -17,6 +21,7 @@ sigset_t ServeSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   return set;
@@ -26,11 +31,62 @@ double Millis(Clock::duration d) { return std::chrono::duration<double, std::mil
 
 // Counters: the swarm's counters at one moment, so the window's figures are differences.
 struct Counters {
-  int64_t heartbeats, acks, errors, assigns, stops, state_acks;
+  int64_t heartbeats, acks, errors, assigns, stops, state_acks, crashes;
   static Counters Of(const Swarm& s) {
     return {s.heartbeats.load(), s.heartbeat_acks.load(), s.heartbeat_errors.load(), s.assigns.load(),
-            s.stops.load(), s.state_acks.load()};
+            s.stops.load(), s.state_acks.load(), s.crashes.load()};
   }
+};
+
+// Crasher: while on, crashes pct_per_min % of the swarm's RUNNING tasks a minute, spread evenly: every 100 ms
+// it adds pct x RUNNING x elapsed / 1 min to a budget and crashes that many whole tasks (SimAgent::Crash),
+// picked at random among the RUNNING ones. Off at the start; Toggle turns it on and off. `agents` must outlive
+// it; the destructor joins the thread.
+class Crasher {
+ public:
+  Crasher(const std::vector<std::unique_ptr<SimAgent>>& agents, double pct_per_min)
+      : thread_([this, &agents, pct_per_min] {
+          std::mt19937_64 rng(20261204);
+          double budget = 0;
+          auto last = Clock::now();
+          while (running_) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            const auto now = Clock::now();
+            const double elapsed_s = std::chrono::duration<double>(now - last).count();
+            last = now;
+            if (!on_ || pct_per_min <= 0) {
+              budget = 0;
+              continue;
+            }
+            std::vector<std::pair<SimAgent*, std::string>> live;  // (agent, RUNNING task)
+            for (const auto& a : agents) {
+              std::lock_guard lock(a->mu);
+              for (const auto& [arn, status] : a->tasks)
+                if (status == "RUNNING") live.emplace_back(a.get(), arn);
+            }
+            budget += pct_per_min / 100.0 * static_cast<double>(live.size()) * elapsed_s / 60.0;
+            while (budget >= 1 && !live.empty()) {
+              const size_t i = rng() % live.size();
+              live[i].first->Crash(live[i].second);
+              live[i] = std::move(live.back());
+              live.pop_back();
+              budget -= 1;
+            }
+          }
+        }) {}
+  ~Crasher() {
+    running_ = false;
+    thread_.join();
+  }
+  Crasher(const Crasher&) = delete;
+  Crasher& operator=(const Crasher&) = delete;
+  // Toggle turns crashing on or off and answers whether it is on now.
+  bool Toggle() { return on_ = !on_; }
+  bool on() const { return on_; }
+
+ private:
+  std::atomic<bool> running_{true}, on_{false};
+  std::thread thread_;
 };
 
 }  // namespace
@@ -69,18 +125,37 @@ void ServeUntilSignalled(const SwarmOptions& o, Swarm& swarm, pid_t server_pid, 
   const char* ended_by = "the --serve-s limit";
   const sigset_t set = ServeSignals();
   const auto deadline = Clock::now() + std::chrono::seconds(o.serve_s);
+  std::optional<Crasher> crasher;
+  crasher.emplace(agents, o.crash_per_min);
+  Clock::duration crashing{};  // how long crashing was on
+  Clock::time_point crash_since{};
   while (Clock::now() < deadline) {
     timespec wait{0, 200'000'000};
     const int sig = sigtimedwait(&set, nullptr, &wait);
     if (sig == SIGUSR1) {
+      const Counters c = Counters::Of(swarm);
+      std::printf("counters %d: heartbeats %lld acked %lld assigns %lld stops %lld crashes %lld\n", windows,
+                  static_cast<long long>(c.heartbeats), static_cast<long long>(c.acks),
+                  static_cast<long long>(c.assigns), static_cast<long long>(c.stops),
+                  static_cast<long long>(c.crashes));
+      std::fflush(stdout);
       start_window(&t0, &c0, &s0, &self0, &load0);
       ++windows;
+    } else if (sig == SIGUSR2) {
+      const bool on = crasher->Toggle();
+      if (on) crash_since = Clock::now();
+      else crashing += Clock::now() - crash_since;
+      std::printf("crashing %s (%.1f %% of the RUNNING tasks a minute); %lld tasks crashed so far\n",
+                  on ? "on" : "off", o.crash_per_min, static_cast<long long>(swarm.crashes.load()));
+      std::fflush(stdout);
     } else if (sig == SIGTERM || sig == SIGINT) {
       ended_by = sig == SIGTERM ? "SIGTERM" : "SIGINT";
       break;
     }
   }
   const auto t1 = Clock::now();
+  if (crasher->on()) crashing += t1 - crash_since;
+  crasher.reset();  // no crash after the window
   const ProcSample s1 = SampleProc(server_pid);
   const double self1 = SelfCpuSeconds();
   const std::string load1 = LoadAverage();
@@ -135,6 +210,11 @@ void ServeUntilSignalled(const SwarmOptions& o, Swarm& swarm, pid_t server_pid, 
               static_cast<long long>(c1.assigns - c0.assigns), static_cast<long long>(c1.stops - c0.stops),
               static_cast<long long>(c1.state_acks - c0.state_acks), static_cast<long long>(swarm.closes.load()),
               static_cast<long long>(swarm.errors.load()), first_error.empty() ? "" : ", first: ", first_error.c_str());
+  if (o.crash_per_min > 0)
+    std::printf("crashes          %lld tasks stopped on the agents' side (exit code 1), crashing on for %.1f s at "
+                "%.1f %% of the RUNNING tasks a minute\n",
+                static_cast<long long>(c1.crashes - c0.crashes), std::chrono::duration<double>(crashing).count(),
+                o.crash_per_min);
   std::printf("CPU              server %.2f s (%.2f cores, schedstat), swarm %.2f s\n", server_cpu_s,
               wall_s > 0 ? server_cpu_s / wall_s : 0.0, self1 - self0);
   std::printf("\n  %-34s %8s %8s %8s %8s %8s\n", "window, ms", "n", "p50", "p90", "p99", "max");
@@ -153,6 +233,8 @@ void ServeUntilSignalled(const SwarmOptions& o, Swarm& swarm, pid_t server_pid, 
   std::printf("result.assigns %lld\n", static_cast<long long>(c1.assigns - c0.assigns));
   std::printf("result.running_ack_p50_ms %.3f\n", run.p50);
   std::printf("result.running_ack_p99_ms %.3f\n", run.p99);
+  std::printf("result.crashes %lld\n", static_cast<long long>(c1.crashes - c0.crashes));
+  std::printf("result.crashing_s %.3f\n", std::chrono::duration<double>(crashing).count());
   std::printf("result.server_cpu_cores %.3f\n", wall_s > 0 ? server_cpu_s / wall_s : 0.0);
   std::fflush(stdout);
 }

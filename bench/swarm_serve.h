@@ -4,9 +4,14 @@
 // report acked, and the server's CPU. The agents answer as in the phases (bench/swarm_agent.h): every assign
 // is acked and reported RUNNING, every stop reported STOPPED.
 //
-// Control, by signal to the swarm's pid: SIGUSR1 starts the measured window over (clears the figures; the window
-// otherwise begins at "ready"); SIGTERM or SIGINT ends it. ServeSignals must be blocked before any thread starts
-// (BlockServeSignals), so that every thread leaves them to ServeUntilSignalled.
+// With --crash-per-min P the agents also crash tasks (bench/services_scale.mjs: services replacing replicas that
+// died): P % of their RUNNING tasks a minute are reported STOPPED with exit code 1, unasked.
+//
+// Control, by signal to the swarm's pid: SIGUSR1 prints the swarm's counters since the start ("counters N:
+// heartbeats H acked A assigns N stops S crashes C", flushed) and starts the measured window over (clears the
+// figures; the window otherwise begins at "ready"); SIGUSR2 turns crashing on, and off again; SIGTERM or SIGINT
+// ends it. ServeSignals must be blocked before any thread starts (BlockServeSignals), so that every thread leaves
+// them to ServeUntilSignalled.
 #pragma once
 
 #include <sys/types.h>
@@ -19,7 +24,8 @@
 
 namespace gpupack::bench {
 
-// BlockServeSignals blocks SIGUSR1, SIGTERM and SIGINT in the calling thread and the threads it starts later.
+// BlockServeSignals blocks SIGUSR1, SIGUSR2, SIGTERM and SIGINT in the calling thread and the threads it starts
+// later.
 void BlockServeSignals();
 
 // ServeUntilSignalled prints "ready: ..." (flushed), waits for the signals above or serve_s seconds, then calls

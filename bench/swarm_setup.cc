@@ -36,6 +36,7 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
     else if (a == "--server") o.server = next();
     else if (a == "--server-pid") o.server_pid = std::atoi(next().c_str());
     else if (a == "--agents") o.agents = std::atoi(next().c_str());
+    else if (a == "--agent-offset") o.agent_offset = std::atoi(next().c_str());
     else if (a == "--baseline-s") o.baseline_s = std::atoi(next().c_str());
     else if (a == "--idle-s") o.idle_s = std::atoi(next().c_str());
     else if (a == "--hold-s") o.hold_s = std::atoi(next().c_str());
@@ -45,14 +46,15 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
     else if (a == "--churn-down-ms") o.churn_down_ms = std::atoi(next().c_str());
     else if (a == "--heartbeat-ms") o.heartbeat_ms = std::atoi(next().c_str());
     else if (a == "--serve-s") o.serve_s = std::atoi(next().c_str());
+    else if (a == "--crash-per-min") o.crash_per_min = std::atof(next().c_str());
     else if (a == "--dir") o.dir = next();
     else if (a == "--keep") o.keep = true;
     else if (a == "--no-ack") o.no_ack = true;
     else if (a == "-h" || a == "--help") {
-      std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--baseline-s S]\n"
-                  "                   [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]\n"
-                  "                   [--churn-down-ms MS] [--heartbeat-ms MS] [--serve-s S] [--dir DIR] [--keep]\n"
-                  "                   [--no-ack]\n"
+      std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N]\n"
+                  "                   [--agent-offset K] [--baseline-s S] [--idle-s S] [--hold-s S] [--rate R]\n"
+                  "                   [--task-life-s S] [--churn R] [--churn-down-ms MS] [--heartbeat-ms MS]\n"
+                  "                   [--serve-s S [--crash-per-min P]] [--dir DIR] [--keep] [--no-ack]\n"
                   "defaults: build-bench/gpupack, 200 agents, 10 s with no agent, 30 s idle, 60 s driven,\n"
                   "          10 RunTask/s, tasks live 5 s, no churn (--churn R: R agents a second drop their\n"
                   "          channel during the driven phase and reconnect --churn-down-ms later, 200 ms)\n"
@@ -61,8 +63,14 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
                   "--serve-s S: serve mode instead of the idle, driven and check phases: register and connect the\n"
                   "          agents, print a \"ready\" line, then hold them (heartbeats timed send -> ack; every assign\n"
                   "          acked and reported RUNNING, every stop reported STOPPED) until SIGTERM or SIGINT, or S\n"
-                  "          seconds (1..3600); SIGUSR1 starts the measured window over. Prints the window's figures\n"
+                  "          seconds (1..3600); SIGUSR1 prints the counters so far (\"counters N: ...\") and starts\n"
+                  "          the measured window over. Prints the window's figures\n"
                   "          as \"result.KEY VALUE\" lines.\n"
+                  "--crash-per-min P (serve mode): while crashing, P %% of the swarm's RUNNING tasks a minute stop on\n"
+                  "          their own (a STOPPED report with exit code 1, as if the process died; spread evenly over\n"
+                  "          the minute). Crashing starts and stops with each SIGUSR2 (off at the start).\n"
+                  "--agent-offset K: agent i registers as instance K + i (instanceId swarm-(K+i)), so that several\n"
+                  "          swarms can share one cluster (a process's descriptors bound a swarm: 4 per agent)\n"
                   "--no-ack: the agents ack no assign or stop (as older agents did not)\n"
                   "exit status 1 when the final check through the API finds a violation\n");
       std::exit(0);
@@ -71,6 +79,9 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
     }
   }
   if (o.agents < 1 || o.agents > 5000) SwarmDie("--agents must be 1..5000");
+  if (o.agent_offset < 0 || o.agent_offset > 60000) SwarmDie("--agent-offset must be 0..60000");
+  if (o.crash_per_min < 0 || o.crash_per_min > 100) SwarmDie("--crash-per-min must be 0..100 (% a minute)");
+  if (o.crash_per_min > 0 && o.serve_s == 0) SwarmDie("--crash-per-min needs --serve-s");
   if (o.baseline_s < 0 || o.baseline_s > 600 || o.idle_s < 0 || o.idle_s > 600 || o.hold_s < 0 || o.hold_s > 600)
     SwarmDie("--baseline-s, --idle-s and --hold-s must be 0..600");
   if (o.rate < 0 || o.rate > 1000) SwarmDie("--rate must be 0..1000 per second");

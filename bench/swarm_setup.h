@@ -20,6 +20,7 @@ struct SwarmOptions {
   std::string server;  // attach instead of starting one
   pid_t server_pid = 0;
   int agents = 200;
+  int agent_offset = 0;    // agent i registers as instance number agent_offset + i (several swarms, one cluster)
   int baseline_s = 10;
   int idle_s = 30;
   int hold_s = 60;
@@ -29,6 +30,7 @@ struct SwarmOptions {
   int churn_down_ms = 200; // how long a churned agent stays away
   int heartbeat_ms = 0;    // each agent's heartbeat interval; 0: the one the server's welcome names
   int serve_s = 0;         // > 0: serve mode (bench/swarm_serve.h) for at most this long, instead of the phases
+  double crash_per_min = 0;  // serve mode: % of the swarm's RUNNING tasks crashed per minute, while SIGUSR2 says so
   std::string dir;         // $TMPDIR or /tmp unless given
   bool keep = false;
   bool no_ack = false;  // the agents ack no push, as agents from before pushes were acked

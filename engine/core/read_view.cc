@@ -53,15 +53,23 @@ std::shared_ptr<const ReadView> ReadView::FromState(const ClusterState& state) {
     (where.second ? (*orders)[where.first].stopped : (*orders)[where.first].running) = std::move(order);
   }
   view->task_orders_ = std::move(orders);
-  auto services = std::make_shared<ServiceMap>();
-  state.ForEachService([&](const Service& svc) { services->emplace(svc.arn, std::make_shared<const Service>(svc)); });
-  view->services_ = std::move(services);
+  std::array<ServiceShard, kServiceShards> service_shards;
+  auto service_arns = std::make_shared<std::set<std::string>>();
+  state.ForEachService([&](const Service& svc) {
+    service_shards[ShardOf(svc.arn) % kServiceShards].emplace(svc.arn, std::make_shared<const Service>(svc));
+    service_arns->insert(svc.arn);
+  });
+  for (size_t i = 0; i < kServiceShards; ++i)
+    view->services_[i] = std::make_shared<const ServiceShard>(std::move(service_shards[i]));
+  view->service_arns_ = std::move(service_arns);
   return view;
 }
 
 std::shared_ptr<const Service> ReadView::FindService(const std::string& arn) const {
-  auto it = services_->find(arn);
-  return it == services_->end() ? nullptr : it->second;
+  const ServiceShard* shard = services_[ShardOf(arn) % kServiceShards].get();
+  if (!shard) return nullptr;
+  auto it = shard->find(arn);
+  return it == shard->end() ? nullptr : it->second;
 }
 
 std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta delta) {
@@ -74,10 +82,25 @@ std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta 
     view->clusters_ = std::move(clusters);
   }
 
+  // Services: copy on write per shard, like tasks below; the sorted ARNs only when a service is new.
   if (!delta.services.empty()) {
-    auto services = std::make_shared<ServiceMap>(*base.services_);
-    for (auto& svc : delta.services) (*services)[svc->arn] = std::move(svc);
-    view->services_ = std::move(services);
+    std::array<std::shared_ptr<ServiceShard>, kServiceShards> copies;
+    std::shared_ptr<std::set<std::string>> arns;
+    for (auto& svc : delta.services) {
+      const size_t s = ShardOf(svc->arn) % kServiceShards;
+      if (!copies[s])
+        copies[s] = base.services_[s] ? std::make_shared<ServiceShard>(*base.services_[s]) : std::make_shared<ServiceShard>();
+      auto [it, inserted] = copies[s]->try_emplace(svc->arn, svc);
+      if (!inserted) {
+        it->second = std::move(svc);
+        continue;
+      }
+      if (!arns) arns = std::make_shared<std::set<std::string>>(*base.service_arns_);
+      arns->insert(it->first);
+    }
+    for (size_t s = 0; s < kServiceShards; ++s)
+      if (copies[s]) view->services_[s] = std::move(copies[s]);
+    if (arns) view->service_arns_ = std::move(arns);
   }
 
   if (!delta.task_definitions.empty()) {

@@ -4,8 +4,9 @@
 // Applier::View() and never wait for the writer thread or touch its working state, so a read shows only what is
 // durable and never waits for a placement. A view is never changed once published: every entity is held as a
 // shared_ptr<const T>, and a new view shares with the previous one everything its commit did not touch.
-// Tasks and instances live in sharded maps; a commit copies only the shards it touched (copy on write), so
-// publishing costs O(changed entities x shard size), not O(state).
+// Tasks, instances and services live in sharded maps; a commit copies only the shards it touched (copy on write),
+// so publishing costs O(changed entities x shard size), not O(state). (The sorted list of service ARNs is copied
+// only by a commit that adds a service.)
 //
 // Thread-safe: any number of threads may read one view concurrently.
 #pragma once
@@ -15,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -96,9 +98,9 @@ class ReadView {
   const TaskOrder& TaskOrderOf(const std::string& cluster, bool stopped) const;
 
   // ---- services
-  using ServiceMap = std::map<std::string, std::shared_ptr<const Service>>;  // ARN -> service
   std::shared_ptr<const Service> FindService(const std::string& arn) const;
-  const ServiceMap& Services() const { return *services_; }
+  // ServiceArns: every service's ARN, sorted (a cluster's services are a range of it: ListServices).
+  const std::set<std::string>& ServiceArns() const { return *service_arns_; }
 
   // The number of commits published before this view (0 = the view of the loaded state).
   uint64_t sequence() const { return sequence_; }
@@ -107,6 +109,8 @@ class ReadView {
   // Keyed by a view of the ARN inside the entry's own task (an ARN is not stored twice).
   using TaskShard = std::unordered_map<std::string_view, std::shared_ptr<const Task>>;
   using InstanceShard = std::unordered_map<std::string, std::shared_ptr<const InstanceRecord>>;
+  using ServiceShard = std::unordered_map<std::string, std::shared_ptr<const Service>>;  // ARN -> service
+  static constexpr size_t kServiceShards = 256;  // services are fewer than tasks: fewer shards, a cheaper copy
   static size_t ShardOf(const std::string& key);
   static void ApplyTaskOrders(const ReadView& base, const ViewDelta& delta, ReadView& view);
 
@@ -120,7 +124,8 @@ class ReadView {
     std::shared_ptr<const TaskOrder> running, stopped;
   };
   std::shared_ptr<const std::map<std::string, ClusterTaskOrders>> task_orders_;
-  std::shared_ptr<const ServiceMap> services_ = std::make_shared<const ServiceMap>();
+  std::array<std::shared_ptr<const ServiceShard>, kServiceShards> services_;  // by ShardOf(ARN) % kServiceShards
+  std::shared_ptr<const std::set<std::string>> service_arns_ = std::make_shared<const std::set<std::string>>();
   size_t task_count_ = 0;
   uint64_t sequence_ = 0;
 };

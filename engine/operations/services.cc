@@ -205,9 +205,11 @@ Status ListServices(const ListServicesRequest& in, const ReadContext& ctx, ListP
   GP_ASSIGN(cluster, ActiveCluster(ctx.view, ctx.arn, in.cluster));
   std::vector<std::string> arns;
   const std::string prefix = ctx.arn.ServiceArn(cluster->name, "");
-  for (auto it = ctx.view.Services().lower_bound(prefix); it != ctx.view.Services().end(); ++it) {
-    if (it->first.rfind(prefix, 0) != 0) break;
-    const Service& s = *it->second;
+  const std::set<std::string>& all = ctx.view.ServiceArns();
+  for (auto it = all.lower_bound(prefix); it != all.end() && it->rfind(prefix, 0) == 0; ++it) {
+    const std::shared_ptr<const Service> found = ctx.view.FindService(*it);
+    if (!found) continue;
+    const Service& s = *found;
     if (s.status == ServiceStatus::kInactive) continue;
     if (in.daemon && s.daemon != *in.daemon) continue;
     arns.push_back(s.arn);

@@ -382,6 +382,48 @@ TEST(ReadViewTest, ApplySharesWhatACommitDidNotTouch) {
   EXPECT_EQ(seen, 50u);
 }
 
+// A commit that changes services copies only their shards: every other service is the same object in both
+// views, and the sorted ARNs (ListServices) are copied only when a service is new.
+TEST(ReadViewTest, ApplyCopiesTheShardsOfChangedServicesOnly) {
+  const std::string prefix = "arn:aws:ecs:us-east-1:000000000000:service/default/";
+  ClusterState state;
+  for (int i = 100; i < 200; ++i) {
+    Service svc;
+    svc.arn = prefix + "s" + std::to_string(i);
+    svc.name = "s" + std::to_string(i);
+    svc.cluster = "default";
+    state.PutService(svc);
+  }
+  auto v0 = ReadView::FromState(state);
+  ASSERT_EQ(v0->ServiceArns().size(), 100u);
+
+  ViewDelta changed;
+  auto s107 = std::make_shared<Service>(*v0->FindService(prefix + "s107"));
+  s107->desired_count = 9;
+  changed.services.push_back(s107);
+  auto v1 = ReadView::Apply(*v0, changed);
+  EXPECT_EQ(v1->FindService(prefix + "s107")->desired_count, 9);
+  EXPECT_EQ(v0->FindService(prefix + "s107")->desired_count, 0);  // the old view is unchanged
+  EXPECT_EQ(&v1->ServiceArns(), &v0->ServiceArns());                // no new service: the ARNs are shared
+  for (int i = 100; i < 200; ++i) {
+    const std::string arn = prefix + "s" + std::to_string(i);
+    if (i == 107) continue;
+    EXPECT_EQ(v1->FindService(arn), v0->FindService(arn)) << arn;  // shared, not copied
+  }
+
+  ViewDelta added;
+  auto s050 = std::make_shared<Service>();
+  s050->arn = prefix + "s050";  // sorts before every other
+  added.services.push_back(s050);
+  auto v2 = ReadView::Apply(*v1, added);
+  ASSERT_EQ(v2->ServiceArns().size(), 101u);
+  EXPECT_EQ(*v2->ServiceArns().begin(), prefix + "s050");
+  EXPECT_EQ(v1->ServiceArns().size(), 100u);
+  EXPECT_NE(v2->FindService(prefix + "s050"), nullptr);
+  EXPECT_EQ(v1->FindService(prefix + "s050"), nullptr);
+  EXPECT_EQ(v2->FindService(prefix + "s107")->desired_count, 9);
+}
+
 TEST(RouterTest, WhetherAnOperationWritesIsItsRequestTypes) {
   EXPECT_EQ(Router::AccessOf("RunTask"), Access::kWrite);
   EXPECT_EQ(Router::AccessOf("SubmitTaskStateChange"), Access::kWrite);
