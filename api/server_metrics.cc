@@ -62,8 +62,8 @@ void AddServiceGauge(MetricsRegistry& metrics, const ControlPlane& cp, const cha
                      double (*value)(const Service&)) {
   metrics.AddCollected(name, help, MetricType::kGauge, [&cp, value](Samples& out) {
     auto view = cp.applier().View();
-    for (const auto& [arn, svc] : view->Services())
-      if (svc->status != ServiceStatus::kInactive)
+    for (const std::string& arn : view->ServiceArns())
+      if (auto svc = view->FindService(arn); svc && svc->status != ServiceStatus::kInactive)
         out.push_back({{{"cluster", svc->cluster}, {"service", svc->name}}, value(*svc)});
   });
 }

@@ -378,9 +378,11 @@ Json Services(const ReadView& view, const ArnContext& arn, const std::map<std::s
   const std::string cluster = Param(q, "cluster");
   const std::string prefix = cluster.empty() ? "" : arn.ServiceArn(cluster, "");
   Json services = Json::array();
-  for (auto it = view.Services().lower_bound(prefix); it != view.Services().end(); ++it) {
-    if (it->first.rfind(prefix, 0) != 0) break;
-    const Service& svc = *it->second;
+  for (auto it = view.ServiceArns().lower_bound(prefix); it != view.ServiceArns().end(); ++it) {
+    if (it->rfind(prefix, 0) != 0) break;
+    const std::shared_ptr<const Service> found = view.FindService(*it);
+    if (!found) continue;
+    const Service& svc = *found;
     if (svc.status == ServiceStatus::kInactive) continue;
     const ServiceDeployment* primary = svc.Primary();
     Json j = {{"arn", svc.arn},

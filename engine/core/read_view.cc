@@ -210,11 +210,12 @@ ClusterCounts ReadView::CountsOf(const std::string& cluster) const {
     counts.running_tasks += rec->instance.running_tasks_count;
     counts.pending_tasks += rec->instance.pending_tasks_count;
   }
-  for (const auto& [arn, svc] : *services_) {
-    if (svc->cluster != cluster) continue;
-    counts.active_services += svc->status == ServiceStatus::kActive;
-    counts.draining_services += svc->status == ServiceStatus::kDraining;
-  }
+  for (const auto& shard : services_)
+    for (const auto& [arn, svc] : *shard) {
+      if (svc->cluster != cluster) continue;
+      counts.active_services += svc->status == ServiceStatus::kActive;
+      counts.draining_services += svc->status == ServiceStatus::kDraining;
+    }
   return counts;
 }
 
