@@ -98,7 +98,15 @@ class AgentBinaryTest : public ::testing::Test {
     }
     agent_.reset();
     server_.reset();
-    fs::remove_all(dir_);
+    // A task's launcher outlives its agent for a moment (it records the exit with a write-then-rename), so a
+    // file may appear or vanish while the directory is removed: retry instead of failing the test on it.
+    std::error_code ec;
+    for (int i = 0; i < 50; ++i) {
+      fs::remove_all(dir_, ec);
+      if (!ec) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_FALSE(ec) << "cannot remove " << dir_ << ": " << ec.message();
   }
 
   void StartServer() {
