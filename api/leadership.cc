@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/channel/agent_channel.h"
+#include "api/console/console_handler.h"
 #include "api/ha/forwarding.h"
 #include "api/http/http_wire.h"
 
@@ -31,6 +32,13 @@ std::string RandomHex() {
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
+
+// kNextEpoch: every take (and bump) of the lease raises the epoch to at least the database clock's milliseconds
+// since 1970, and by one when that is not higher. So epochs only grow, and a database restored from a backup
+// (whose lease row holds an older, lower epoch) still leads at an epoch above any an agent remembers: agents
+// refuse a lower epoch than the one they saw (docs/ha.md, "Epochs").
+const std::string kNextEpoch =
+    "epoch = GREATEST(epoch + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)";
 
 }  // namespace
 
@@ -57,7 +65,7 @@ Result<LeaseKeeper::View> LeaseKeeper::Read() {
 Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump) {
   if (held_epoch > 0) {
     // Renew (or raise the epoch of) the lease this replica holds, while it has not expired.
-    auto rows = db_.Query(std::string("UPDATE gpupack_leader_lease SET ") + (bump ? "epoch = epoch + 1, " : "") +
+    auto rows = db_.Query(std::string("UPDATE gpupack_leader_lease SET ") + (bump ? kNextEpoch + ", " : "") +
                               "expires_at = clock_timestamp() + $3::interval "
                               "WHERE id = 1 AND holder = $1 AND epoch = $2 AND expires_at > clock_timestamp() "
                               "RETURNING epoch",
@@ -69,7 +77,7 @@ Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump) {
   // URL (a restart of this server: the process that held it can no longer serve there). Every take raises the
   // epoch.
   auto rows = db_.Query(
-      "UPDATE gpupack_leader_lease SET holder = $1, advertise = $2, epoch = epoch + 1, "
+      "UPDATE gpupack_leader_lease SET holder = $1, advertise = $2, " + kNextEpoch + ", "
       "expires_at = clock_timestamp() + $3::interval "
       "WHERE id = 1 AND (expires_at <= clock_timestamp() OR ($4 AND advertise = $2 AND holder <> $1)) "
       "RETURNING epoch",
@@ -137,6 +145,7 @@ class Replica::StandbyFront {
       stopping_ = true;
     }
     cv_.notify_all();
+    connections_.Abort();  // a call waiting on a leader that stopped answering must not hold up the takeover
     for (auto& t : threads_) t.join();
   }
 
@@ -148,6 +157,9 @@ class Replica::StandbyFront {
   // standby can forward per second (about kForwarders / commit latency): 8 gave about 600 RunTask calls/s.
   static constexpr int kForwarders = 64;
   static constexpr size_t kMaxQueued = 4096;
+  // kMaxHeldBytes: the request bodies a standby holds for forwarding at once, queued or in flight; past it a
+  // call is answered 503 at once, so a flood of large bodies while the leader is slow costs a bounded memory.
+  static constexpr size_t kMaxHeldBytes = size_t{64} << 20;
 
   StandbyFront(std::string me, LeaderFn leader, ReadyFn ready, std::chrono::milliseconds timeout)
       : me_(std::move(me)), leader_(std::move(leader)), ready_(std::move(ready)), timeout_(timeout) {}
@@ -190,6 +202,10 @@ class Replica::StandbyFront {
       respond(std::move(r));
       return;
     }
+    if (auto local = ConsoleStaticAnswer(req, NewRequestId())) {
+      respond(std::move(*local));  // the console's page needs no leader (and no credentials)
+      return;
+    }
     if (req.Header(kForwardedHeader) != nullptr) {
       respond(Unavailable("this gpupack server is a standby too (it was forwarded the request by " +
                           *req.Header(kForwardedHeader) + "); the replicas are changing leader: retry"));
@@ -201,10 +217,11 @@ class Replica::StandbyFront {
       return;
     }
     std::lock_guard lock(mu_);
-    if (queue_.size() >= kMaxQueued) {
+    if (queue_.size() >= kMaxQueued || held_bytes_ + req.body.size() > kMaxHeldBytes) {
       respond(Unavailable("this gpupack server is a standby with too many requests waiting for the leader: retry"));
       return;
     }
+    held_bytes_ += req.body.size();
     queue_.push_back({std::move(req), std::move(respond), leader});
     cv_.notify_one();
   }
@@ -225,6 +242,10 @@ class Replica::StandbyFront {
         queue_.pop_front();
       }
       auto answer = Forward(job.req, job.leader, me_, timeout_, connections_);
+      {
+        std::lock_guard lock(mu_);
+        held_bytes_ -= job.req.body.size();
+      }
       if (answer.ok()) {
         job.respond(std::move(*answer));
       } else {
@@ -247,6 +268,7 @@ class Replica::StandbyFront {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;  // guarded by mu_
+  size_t held_bytes_ = 0;  // guarded by mu_: the bodies of the calls queued or in flight
   bool stopping_ = false;  // guarded by mu_
   LeaderConnections connections_;  // the forwarders' keep-alive connections to the leader
   std::vector<std::thread> threads_;
@@ -272,11 +294,35 @@ Result<std::unique_ptr<Replica>> Replica::Start(ReplicaOptions options, Postgres
     r->port_ = r->options_.server.port;
     if (Status s = r->ServeAsStandby(); !s.ok()) return s;
   }
+  if (Status s = r->CheckAdvertisedAddress(); !s.ok()) return s;
   r->LeaseStep();
   r->Reconcile();
   r->lease_thread_ = std::thread([p = r.get()] { p->LeaseLoop(); });
   r->role_thread_ = std::thread([p = r.get()] { p->RoleLoop(); });
   return r;
+}
+
+Status Replica::CheckAdvertisedAddress() {
+  // Another server at the URL this one advertises would take this one's calls and agents, and each would take
+  // the other's lease as its own at a restart: ask the URL who answers there.
+  HttpRequest probe;
+  probe.method = "GET";
+  probe.target = "/readyz";
+  LeaderConnections once;
+  auto answer = Forward(probe, options_.advertise, options_.advertise, std::chrono::milliseconds(2000), once);
+  if (!answer.ok()) {
+    spdlog::warn("leadership: this server cannot reach its own advertised URL {} ({}); the other replicas must",
+                 options_.advertise, answer.status().message());
+    return Status::Ok();
+  }
+  const nlohmann::json j = nlohmann::json::parse(answer->body, nullptr, false);
+  if (!j.is_object() || !j.contains("role")) return Status::Ok();  // not a gpupack server's /readyz
+  const auto replica = j.find("replica");
+  if (replica != j.end() && replica->is_string() && *replica == holder_) return Status::Ok();
+  return Status::InvalidParameter(
+      "another gpupack server already answers at the advertised URL " + options_.advertise + " (" +
+      (replica != j.end() && replica->is_string() ? "replica " + replica->get<std::string>() : "an older version") +
+      "); give every replica an --advertise URL of its own");
 }
 
 Replica::~Replica() {
@@ -494,7 +540,7 @@ HttpResponse Replica::ReadyResponse() const {
   const Readiness r = readiness();
   HttpResponse out;
   out.status = r.ready ? 200 : 503;
-  nlohmann::json j = {{"role", r.role}, {"epoch", r.epoch}};
+  nlohmann::json j = {{"role", r.role}, {"epoch", r.epoch}, {"replica", holder_}};
   j["leader"] = r.leader.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.leader);
   out.body = j.dump();
   return out;

@@ -81,7 +81,9 @@ struct ReplicaOptions {
   std::string advertise;       // the URL the others forward to, e.g. http://10.0.0.5:8080
   std::chrono::milliseconds lease_ttl{5000};
   std::chrono::milliseconds renew_every{1000};
-  std::chrono::milliseconds forward_timeout{30000};  // a standby's wait for the leader's answer
+  // forward_timeout: a standby's wait for the leader's answer to one forwarded call (well under the lease: a
+  // leader that stopped answering costs a client a retry, not a hung call; a takeover cuts it at once).
+  std::chrono::milliseconds forward_timeout{2500};
 };
 
 class Replica {
@@ -114,6 +116,8 @@ class Replica {
   void Reconcile();
   Status ServeAsLeader(int64_t epoch);
   Status ServeAsStandby();
+  // CheckAdvertisedAddress: refuses to start when another gpupack server answers /readyz at the advertised URL.
+  Status CheckAdvertisedAddress();
   HttpResponse ReadyResponse() const;
   void AddReplicaMetrics(MetricsRegistry& metrics);
 

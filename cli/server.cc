@@ -369,9 +369,14 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     replica.advertise = advertise;
     replica.lease_ttl = std::chrono::milliseconds(f.lease_ttl_ms);
     replica.renew_every = std::min(std::chrono::milliseconds(1000), replica.lease_ttl / 3);
+    replica.forward_timeout = std::max(std::chrono::milliseconds(1000), replica.lease_ttl / 2);
     auto started = api::Replica::Start(std::move(replica), static_cast<PostgresStore&>(*impl->store),
                                        *impl->lease_store);
-    if (!started.ok()) return fail("cannot listen on " + f.listen + ": " + started.status().message());
+    if (!started.ok()) {
+      // InvalidParameter: the replica's own setup is wrong (another server answers at its --advertise URL).
+      const bool setup = started.status().code() == ErrorCode::kInvalidParameter;
+      return fail((setup ? "" : "cannot listen on " + f.listen + ": ") + started.status().message());
+    }
     impl->replica = std::move(*started);
     names->AddListen(host, impl->replica->port());
     impl->endpoint = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +

@@ -434,20 +434,22 @@ Json RefusalsJson(const RefusalLog& refusals) {
 ConsoleHandler::ConsoleHandler(ControlPlane& control_plane) : cp_(control_plane) {}
 
 void ConsoleHandler::Handle(const HttpRequest& req, const std::string& request_id, const Responder& respond) const {
+  if (auto local = ConsoleStaticAnswer(req, request_id)) {
+    respond(std::move(*local));
+    return;
+  }
   const size_t question = req.target.find('?');
   const std::string path = req.target.substr(0, question);
   const std::string query = question == std::string::npos ? "" : req.target.substr(question + 1);
   HttpResponse r;
-  if (path == "/" || path == "/console") {
-    r = Redirect("/console/");
-  } else if (path == "/console/session") {
+  if (path == "/console/session") {
     r = SessionCall(req);
   } else if (path.rfind("/console/api/", 0) == 0) {
     r = req.method == "GET" || req.method == "HEAD"
             ? Read(req, path, query)
             : ErrorAnswer(405, Status::Client("the console's reads take GET"));
   } else if (req.method == "GET" || req.method == "HEAD") {
-    r = Asset(path);
+    r = ErrorAnswer(404, Status::Client("no such console page: " + path.substr(0, 200)));
   } else {
     r = ErrorAnswer(405, Status::Client("the console's pages take GET"));
   }
@@ -455,7 +457,7 @@ void ConsoleHandler::Handle(const HttpRequest& req, const std::string& request_i
   respond(std::move(r));
 }
 
-HttpResponse ConsoleHandler::Asset(const std::string& path) const {
+std::optional<HttpResponse> ConsoleStaticAnswer(const HttpRequest& req, const std::string& request_id) {
   static const std::map<std::string, std::pair<std::string, std::string>> kFiles = {
       {"/console/", {"index.html", "text/html; charset=utf-8"}},
       {"/console/index.html", {"index.html", "text/html; charset=utf-8"}},
@@ -463,11 +465,18 @@ HttpResponse ConsoleHandler::Asset(const std::string& path) const {
       {"/console/services.js", {"services.js", "text/javascript; charset=utf-8"}},
       {"/console/app.css", {"app.css", "text/css; charset=utf-8"}},
   };
-  auto it = kFiles.find(path);
-  if (it == kFiles.end()) return ErrorAnswer(404, Status::Client("no such console page: " + path.substr(0, 200)));
+  if (req.method != "GET" && req.method != "HEAD") return std::nullopt;
+  const std::string path = req.target.substr(0, req.target.find('?'));
   HttpResponse r;
-  r.headers = {{"Content-Type", it->second.second}};
-  r.body = std::string(ConsoleAssetBody(it->second.first));
+  if (path == "/" || path == "/console") {
+    r = Redirect("/console/");
+  } else if (auto it = kFiles.find(path); it != kFiles.end()) {
+    r.headers = {{"Content-Type", it->second.second}};
+    r.body = std::string(ConsoleAssetBody(it->second.first));
+  } else {
+    return std::nullopt;
+  }
+  AddSecurityHeaders(r, request_id);
   return r;
 }
 

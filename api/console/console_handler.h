@@ -37,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,6 @@ class ConsoleHandler {
   void Handle(const HttpRequest& req, const std::string& request_id, const Responder& respond) const;
 
  private:
-  HttpResponse Asset(const std::string& path) const;
   HttpResponse SessionCall(const HttpRequest& req) const;
   HttpResponse Read(const HttpRequest& req, const std::string& path, const std::string& query) const;
 
@@ -73,5 +73,10 @@ class ConsoleHandler {
   const RequestAuthenticator* auth_ = nullptr;
   const GpuMemoryUsage* gpu_memory_ = nullptr;
 };
+
+// ConsoleStaticAnswer: the answer to a GET or HEAD of the console's page itself ("/" and "/console" redirect to
+// "/console/"; index.html, app.js, services.js, app.css), which needs neither state nor credentials, so a standby
+// serves it too (api/leadership.cc); nullopt for any other request.
+std::optional<HttpResponse> ConsoleStaticAnswer(const HttpRequest& req, const std::string& request_id);
 
 }  // namespace gpupack::api

@@ -18,9 +18,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // HopByHop: headers that belong to one connection, never forwarded (RFC 9110 §7.6.1); the length is re-framed.
+// `expect` too: the standby already has the whole body and sends it at once, so the leader must not answer an
+// interim 100 Continue the client never asked this connection for.
 bool HopByHop(std::string_view lower) {
   for (std::string_view h : {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-                             "upgrade", "content-length"})
+                             "upgrade", "content-length", "expect"})
     if (lower == h) return true;
   return false;
 }
@@ -115,13 +117,20 @@ Exchange ExchangeOn(int fd, const HttpRequest& req, const std::string& base, con
   size_t header_end = std::string::npos;
   size_t want = std::string::npos;  // the whole answer's length, once the headers told it
   bool close = false;               // the leader said Connection: close
+  bool framed = false;              // the final answer's head was read
   for (;;) {
     if (want != std::string::npos && in.size() >= want) break;
     char buf[16384];
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n > 0) {
       in.append(buf, static_cast<size_t>(n));
-      if (header_end == std::string::npos && (header_end = in.find("\r\n\r\n")) != std::string::npos) {
+      while (header_end == std::string::npos && (header_end = in.find("\r\n\r\n")) != std::string::npos &&
+             in.compare(0, 10, "HTTP/1.1 1") == 0 && in.compare(0, 12, "HTTP/1.1 101") != 0) {
+        in.erase(0, header_end + 4);  // an interim answer (100 Continue, 102, 103): the final one follows
+        header_end = std::string::npos;
+      }
+      if (header_end != std::string::npos && want == std::string::npos && !framed) {
+        framed = true;
         const std::string head = Lower(in.substr(0, header_end));
         const size_t cl = head.find("\r\ncontent-length:");
         if (cl != std::string::npos) want = header_end + 4 + std::stoull(head.substr(cl + 17));
@@ -189,11 +198,29 @@ int LeaderConnections::Take(const std::string& base) {
 
 void LeaderConnections::Give(const std::string& base, int fd) {
   std::lock_guard lock(mu_);
-  if (idle_.size() >= kMaxIdle) {
+  if (idle_.size() >= kMaxIdle || aborted_) {
     ::close(fd);
     return;
   }
   idle_.push_back({base, fd, Clock::now()});
+}
+
+bool LeaderConnections::Enter(int fd) {
+  std::lock_guard lock(mu_);
+  if (aborted_) return false;
+  in_flight_.push_back(fd);
+  return true;
+}
+
+void LeaderConnections::Leave(int fd) {
+  std::lock_guard lock(mu_);
+  std::erase(in_flight_, fd);
+}
+
+void LeaderConnections::Abort() {
+  std::lock_guard lock(mu_);
+  aborted_ = true;
+  for (int fd : in_flight_) ::shutdown(fd, SHUT_RDWR);
 }
 
 // ---- Forward ------------------------------------------------------------------------------------------------
@@ -209,7 +236,12 @@ Result<HttpResponse> Forward(const HttpRequest& req, const std::string& base, co
       if (!made.ok()) return made.status();
       fd = *made;
     }
+    if (!pool.Enter(fd)) {
+      ::close(fd);
+      return Status::Server("this gpupack server stopped forwarding: it is changing role");
+    }
     Exchange x = ExchangeOn(fd, req, base, me, timeout, deadline);
+    pool.Leave(fd);
     if (x.response.ok() && x.reusable) {
       pool.Give(base, fd);
     } else {

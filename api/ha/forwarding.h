@@ -48,6 +48,13 @@ class LeaderConnections {
   // Give: `fd` (to `base`) answered a whole request and may serve another; kept unless the pool is full.
   void Give(const std::string& base, int fd);
 
+  // Enter: `fd` carries a call now (Abort cuts it); false, and nothing registered, once Abort was called.
+  // Leave: the call on `fd` is over. Abort: cut every call in flight (shutdown() wakes its poll at once) and
+  // refuse new ones, so a standby that changes role never waits on a leader that stopped answering.
+  bool Enter(int fd);
+  void Leave(int fd);
+  void Abort();
+
  private:
   struct Idle {
     std::string base;
@@ -55,7 +62,9 @@ class LeaderConnections {
     std::chrono::steady_clock::time_point since;
   };
   std::mutex mu_;
-  std::vector<Idle> idle_;  // guarded by mu_; the most recently given last
+  std::vector<Idle> idle_;       // guarded by mu_; the most recently given last
+  std::vector<int> in_flight_;   // guarded by mu_: the connections carrying a call now
+  bool aborted_ = false;         // guarded by mu_
 };
 
 // Forward sends `req` to the server at `base` (http://HOST:PORT), marked as forwarded by `me`, and returns its
@@ -65,7 +74,7 @@ class LeaderConnections {
 // request) is retried once on a new connection; any other failure (a timeout above all: the leader may be
 // working on it) is returned as a Status. A leader that crashed after reading the request and before answering
 // looks the same as the idle close; the retry then finds no leader at that address, or a new process that
-// takes it as the client's own retry would.
+// takes it as the client's own retry would. A call cut by `pool.Abort()` fails at once.
 Result<HttpResponse> Forward(const HttpRequest& req, const std::string& base, const std::string& me,
                              std::chrono::milliseconds timeout, LeaderConnections& pool);
 

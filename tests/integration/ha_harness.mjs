@@ -62,7 +62,8 @@ function runPg(bin, args, opts = {}) {
   return execFileSync(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', ...opts });
 }
 
-// startPostgres: a private server. Returns {port, uri(db), createDatabase(name), stop(), kill9(), start(), close()}.
+// startPostgres: a private server. Returns {port, dir, uri(db), psql(sql, db), createDatabase(name), dump(db, file),
+// restore(db, file), stop(), start(), close()}.
 export async function startPostgres({ durable = false } = {}) {
   const binDir = postgresBinDir();
   if (!binDir) throw new Error(NO_POSTGRES);
@@ -90,6 +91,14 @@ export async function startPostgres({ durable = false } = {}) {
     },
     psql(sql, db = 'postgres') {
       return runPg(path.join(binDir, 'psql'), ['-X', '-q', '-t', '-A', '-v', 'ON_ERROR_STOP=1', '-h', '127.0.0.1', '-p', String(pg.port), '-U', 'postgres', '-d', db, '-c', sql]);
+    },
+    // dump: pg_dump of database `db` into `file` (plain SQL; somewhere the server's user may write, e.g. under
+    // pg.dir); restore: that file replayed into the (empty) database `db` with psql.
+    dump(db, file) {
+      runPg(path.join(binDir, 'pg_dump'), ['-h', '127.0.0.1', '-p', String(pg.port), '-U', 'postgres', '-f', file, db]);
+    },
+    restore(db, file) {
+      runPg(path.join(binDir, 'psql'), ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', '127.0.0.1', '-p', String(pg.port), '-U', 'postgres', '-d', db, '-f', file]);
     },
     createDatabase(name) {
       pg.psql(`CREATE DATABASE ${name}`);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "api/ha/forwarding.h"
 #include "api/leadership.h"
 #include "storage/postgres_store.h"
 #include "tests/unit/private_postgres.h"
@@ -47,50 +49,71 @@ TEST_F(LeaseKeeperTest, TheFirstTakesTheLeaseAndTheOtherLearnsWhoLeads) {
   auto va = a.Step(0, false);
   ASSERT_TRUE(va.ok()) << va.status().message();
   EXPECT_TRUE(va->held);
-  EXPECT_EQ(va->epoch, 1);
+  const int64_t e1 = va->epoch;
+  EXPECT_GT(e1, 0);
   auto vb = b.Step(0, false);
   ASSERT_TRUE(vb.ok());
   EXPECT_FALSE(vb->held);
   EXPECT_EQ(vb->leader, "http://a:1");
   EXPECT_TRUE(vb->leader_alive);
-  EXPECT_EQ(vb->epoch, 1);
+  EXPECT_EQ(vb->epoch, e1);
   // Renewing keeps the epoch; a bump (the leader reloads) raises it.
-  auto renewed = a.Step(1, false);
+  auto renewed = a.Step(e1, false);
   ASSERT_TRUE(renewed.ok());
   EXPECT_TRUE(renewed->held);
-  EXPECT_EQ(renewed->epoch, 1);
-  auto bumped = a.Step(1, true);
+  EXPECT_EQ(renewed->epoch, e1);
+  auto bumped = a.Step(e1, true);
   ASSERT_TRUE(bumped.ok());
   EXPECT_TRUE(bumped->held);
-  EXPECT_EQ(bumped->epoch, 2);
+  EXPECT_GT(bumped->epoch, e1);
+}
+
+TEST_F(LeaseKeeperTest, EpochsStartAtTheDatabaseClockSoARestoredDatabaseLeadsAboveAnyEpochSeen) {
+  // A backup restored: the lease row holds an epoch far below those agents saw since. The next take leads at
+  // the database clock's milliseconds at least, above every epoch taken before the backup was restored.
+  ASSERT_TRUE(a_db_->Query("UPDATE gpupack_leader_lease SET epoch = 3, expires_at = now()").ok());
+  LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(60000));
+  auto v = a.Step(0, false);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->held);
+  auto now_ms = a_db_->Query("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint");
+  ASSERT_TRUE(now_ms.ok());
+  EXPECT_GT(v->epoch, 1'600'000'000'000);  // after September 2020, in milliseconds
+  EXPECT_LE(v->epoch, std::stoll((*now_ms)[0][0]));
+  // An epoch ahead of the clock (several takes within one millisecond) still rises by one.
+  ASSERT_TRUE(a_db_->Query("UPDATE gpupack_leader_lease SET epoch = epoch + 1000000, expires_at = now()").ok());
+  LeaseKeeper b(*b_db_, "b", "http://b:1", milliseconds(60000));
+  auto vb = b.Step(0, false);
+  ASSERT_TRUE(vb.ok());
+  EXPECT_EQ(vb->epoch, v->epoch + 1000000 + 1);
 }
 
 TEST_F(LeaseKeeperTest, AnExpiredLeaseGoesToTheNextWithAHigherEpochAndTheOldHolderLearnsIt) {
   LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(60000));
   LeaseKeeper b(*b_db_, "b", "http://b:1", milliseconds(60000));
-  ASSERT_TRUE(a.Step(0, false)->held);
+  const int64_t e1 = a.Step(0, false)->epoch;
   Expire();
   auto vb = b.Step(0, false);
   ASSERT_TRUE(vb.ok());
   EXPECT_TRUE(vb->held);
-  EXPECT_EQ(vb->epoch, 2);
+  EXPECT_GT(vb->epoch, e1);
   // The old holder's renewal finds the lease gone (and cannot take it back: it has not expired).
-  auto va = a.Step(1, false);
+  auto va = a.Step(e1, false);
   ASSERT_TRUE(va.ok());
   EXPECT_FALSE(va->held);
   EXPECT_EQ(va->leader, "http://b:1");
-  EXPECT_EQ(va->epoch, 2);
+  EXPECT_EQ(va->epoch, vb->epoch);
 }
 
 TEST_F(LeaseKeeperTest, ARestartedServerOnTheSameUrlTakesItsLeaseBackAtOnce) {
   LeaseKeeper before(*a_db_, "a-old", "http://a:1", milliseconds(60000));
-  ASSERT_TRUE(before.Step(0, false)->held);
+  const int64_t e1 = before.Step(0, false)->epoch;
   LeaseKeeper after(*b_db_, "a-new", "http://a:1", milliseconds(60000));
   auto v = after.Step(0, false);
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->held);
-  EXPECT_EQ(v->epoch, 2);
-  auto old = before.Step(1, false);
+  EXPECT_GT(v->epoch, e1);
+  auto old = before.Step(e1, false);
   ASSERT_TRUE(old.ok());
   EXPECT_FALSE(old->held);  // the old process (if it still ran) is deposed: its epoch is gone
 }
@@ -98,23 +121,23 @@ TEST_F(LeaseKeeperTest, ARestartedServerOnTheSameUrlTakesItsLeaseBackAtOnce) {
 TEST_F(LeaseKeeperTest, AReleasedLeaseIsTakenAtTheNextStepWithoutWaitingForItsTtl) {
   LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(600000));
   LeaseKeeper b(*b_db_, "b", "http://b:1", milliseconds(600000));
-  ASSERT_TRUE(a.Step(0, false)->held);
+  const int64_t e1 = a.Step(0, false)->epoch;
   EXPECT_FALSE(b.Step(0, false)->held);
   // Releasing an epoch that is not the holder's changes nothing.
-  ASSERT_TRUE(a.Release(7).ok());
+  ASSERT_TRUE(a.Release(e1 - 1).ok());
   EXPECT_FALSE(b.Step(0, false)->held);
-  ASSERT_TRUE(a.Release(1).ok());
+  ASSERT_TRUE(a.Release(e1).ok());
   auto vb = b.Step(0, false);
   ASSERT_TRUE(vb.ok());
   EXPECT_TRUE(vb->held);
-  EXPECT_EQ(vb->epoch, 2);
+  EXPECT_GT(vb->epoch, e1);
 }
 
 TEST_F(LeaseKeeperTest, ACommitFencedByALostLeaseWritesNothing) {
   LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(60000));
   LeaseKeeper b(*b_db_, "b", "http://b:1", milliseconds(60000));
-  ASSERT_TRUE(a.Step(0, false)->held);
-  a_db_->SetFence(PostgresStore::Fence{"a", 1});
+  const int64_t e1 = a.Step(0, false)->epoch;
+  a_db_->SetFence(PostgresStore::Fence{"a", e1});
   WriteBatch batch;
   Cluster c;
   c.name = "before";
@@ -234,6 +257,93 @@ TEST_F(LeaseKeeperTest, AStandbyForwardsSuccessiveCallsOverOneKeptAliveConnectio
   EXPECT_EQ(refusal["__type"], "ServerException");
   EXPECT_EQ(refusal["code"], "NotLeader");
   EXPECT_EQ(refusal["leader"], leader);
+}
+
+
+// FakeLeader: a loopback listener that reads one request per connection and then answers `reply` (nothing at
+// all when it is empty): what a leader that hangs, or one that answers an interim 100 Continue first, looks like.
+class FakeLeader {
+ public:
+  explicit FakeLeader(std::string reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 8);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    url_ = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    thread_ = std::thread([this] {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      std::string in;
+      char buf[4096];
+      while (in.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        in.append(buf, static_cast<size_t>(n));
+      }
+      request_ = in;
+      got_ = true;
+      if (!reply_.empty()) ::send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+      pollfd p{c, POLLIN, 0};
+      ::poll(&p, 1, 20000);  // holds the connection open until the client closes it (or 20 s)
+      ::close(c);
+    });
+  }
+  ~FakeLeader() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  const std::string& url() const { return url_; }
+  // request: what the leader read (once got() is true).
+  bool got() const { return got_; }
+  const std::string& request() const { return request_; }
+
+ private:
+  std::string reply_, url_, request_;
+  std::atomic<bool> got_{false};
+  int fd_ = -1;
+  std::thread thread_;
+};
+
+HttpRequest RunTaskRequest() {
+  HttpRequest req;
+  req.method = "POST";
+  req.target = "/";
+  req.headers = {{"x-amz-target", "AmazonEC2ContainerServiceV20141113.RunTask"}, {"expect", "100-continue"}};
+  req.body = R"({"cluster":"c"})";
+  return req;
+}
+
+TEST(ForwardTest, AnInterimContinueIsSkippedAndExpectIsNotForwarded) {
+  FakeLeader leader("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+  LeaderConnections pool;
+  auto answer = Forward(RunTaskRequest(), leader.url(), "http://standby:1", milliseconds(20000), pool);
+  ASSERT_TRUE(answer.ok()) << answer.status().message();
+  ASSERT_TRUE(leader.got());
+  EXPECT_EQ(answer->status, 200);
+  EXPECT_EQ(answer->body, "{}");
+  EXPECT_EQ(leader.request().find("expect:"), std::string::npos) << leader.request();
+  EXPECT_NE(leader.request().find("x-amz-target: AmazonEC2ContainerServiceV20141113.RunTask"), std::string::npos);
+}
+
+TEST(ForwardTest, AbortCutsACallWaitingOnALeaderThatDoesNotAnswer) {
+  FakeLeader leader("");
+  LeaderConnections pool;
+  Result<HttpResponse> answer = Status::Server("not yet");
+  std::thread call([&] { answer = Forward(RunTaskRequest(), leader.url(), "http://standby:1", milliseconds(60000), pool); });
+  while (!leader.got()) std::this_thread::sleep_for(milliseconds(10));  // the leader has the call
+  pool.Abort();
+  call.join();
+  ASSERT_FALSE(answer.ok());
+  EXPECT_EQ(answer.status().message().find("did not answer within"), std::string::npos) << answer.status().message();
+  // After Abort, nothing more is forwarded.
+  auto later = Forward(RunTaskRequest(), leader.url(), "http://standby:1", milliseconds(60000), pool);
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find("changing role"), std::string::npos) << later.status().message();
 }
 
 }  // namespace
