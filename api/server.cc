@@ -15,6 +15,8 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   s->metrics_ = std::make_unique<MetricsRegistry>();
   s->timed_store_ = TimeStoreCommits(store, *s->metrics_);
   s->committer_ = std::make_unique<GroupCommitter>(*s->timed_store_);
+  // An agent connected before a restart or a takeover finds this server within about three heartbeats.
+  options.control_plane.agent_reconnect_grace_ms = 3 * options.channel.heartbeat_interval.count();
   s->control_plane_ = std::make_unique<ControlPlane>(std::move(options.control_plane), store, *s->committer_);
   if (Status st = s->control_plane_->Load(); !st.ok()) {
     failed = StartFailure::kLoadState;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
+#include "engine/operations/agents.h"
 #include "engine/operations/operations.h"
 #include "storage/invariants.h"
 
@@ -57,15 +59,18 @@ void Applier::WriterLoop() {
       std::unique_lock lock(queue_mu_);
       auto ready = [this] { return stopping_ || !queue_.empty(); };
       const auto& wakes = state_.ServiceWakes();  // state_ is the writer thread's: read here, on it
-      if (wakes.empty()) {
+      std::optional<EpochMs> wake;
+      if (!wakes.empty()) wake = wakes.begin()->first;
+      if (!reconnecting_.empty()) wake = std::min(wake.value_or(reconnect_deadline_), reconnect_deadline_);
+      if (!wake) {
         queue_cv_.wait(lock, ready);
-      } else if (const EpochMs delay = wakes.begin()->first - Now(); delay > 0) {
+      } else if (const EpochMs delay = *wake - Now(); delay > 0) {
         queue_cv_.wait_for(lock, std::chrono::milliseconds(delay), ready);
       }
       if (queue_.empty() && stopping_) return;  // stopping, and nothing left to run
       jobs.swap(queue_);
     }
-    if (jobs.empty()) {  // a back-off ended: WakeServices runs at the start of every write
+    if (jobs.empty()) {  // a back-off or a reconnect grace ended: both are looked at at the start of every write
       RunWrite([](Transaction&) { return Status::Ok(); }, [](Status) {});
       continue;
     }
@@ -137,8 +142,15 @@ Status Applier::LoadOnWriter() {
   }
   for (auto& c : snap->clusters) state_.PutCluster(std::move(c));
   for (auto& td : snap->task_definitions) state_.PutTaskDefinition(std::move(td));
+  reconnecting_.clear();
+  reconnect_deadline_ = Now() + options_.agent_reconnect_grace_ms;
   for (auto& i : snap->instances) {
-    i.agent_connected = false;  // until its agent says hello again
+    // Connected when last written: still connected for placement while its agent finds this server (a
+    // takeover or a restart must not refuse RunTask as AGENT meanwhile); else until its agent says hello.
+    if (i.agent_connected && options_.agent_reconnect_grace_ms > 0 && i.status != InstanceStatus::kInactive)
+      reconnecting_.insert(i.arn);
+    else
+      i.agent_connected = false;
     state_.PutInstance(std::move(i));
   }
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
@@ -157,6 +169,13 @@ void Applier::Write(WriteOp op, std::function<void(Status)> done) {
 }
 
 void Applier::Read(std::function<void(const ClusterState&)> f) { Enqueue({nullptr, nullptr, std::move(f)}); }
+
+void Applier::AgentBack(const std::string& instance_arn) { reconnecting_.erase(instance_arn); }
+
+void Applier::EndReconnectGrace(Transaction& txn) {
+  for (const std::string& arn : reconnecting_) AgentDisconnected(arn, txn);
+  reconnecting_.clear();
+}
 
 void Applier::Inspect(const std::function<void(const ClusterState&)>& f) {
   RunOnWriter([&] { f(state_); });
@@ -182,6 +201,7 @@ void Applier::RunWrite(const WriteOp& op, std::function<void(Status)> done) {
   Status s;
   try {
     if (!degraded) WakeServices(txn);
+    if (!reconnecting_.empty() && txn.now() >= reconnect_deadline_ && !degraded) EndReconnectGrace(txn);
     s = op(txn);
     // The service scheduler acts on what the operation changed, in the same transaction, so the tasks it
     // starts or stops are durable together with their cause.

@@ -25,6 +25,8 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "scheduler/arn.h"
@@ -46,6 +48,12 @@ struct ApplierOptions {
   // The operator's target workload of binpack(fragmentation) for every cluster (gpupack server
   // --fragmentation-workload); null: each cluster learns it from its recent RunTask demands.
   std::shared_ptr<const TargetWorkload> fragmentation_workload;
+  // agent_reconnect_grace_ms: after Load (a restart, a new leader), an instance whose agent was connected when
+  // the state was last written stays connected for placement this long, while its agent finds this server:
+  // tasks placed on it wait PENDING and are assigned by the agent's hello. An agent not back by then is marked
+  // disconnected, as when its channel closes. 0: every instance starts disconnected. The server sets it to
+  // three heartbeat intervals.
+  EpochMs agent_reconnect_grace_ms = 15'000;
 };
 
 class Applier {
@@ -85,6 +93,10 @@ class Applier {
   using PushSink = std::function<void(const std::string& instance_arn, AgentPush push)>;
   // SetPushSink: where pushes go once their commit is durable (the agent channel). Set before serving.
   void SetPushSink(PushSink sink);
+
+  // AgentBack: the instance's agent said hello to this server (from the hello's write, on the writer thread):
+  // its reconnect grace after Load is over.
+  void AgentBack(const std::string& instance_arn);
 
   bool healthy() const { return !degraded_.load(); }
   // counters: the placement counters as the writer last published them: a write that changed them publishes
@@ -128,6 +140,11 @@ class Applier {
   PlacementCounters counters_;
   EpochMs last_purge_ = 0;
   uint64_t next_seq_ = 0;  // the last write's sequence number (Transaction::seq)
+  // The instances loaded connected whose agent has not said hello since (agent_reconnect_grace_ms), and when
+  // their grace ends.
+  std::set<std::string> reconnecting_;
+  EpochMs reconnect_deadline_ = 0;
+  void EndReconnectGrace(Transaction& txn);  // writer thread only
 
   // The queue: the only lock a caller takes to hand the writer work, held for a push_back.
   std::mutex queue_mu_;

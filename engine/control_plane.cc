@@ -10,7 +10,8 @@ ControlPlane::ControlPlane(ControlPlaneOptions options, Store& store, GroupCommi
 void ControlPlane::AgentHello(const std::string& instance_arn, const protocol::Hello& hello,
                               std::function<void(Status, protocol::Welcome)> done) {
   auto welcome = std::make_shared<protocol::Welcome>();
-  applier_.Write([instance_arn, hello, welcome](Transaction& txn) {
+  applier_.Write([this, instance_arn, hello, welcome](Transaction& txn) {
+                   applier_.AgentBack(instance_arn);
                    return api::AgentHello(instance_arn, hello, txn, *welcome);
                  },
                  [welcome, done = std::move(done)](Status s) { done(s, s.ok() ? *welcome : protocol::Welcome{}); });
