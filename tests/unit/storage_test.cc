@@ -238,7 +238,7 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
   EXPECT_EQ(FieldCount<PlacementConstraint>(), 2u);
   EXPECT_EQ(FieldCount<TaskDefinition>(), 14u);
   EXPECT_EQ(FieldCount<ClusterSettings>(), 1u);
-  EXPECT_EQ(FieldCount<Cluster>(), 6u);
+  EXPECT_EQ(FieldCount<Cluster>(), 8u);
   EXPECT_EQ(FieldCount<Gpu>(), 7u);
   EXPECT_EQ(FieldCount<Resources>(), 2u);
   EXPECT_EQ(FieldCount<Attribute>(), 2u);
@@ -247,8 +247,10 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
   EXPECT_EQ(FieldCount<TaskOverride>(), 3u);
   EXPECT_EQ(FieldCount<Container>(), 9u);
   EXPECT_EQ(FieldCount<GpuReservation>(), 5u);
-  EXPECT_EQ(FieldCount<Task>(), 24u);
+  EXPECT_EQ(FieldCount<Task>(), 29u);
   EXPECT_EQ(FieldCount<ClientTokenRecord>(), 6u);  // write_seq is not stored (the server's, per run)
+  EXPECT_EQ(FieldCount<CapacityProviderStrategyItem>(), 3u);
+  EXPECT_EQ(FieldCount<CapacityProvider>(), 7u);
 }
 
 // ---- Helpers --------------------------------------------------------------------------------------------
