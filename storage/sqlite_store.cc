@@ -245,7 +245,8 @@ struct SqliteStore::Db {
         {&put_service,
          "INSERT INTO services (arn, doc) VALUES (?1, ?2) ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc"},
         {&put_capacity_provider,
-         "INSERT INTO capacity_providers (name, doc) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET doc = excluded.doc"},
+         "INSERT INTO capacity_providers (name, doc) VALUES (?1, ?2) "
+         "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc"},
         {&delete_task, "DELETE FROM tasks WHERE arn = ?1"},
         {&delete_client_token, "DELETE FROM client_tokens WHERE cluster = ?1 AND token = ?2"},
         {&delete_instance, "DELETE FROM container_instances WHERE arn = ?1"},

@@ -89,8 +89,8 @@ void WriteBatch::Append(WriteBatch&& other) {
 
 size_t WriteBatch::size() const {
   return clusters_.size() + task_definitions_.size() + instances_.size() + tasks_.size() +
-         client_tokens_.size() + services_.size() + capacity_providers_.size() + deleted_tasks_.size() + deleted_client_tokens_.size() +
-         deleted_instances_.size();
+         client_tokens_.size() + services_.size() + capacity_providers_.size() + deleted_tasks_.size() +
+         deleted_client_tokens_.size() + deleted_instances_.size();
 }
 
 }  // namespace gpupack

@@ -341,7 +341,8 @@ Result<ListTasksRequest> ParseListTasks(const Json& in) {
   GP_TRY(f.status());
   if (desired) {
     const std::optional<TaskStatus> parsed = ParseTaskStatus(*desired);
-    if (!parsed || *parsed == TaskStatus::kProvisioning) return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
+    if (!parsed || *parsed == TaskStatus::kProvisioning)
+      return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
     r.desired_status = *parsed;
   }
   GP_ASSIGN(page, ParsePage(f));
@@ -377,7 +378,8 @@ Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) 
   std::string status;
   GP_TRY(RequireString(f, "status", status));
   const std::optional<TaskStatus> parsed = ParseTaskStatus(status);
-  if (!parsed || *parsed == TaskStatus::kProvisioning) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  if (!parsed || *parsed == TaskStatus::kProvisioning)  // only the server puts a task in line
+    return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   r.report.status = *parsed;
   f.String("reason", r.report.reason);
   f.String("stopCode", r.report.stop_code);  // ours: the agent names why a task stopped

@@ -93,8 +93,8 @@ Result<int> PriorityOf(const std::vector<KeyValuePair>& tags) {
     const char* end = tag.value.data() + tag.value.size();
     auto [ptr, ec] = std::from_chars(tag.value.data(), end, v);
     if (ec != std::errc() || ptr != end || v < -kMaxPriority || v > kMaxPriority)
-      return Status::InvalidParameter(std::string("tag ") + kPriorityTag + " must be an integer from -1000 to 1000, got '" +
-                                      tag.value.substr(0, 50) + "'");
+      return Status::InvalidParameter(std::string("tag ") + kPriorityTag +
+                                      " must be an integer from -1000 to 1000, got '" + tag.value.substr(0, 50) + "'");
     return v;
   }
   return 0;
@@ -108,7 +108,8 @@ std::vector<std::string> ProvidersForTasks(const std::vector<CapacityProviderStr
   int64_t total = 0;
   for (const auto& item : strategy) total += item.weight;
   if (total == 0) {  // only a base was given: the rest go to the provider with the base (StrategyFor checks one has)
-    while (static_cast<int64_t>(out.size()) < count) out.push_back(out.empty() ? strategy.front().provider : out.back());
+    const std::string rest = out.empty() ? strategy.front().provider : out.back();
+    while (static_cast<int64_t>(out.size()) < count) out.push_back(rest);
     return out;
   }
   // Smooth weighted round robin: each round every provider gains its weight, the one with the most goes next and

@@ -68,7 +68,8 @@ Status CreateService(const CreateServiceRequest& in, Transaction& txn, ServiceRe
   // A REPLICA service's tasks go to the providers of its strategy (or the cluster's default); DAEMON services run
   // one task on every instance and take none.
   if (in.daemon && !in.capacity_provider_strategy.empty())
-    return Status::InvalidParameter("Capacity provider strategies are not supported with the DAEMON scheduling strategy.");
+    return Status::InvalidParameter(
+        "Capacity provider strategies are not supported with the DAEMON scheduling strategy.");
   GP_ASSIGN(strategy, StrategyFor(state, *cluster, in.capacity_provider_strategy, in.launch_type_given || in.daemon));
 
   const std::string arn = txn.arn().ServiceArn(cluster->name, in.service_name);
