@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include "agent/host_check.h"
 #include "agent/task_executor.h"
 #include "protocol/sigv4.h"
+#include "scheduler/model.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
 
@@ -42,6 +45,9 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--state-dir", f.state_dir, "where the agent keeps its tasks across restarts")->capture_default_str();
   app.add_option("--attribute", f.attributes, "NAME=VALUE instance attribute (repeatable)");
   app.add_option("--instance-type", f.instance_type, "instance type (becomes ecs.instance-type)");
+  app.add_option("--capacity-provider", f.capacity_provider,
+                 "the capacity provider this instance joins (becomes ecs.capacity-provider-name): tasks launched "
+                 "through it run only on its instances; see docs/operations.md");
   app.add_option("--name", f.name, "this agent's name (default: the host name)");
   app.add_option("--cpu", f.cpu, "CPU units to offer (default: cores x 1024)");
   app.add_option("--memory", f.memory, "MiB of host memory to offer (default: 95% of MemTotal)");
@@ -137,6 +143,16 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
     if (eq == std::string::npos || eq == 0)
       return Status::InvalidParameter("--attribute must be NAME=VALUE (got '" + a + "')");
     o.attributes.emplace_back(a.substr(0, eq), a.substr(eq + 1));
+  }
+  if (!f.capacity_provider.empty()) {
+    const bool valid = f.capacity_provider.size() <= 255 &&
+                       std::all_of(f.capacity_provider.begin(), f.capacity_provider.end(), [](unsigned char c) {
+                         return std::isalnum(c) || c == '-' || c == '_';
+                       });
+    if (!valid)
+      return Status::InvalidParameter("--capacity-provider must be 1-255 letters, numbers, hyphens and underscores "
+                                      "(got '" + f.capacity_provider.substr(0, 100) + "')");
+    o.attributes.emplace_back(kCapacityProviderAttribute, f.capacity_provider);
   }
   return o;
 }

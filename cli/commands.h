@@ -21,6 +21,8 @@ struct ServerFlags {
   std::string log_level = "info";
   bool insecure_no_auth = false;
   bool place_on_disconnected = false;  // benchmarks and simulations whose client plays the agent
+  int64_t max_provisioning_tasks = 500;      // per cluster, tasks waiting for a capacity provider (ECS's quota)
+  int64_t provisioning_timeout_s = 30 * 60;  // a waiting task stops after this long
   std::string default_strategy = "binpack:gpuMemory";  // for shared-GPU tasks that name none: TYPE[:FIELD]
   int threads = 2;
   std::string fragmentation_workload;  // JSON file: binpack(fragmentation)'s target workload; empty = learned
@@ -64,6 +66,7 @@ struct AgentFlags {
   std::string state_dir = "/var/lib/gpupack-agent";
   std::vector<std::string> attributes;  // NAME=VALUE
   std::string instance_type;
+  std::string capacity_provider;  // --capacity-provider: joins the instance to this capacity provider
   std::string name;
   int64_t cpu = 0;
   int64_t memory = 0;

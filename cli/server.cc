@@ -49,6 +49,15 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_flag("--place-on-disconnected", f.place_on_disconnected,
                "place tasks on container instances whose agent is not connected (benchmarks and simulations "
                "whose client plays the agent with SubmitTaskStateChange; such tasks never start otherwise)");
+  app.add_option("--max-provisioning-tasks", f.max_provisioning_tasks,
+                 "tasks of one cluster that may wait for a capacity provider's capacity (PROVISIONING) at once; a "
+                 "RunTask that could pass it is refused with LimitExceededException (ECS's quota is 500)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
+  app.add_option("--provisioning-timeout", f.provisioning_timeout_s,
+                 "seconds a task may wait in PROVISIONING before it stops (TaskFailedToStart)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{7 * 24 * 3600}));
   app.add_option("--advertise", f.advertise,
                  "with a PostgreSQL --db: the URL (http://HOST:PORT) at which the other servers reach this one to "
                  "forward calls to it while it leads (default: http://LISTEN; required when LISTEN is a wildcard "
@@ -348,6 +357,8 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.control_plane.arn.region = f.region;
   options.control_plane.arn.account = f.account_id;
   options.control_plane.placement.place_on_disconnected = f.place_on_disconnected;
+  options.control_plane.placement.max_provisioning_per_cluster = static_cast<size_t>(f.max_provisioning_tasks);
+  options.control_plane.placement.provisioning_timeout_ms = f.provisioning_timeout_s * 1000;
   options.metrics_per_task = f.metrics_per_task;
   options.max_websockets = static_cast<size_t>(f.max_agent_channels);
   options.max_send_queue_bytes = static_cast<size_t>(f.agent_send_queue_mib) << 20;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
@@ -56,16 +57,25 @@ void Applier::WriterLoop() {
     {
       std::unique_lock lock(queue_mu_);
       auto ready = [this] { return stopping_ || !queue_.empty(); };
-      const auto& wakes = state_.ServiceWakes();  // state_ is the writer thread's: read here, on it
-      if (wakes.empty()) {
+      // state_ is the writer thread's: read here, on it. The next timed write: a service's back-off ends, or the
+      // oldest waiting task's time is up.
+      const auto& wakes = state_.ServiceWakes();
+      const auto& waits = state_.WaitStarts();
+      std::optional<EpochMs> next;
+      if (!wakes.empty()) next = wakes.begin()->first;
+      if (!waits.empty()) {
+        const EpochMs expiry = waits.begin()->first + options_.placement.provisioning_timeout_ms;
+        next = next ? std::min(*next, expiry) : expiry;
+      }
+      if (!next) {
         queue_cv_.wait(lock, ready);
-      } else if (const EpochMs delay = wakes.begin()->first - Now(); delay > 0) {
+      } else if (const EpochMs delay = *next - Now(); delay > 0) {
         queue_cv_.wait_for(lock, std::chrono::milliseconds(delay), ready);
       }
       if (queue_.empty() && stopping_) return;  // stopping, and nothing left to run
       jobs.swap(queue_);
     }
-    if (jobs.empty()) {  // a back-off ended: WakeServices runs at the start of every write
+    if (jobs.empty()) {  // a back-off ended or a wait timed out: both are handled at the start of every write
       RunWrite([](Transaction&) { return Status::Ok(); }, [](Status) {});
       continue;
     }
@@ -143,6 +153,7 @@ Status Applier::LoadOnWriter() {
   }
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
   for (auto& svc : snap->services) state_.PutService(std::move(svc));
+  for (auto& p : snap->capacity_providers) state_.PutCapacityProvider(std::move(p));
   state_.RebuildReservations();
   // Records that decode but contradict each other are never served (storage/invariants.h).
   if (Status s = CheckInvariants(state_); !s.ok()) return s;
@@ -181,11 +192,21 @@ void Applier::RunWrite(const WriteOp& op, std::function<void(Status)> done) {
   }
   Status s;
   try {
-    if (!degraded) WakeServices(txn);
+    if (!degraded) {
+      WakeServices(txn);
+      ExpireWaitingTasks(txn, options_.placement);
+    }
     s = op(txn);
-    // The service scheduler acts on what the operation changed, in the same transaction, so the tasks it
-    // starts or stops are durable together with their cause.
-    if (!degraded) ReconcileServices(txn, options_.placement);
+    // The capacity-provider queue and the service scheduler act on what the operation changed, in the same
+    // transaction, so the tasks they start or stop are durable together with their cause. Waiting tasks were
+    // acknowledged first: they take freed capacity before a service's missing replicas; capacity the service
+    // scheduler frees (tasks it stops at once) goes to them too.
+    if (!degraded) {
+      PlaceWaitingTasks(txn, options_.placement);
+      const size_t released = txn.released_tasks().size();
+      ReconcileServices(txn, options_.placement);
+      if (txn.released_tasks().size() != released) PlaceWaitingTasks(txn, options_.placement);
+    }
   } catch (const std::exception& e) {
     s = Status::Server(std::string("internal error: ") + e.what());
   }
@@ -243,6 +264,7 @@ void Applier::FinishGroup() {
     move_all(merged.tasks, c.delta.tasks);
     move_all(merged.erased_tasks, c.delta.erased_tasks);
     move_all(merged.services, c.delta.services);
+    move_all(merged.capacity_providers, c.delta.capacity_providers);
   }
   if (!merged.empty()) {
     std::shared_ptr<const ReadView> base = View();

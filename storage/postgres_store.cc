@@ -30,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 // Instances and tasks carry `seq` (bigserial) that upserts keep, so Load returns them in first-stored order.
 // gpupack_leader_lease holds exactly one row (id 1): the leader's name, the URL it serves on, its epoch (raised
 // by every takeover) and when its lease ends by the database's clock; epoch 0 is "nobody has led yet".
-constexpr std::array<std::string_view, 2> kPgMigrations = {
+constexpr std::array<std::string_view, 3> kPgMigrations = {
     // 0 -> 1: the initial schema.
     R"sql(
 CREATE TABLE clusters (
@@ -73,6 +73,13 @@ INSERT INTO gpupack_leader_lease (id, holder, advertise, epoch, expires_at) VALU
 CREATE TABLE services (
   arn text PRIMARY KEY,
   doc text NOT NULL
+);
+)sql",
+    // 2 -> 3: capacity providers (tasks waiting for capacity are rows of tasks).
+    R"sql(
+CREATE TABLE capacity_providers (
+  name text PRIMARY KEY,
+  doc  text NOT NULL
 );
 )sql",
 };
@@ -545,6 +552,9 @@ Result<Snapshot> PostgresStore::LoadImpl(const TaskSink* on_task) {
   if (s.ok())
     s = ReadAll(c, "SELECT arn, doc FROM services ORDER BY arn", "services", 1, one_text,
                 [](const Service& x) { return Quote(x.arn); }, &snap.services);
+  if (s.ok())
+    s = ReadAll(c, "SELECT name, doc FROM capacity_providers ORDER BY name", "capacity_providers", 1, one_text,
+                [](const CapacityProvider& x) { return Quote(x.name); }, &snap.capacity_providers);
   if (!s.ok()) {
     c.Rollback();
     return Status::Server("storage load failed: " + s.message());
@@ -665,6 +675,12 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
   if (!batch.instances().empty()) out.push_back(UpsertByArn("container_instances", batch.instances()));
   if (!batch.tasks().empty()) out.push_back(UpsertByArn("tasks", batch.tasks()));
   if (!batch.services().empty()) out.push_back(UpsertByArn("services", batch.services()));
+  if (!batch.capacity_providers().empty())
+    out.push_back({"writing capacity_providers",
+                   "INSERT INTO capacity_providers (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
+                   "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc",
+                   {ArrayLiteral(batch.capacity_providers(), [](const CapacityProvider& x) { return x.name; }),
+                    ArrayLiteral(batch.capacity_providers(), [](const CapacityProvider& x) { return ToDoc(x); })}});
   if (!batch.client_tokens().empty())
     out.push_back({"writing client_tokens",
                    "INSERT INTO client_tokens (cluster, token, doc) "

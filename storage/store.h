@@ -30,6 +30,7 @@ struct Snapshot {
   std::vector<Task> tasks;
   std::vector<ClientTokenRecord> client_tokens;
   std::vector<Service> services;  // by ARN
+  std::vector<CapacityProvider> capacity_providers;  // by name
 };
 
 // KeyedPuts: upserts of one entity kind, unique by key, in the order each key was first put. A later put of
@@ -88,6 +89,7 @@ class WriteBatch {
   void PutTask(Task task);
   void PutClientToken(ClientTokenRecord record);
   void PutService(Service service);  // services are never deleted: an INACTIVE one stays describable
+  void PutCapacityProvider(CapacityProvider provider);  // never deleted either: a deleted one turns INACTIVE
 
   void DeleteTask(const std::string& arn);  // retention purge of a STOPPED task
   void DeleteClientToken(const std::string& cluster, const std::string& token);
@@ -106,6 +108,7 @@ class WriteBatch {
   const std::vector<Task>& tasks() const { return tasks_.values(); }
   const std::vector<ClientTokenRecord>& client_tokens() const { return client_tokens_.values(); }
   const std::vector<Service>& services() const { return services_.values(); }
+  const std::vector<CapacityProvider>& capacity_providers() const { return capacity_providers_.values(); }
   const std::set<std::string>& deleted_tasks() const { return deleted_tasks_; }
   const std::set<ClientTokenKey>& deleted_client_tokens() const { return deleted_client_tokens_; }
   const std::set<std::string>& deleted_instances() const { return deleted_instances_; }
@@ -117,6 +120,7 @@ class WriteBatch {
   KeyedPuts<std::string, Task> tasks_;
   KeyedPuts<ClientTokenKey, ClientTokenRecord> client_tokens_;
   KeyedPuts<std::string, Service> services_;
+  KeyedPuts<std::string, CapacityProvider> capacity_providers_;
   std::set<std::string> deleted_tasks_;
   std::set<ClientTokenKey> deleted_client_tokens_;
   std::set<std::string> deleted_instances_;

@@ -87,6 +87,11 @@ Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
   GP_TRY(f.status());
   if (launch_type && *launch_type != "EC2")
     return Status::InvalidParameter("launchType " + *launch_type + " is not supported; gpupack places EC2-style tasks");
+  r.launch_type_given = launch_type.has_value();
+  if (!start_task) {
+    GP_ASSIGN(strategy, ParseCapacityProviderStrategy(in, "capacityProviderStrategy"));
+    r.capacity_provider_strategy = std::move(strategy);
+  }
   f.String("group", r.group);
   GP_TRY(f.status());
   GP_TRY(CheckText(r.group, "group", kMaxGroup));
@@ -128,6 +133,7 @@ Result<ContainerStateReport> ParseContainerReport(const Json& c, const char* nam
   GP_TRY(f.status());
   if (status) {
     r.status = ParseTaskStatus(*status);
+    if (r.status == TaskStatus::kProvisioning) r.status.reset();  // only the server puts a task in line
     if (!r.status) return Status::InvalidParameter("containers[].status must be PENDING, RUNNING or STOPPED");
   }
   CutUtf8(r.reason, kMaxReportReason);
@@ -335,7 +341,8 @@ Result<ListTasksRequest> ParseListTasks(const Json& in) {
   GP_TRY(f.status());
   if (desired) {
     const std::optional<TaskStatus> parsed = ParseTaskStatus(*desired);
-    if (!parsed) return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
+    if (!parsed || *parsed == TaskStatus::kProvisioning)
+      return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
     r.desired_status = *parsed;
   }
   GP_ASSIGN(page, ParsePage(f));
@@ -371,7 +378,8 @@ Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) 
   std::string status;
   GP_TRY(RequireString(f, "status", status));
   const std::optional<TaskStatus> parsed = ParseTaskStatus(status);
-  if (!parsed) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  if (!parsed || *parsed == TaskStatus::kProvisioning)  // only the server puts a task in line
+    return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   r.report.status = *parsed;
   f.String("reason", r.report.reason);
   f.String("stopCode", r.report.stop_code);  // ours: the agent names why a task stopped
@@ -400,6 +408,7 @@ Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const 
   GP_TRY(f.status());
   if (status) {
     r.status = ParseTaskStatus(*status);
+    if (r.status == TaskStatus::kProvisioning) r.status.reset();  // only the server puts a task in line
     if (!r.status) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   }
   CutUtf8(r.reason, kMaxReportReason);

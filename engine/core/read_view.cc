@@ -62,7 +62,15 @@ std::shared_ptr<const ReadView> ReadView::FromState(const ClusterState& state) {
   for (size_t i = 0; i < kServiceShards; ++i)
     view->services_[i] = std::make_shared<const ServiceShard>(std::move(service_shards[i]));
   view->service_arns_ = std::move(service_arns);
+  auto providers = std::make_shared<std::map<std::string, CapacityProvider>>();
+  state.ForEachCapacityProvider([&](const CapacityProvider& p) { (*providers)[p.name] = p; });
+  view->capacity_providers_ = std::move(providers);
   return view;
+}
+
+const CapacityProvider* ReadView::FindCapacityProvider(const std::string& name) const {
+  auto it = capacity_providers_->find(name);
+  return it == capacity_providers_->end() ? nullptr : &it->second;
 }
 
 std::shared_ptr<const Service> ReadView::FindService(const std::string& arn) const {
@@ -80,6 +88,12 @@ std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta 
     auto clusters = std::make_shared<std::map<std::string, Cluster>>(*base.clusters_);
     for (auto& c : delta.clusters) (*clusters)[c.name] = std::move(c);
     view->clusters_ = std::move(clusters);
+  }
+
+  if (!delta.capacity_providers.empty()) {
+    auto providers = std::make_shared<std::map<std::string, CapacityProvider>>(*base.capacity_providers_);
+    for (auto& p : delta.capacity_providers) (*providers)[p.name] = std::move(p);
+    view->capacity_providers_ = std::move(providers);
   }
 
   // Services: copy on write per shard, like tasks below; the sorted ARNs only when a service is new.

@@ -59,6 +59,8 @@ Cluster FullCluster(const std::string& name) {
   c.settings.compute_aware_placement = true;
   c.tags = {{"team", "ml"}, {"cost-center", "42"}};
   c.created_at = 1'700'000'000'123;
+  c.capacity_providers = {"team-a", "team-b"};
+  c.default_strategy = {{"team-a", 3, 1}, {"team-b", 1, 0}};
   return c;
 }
 
@@ -148,6 +150,11 @@ Task FullTask(const std::string& arn) {
   t.started_at = 1'700'000'000'002;
   t.stopping_at = 1'700'000'000'003;
   t.stopped_at = 1'700'000'000'004;
+  t.capacity_provider_name = "team-a";
+  t.wait_seq = 12;
+  t.priority = -3;
+  t.placement_constraints = {{"memberOf", "attribute:zone == a"}};
+  t.placement_strategy = {{"binpack", "gpuMemory"}};
   Container c;
   c.name = "infer";
   c.container_arn = arn + "/container/infer";
@@ -231,7 +238,7 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
   EXPECT_EQ(FieldCount<PlacementConstraint>(), 2u);
   EXPECT_EQ(FieldCount<TaskDefinition>(), 14u);
   EXPECT_EQ(FieldCount<ClusterSettings>(), 1u);
-  EXPECT_EQ(FieldCount<Cluster>(), 6u);
+  EXPECT_EQ(FieldCount<Cluster>(), 8u);
   EXPECT_EQ(FieldCount<Gpu>(), 7u);
   EXPECT_EQ(FieldCount<Resources>(), 2u);
   EXPECT_EQ(FieldCount<Attribute>(), 2u);
@@ -240,8 +247,10 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
   EXPECT_EQ(FieldCount<TaskOverride>(), 3u);
   EXPECT_EQ(FieldCount<Container>(), 9u);
   EXPECT_EQ(FieldCount<GpuReservation>(), 5u);
-  EXPECT_EQ(FieldCount<Task>(), 24u);
+  EXPECT_EQ(FieldCount<Task>(), 29u);
   EXPECT_EQ(FieldCount<ClientTokenRecord>(), 6u);  // write_seq is not stored (the server's, per run)
+  EXPECT_EQ(FieldCount<CapacityProviderStrategyItem>(), 3u);
+  EXPECT_EQ(FieldCount<CapacityProvider>(), 7u);
 }
 
 // ---- Helpers --------------------------------------------------------------------------------------------
@@ -436,6 +445,36 @@ TEST_P(StoreContractTest, RoundTripsEveryFieldInMemoryOrder) {
   EXPECT_EQ(s.instances,
             (std::vector<ContainerInstance>{FullInstance("arn:ci/gpu/zz"), FullInstance("arn:ci/gpu/aa")}));
   EXPECT_EQ(s.tasks, (std::vector<Task>{FullTask("arn:task/gpu/t2"), FullTask("arn:task/gpu/t1")}));
+}
+
+// Capacity providers come back by name; a PROVISIONING task (no instance, nothing held) as it was stored.
+TEST_P(StoreContractTest, RoundTripsCapacityProvidersAndWaitingTasks) {
+  auto provider = [](const std::string& name, CapacityProviderStatus status) {
+    CapacityProvider p;
+    p.name = name;
+    p.arn = "arn:aws:ecs:us-east-1:000000000000:capacity-provider/" + name;
+    p.status = status;
+    p.update_status = status == CapacityProviderStatus::kInactive ? "DELETE_COMPLETE" : "";
+    p.tags = {{"team", name}};
+    p.created_at = 1'700'000'000'500;
+    p.version = 4;
+    return p;
+  };
+  Task waiting = FullTask("arn:task/gpu/w1");
+  waiting.last_status = TaskStatus::kProvisioning;
+  waiting.desired_status = TaskStatus::kRunning;
+  waiting.container_instance_arn.clear();
+  waiting.gpu_reservations.clear();
+  waiting.resources_released = true;
+  WriteBatch b;
+  b.PutCapacityProvider(provider("zeta", CapacityProviderStatus::kActive));
+  b.PutCapacityProvider(provider("alpha", CapacityProviderStatus::kInactive));
+  b.PutTask(waiting);
+  ASSERT_TRUE(store_->Commit(b).ok());
+  Snapshot s = LoadOrDie(*store_);
+  EXPECT_EQ(s.capacity_providers, (std::vector<CapacityProvider>{provider("alpha", CapacityProviderStatus::kInactive),
+                                                                 provider("zeta", CapacityProviderStatus::kActive)}));
+  EXPECT_EQ(s.tasks, (std::vector<Task>{waiting}));
 }
 
 TEST_P(StoreContractTest, UpsertOverwritesAndKeepsFirstStoredPosition) {
