@@ -90,7 +90,21 @@ struct ProcessRuntimeOptions {
   // The program executed as the monitor: empty is this program (/proc/self/exe). The agent passes
   // BundledMonitorProgram() when it is there: a small static program that starts far faster than this one.
   std::string monitor_program;
+  // The user every workload runs as (`gpupack agent --task-user`, whose default is `nobody` when the agent runs
+  // as root): a user name or UID[:GID] (a name's primary group, else GID = UID). Empty: the agent's own user
+  // (tests; an agent that is not root). Whatever the user, the workload has no supplementary groups, no capabilities
+  // (root's are cleared by the change of uid) and no_new_privs; the state and log directories are 0700, so
+  // it reads neither its own nor another task's state and logs, nor the agent's.
+  std::string task_user;
 };
+// TaskIdentity: the uid and gid a ProcessRuntimeOptions::task_user names; -1, -1: keep the agent's.
+struct TaskIdentity {
+  int64_t uid = -1;
+  int64_t gid = -1;
+};
+// ResolveTaskUser: `task_user` as ids (see ProcessRuntimeOptions::task_user), for an agent whose effective uid is
+// `agent_uid`; InvalidParameter naming the user when there is no such user.
+Result<TaskIdentity> ResolveTaskUser(const std::string& task_user, int64_t agent_uid);
 Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options);
 
 // BundledMonitorProgram: `gpupack-monitor` in the directory of this program's executable when it is there and

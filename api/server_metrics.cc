@@ -214,6 +214,12 @@ void AddServerMetrics(MetricsRegistry& metrics, const HttpServer& http, const Gr
          [&http] { return http.stats().connections_open; });
   AddOne(metrics, "gpupack_http_requests_total", "HTTP requests read, every path.", MetricType::kCounter,
          [&http] { return http.stats().requests; });
+  AddOne(metrics, "gpupack_http_connection_refusals_total",
+         "HTTP connections answered 503 at accept: too many open in all, or from one client address.",
+         MetricType::kCounter, [&http] {
+           const auto s = http.stats();
+           return s.rejected_connections + s.rejected_address_connections;
+         });
   AddOne(metrics, "gpupack_http_websocket_refusals_total",
          "Agent channel upgrades answered 503 because the channel limit was reached.", MetricType::kCounter,
          [&http] { return http.stats().rejected_websockets; });

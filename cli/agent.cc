@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "agent/host_check.h"
+#include "protocol/field_limits.h"
 #include "agent/task_executor.h"
 #include "protocol/sigv4.h"
 #include "scheduler/model.h"
@@ -28,6 +29,10 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--cluster", f.cluster, "cluster to register in")->capture_default_str();
   app.add_option("--gpus", f.gpus, "nvml, or fake:SPEC for simulated GPUs (e.g. fake:2x22587)")->capture_default_str();
   app.add_option("--runtime", f.runtime, "process or docker")->capture_default_str();
+  app.add_option("--task-user", f.task_user,
+                 "process runtime: the user NAME or UID[:GID] every task runs as, with no capabilities, no "
+                 "supplementary groups and no_new_privs (default: nobody when the agent runs as root, else the "
+                 "agent's own user; root only when named)");
   app.add_option("--docker-socket", f.docker_socket, "Docker Engine socket (docker runtime)")->capture_default_str();
   app.add_option("--docker-gpu", f.docker_gpu,
                  "how the docker runtime hands containers their GPU: auto (the first that works of:) nvidia (the "
@@ -120,6 +125,7 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.cluster = f.cluster;
   o.gpus = f.gpus;
   o.runtime = f.runtime;
+  o.task_user = f.task_user;
   o.docker_socket = f.docker_socket;
   o.docker_gpu = f.docker_gpu;
   o.driver_root = f.driver_root;
@@ -138,6 +144,10 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.log_file_bytes = static_cast<uint64_t>(f.log_file_mib) << 20;
   o.log_files = f.log_files;
   o.log_retention = std::chrono::hours(f.log_retention_hours);
+  // What the server would refuse at registration (protocol/field_limits.h), refused here at start instead.
+  if (!o.name.empty()) GP_TRY(protocol::CheckField(o.name, protocol::kInstanceIdLimit, "--name"));
+  if (!o.instance_type.empty())
+    GP_TRY(protocol::CheckField(o.instance_type, protocol::kInstanceTypeLimit, "--instance-type"));
   for (const auto& a : f.attributes) {
     size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0)

@@ -37,6 +37,11 @@ struct ServerFlags {
   int64_t max_agent_channels = 1024;
   int64_t agent_send_queue_mib = 16;
   int64_t agent_hello_mib = 64;
+  // The HTTP transport's bounds against stalled requests (api::ServerOptions; docs/security.md): HTTP
+  // connections open at once from one client address, and the seconds within which a whole request (headers and
+  // body) must arrive.
+  int64_t max_connections_per_address = 256;
+  int64_t http_read_timeout_s = 10;
 };
 
 void AddServerFlags(CLI::App& app, ServerFlags& flags);
@@ -57,6 +62,7 @@ struct AgentFlags {
   std::string cluster = "default";
   std::string gpus = "nvml";
   std::string runtime = "process";
+  std::string task_user;  // --task-user: who the process runtime runs tasks as (empty: nobody when root)
   std::string docker_socket = "/var/run/docker.sock";
   std::string docker_gpu = "auto";            // --docker-gpu: auto | nvidia | cdi | devices
   std::string driver_root;                    // --driver-root (devices mode)

@@ -87,6 +87,14 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
                  "MiB of one agent's hello sent in parts (1..1024): an agent whose hello is larger is refused with "
                  "an error; 64 MiB holds some 50 times the hello of 360 tasks of 10 containers")
       ->capture_default_str();
+  app.add_option("--max-connections-per-address", f.max_connections_per_address,
+                 "HTTP connections open at once from one client address (1..100000); one more is answered 503. "
+                 "Raise it when many clients reach the server through one proxy or NAT address")
+      ->capture_default_str();
+  app.add_option("--http-read-timeout", f.http_read_timeout_s,
+                 "seconds within which a whole HTTP request, headers and body, must arrive (1..600); a slower one "
+                 "is closed unanswered")
+      ->capture_default_str();
   app.add_option("--fragmentation-workload", f.fragmentation_workload,
                  "JSON file {\"shapes\": [{\"weight\", \"cpu\", \"memory\", \"gpuMemory\" or \"gpus\", \"memberOf\"}]}: "
                  "the target workload of placementStrategy binpack(fragmentation) in every cluster (default: "
@@ -150,9 +158,9 @@ Result<std::shared_ptr<const TargetWorkload>> LoadFragmentationWorkload(const st
 
 namespace {
 
-// ChannelBoundsError checks the agent channel's bound flags; empty when all are in range. Each range refuses 0
-// and negative values, and values no host could honour (more connections than file descriptors, a queue or
-// hello of more than 1 GiB per agent).
+// ChannelBoundsError checks the agent channel's and the HTTP transport's bound flags; empty when all are in
+// range. Each range refuses 0 and negative values, and values no host could honour (more connections than file
+// descriptors, a queue or hello of more than 1 GiB per agent).
 std::string ChannelBoundsError(const ServerFlags& f) {
   struct Bound {
     const char* flag;
@@ -164,6 +172,9 @@ std::string ChannelBoundsError(const ServerFlags& f) {
       {"--max-agent-channels", f.max_agent_channels, 100'000, "agent channel connections open at once"},
       {"--agent-send-queue-mib", f.agent_send_queue_mib, 1024, "MiB queued per agent connection"},
       {"--agent-hello-mib", f.agent_hello_mib, 1024, "MiB of one agent's hello"},
+      {"--max-connections-per-address", f.max_connections_per_address, 100'000,
+       "HTTP connections open at once from one client address"},
+      {"--http-read-timeout", f.http_read_timeout_s, 600, "seconds to read a whole HTTP request"},
   };
   for (const Bound& b : bounds) {
     if (b.value < 1 || b.value > b.hi)
@@ -363,6 +374,8 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.max_websockets = static_cast<size_t>(f.max_agent_channels);
   options.max_send_queue_bytes = static_cast<size_t>(f.agent_send_queue_mib) << 20;
   options.channel.max_hello_bytes = static_cast<size_t>(f.agent_hello_mib) << 20;
+  options.max_connections_per_address = static_cast<size_t>(f.max_connections_per_address);
+  options.http_read_timeout = std::chrono::seconds(f.http_read_timeout_s);
   auto strategy = ParseDefaultStrategy(f.default_strategy);
   if (!strategy.ok()) return usage("--default-strategy: " + strategy.status().message());
   options.control_plane.placement.shared_gpu_default = {*strategy};

@@ -7,6 +7,7 @@
 #include "api/ecs/ecs_dialect.h"
 #include "api/ecs/parse_fields.h"
 #include "base/json_fields.h"
+#include "protocol/field_limits.h"
 
 namespace gpupack::api {
 
@@ -460,9 +461,8 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
       const auto id = df.Text("id");
       const auto type = df.Text("type");
       GP_TRY(df.status());
-      if (!id || id->empty() || id->size() > 255) return Status::InvalidParameter(at + ".id is required");
-      if (std::any_of(id->begin(), id->end(), [](char c) { return c <= ' ' || c > '~' || c == '"' || c == '\\'; }))
-        return Status::InvalidParameter(at + ".id must be printable ASCII without spaces, quotes or back slashes");
+      if (!id) return Status::InvalidParameter(at + ".id is required");
+      GP_TRY(protocol::CheckField(*id, protocol::kGpuIdLimit, at + ".id"));
       if (type.value_or("") != "GPU") return Status::InvalidParameter(at + ".type must be GPU");
       if (!ids.insert(*id).second) return Status::InvalidParameter("platformDevices: GPU " + *id + " is listed twice");
       MiB mem = 0;
@@ -488,14 +488,22 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
     std::string agent_version;
     vf.String("agentVersion", agent_version);
     GP_TRY(vf.status());
+    if (!agent_version.empty()) GP_TRY(protocol::CheckField(agent_version, protocol::kAgentVersionLimit));
     r.agent_version = agent_version;
   }
   const auto identity = f.Text("instanceIdentityDocument");
   GP_TRY(f.status());
   if (identity && !identity->empty()) {
+    if (identity->size() > protocol::kMaxIdentityDocumentBytes)
+      return Status::InvalidParameter("instanceIdentityDocument must be at most " +
+                                      std::to_string(protocol::kMaxIdentityDocumentBytes) + " bytes, got " +
+                                      std::to_string(identity->size()));
     Json d = Json::parse(*identity, nullptr, false);
     if (d.is_object() && d.contains("instanceId") && d["instanceId"].is_string()) r.ec2_instance_id = d["instanceId"];
     if (d.is_object() && d.contains("instanceType") && d["instanceType"].is_string()) r.instance_type = d["instanceType"];
+    // Both land in labels and attributes (/metrics' Hostname, ecs.instance-type): bounded, no control characters.
+    if (!r.ec2_instance_id.empty()) GP_TRY(protocol::CheckField(r.ec2_instance_id, protocol::kInstanceIdLimit));
+    if (!r.instance_type.empty()) GP_TRY(protocol::CheckField(r.instance_type, protocol::kInstanceTypeLimit));
   }
   return r;
 }

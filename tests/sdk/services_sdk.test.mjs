@@ -31,7 +31,7 @@ import {
   waitUntilServicesStable,
 } from '@aws-sdk/client-ecs';
 
-import { DEBIAN_AWS, awsClientEnv, gpupackBin, launch, ok, removeTempDir, tempDir } from '../integration/harness.mjs';
+import { DEBIAN_AWS, awsClientEnv, gpupackBin, launch, ok, removeTempDir, taskDir, tempDir } from '../integration/harness.mjs';
 
 const GPU_MIB = 10000;
 const WAITER = { maxWaitTime: 60, minDelay: 0.2, maxDelay: 0.5 };
@@ -95,7 +95,7 @@ async function connected() {
 // to <dir>/pids/<family>/<pid> before it sleeps.
 function replicaDef(family, memory) {
   const pids = path.join(dir, 'pids', family);
-  fs.mkdirSync(pids, { recursive: true });
+  taskDir(dir, 'pids', family);  // the task (an unprivileged user) writes there
   return {
     family,
     containerDefinitions: [{
