@@ -151,7 +151,7 @@ TEST(PlannerInputTest, JsonErrorsNameFileLineAndField) {
     {"name": "main", "image": "img", "memory": 1024, "resourceRequirements": [
       {"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": 0}}}]}]}
 ]})",
-                   "w.json", {"w.json:2:", "field 'tasks[0]'", "'sharingStrategy.nvidiaMps.memory'", ">= 1"});
+                   "w.json", {"w.json:2:", "field 'tasks[0]'", "'sharingStrategy.nvidiaMps.memory'", ">= 256"});
   // The scheduler's own task-definition validation speaks through the planner, at the task's line.
   ExpectInputError(R"({"tasks": [
   {"family": "ok", "containerDefinitions": [{"name": "main", "image": "img", "memory": 1024}]},
