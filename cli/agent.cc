@@ -267,6 +267,8 @@ int RunUp(const UpFlags& f) {
   std::printf("gpupack %s up: a local cluster\n", kVersion);
   std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, process runtime)\n", server->endpoint().c_str(),
               f.agents, f.gpus.c_str());
+  std::printf("  console   %s/console/  (open it in a browser%s)\n", server->endpoint().c_str(),
+              sf.credentials.empty() ? "" : "; log in with an access key id and its secret");
   std::printf("  data      %s\n", f.dir.c_str());
   std::printf("  auth      %s\n", server->auth_summary().c_str());
   // The AWS CLI and boto3 as Debian 12 ships them ignore AWS_ENDPOINT_URL_ECS (they would call AWS itself) and

@@ -45,6 +45,16 @@ test('gpupack up prints --endpoint-url and AWS_DEFAULT_REGION', () => {
   for (const c of commands) assert.ok(c.includes(`--endpoint-url ${up.endpoint}`), c);
 });
 
+test("the banner's console URL answers with the console page", async () => {
+  const url = /^\s*console\s+(http:\/\/\S+)/m.exec(up.banner())?.[1];
+  assert.ok(url, up.banner());
+  assert.equal(url, `${up.endpoint}/console/`);
+  const res = await fetch(url, { signal: AbortSignal.timeout(30000) });
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type') ?? '', /text\/html/);
+  assert.match(await res.text(), /<title>gpupack console<\/title>/);
+});
+
 test("the printed commands reach gpupack with Debian's AWS CLI", () => {
   const { exports, commands } = printed(up.banner());
   const env = cleanEnv(dir);
