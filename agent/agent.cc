@@ -154,7 +154,9 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     gpu.extra_binds = options.docker_gpu_binds;
     auto devices = impl->gpus->Discover();
     if (!devices.ok()) return devices.status();
-    auto plan = DetectGpuInjection(options.docker_socket, gpu, *devices);
+    // Simulated GPUs have no device to hand over: their containers get the GPU environment only (said once, below).
+    auto plan = impl->fake_gpus ? Result<GpuInjection>(EnvironmentOnlyInjection(*devices))
+                                : DetectGpuInjection(options.docker_socket, gpu, *devices);
     if (!plan.ok()) return plan.status();
     impl->injection = plan->mode;
     impl->injection_summary = plan->summary;
@@ -219,6 +221,7 @@ Status Agent::Start() {
   reg.cluster = o.cluster;
   reg.devices = *devices;
   reg.attributes = o.attributes;
+  reg.attributes.emplace_back("gpupack.runtime", o.runtime);  // the console says whether images are used
   reg.instance_type = o.instance_type;
   reg.name = o.name;
   reg.cpu = o.cpu > 0 ? o.cpu : static_cast<int64_t>(std::thread::hardware_concurrency()) * 1024;

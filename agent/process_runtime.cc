@@ -620,6 +620,11 @@ Result<TaskIdentity> ResolveTaskUser(const std::string& task_user, int64_t agent
   return out;
 }
 
+std::string ProcessImageNote(const std::string& image) {
+  if (image == kHostImage) return "";
+  return "image '" + image.substr(0, 150) + "' not used: the process runtime ran the command on the host";
+}
+
 Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options) {
   if (options.state_dir.empty() || options.log_dir.empty()) {
     return Status::InvalidParameter("process runtime: state_dir and log_dir are required");

@@ -21,7 +21,7 @@ namespace gpupack::agent {
 struct ContainerSpec {
   std::string task_arn;
   std::string container_name;
-  std::string image;                    // docker: the image; process: ignored
+  std::string image;                    // docker: the image; process: not used (ProcessImageNote says so)
   std::vector<std::string> entry_point; // process: argv = entry_point + command (at least one element)
   std::vector<std::string> command;
   std::vector<KeyValuePair> environment;  // final environment (MPS variables already injected)
@@ -106,6 +106,12 @@ struct TaskIdentity {
 // `agent_uid`; InvalidParameter naming the user when there is no such user.
 Result<TaskIdentity> ResolveTaskUser(const std::string& task_user, int64_t agent_uid);
 Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options);
+
+// kHostImage: the image name that says "run the command on the host" (the process runtime's own; docs/operations.md).
+inline constexpr const char* kHostImage = "host";
+// ProcessImageNote: what the process runtime tells about a container of `image`: "" for kHostImage, else that the
+// image was not used and the command ran on the host (the container's reason while it runs).
+std::string ProcessImageNote(const std::string& image);
 
 // BundledMonitorProgram: `gpupack-monitor` in the directory of this program's executable when it is there and
 // executable (the build and every install put it there), else empty.

@@ -225,6 +225,12 @@ void AddUpFlags(CLI::App& app, UpFlags& f) {
   app.add_option("--agents", f.agents, "number of local agents")->capture_default_str()->check(CLI::Range(0, 64));
   app.add_option("--gpus", f.gpus, "simulated GPUs per agent (fake:SPEC)")->capture_default_str();
   app.add_option("--dir", f.dir, "where the database, agent state and task logs live")->capture_default_str();
+  app.add_option("--runtime", f.runtime,
+                 "process (each container's command runs on this host; its image is not used) or docker (the "
+                 "image runs in the Docker engine; with fake GPUs a container gets the GPU environment only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"process", "docker"}));
+  app.add_option("--docker-socket", f.docker_socket, "Docker Engine socket (--runtime docker)")->capture_default_str();
 }
 
 int RunUp(const UpFlags& f) {
@@ -266,6 +272,8 @@ int RunUp(const UpFlags& f) {
     AgentFlags af;
     af.server = server->endpoint();
     af.gpus = f.gpus;
+    af.runtime = f.runtime;
+    af.docker_socket = f.docker_socket;
     af.name = "local-" + std::to_string(i);
     af.state_dir = f.dir + "/agent-" + std::to_string(i);
     af.mps_pipe_dir = std::filesystem::absolute(f.dir + "/agent-" + std::to_string(i) + "/mps").string();
@@ -291,9 +299,14 @@ int RunUp(const UpFlags& f) {
   if (!server->AgentsConnected(instance_arns, std::chrono::seconds(10)))
     spdlog::warn("up: not every agent connected within 10 s; tasks are placed once they do");
   std::printf("gpupack %s up: a local cluster\n", kVersion);
-  std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, process runtime)\n", server->endpoint().c_str(),
-              f.agents, f.gpus.c_str());
+  std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, %s runtime)\n", server->endpoint().c_str(),
+              f.agents, f.gpus.c_str(), f.runtime.c_str());
+  std::printf("  console   %s/console/  (open it in a browser%s)\n", server->endpoint().c_str(),
+              sf.credentials.empty() ? "" : "; log in with an access key id and its secret");
   std::printf("  data      %s\n", f.dir.c_str());
+  if (f.runtime == "process")
+    std::printf("  runtime   process: a container's command runs on this host and its image is not used "
+                "(--runtime docker runs images)\n");
   std::printf("  auth      %s\n", server->auth_summary().c_str());
   // The AWS CLI and boto3 as Debian 12 ships them ignore AWS_ENDPOINT_URL_ECS (they would call AWS itself) and
   // read the region from AWS_DEFAULT_REGION only: the commands name --endpoint-url and both variables are set.

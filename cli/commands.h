@@ -103,10 +103,13 @@ struct UpFlags {
   int agents = 1;
   std::string gpus = "fake:2x22587";
   std::string dir = ".gpupack-up";
+  std::string runtime = "process";  // --runtime process|docker: docker runs each container's image
+  std::string docker_socket = "/var/run/docker.sock";
 };
 
 void AddUpFlags(CLI::App& app, UpFlags& flags);
-// RunUp: the server on its SQLite plus N agents with simulated GPUs and the process runtime, on loopback.
+// RunUp: the server on its SQLite plus N agents with simulated GPUs and the process runtime (or docker), on
+// loopback.
 int RunUp(const UpFlags& flags);
 
 // `gpupack plan`: the capacity planner (planner/, docs/planning.md).

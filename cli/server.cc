@@ -450,6 +450,7 @@ int RunServer(const ServerFlags& f) {
     std::printf("  replica   %s  (leader or standby: %s/readyz)\n",
                 f.advertise.empty() ? server->endpoint().c_str() : f.advertise.c_str(), server->endpoint().c_str());
   std::printf("  auth      %s\n", server->auth_summary().c_str());
+  std::printf("  console   %s/console/\n", server->endpoint().c_str());
   std::printf("  health    %s/healthz   metrics %s/metrics\n", server->endpoint().c_str(), server->endpoint().c_str());
   std::printf("  agents    at most %lld channel connections, %lld MiB send queue each, hello up to %lld MiB\n",
               static_cast<long long>(f.max_agent_channels), static_cast<long long>(f.agent_send_queue_mib),

@@ -212,6 +212,7 @@ Result<FgdReport> RunFgd(const Scenario& sc, const std::vector<PlanStrategy>& st
           auto out = (*sim)->Arrive(seq[i], static_cast<int>(i));
           ++run.arrivals;
           (out.placed ? run.placed : run.refused) += 1;
+          if (!out.placed) run.refused_gpu_demand += sc.tasks[seq[i]].gpu_demand;
           arrived += sc.tasks[seq[i]].gpu_demand;
           const double pct = 100.0 * arrived / gpus;
           while (next_k < points && pct >= next_k - 1e-9)

@@ -52,6 +52,7 @@ struct FgdRun {
   int arrivals = 0;
   int placed = 0;
   int refused = 0;
+  double refused_gpu_demand = 0;  // the GPU demand of the refused tasks, in GPUs (TaskInstance::gpu_demand)
 };
 
 struct FgdStrategyResult {

@@ -162,6 +162,19 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
       .filter((l) => l.startsWith('gpupack_placement_failures_total{') && l.includes('cluster="default"'))
       .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
     assert.equal(shown.refused, notPlaced);
+    // The fragmentation panel shows the server's fragmentation gauges (docs/operations.md "Fragmentation").
+    const gauge = (name) => Number(metrics.split('\n').find((l) => l.startsWith(`${name}{cluster="default"} `)).split(' ').pop()) / 1048576;
+    const panel = await page.$eval('tr[data-fragmentation="default"][data-instance-type=""]', (tr) => ({
+      largest: Number(tr.dataset.largest), free: Number(tr.dataset.free), stranded: Number(tr.dataset.stranded),
+    }));
+    assert.deepEqual(panel, {
+      largest: gauge('gpupack_cluster_gpu_largest_free_block_bytes'),
+      free: gauge('gpupack_cluster_gpu_memory_free_bytes'),
+      stranded: gauge('gpupack_cluster_gpu_memory_stranded_bytes'),
+    });
+    assert.equal(panel.free, total - allocated);
+    assert.equal(panel.largest, GPU_MIB, 'an IDLE GPU is the largest free block');
+    assert.match(await page.$eval('#fragmentation', (e) => e.textContent), /smallest task of the last hour 1,000 MiB/);
     await shot(page, 'clusters');
   });
 
@@ -223,6 +236,9 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
     assert.equal(await page.$eval('#task-stop-reason', (e) => e.textContent), 'stopped by the console test');
     assert.equal(await page.$eval('#task-stop-code', (e) => e.textContent), described.stopCode);
     assert.equal(await page.$eval('#task-last-status', (e) => e.textContent), 'STOPPED');
+    // The process runtime ran the command on the host: the image is shown struck through, "not used".
+    assert.equal(await page.$eval('s.image-unused', (e) => e.textContent), 'busybox');
+    assert.match(described.containers[0].reason ?? '', /image 'busybox' not used: the process runtime ran the command on the host/);
     // Its log, read through the server's CloudWatch Logs API from the agent that ran it.
     await page.waitForSelector('#log pre.log', { timeout: 10000 });
     const log = await page.$eval('#log', (e) => e.textContent);

@@ -876,7 +876,7 @@ TEST_F(ControlPlaneTest, TaskGroupsAreForgottenWithTheirLastTask) {
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {22587});
   RegisterInstance(s, {22587});
-  RegisterShared(s, "mps", 100);
+  RegisterShared(s, "mps", 256);
   auto counts = [&] {
     std::pair<size_t, size_t> out;
     s.Inspect([&](const ClusterState& st) { out = {st.GroupCount(), st.GroupIndexEntries()}; });
@@ -912,7 +912,7 @@ TEST_F(ControlPlaneTest, ListTasksPagesOldestFirstThroughStopsFiltersAndARestart
     Server s(db_);
     s.Ok("CreateCluster", Json::object());
     RegisterInstance(s, {81920}, 1 << 20, 1 << 20);
-    RegisterShared(s, "mps", 100);
+    RegisterShared(s, "mps", 256);
     for (int call = 0; call < 4; ++call) {
       Json body = {{"taskDefinition", "mps"}, {"count", 10}};
       if (call % 2 == 1) body["startedBy"] = "ci";
@@ -1254,7 +1254,7 @@ TEST_F(ControlPlaneTest, InputLimitsAreEcsLimits) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {22587});
-  RegisterShared(s, "mps", 100);
+  RegisterShared(s, "mps", 256);
   auto run = [&](Json extra) {
     Json body = {{"taskDefinition", "mps"}};
     for (auto it = extra.begin(); it != extra.end(); ++it) body[it.key()] = it.value();

@@ -120,7 +120,9 @@ std::vector<TdCase> TaskDefinitionCases() {
       {"DedicatedTwoContainers", Def().Container(Ctr("a").Gpu("2")).Container(Ctr("b").Gpu("1")), ErrorCode::kOk,
        ""},
       {"MpsComputeBounds1And100",
-       Def().Container(Ctr("a").Mps(1, 1)).Container(Ctr("b").Mps(1, 100)), ErrorCode::kOk, ""},
+       Def().Container(Ctr("a").Mps(256, 1)).Container(Ctr("b").Mps(256, 100)), ErrorCode::kOk, ""},
+      // 256 MiB, the documented minimum (a CUDA context must fit), is accepted.
+      {"MpsMemoryMinimum", Def().Container(Ctr("web").Mps(256)), ErrorCode::kOk, ""},
       {"TaskLevelMemoryOnly", Def().Memory("2048").Cpu("1024").Container(Ctr("web").NoMemory().Mps(4096)),
        ErrorCode::kOk, ""},
       {"TaskLevelVcpuAndGb", Def().Cpu("1 vCPU").Memory("2 GB").Container(Ctr("web").NoMemory()), ErrorCode::kOk,
@@ -216,7 +218,13 @@ std::vector<TdCase> TaskDefinitionCases() {
        Def().Container(Ctr("web").Req(Requirement("InferenceAccelerator", std::nullopt, true, MpsSharing{1024, {}}))),
        ErrorCode::kClient, "'sharingStrategy' is allowed only on a resource requirement of type GPU"},
       {"MpsMemoryMissing", Def().Container(Ctr("web").Mps(0)), ErrorCode::kClient,
-       "'sharingStrategy.nvidiaMps.memory' is required and must be an integer >= 1 (MiB of GPU memory), got 0"},
+       "'sharingStrategy.nvidiaMps.memory' is required and must be an integer >= 256 (MiB of GPU memory), got 0"},
+      // 16 is 16 GiB written by mistake: refused with the unit, the minimum and the figure meant.
+      {"MpsMemoryGibByMistake", Def().Container(Ctr("web").Mps(16)), ErrorCode::kClient,
+       "'sharingStrategy.nvidiaMps.memory' is in MiB and must be at least 256 MiB, enough for a CUDA context; got "
+       "16 MiB. For 16 GiB write 16384."},
+      {"MpsMemoryJustBelowMinimum", Def().Container(Ctr("web").Mps(255)), ErrorCode::kClient,
+       "at least 256 MiB"},
       {"MpsMemoryNegative", Def().Container(Ctr("web").Mps(-5)), ErrorCode::kClient, "got -5"},
       {"MaxComputePercentZero", Def().Container(Ctr("web").Mps(4096, 0)), ErrorCode::kClient,
        "'sharingStrategy.nvidiaMps.maxComputePercent' must be an integer from 1 to 100 (omit it for 100), got 0"},
