@@ -647,6 +647,9 @@ PostgresStore::Conn::Statement DeleteByArn(const std::string& table, const std::
 
 std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch) {
   std::vector<PostgresStore::Conn::Statement> out;
+  if (batch.replaces_everything())
+    out.push_back({"emptying every table",
+                   "TRUNCATE clusters, task_definitions, container_instances, tasks, client_tokens, services", {}});
   if (!batch.clusters().empty())
     out.push_back({"writing clusters",
                    "INSERT INTO clusters (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
