@@ -86,7 +86,7 @@ describe('day two', { skip }, () => {
       assert.equal(b.code, 0, b.stderr);
       const m = await run(['migrate', '--from', `sqlite:${sqlite}`, '--to', uri]);
       assert.equal(m.code, 0, m.stderr);
-      assert.match(m.stdout, /^migrated .*gpupack\.db to postgresql:\/\/.*: 1 cluster, 1 task definition, 1 container instance, [34] tasks, 0 client tokens, 1 service\n$/);
+      assert.match(m.stdout, /^migrated .*gpupack\.db to postgresql:\/\/.*: \d+ clusters?, 1 task definition, 1 container instance, [34] tasks, \d+ client tokens?, 1 service\n$/);
       const again = await run(['migrate', '--from', sqlite, '--to', uri]);
       assert.equal(again.code, 1);
       assert.match(again.stderr, /already holds .*--force/);
@@ -104,7 +104,7 @@ describe('day two', { skip }, () => {
       const pgCopy = path.join(dir, 'pg-copy.db');
       const pb = await run(['backup', '--db', uri, '--to', pgCopy]);
       assert.equal(pb.code, 0, pb.stderr);
-      assert.match(pb.stdout, /^backed up postgresql:\/\/.* to .*pg-copy\.db \(1 cluster, .*1 service; the copy loads\)\n$/);
+      assert.match(pb.stdout, /^backed up postgresql:\/\/.* to .*pg-copy\.db \(\d+ clusters?, .*1 service; the copy loads\)\n$/);
 
       // Something changes after the backup; restoring it brings the state of the backup back.
       await ok(endpoint, 'RegisterTaskDefinition', sharedTaskDefinition('later', 1024));
