@@ -583,6 +583,7 @@ class MigrateTest : public ::testing::Test {
   // Everything: two records of every kind, services included, each kind put out of its key order.
   static WriteBatch Everything() {
     WriteBatch b = TwoOfEachKind();
+    b.PutCluster(FullCluster("gpu"));  // the cluster the instances and tasks belong to
     for (const char* name : {"web", "api"}) {
       Service v;
       v.arn = std::string("arn:aws:ecs:us-east-1:000000000000:service/gpu/") + name;
@@ -610,7 +611,7 @@ TEST_F(MigrateTest, SqliteToPostgresAndBackMovesEveryRecordOfEveryKindInOrder) {
 
   auto copied = MigrateState(*lite, *pg, {});
   ASSERT_TRUE(copied.ok()) << copied.status().message();
-  EXPECT_EQ(*copied, (StateCounts{2, 2, 2, 2, 2, 2})) << copied->Describe();
+  EXPECT_EQ(*copied, (StateCounts{3, 2, 2, 2, 2, 2})) << copied->Describe();
   const Snapshot there = LoadOrDie(*pg);
   EXPECT_EQ(there.clusters, want.clusters);
   EXPECT_EQ(there.task_definitions, want.task_definitions);
@@ -649,7 +650,7 @@ TEST_F(MigrateTest, ATargetWithRecordsIsRefusedUntouchedUnlessReplacing) {
   auto replaced = MigrateState(*lite, *pg, MigrateOptions{.replace = true});
   ASSERT_TRUE(replaced.ok()) << replaced.status().message();
   const Snapshot s = LoadOrDie(*pg);
-  EXPECT_EQ(CountsOf(s), (StateCounts{2, 2, 2, 2, 2, 2}));
+  EXPECT_EQ(CountsOf(s), (StateCounts{3, 2, 2, 2, 2, 2}));
   EXPECT_EQ(TaskArns(s), (std::vector<std::string>{"arn:task/gpu/t2", "arn:task/gpu/t1"}));
 }
 
