@@ -57,6 +57,16 @@ struct BackupFlags {
 void AddBackupFlags(CLI::App& app, BackupFlags& flags);
 int RunBackup(const BackupFlags& flags);  // 0, 1 on failure
 
+// `gpupack migrate`: the whole state from one database to another (storage/migrate.h): SQLite to PostgreSQL,
+// back, or a backup restored. The servers on both must be stopped.
+struct MigrateFlags {
+  std::string from;
+  std::string to;
+  bool force = false;  // replace a target that holds records
+};
+void AddMigrateFlags(CLI::App& app, MigrateFlags& flags);
+int RunMigrate(const MigrateFlags& flags);  // 0, 1 on failure, 2 on bad usage
+
 struct AgentFlags {
   std::string server = "http://127.0.0.1:8080";
   std::string cluster = "default";

@@ -423,21 +423,6 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));
 }
 
-void AddBackupFlags(CLI::App& app, BackupFlags& f) {
-  app.add_option("--db", f.db, "the server's SQLite database file")->capture_default_str();
-  app.add_option("--to", f.to, "the new file to write the copy to (must not exist)")->required();
-}
-
-int RunBackup(const BackupFlags& f) {
-  size_t tasks = 0;
-  if (Status s = SqliteStore::Backup(f.db, f.to, &tasks); !s.ok()) {
-    std::fprintf(stderr, "gpupack: %s\n", s.message().c_str());
-    return 1;
-  }
-  std::printf("backed up %s to %s (%zu tasks; the copy opens and loads)\n", f.db.c_str(), f.to.c_str(), tasks);
-  return 0;
-}
-
 int RunServer(const ServerFlags& f) {
   int code = 0;
   auto server = ServerRuntime::Start(f, &code);

@@ -52,6 +52,15 @@ Status MemoryStore::Commit(const WriteBatch& batch) {
     return error;
   }
   if (batch.empty()) return Status::Ok();
+  if (batch.replaces_everything()) {
+    clusters_ = {};
+    task_definitions_ = {};
+    instances_ = {};
+    tasks_ = {};
+    client_tokens_ = {};
+    services_ = {};
+    capacity_providers_ = {};
+  }
   // A batch never puts and deletes one key, so the order of the two passes does not matter.
   for (const auto& v : batch.clusters()) clusters_.Put(v.name, v);
   for (const auto& v : batch.task_definitions()) task_definitions_.Put({v.family, v.revision}, v);

@@ -657,6 +657,10 @@ PostgresStore::Conn::Statement DeleteByArn(const std::string& table, const std::
 
 std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch) {
   std::vector<PostgresStore::Conn::Statement> out;
+  if (batch.replaces_everything())
+    out.push_back({"emptying every table",
+                   "TRUNCATE clusters, task_definitions, container_instances, tasks, client_tokens, services, "
+                   "capacity_providers", {}});
   if (!batch.clusters().empty())
     out.push_back({"writing clusters",
                    "INSERT INTO clusters (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "

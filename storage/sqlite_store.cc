@@ -489,6 +489,13 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
     return Status::Server("storage commit failed while " + what + ": " + msg + "; nothing of the batch was applied");
   };
 
+  if (batch.replaces_everything() &&
+      sqlite3_exec(conn,
+                   "DELETE FROM clusters; DELETE FROM task_definitions; DELETE FROM container_instances; "
+                   "DELETE FROM tasks; DELETE FROM client_tokens; DELETE FROM services; "
+                   "DELETE FROM capacity_providers;",
+                   nullptr, nullptr, nullptr) != SQLITE_OK)
+    return fail("emptying every table");
   for (const auto& c : batch.clusters()) {
     const std::string doc = ToDoc(c);
     if (!Use(d.put_cluster.get()).Text(1, c.name).Text(2, doc).Run())

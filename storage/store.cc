@@ -68,7 +68,7 @@ void WriteBatch::DeleteInstance(const std::string& arn) {
 }
 
 void WriteBatch::Append(WriteBatch&& other) {
-  if (empty()) {
+  if (empty() || other.replaces_everything_) {
     *this = std::move(other);
     return;
   }
@@ -90,7 +90,7 @@ void WriteBatch::Append(WriteBatch&& other) {
 size_t WriteBatch::size() const {
   return clusters_.size() + task_definitions_.size() + instances_.size() + tasks_.size() +
          client_tokens_.size() + services_.size() + capacity_providers_.size() + deleted_tasks_.size() +
-         deleted_client_tokens_.size() + deleted_instances_.size();
+         deleted_client_tokens_.size() + deleted_instances_.size() + (replaces_everything_ ? 1 : 0);
 }
 
 }  // namespace gpupack

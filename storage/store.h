@@ -95,8 +95,14 @@ class WriteBatch {
   void DeleteClientToken(const std::string& cluster, const std::string& token);
   void DeleteInstance(const std::string& arn);
 
+  // ReplaceEverything makes the batch replace all the store holds: the store empties every table, in the same
+  // transaction, before the batch's puts (`gpupack migrate --force`, a restore). Deletes are then moot.
+  void ReplaceEverything() { replaces_everything_ = true; }
+  bool replaces_everything() const { return replaces_everything_; }
+
   // Append adds `other`'s operations after this batch's: later puts of the same key win, and puts and
-  // deletes of one key cancel as if they had been made on this batch in order.
+  // deletes of one key cancel as if they had been made on this batch in order; when `other` replaces
+  // everything, it replaces this batch too.
   void Append(WriteBatch&& other);
 
   bool empty() const { return size() == 0; }
@@ -124,6 +130,7 @@ class WriteBatch {
   std::set<std::string> deleted_tasks_;
   std::set<ClientTokenKey> deleted_client_tokens_;
   std::set<std::string> deleted_instances_;
+  bool replaces_everything_ = false;
 };
 
 // Store: loads and persists the control plane's state. Implementations say their own thread-safety.
