@@ -154,6 +154,12 @@ std::string VsFgd(double v, double fgd) {
   return std::string(d >= 0 ? "+" : "") + Fixed(d == 0 ? 0.0 : d, 2) + " vs fgd";
 }
 
+// Published: the paper's figures for the run, when the list is one of its seventeen and the run follows its
+// protocol's demand (the figures are at 130%).
+const PublishedList* Published(const PlanContext& ctx, const FgdReport& r) {
+  return ctx.published && r.demand_pct == kPublishedDemandPct ? &*ctx.published : nullptr;
+}
+
 }  // namespace
 
 std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
@@ -193,6 +199,20 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
       }
       j["summary"] = std::move(sum);
     }
+    if (const PublishedList* pub = Published(ctx, r)) {
+      // Only for one of the paper's lists, so other reports keep their bytes.
+      Json jp = {{"list", std::string(pub->name)}, {"demandPct", kPublishedDemandPct}};
+      jp["paper"] = {{"Random", pub->random},   {"DotProd", pub->dot_prod}, {"GpuClustering", pub->gpu_clustering},
+                     {"GpuPacking", pub->gpu_packing}, {"BestFit", pub->best_fit}, {"FGD", pub->fgd}};
+      jp["strategies"] = Json::object();
+      for (const auto& s : r.strategies) {
+        const auto [ref, figure] = PublishedReference(*pub, s.name);
+        const double v = s.unallocated_pct_at.at(r.demand_pct);
+        jp["strategies"][s.name] = {{"reference", std::string(ref)}, {"published", figure},
+                                    {"difference", R4(v - figure)}};
+      }
+      j["published"] = std::move(jp);
+    }
     return j.dump(2) + "\n";
   }
   if (format == Format::kCsv) {
@@ -203,8 +223,9 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
     return out;
   }
   std::string out = "fgd: " + Heading(ctx);
-  out += "tasks sampled with replacement until arrived GPU demand reached " + std::to_string(r.demand_pct) +
-         "% of capacity, no departures; mean of " + std::to_string(r.seeds.size()) + " seed(s) " + SeedsText(r.seeds) +
+  out += "every task once in a random order, then copies sampled with replacement, until arrived GPU demand "
+         "reached " + std::to_string(r.demand_pct) +
+         "% of capacity, no departures, instances in a random order per seed; mean of " + std::to_string(r.seeds.size()) + " seed(s) " + SeedsText(r.seeds) +
          "\n\n";
   std::vector<int> at;
   for (int p : {25, 50, 75, 100}) if (p < r.demand_pct) at.push_back(p);
@@ -242,6 +263,20 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
       out += " " + s.name + " " + Pct(v) + (s.name == "fgd" ? "" : " (" + VsFgd(v, *fgd) + ")") + ";";
     }
     out.back() = '\n';
+  }
+  if (const PublishedList* pub = Published(ctx, r)) {
+    // Beside each strategy, the paper's figure it answers to (its own policy, else FGD) and the difference.
+    out += "\npublished (Weng et al., ATC 2023; openb list '" + std::string(pub->name) +
+           "', mean of seeds 42..51, unallocated at 130%):\n";
+    TextTable p;
+    p.Row({"strategy", "unalloc@130%", "paper", "published", "difference"});
+    for (const auto& s : r.strategies) {
+      const auto [ref, figure] = PublishedReference(*pub, s.name);
+      const double v = s.unallocated_pct_at.at(r.demand_pct);
+      const double d = std::round((v - figure) * 100.0) / 100.0;
+      p.Row({s.name, Pct(v), std::string(ref), Pct(figure), (d >= 0 ? "+" : "") + Fixed(d == 0 ? 0.0 : d, 2)});
+    }
+    out += p.Str();
   }
   return out;
 }
