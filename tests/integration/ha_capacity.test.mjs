@@ -60,7 +60,7 @@ test('waiting tasks survive a leader takeover in order and none starts twice', {
   await api('PutClusterCapacityProviders', { cluster: CLUSTER, capacityProviders: ['team-a'],
     defaultCapacityProviderStrategy: [{ capacityProvider: 'team-a', weight: 1 }] });
   agent = startAgent({ servers: replicas.map((r) => r.endpoint), cluster: CLUSTER, dir, name: 'node-a',
-    gpus: 'fake:1x10000', extraArgs: ['--capacity-provider', 'team-a'] });
+    gpus: 'fake:1x10000', extraArgs: ['--capacity-provider', 'team-a', '--task-user', 'root'] });
   await waitFor('the agent connected', async () => {
     const arns = (await api('ListContainerInstances', { cluster: CLUSTER })).containerInstanceArns;
     if (arns.length !== 1) return false;

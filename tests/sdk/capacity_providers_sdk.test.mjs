@@ -69,7 +69,7 @@ async function startServer() {
 
 function startAgent(name, provider) {
   const child = spawn(gpupackBin(), ['agent', '--server', server.endpoint, '--gpus', `fake:1x${GPU_MIB}`,
-    '--capacity-provider', provider, '--state-dir', path.join(dir, name), '--mps-pipe-dir', path.join(dir, `${name}-mps`),
+    '--capacity-provider', provider, '--task-user', 'root', '--state-dir', path.join(dir, name), '--mps-pipe-dir', path.join(dir, `${name}-mps`),
     '--name', name, '--cpu', '4096', '--memory', '8192', '--stop-grace-ms', '500', '--log-level', 'warn'],
   { stdio: ['ignore', 'ignore', 'ignore'] });
   const exited = new Promise((resolve) => child.on('exit', resolve));
