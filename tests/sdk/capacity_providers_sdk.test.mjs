@@ -15,7 +15,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 
 import {
+  ClientException,
   CreateCapacityProviderCommand,
+  DeleteCapacityProviderCommand,
   CreateClusterCommand,
   DescribeCapacityProvidersCommand,
   DescribeClustersCommand,
@@ -30,6 +32,7 @@ import {
   RegisterTaskDefinitionCommand,
   RunTaskCommand,
   StopTaskCommand,
+  UpdateCapacityProviderCommand,
 } from '@aws-sdk/client-ecs';
 
 import { gpupackBin, launch, removeTempDir, tempDir } from '../integration/harness.mjs';
@@ -161,6 +164,19 @@ describe('capacity providers with the AWS SDK for JavaScript', () => {
     assert.deepEqual(c.clusters[0].capacityProviders, ['team-a', 'team-b']);
     await assert.rejects(ecs.send(new RunTaskCommand({ taskDefinition: 'alpha', launchType: 'EC2',
       capacityProviderStrategy: [{ capacityProvider: 'team-a', weight: 1 }] })), (e) => e instanceof InvalidParameterException);
+  });
+
+  test('UpdateCapacityProvider and DeleteCapacityProvider: in use is refused, a free one turns INACTIVE', async () => {
+    await ecs.send(new CreateCapacityProviderCommand({ name: 'spare' }));
+    const u = await ecs.send(new UpdateCapacityProviderCommand({ name: 'spare' }));
+    assert.equal(u.capacityProvider.updateStatus, 'UPDATE_COMPLETE');
+    await assert.rejects(ecs.send(new DeleteCapacityProviderCommand({ capacityProvider: 'team-a' })),
+      (e) => e instanceof ClientException);
+    const del = await ecs.send(new DeleteCapacityProviderCommand({ capacityProvider: 'spare' }));
+    assert.equal(del.capacityProvider.status, 'INACTIVE');
+    assert.equal(del.capacityProvider.updateStatus, 'DELETE_COMPLETE');
+    const d = await ecs.send(new DescribeCapacityProvidersCommand({ capacityProviders: ['spare', 'team-a'] }));
+    assert.deepEqual(d.capacityProviders.map((p) => [p.name, p.status]), [['spare', 'INACTIVE'], ['team-a', 'ACTIVE']]);
   });
 
   test('two providers on different instances: each one\'s tasks run only on its own instance', async () => {
