@@ -122,6 +122,13 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   impl->fake_gpus = options.gpus.rfind("fake:", 0) == 0;
   auto store = TaskStore::Open((fs::path(options.state_dir) / "tasks").string());
   if (!store.ok()) return Status::InvalidParameter("--state-dir " + options.state_dir + ": " + store.status().message());
+  {  // The agent's state (its instance, its epoch, its tasks' records and logs) is its own: owner only.
+    std::error_code ec;
+    fs::permissions(options.state_dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+    if (ec)
+      return Status::InvalidParameter("--state-dir " + options.state_dir + ": cannot make it owner-only: " +
+                                      ec.message());
+  }
   impl->store = std::move(*store);
   MpsOptions mps;
   mps.control_program = options.mps_control_program;
@@ -134,6 +141,8 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     process.log_dir = options.state_dir + "/logs";
     process.log_limits = LogLimits{options.log_file_bytes, options.log_files};
     process.monitor_program = BundledMonitorProgram();
+    // Never root unless asked for: a root agent runs its tasks as nobody by default.
+    process.task_user = !options.task_user.empty() ? options.task_user : geteuid() == 0 ? "nobody" : "";
     auto rt = MakeProcessRuntime(std::move(process));
     if (!rt.ok()) return rt.status();
     impl->runtime = impl->metrics->TimeRuntime(std::move(*rt));
@@ -145,7 +154,9 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     gpu.extra_binds = options.docker_gpu_binds;
     auto devices = impl->gpus->Discover();
     if (!devices.ok()) return devices.status();
-    auto plan = DetectGpuInjection(options.docker_socket, gpu, *devices);
+    // Simulated GPUs have no device to hand over: their containers get the GPU environment only (said once, below).
+    auto plan = impl->fake_gpus ? Result<GpuInjection>(EnvironmentOnlyInjection(*devices))
+                                : DetectGpuInjection(options.docker_socket, gpu, *devices);
     if (!plan.ok()) return plan.status();
     impl->injection = plan->mode;
     impl->injection_summary = plan->summary;
@@ -210,6 +221,7 @@ Status Agent::Start() {
   reg.cluster = o.cluster;
   reg.devices = *devices;
   reg.attributes = o.attributes;
+  reg.attributes.emplace_back("gpupack.runtime", o.runtime);  // the console says whether images are used
   reg.instance_type = o.instance_type;
   reg.name = o.name;
   reg.cpu = o.cpu > 0 ? o.cpu : static_cast<int64_t>(std::thread::hardware_concurrency()) * 1024;

@@ -32,6 +32,9 @@ struct AgentOptions {
   std::string cluster = "default";
   std::string gpus = "nvml";            // nvml | fake:SPEC
   std::string runtime = "process";      // process | docker
+  // The process runtime's task user (ProcessRuntimeOptions::task_user); empty: `nobody` when the agent runs as
+  // root, else the agent's own user.
+  std::string task_user;
   std::string docker_socket = "/var/run/docker.sock";
   // The docker runtime's GPU injection (agent/gpu_injection.h): auto | nvidia | cdi | devices; the driver root for
   // devices (empty: found); binds every GPU container also gets. An agent whose host can inject no GPU registers

@@ -306,9 +306,21 @@ std::string GpuInjectionModeName(GpuInjectionMode mode) {
     case GpuInjectionMode::kNvidia: return "nvidia";
     case GpuInjectionMode::kCdi: return "cdi";
     case GpuInjectionMode::kDevices: return "devices";
+    case GpuInjectionMode::kEnvironmentOnly: return "environment-only";
     case GpuInjectionMode::kNone: break;
   }
   return "none";
+}
+
+GpuInjection EnvironmentOnlyInjection(const std::vector<GpuDevice>& gpus) {
+  GpuInjection plan;
+  plan.mode = GpuInjectionMode::kEnvironmentOnly;
+  for (const GpuDevice& gpu : gpus) plan.gpus[gpu.uuid] = GpuTarget{gpu.index, gpu.minor, ""};
+  plan.summary =
+      "environment-only: the GPUs are simulated (--gpus fake:...), so GPU containers start with the GPU environment "
+      "(NVIDIA_VISIBLE_DEVICES, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, ...) and no GPU device; a CUDA program in them "
+      "finds no GPU";
+  return plan;
 }
 
 EngineGpuSupport ParseEngineGpuSupport(const Json& info, const std::string& api_version) {
@@ -353,6 +365,7 @@ Result<GpuInjection> ChooseGpuInjection(const GpuInjectionOptions& options, cons
       case GpuInjectionMode::kNvidia: works = TryNvidia(engine, plan, why); break;
       case GpuInjectionMode::kCdi: works = TryCdi(engine, gpus, plan, why); break;
       case GpuInjectionMode::kDevices: works = TryDevices(options, gpus, plan, why); break;
+      case GpuInjectionMode::kEnvironmentOnly:
       case GpuInjectionMode::kNone: break;
     }
     if (works) {
@@ -468,6 +481,7 @@ Status InjectGpus(const GpuInjection& plan, const std::vector<std::string>& uuid
       if (!found) env.push_back("LD_LIBRARY_PATH=" + plan.library_path);
       break;
     }
+    case GpuInjectionMode::kEnvironmentOnly:  // the environment is the container's already; nothing to add
     case GpuInjectionMode::kNone: break;
   }
   add_binds(plan.extra_binds);

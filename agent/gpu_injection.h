@@ -34,8 +34,11 @@
 
 namespace gpupack::agent {
 
-enum class GpuInjectionMode { kNone, kNvidia, kCdi, kDevices };
-std::string GpuInjectionModeName(GpuInjectionMode mode);  // "none" | "nvidia" | "cdi" | "devices"
+// kEnvironmentOnly: the GPUs are simulated (--gpus fake:SPEC): a container gets the GPU environment the agent sets
+// (NVIDIA_VISIBLE_DEVICES, the MPS variables) and no device, so the container flow can be tried without a GPU.
+enum class GpuInjectionMode { kNone, kNvidia, kCdi, kDevices, kEnvironmentOnly };
+// "none" | "nvidia" | "cdi" | "devices" | "environment-only"
+std::string GpuInjectionModeName(GpuInjectionMode mode);
 
 // GpuInjectionOptions: the agent's flags and where to look (tests point the paths at temp dirs).
 struct GpuInjectionOptions {
@@ -89,6 +92,10 @@ struct GpuInjection {
 // asked for (or auto) and does not work gives kNone with the reason in `summary`.
 Result<GpuInjection> ChooseGpuInjection(const GpuInjectionOptions& options, const EngineGpuSupport& engine,
                                         const std::vector<GpuDevice>& gpus);
+
+// EnvironmentOnlyInjection: the plan for simulated GPUs (kEnvironmentOnly) over `gpus`, with a summary that says
+// what a container gets and what it does not.
+GpuInjection EnvironmentOnlyInjection(const std::vector<GpuDevice>& gpus);
 
 // DetectGpuInjection asks the engine on `socket_path` (GET /version, GET /info) and calls ChooseGpuInjection. An
 // engine that does not answer is an error.

@@ -177,7 +177,7 @@ Status LogWriter::Open(const std::string& dir, LogLimits limits) {
     starts_.erase(starts_.begin());
   }
   FilePath(starts_.back());
-  fd_ = open(path_.data(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  fd_ = open(path_.data(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd_ < 0) return Status::Server("log store: cannot open " + std::string(path_.data()) + ": " + strerror(errno));
   struct stat st {};
   if (fstat(fd_, &st) == 0) size = static_cast<uint64_t>(st.st_size);
@@ -224,7 +224,7 @@ bool LogWriter::Rotate() {
   starts_.push_back(start);
   size_ = 0;
   FilePath(start);
-  fd_ = open(path_.data(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  fd_ = open(path_.data(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
   while (starts_.size() > static_cast<size_t>(limits_.files)) {
     FilePath(starts_.front());
     unlink(path_.data());

@@ -39,12 +39,15 @@ void ManagedTask::Accept(int64_t push_id) {
     }
     r_.runtime_ids[i] = *id;
     r_.report.containers[i].status = TaskStatus::kRunning;
+    // The process runtime says, where DescribeTasks and the console show it, that the image was not used.
+    if (ctx_.runtime_kind == RuntimeKind::kProcess) r_.report.containers[i].reason = ProcessImageNote(containers[i].image);
     if (i + 1 < containers.size()) Persist();  // the last one is persisted with the task's RUNNING below
   }
   r_.report.status = TaskStatus::kRunning;
   Persist();
   Report();
-  spdlog::info("agent: task {} RUNNING", arn_);
+  const std::string note = ctx_.runtime_kind == RuntimeKind::kProcess ? ProcessImageNote(containers[0].image) : "";
+  spdlog::info("agent: task {} RUNNING{}", arn_, note.empty() ? "" : " (" + note + ")");
 }
 
 Result<std::string> ManagedTask::StartContainer(size_t index) {
@@ -157,7 +160,9 @@ void ManagedTask::ContainerExited(size_t index, const std::string& runtime_id, c
   if (c.status != TaskStatus::kRunning || r_.runtime_ids[index] != runtime_id) return;
   c.status = TaskStatus::kStopped;
   c.exit_code = status.exit_code;
-  c.reason = status.state == ContainerState::kMissing ? "the container disappeared" : status.reason;
+  // An exit without a reason of its own keeps the note the container started with (ProcessImageNote).
+  if (status.state == ContainerState::kMissing) c.reason = "the container disappeared";
+  else if (!status.reason.empty() || c.reason.empty()) c.reason = status.reason;
   if (!r_.assignment.containers[index].essential) {
     Persist();
     Report();

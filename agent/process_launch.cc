@@ -243,6 +243,18 @@ void DrainOutput(Launch& l, int fd) {
     WriteAll(error_fd, &err, sizeof err);
     _exit(127);
   }
+  // The workload's identity, with the raw system calls: the C library's setuid() would ask every thread of the
+  // process it thinks it is in (the monitor's, whose memory it shares) to change too. Going from root to another
+  // uid clears every capability; no_new_privs keeps a set-user-ID or file-capability program from taking any
+  // back.
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      (l.run_gid >= 0 && (syscall(SYS_setgroups, 0, nullptr) != 0 ||
+                          syscall(SYS_setresgid, l.run_gid, l.run_gid, l.run_gid) != 0)) ||
+      (l.run_uid >= 0 && syscall(SYS_setresuid, l.run_uid, l.run_uid, l.run_uid) != 0)) {
+    int err = errno;
+    WriteAll(error_fd, &err, sizeof err);
+    _exit(127);
+  }
   // execvp's search: EACCES is remembered while other candidates are tried; other errors end the search.
   int err = ENOENT;
   bool denied = false;
@@ -421,6 +433,7 @@ std::string EncodeLaunch(const Launch& l) {
                                   std::to_string(l.writer.limits().files), std::to_string(l.writer.size())};
   for (uint64_t start : l.writer.starts()) log.push_back(std::to_string(start));
   PutList(out, log);
+  PutList(out, {std::to_string(l.run_uid), std::to_string(l.run_gid)});
   return out;
 }
 
@@ -433,10 +446,14 @@ bool DecodeLaunch(const std::string& blob, Launch& l) {
   l.temp_path = r.String();
   l.json_prefix = r.String();
   const std::vector<std::string> log = r.List();
-  if (!r.good || r.pos != blob.size() || l.argv_storage.empty() || log.size() < 5) return false;
+  const std::vector<std::string> identity = r.List();
+  if (!r.good || r.pos != blob.size() || l.argv_storage.empty() || log.size() < 5 || identity.size() != 2)
+    return false;
   LogLimits limits;
   std::vector<uint64_t> starts;
   try {
+    l.run_uid = std::stoll(identity[0]);
+    l.run_gid = std::stoll(identity[1]);
     limits.file_bytes = std::stoull(log[1]);
     limits.files = std::stoi(log[2]);
     for (size_t i = 4; i < log.size(); ++i) starts.push_back(std::stoull(log[i]));

@@ -59,6 +59,10 @@ struct Launch {
   std::vector<std::string> env_storage;
   std::vector<char*> envp;
   std::vector<std::string> candidates;  // paths to try, in order (execvp's search)
+  // The identity the workload runs as (ProcessRuntimeOptions::task_user): it takes these ids with no
+  // supplementary groups before its exec, always with no_new_privs; -1: it keeps the monitor's.
+  int64_t run_uid = -1;
+  int64_t run_gid = -1;
   std::string state_path;
   std::string temp_path;
   std::string json_prefix;  // the record's first fields, ending in ','

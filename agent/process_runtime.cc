@@ -50,6 +50,7 @@
 // state_dir (after the agent was killed, even with -9) lists, inspects and stops what an earlier one started and
 // reads its exit code once it exits.
 #include <fcntl.h>
+#include <pwd.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -151,7 +152,8 @@ struct Observation {
 
 class ProcessRuntime final : public Runtime {
  public:
-  explicit ProcessRuntime(ProcessRuntimeOptions options) : options_(std::move(options)) {}
+  ProcessRuntime(ProcessRuntimeOptions options, TaskIdentity identity)
+      : options_(std::move(options)), identity_(identity) {}
 
   std::string Name() const override { return "process"; }
 
@@ -254,6 +256,8 @@ class ProcessRuntime final : public Runtime {
     l.data_send_fd = data[0];
     l.data_fd = data[1];
     l.exec_monitor = options_.exec_monitor;
+    l.run_uid = identity_.uid;
+    l.run_gid = identity_.gid;
     if (!options_.monitor_program.empty()) l.monitor_program = options_.monitor_program;
 
     const pid_t middle = StartMiddle(l);
@@ -576,20 +580,64 @@ class ProcessRuntime final : public Runtime {
   // so that it holds exactly while that process lives. Guarded by mu_.
   mutable std::mutex mu_;
   std::map<std::string, std::pair<pid_t, unsigned long long>> running_;
+  const TaskIdentity identity_;
 };
 
+// ParseId reads a decimal uid or gid (0..2^32-2); nullopt when `s` is not one.
+std::optional<int64_t> ParseId(const std::string& s) {
+  if (s.empty() || s.size() > 10 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  const int64_t v = std::stoll(s);
+  if (v > 4294967294LL) return std::nullopt;
+  return v;
+}
+
 }  // namespace
+
+Result<TaskIdentity> ResolveTaskUser(const std::string& task_user, int64_t agent_uid) {
+  const std::string& user = task_user;
+  if (user.empty()) return TaskIdentity{};  // the agent's own
+  const size_t colon = user.find(':');
+  const std::string name = user.substr(0, colon);
+  TaskIdentity out;
+  if (auto uid = ParseId(name)) {
+    out.uid = *uid;
+    out.gid = *uid;
+    if (struct passwd* pw = getpwuid(static_cast<uid_t>(*uid))) out.gid = pw->pw_gid;
+  } else if (struct passwd* pw = name.empty() ? nullptr : getpwnam(name.c_str())) {
+    out.uid = pw->pw_uid;
+    out.gid = pw->pw_gid;
+  } else {
+    return Status::InvalidParameter("task user '" + user + "': no such user on this host (give a user name or "
+                                    "UID[:GID])");
+  }
+  if (colon != std::string::npos) {
+    auto gid = ParseId(user.substr(colon + 1));
+    if (!gid) return Status::InvalidParameter("task user '" + user + "': the group must be a numeric GID");
+    out.gid = *gid;
+  }
+  if (out.uid == agent_uid && out.gid == static_cast<int64_t>(getegid())) return TaskIdentity{};  // the agent's
+  return out;
+}
+
+std::string ProcessImageNote(const std::string& image) {
+  if (image == kHostImage) return "";
+  return "image '" + image.substr(0, 150) + "' not used: the process runtime ran the command on the host";
+}
 
 Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options) {
   if (options.state_dir.empty() || options.log_dir.empty()) {
     return Status::InvalidParameter("process runtime: state_dir and log_dir are required");
   }
+  GP_ASSIGN(identity, ResolveTaskUser(options.task_user, static_cast<int64_t>(geteuid())));
   for (const std::string& dir : {options.state_dir, options.log_dir}) {
     std::error_code ec;
     fs::create_directories(dir, ec);
+    // Owner only: a workload (another user) reads no container's state or log, its own included.
+    if (!ec) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
     if (ec) return Status::Server("process runtime: cannot create " + dir + ": " + ec.message());
   }
-  return std::unique_ptr<Runtime>(std::make_unique<ProcessRuntime>(std::move(options)));
+  return std::unique_ptr<Runtime>(std::make_unique<ProcessRuntime>(std::move(options), identity));
 }
 
 std::string BundledMonitorProgram() {

@@ -21,7 +21,7 @@ namespace gpupack::agent {
 struct ContainerSpec {
   std::string task_arn;
   std::string container_name;
-  std::string image;                    // docker: the image; process: ignored
+  std::string image;                    // docker: the image; process: not used (ProcessImageNote says so)
   std::vector<std::string> entry_point; // process: argv = entry_point + command (at least one element)
   std::vector<std::string> command;
   std::vector<KeyValuePair> environment;  // final environment (MPS variables already injected)
@@ -90,8 +90,28 @@ struct ProcessRuntimeOptions {
   // The program executed as the monitor: empty is this program (/proc/self/exe). The agent passes
   // BundledMonitorProgram() when it is there: a small static program that starts far faster than this one.
   std::string monitor_program;
+  // The user every workload runs as (`gpupack agent --task-user`, whose default is `nobody` when the agent runs
+  // as root): a user name or UID[:GID] (a name's primary group, else GID = UID). Empty: the agent's own user
+  // (tests; an agent that is not root). Whatever the user, the workload has no supplementary groups, no capabilities
+  // (root's are cleared by the change of uid) and no_new_privs; the state and log directories are 0700, so
+  // it reads neither its own nor another task's state and logs, nor the agent's.
+  std::string task_user;
 };
+// TaskIdentity: the uid and gid a ProcessRuntimeOptions::task_user names; -1, -1: keep the agent's.
+struct TaskIdentity {
+  int64_t uid = -1;
+  int64_t gid = -1;
+};
+// ResolveTaskUser: `task_user` as ids (see ProcessRuntimeOptions::task_user), for an agent whose effective uid is
+// `agent_uid`; InvalidParameter naming the user when there is no such user.
+Result<TaskIdentity> ResolveTaskUser(const std::string& task_user, int64_t agent_uid);
 Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions options);
+
+// kHostImage: the image name that says "run the command on the host" (the process runtime's own; docs/operations.md).
+inline constexpr const char* kHostImage = "host";
+// ProcessImageNote: what the process runtime tells about a container of `image`: "" for kHostImage, else that the
+// image was not used and the command ran on the host (the container's reason while it runs).
+std::string ProcessImageNote(const std::string& image);
 
 // BundledMonitorProgram: `gpupack-monitor` in the directory of this program's executable when it is there and
 // executable (the build and every install put it there), else empty.

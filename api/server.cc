@@ -36,6 +36,8 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   http.port = options.port;
   http.threads = std::max(1, options.threads);
   http.max_websockets = options.max_websockets;
+  http.max_connections_per_address = options.max_connections_per_address;
+  http.read_timeout = options.http_read_timeout;
   WebSocketHandler channel = s->channel_->Handler();
   channel.max_send_queue_bytes = options.max_send_queue_bytes;
   http.websockets[kAgentChannelPath] = std::move(channel);

@@ -34,6 +34,10 @@ struct ServerOptions {
   // (WebSocketHandler::max_send_queue_bytes). The defaults are theirs.
   size_t max_websockets = HttpServerOptions{}.max_websockets;
   size_t max_send_queue_bytes = WebSocketHandler{}.max_send_queue_bytes;
+  // The HTTP transport's bounds against stalled requests (`gpupack server --max-connections-per-address` and
+  // --http-read-timeout; HttpServerOptions says what each does). The defaults are theirs.
+  size_t max_connections_per_address = HttpServerOptions{}.max_connections_per_address;
+  std::chrono::milliseconds http_read_timeout = HttpServerOptions{}.read_timeout;
   // With --credentials: every call and channel upgrade must be signed. Must outlive the server; null = none.
   const RequestAuthenticator* authenticator = nullptr;
   // The same keys for the CloudWatch Logs calls, whose signatures name the service "logs"; null = none.

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <utility>
 
+#include "engine/core/fragmentation_figures.h"
+
 namespace gpupack::api {
 
 namespace {
@@ -100,6 +102,66 @@ std::vector<GpuAllocation> GpuAllocations(const ReadView& view) {
   return out;
 }
 
+// AddFragmentationGauge: a fragmentation gauge (engine/core/fragmentation_figures.h) per cluster, and with
+// `by_type` per (cluster, instance_type), from figures every family of one scrape shares.
+void AddFragmentationGauge(MetricsRegistry& metrics, const ControlPlane& cp,
+                           const std::shared_ptr<FragmentationCache>& cache, const char* name,
+                           const std::string& help, MiB FreeMemory::*member, bool by_type) {
+  metrics.AddCollected(name, help, MetricType::kGauge, [&cp, cache, member, by_type](Samples& out) {
+    const auto figures = cache->Get(cp.applier().View(), cp.applier().Now());
+    for (const auto& [cluster, f] : *figures) {
+      if (!by_type) {
+        out.push_back({{{"cluster", cluster}}, static_cast<double>(f.total.*member) * kBytesPerMiB});
+        continue;
+      }
+      for (const auto& [type, m] : f.by_instance_type)
+        out.push_back({{{"cluster", cluster}, {"instance_type", type}}, static_cast<double>(m.*member) * kBytesPerMiB});
+    }
+  });
+}
+
+// AddFragmentationMetrics: the largest free GPU-memory block, free and stranded GPU memory, per cluster and per
+// instance type, and the smallest recent shared demand they are judged by (docs/operations.md "Fragmentation").
+void AddFragmentationMetrics(MetricsRegistry& metrics, const ControlPlane& cp) {
+  auto cache = std::make_shared<FragmentationCache>();
+  constexpr const char* kHow =
+      " Free: a GPU's memory not declared by a task, on ACTIVE instances, GPUs not DEDICATED or held.";
+  AddFragmentationGauge(
+      metrics, cp, cache, "gpupack_cluster_gpu_largest_free_block_bytes",
+      std::string("Largest free GPU memory on one GPU of the cluster: the largest shared task that fits now. Far "
+                   "below the free total means the free memory is fragmented.") + kHow,
+      &FreeMemory::largest_block, false);
+  AddFragmentationGauge(
+      metrics, cp, cache, "gpupack_instance_type_gpu_largest_free_block_bytes",
+      std::string("Largest free GPU memory on one GPU, per cluster and instance type (ecs.instance-type; empty "
+                   "when none was registered).") + kHow,
+      &FreeMemory::largest_block, true);
+  AddFragmentationGauge(metrics, cp, cache, "gpupack_cluster_gpu_memory_free_bytes",
+                        std::string("Free GPU memory of the cluster, summed over its GPUs.") + kHow,
+                        &FreeMemory::free, false);
+  AddFragmentationGauge(
+      metrics, cp, cache, "gpupack_cluster_gpu_memory_stranded_bytes",
+      std::string("Free GPU memory in pieces too small for every task shape the cluster saw lately (tasks "
+                   "created in the last hour): below the smallest shared task, and not a whole IDLE GPU when "
+                   "dedicated tasks were seen. 0 when no GPU task was created in the hour. Divide by "
+                   "gpupack_cluster_gpu_memory_free_bytes for the share of free memory that is unusable now.") + kHow,
+      &FreeMemory::stranded, false);
+  AddFragmentationGauge(metrics, cp, cache, "gpupack_instance_type_gpu_memory_stranded_bytes",
+                        "Stranded GPU memory (as gpupack_cluster_gpu_memory_stranded_bytes) per cluster and "
+                        "instance type.",
+                        &FreeMemory::stranded, true);
+  metrics.AddCollected("gpupack_cluster_recent_smallest_gpu_demand_bytes",
+                       "The smallest shared task (its nvidiaMps memory on one GPU) the cluster saw created in the "
+                       "last hour: free pieces below it are stranded. Absent for a cluster without one.",
+                       MetricType::kGauge, [&cp, cache](Samples& out) {
+                         const auto figures = cache->Get(cp.applier().View(), cp.applier().Now());
+                         for (const auto& [cluster, f] : *figures)
+                           if (f.smallest_recent_demand)
+                             out.push_back({{{"cluster", cluster}},
+                                            static_cast<double>(*f.smallest_recent_demand) * kBytesPerMiB});
+                       });
+}
+
 // PairCounter: a counter family keyed by (cluster, reason) in the placement counters.
 void AddPairCounter(MetricsRegistry& metrics, const ControlPlane& cp, const char* name, const char* help,
                     std::map<std::pair<std::string, std::string>, uint64_t> PlacementCounters::*member) {
@@ -193,6 +255,7 @@ void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& cp, bo
                         s.deployments.begin(), s.deployments.end(),
                         [](const ServiceDeployment& d) { return d.rollout_state == RolloutState::kInProgress; }));
                   });
+  AddFragmentationMetrics(metrics, cp);
   if (!per_task) return;  // the task ARNs and container names are asked for, never shown by default
   metrics.AddCollected("gpupack_task_gpu_memory_allocated_bytes",
                        "GPU memory a container of a task not yet STOPPED holds on a GPU: what it declared (shared) or "
@@ -214,6 +277,12 @@ void AddServerMetrics(MetricsRegistry& metrics, const HttpServer& http, const Gr
          [&http] { return http.stats().connections_open; });
   AddOne(metrics, "gpupack_http_requests_total", "HTTP requests read, every path.", MetricType::kCounter,
          [&http] { return http.stats().requests; });
+  AddOne(metrics, "gpupack_http_connection_refusals_total",
+         "HTTP connections answered 503 at accept: too many open in all, or from one client address.",
+         MetricType::kCounter, [&http] {
+           const auto s = http.stats();
+           return s.rejected_connections + s.rejected_address_connections;
+         });
   AddOne(metrics, "gpupack_http_websocket_refusals_total",
          "Agent channel upgrades answered 503 because the channel limit was reached.", MetricType::kCounter,
          [&http] { return http.stats().rejected_websockets; });

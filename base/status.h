@@ -21,6 +21,7 @@ enum class ErrorCode {
   kConflict,             // ConflictException (400)
   kAccessDenied,         // AccessDeniedException (400)
   kLimitExceeded,        // LimitExceededException (400)
+  kResourceInUse,        // ResourceInUseException (400)
   kUnsupportedFeature,   // UnsupportedFeatureException (400)
   kUnknownOperation,     // UnknownOperationException (400)
   kServer,               // ServerException (500)
@@ -47,6 +48,7 @@ class [[nodiscard]] Status {
   static Status ServiceNotActive(std::string m) { return {ErrorCode::kServiceNotActive, std::move(m)}; }
   static Status Conflict(std::string m) { return {ErrorCode::kConflict, std::move(m)}; }
   static Status LimitExceeded(std::string m) { return {ErrorCode::kLimitExceeded, std::move(m)}; }
+  static Status ResourceInUse(std::string m) { return {ErrorCode::kResourceInUse, std::move(m)}; }
   static Status Unsupported(std::string m) { return {ErrorCode::kUnsupportedFeature, std::move(m)}; }
   static Status Server(std::string m) { return {ErrorCode::kServer, std::move(m)}; }
 

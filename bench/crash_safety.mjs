@@ -45,7 +45,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { PLAY_AGENT, call, gpupackBin, gpuDevice, listAll, ok, removeTempDir, sharedTaskDefinition, dedicatedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
+import { PLAY_AGENT, call, gpupackBin, gpuDevice, listAll, ok, removeTempDir, sharedTaskDefinition, dedicatedTaskDefinition, startServer, taskDir, tempDir } from '../tests/integration/harness.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -563,7 +563,7 @@ async function agentRounds(dir) {
   const cluster = 'agentcrash';
   const server = await startServer({ db: path.join(dir, 'agent-state.db') });
   const endpoint = server.endpoint;
-  const starts = path.join(dir, 'starts');
+  const starts = path.join(taskDir(dir, 'tasks'), 'starts');  // the tasks (an unprivileged user) append to it
   await ok(endpoint, 'CreateCluster', { clusterName: cluster });
   for (const size of [1024, 2048]) {
     const def = sharedTaskDefinition(`sleepy${size}`, size);

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -10,8 +12,10 @@
 
 #include "agent/agent.h"
 #include "agent/host_check.h"
+#include "protocol/field_limits.h"
 #include "agent/task_executor.h"
 #include "protocol/sigv4.h"
+#include "scheduler/model.h"
 #include "cli/commands.h"
 #include "cli/server_runtime.h"
 
@@ -25,6 +29,10 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--cluster", f.cluster, "cluster to register in")->capture_default_str();
   app.add_option("--gpus", f.gpus, "nvml, or fake:SPEC for simulated GPUs (e.g. fake:2x22587)")->capture_default_str();
   app.add_option("--runtime", f.runtime, "process or docker")->capture_default_str();
+  app.add_option("--task-user", f.task_user,
+                 "process runtime: the user NAME or UID[:GID] every task runs as, with no capabilities, no "
+                 "supplementary groups and no_new_privs (default: nobody when the agent runs as root, else the "
+                 "agent's own user; root only when named)");
   app.add_option("--docker-socket", f.docker_socket, "Docker Engine socket (docker runtime)")->capture_default_str();
   app.add_option("--docker-gpu", f.docker_gpu,
                  "how the docker runtime hands containers their GPU: auto (the first that works of:) nvidia (the "
@@ -42,6 +50,9 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
   app.add_option("--state-dir", f.state_dir, "where the agent keeps its tasks across restarts")->capture_default_str();
   app.add_option("--attribute", f.attributes, "NAME=VALUE instance attribute (repeatable)");
   app.add_option("--instance-type", f.instance_type, "instance type (becomes ecs.instance-type)");
+  app.add_option("--capacity-provider", f.capacity_provider,
+                 "the capacity provider this instance joins (becomes ecs.capacity-provider-name): tasks launched "
+                 "through it run only on its instances; see docs/operations.md");
   app.add_option("--name", f.name, "this agent's name (default: the host name)");
   app.add_option("--cpu", f.cpu, "CPU units to offer (default: cores x 1024)");
   app.add_option("--memory", f.memory, "MiB of host memory to offer (default: 95% of MemTotal)");
@@ -114,6 +125,7 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.cluster = f.cluster;
   o.gpus = f.gpus;
   o.runtime = f.runtime;
+  o.task_user = f.task_user;
   o.docker_socket = f.docker_socket;
   o.docker_gpu = f.docker_gpu;
   o.driver_root = f.driver_root;
@@ -132,11 +144,25 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.log_file_bytes = static_cast<uint64_t>(f.log_file_mib) << 20;
   o.log_files = f.log_files;
   o.log_retention = std::chrono::hours(f.log_retention_hours);
+  // What the server would refuse at registration (protocol/field_limits.h), refused here at start instead.
+  if (!o.name.empty()) GP_TRY(protocol::CheckField(o.name, protocol::kInstanceIdLimit, "--name"));
+  if (!o.instance_type.empty())
+    GP_TRY(protocol::CheckField(o.instance_type, protocol::kInstanceTypeLimit, "--instance-type"));
   for (const auto& a : f.attributes) {
     size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0)
       return Status::InvalidParameter("--attribute must be NAME=VALUE (got '" + a + "')");
     o.attributes.emplace_back(a.substr(0, eq), a.substr(eq + 1));
+  }
+  if (!f.capacity_provider.empty()) {
+    const bool valid = f.capacity_provider.size() <= 255 &&
+                       std::all_of(f.capacity_provider.begin(), f.capacity_provider.end(), [](unsigned char c) {
+                         return std::isalnum(c) || c == '-' || c == '_';
+                       });
+    if (!valid)
+      return Status::InvalidParameter("--capacity-provider must be 1-255 letters, numbers, hyphens and underscores "
+                                      "(got '" + f.capacity_provider.substr(0, 100) + "')");
+    o.attributes.emplace_back(kCapacityProviderAttribute, f.capacity_provider);
   }
   return o;
 }
@@ -199,6 +225,12 @@ void AddUpFlags(CLI::App& app, UpFlags& f) {
   app.add_option("--agents", f.agents, "number of local agents")->capture_default_str()->check(CLI::Range(0, 64));
   app.add_option("--gpus", f.gpus, "simulated GPUs per agent (fake:SPEC)")->capture_default_str();
   app.add_option("--dir", f.dir, "where the database, agent state and task logs live")->capture_default_str();
+  app.add_option("--runtime", f.runtime,
+                 "process (each container's command runs on this host; its image is not used) or docker (the "
+                 "image runs in the Docker engine; with fake GPUs a container gets the GPU environment only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"process", "docker"}));
+  app.add_option("--docker-socket", f.docker_socket, "Docker Engine socket (--runtime docker)")->capture_default_str();
 }
 
 int RunUp(const UpFlags& f) {
@@ -240,6 +272,8 @@ int RunUp(const UpFlags& f) {
     AgentFlags af;
     af.server = server->endpoint();
     af.gpus = f.gpus;
+    af.runtime = f.runtime;
+    af.docker_socket = f.docker_socket;
     af.name = "local-" + std::to_string(i);
     af.state_dir = f.dir + "/agent-" + std::to_string(i);
     af.mps_pipe_dir = std::filesystem::absolute(f.dir + "/agent-" + std::to_string(i) + "/mps").string();
@@ -265,9 +299,14 @@ int RunUp(const UpFlags& f) {
   if (!server->AgentsConnected(instance_arns, std::chrono::seconds(10)))
     spdlog::warn("up: not every agent connected within 10 s; tasks are placed once they do");
   std::printf("gpupack %s up: a local cluster\n", kVersion);
-  std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, process runtime)\n", server->endpoint().c_str(),
-              f.agents, f.gpus.c_str());
+  std::printf("  ECS API   %s  (cluster default, %d agent(s) with %s, %s runtime)\n", server->endpoint().c_str(),
+              f.agents, f.gpus.c_str(), f.runtime.c_str());
+  std::printf("  console   %s/console/  (open it in a browser%s)\n", server->endpoint().c_str(),
+              sf.credentials.empty() ? "" : "; log in with an access key id and its secret");
   std::printf("  data      %s\n", f.dir.c_str());
+  if (f.runtime == "process")
+    std::printf("  runtime   process: a container's command runs on this host and its image is not used "
+                "(--runtime docker runs images)\n");
   std::printf("  auth      %s\n", server->auth_summary().c_str());
   // The AWS CLI and boto3 as Debian 12 ships them ignore AWS_ENDPOINT_URL_ECS (they would call AWS itself) and
   // read the region from AWS_DEFAULT_REGION only: the commands name --endpoint-url and both variables are set.

@@ -21,6 +21,8 @@ struct ServerFlags {
   std::string log_level = "info";
   bool insecure_no_auth = false;
   bool place_on_disconnected = false;  // benchmarks and simulations whose client plays the agent
+  int64_t max_provisioning_tasks = 500;      // per cluster, tasks waiting for a capacity provider (ECS's quota)
+  int64_t provisioning_timeout_s = 30 * 60;  // a waiting task stops after this long
   std::string default_strategy = "binpack:gpuMemory";  // for shared-GPU tasks that name none: TYPE[:FIELD]
   int threads = 2;
   std::string fragmentation_workload;  // JSON file: binpack(fragmentation)'s target workload; empty = learned
@@ -35,6 +37,11 @@ struct ServerFlags {
   int64_t max_agent_channels = 1024;
   int64_t agent_send_queue_mib = 16;
   int64_t agent_hello_mib = 64;
+  // The HTTP transport's bounds against stalled requests (api::ServerOptions; docs/security.md): HTTP
+  // connections open at once from one client address, and the seconds within which a whole request (headers and
+  // body) must arrive.
+  int64_t max_connections_per_address = 256;
+  int64_t http_read_timeout_s = 10;
 };
 
 void AddServerFlags(CLI::App& app, ServerFlags& flags);
@@ -50,11 +57,22 @@ struct BackupFlags {
 void AddBackupFlags(CLI::App& app, BackupFlags& flags);
 int RunBackup(const BackupFlags& flags);  // 0, 1 on failure
 
+// `gpupack migrate`: the whole state from one database to another (storage/migrate.h): SQLite to PostgreSQL,
+// back, or a backup restored. The servers on both must be stopped.
+struct MigrateFlags {
+  std::string from;
+  std::string to;
+  bool force = false;  // replace a target that holds records
+};
+void AddMigrateFlags(CLI::App& app, MigrateFlags& flags);
+int RunMigrate(const MigrateFlags& flags);  // 0, 1 on failure, 2 on bad usage
+
 struct AgentFlags {
   std::string server = "http://127.0.0.1:8080";
   std::string cluster = "default";
   std::string gpus = "nvml";
   std::string runtime = "process";
+  std::string task_user;  // --task-user: who the process runtime runs tasks as (empty: nobody when root)
   std::string docker_socket = "/var/run/docker.sock";
   std::string docker_gpu = "auto";            // --docker-gpu: auto | nvidia | cdi | devices
   std::string driver_root;                    // --driver-root (devices mode)
@@ -64,6 +82,7 @@ struct AgentFlags {
   std::string state_dir = "/var/lib/gpupack-agent";
   std::vector<std::string> attributes;  // NAME=VALUE
   std::string instance_type;
+  std::string capacity_provider;  // --capacity-provider: joins the instance to this capacity provider
   std::string name;
   int64_t cpu = 0;
   int64_t memory = 0;
@@ -94,10 +113,13 @@ struct UpFlags {
   int agents = 1;
   std::string gpus = "fake:2x22587";
   std::string dir = ".gpupack-up";
+  std::string runtime = "process";  // --runtime process|docker: docker runs each container's image
+  std::string docker_socket = "/var/run/docker.sock";
 };
 
 void AddUpFlags(CLI::App& app, UpFlags& flags);
-// RunUp: the server on its SQLite plus N agents with simulated GPUs and the process runtime, on loopback.
+// RunUp: the server on its SQLite plus N agents with simulated GPUs and the process runtime (or docker), on
+// loopback.
 int RunUp(const UpFlags& flags);
 
 // `gpupack plan`: the capacity planner (planner/, docs/planning.md).

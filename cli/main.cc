@@ -1,4 +1,4 @@
-// gpupack: one binary, subcommands (server, agent, plan, up, aws-model, backup). Wiring only; the work is in the libraries.
+// gpupack: one binary, subcommands (server, agent, plan, up, aws-model, backup, migrate). Wiring only; the work is in the libraries.
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
       "backup", "Copy the server's database to a new file, consistently, also while the server runs");
   gpupack::cli::AddBackupFlags(*backup, backup_flags);
 
+  gpupack::cli::MigrateFlags migrate_flags;
+  CLI::App* migrate = app.add_subcommand(
+      "migrate", "Copy the whole state from one database to another (SQLite to PostgreSQL, back, or a restore)");
+  gpupack::cli::AddMigrateFlags(*migrate, migrate_flags);
+
   // An unknown command is named (CLI11 alone would only say that a subcommand is required).
   if (argc > 1 && argv[1][0] != '-') {
     const auto all = std::function<bool(const CLI::App*)>([](const CLI::App*) { return true; });
@@ -78,6 +83,7 @@ int main(int argc, char** argv) {
 
   if (*server) return gpupack::cli::RunServer(server_flags);
   if (*backup) return gpupack::cli::RunBackup(backup_flags);
+  if (*migrate) return gpupack::cli::RunMigrate(migrate_flags);
   if (*agent) return gpupack::cli::RunAgent(agent_flags);
   if (*up) return gpupack::cli::RunUp(up_flags);
   if (*plan) return gpupack::cli::RunPlan(plan_flags);

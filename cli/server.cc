@@ -49,6 +49,15 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_flag("--place-on-disconnected", f.place_on_disconnected,
                "place tasks on container instances whose agent is not connected (benchmarks and simulations "
                "whose client plays the agent with SubmitTaskStateChange; such tasks never start otherwise)");
+  app.add_option("--max-provisioning-tasks", f.max_provisioning_tasks,
+                 "tasks of one cluster that may wait for a capacity provider's capacity (PROVISIONING) at once; a "
+                 "RunTask that could pass it is refused with LimitExceededException (ECS's quota is 500)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
+  app.add_option("--provisioning-timeout", f.provisioning_timeout_s,
+                 "seconds a task may wait in PROVISIONING before it stops (TaskFailedToStart)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{7 * 24 * 3600}));
   app.add_option("--advertise", f.advertise,
                  "with a PostgreSQL --db: the URL (http://HOST:PORT) at which the other servers reach this one to "
                  "forward calls to it while it leads (default: http://LISTEN; required when LISTEN is a wildcard "
@@ -77,6 +86,14 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
   app.add_option("--agent-hello-mib", f.agent_hello_mib,
                  "MiB of one agent's hello sent in parts (1..1024): an agent whose hello is larger is refused with "
                  "an error; 64 MiB holds some 50 times the hello of 360 tasks of 10 containers")
+      ->capture_default_str();
+  app.add_option("--max-connections-per-address", f.max_connections_per_address,
+                 "HTTP connections open at once from one client address (1..100000); one more is answered 503. "
+                 "Raise it when many clients reach the server through one proxy or NAT address")
+      ->capture_default_str();
+  app.add_option("--http-read-timeout", f.http_read_timeout_s,
+                 "seconds within which a whole HTTP request, headers and body, must arrive (1..600); a slower one "
+                 "is closed unanswered")
       ->capture_default_str();
   app.add_option("--fragmentation-workload", f.fragmentation_workload,
                  "JSON file {\"shapes\": [{\"weight\", \"cpu\", \"memory\", \"gpuMemory\" or \"gpus\", \"memberOf\"}]}: "
@@ -141,9 +158,9 @@ Result<std::shared_ptr<const TargetWorkload>> LoadFragmentationWorkload(const st
 
 namespace {
 
-// ChannelBoundsError checks the agent channel's bound flags; empty when all are in range. Each range refuses 0
-// and negative values, and values no host could honour (more connections than file descriptors, a queue or
-// hello of more than 1 GiB per agent).
+// ChannelBoundsError checks the agent channel's and the HTTP transport's bound flags; empty when all are in
+// range. Each range refuses 0 and negative values, and values no host could honour (more connections than file
+// descriptors, a queue or hello of more than 1 GiB per agent).
 std::string ChannelBoundsError(const ServerFlags& f) {
   struct Bound {
     const char* flag;
@@ -155,6 +172,9 @@ std::string ChannelBoundsError(const ServerFlags& f) {
       {"--max-agent-channels", f.max_agent_channels, 100'000, "agent channel connections open at once"},
       {"--agent-send-queue-mib", f.agent_send_queue_mib, 1024, "MiB queued per agent connection"},
       {"--agent-hello-mib", f.agent_hello_mib, 1024, "MiB of one agent's hello"},
+      {"--max-connections-per-address", f.max_connections_per_address, 100'000,
+       "HTTP connections open at once from one client address"},
+      {"--http-read-timeout", f.http_read_timeout_s, 600, "seconds to read a whole HTTP request"},
   };
   for (const Bound& b : bounds) {
     if (b.value < 1 || b.value > b.hi)
@@ -348,10 +368,14 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.control_plane.arn.region = f.region;
   options.control_plane.arn.account = f.account_id;
   options.control_plane.placement.place_on_disconnected = f.place_on_disconnected;
+  options.control_plane.placement.max_provisioning_per_cluster = static_cast<size_t>(f.max_provisioning_tasks);
+  options.control_plane.placement.provisioning_timeout_ms = f.provisioning_timeout_s * 1000;
   options.metrics_per_task = f.metrics_per_task;
   options.max_websockets = static_cast<size_t>(f.max_agent_channels);
   options.max_send_queue_bytes = static_cast<size_t>(f.agent_send_queue_mib) << 20;
   options.channel.max_hello_bytes = static_cast<size_t>(f.agent_hello_mib) << 20;
+  options.max_connections_per_address = static_cast<size_t>(f.max_connections_per_address);
+  options.http_read_timeout = std::chrono::seconds(f.http_read_timeout_s);
   auto strategy = ParseDefaultStrategy(f.default_strategy);
   if (!strategy.ok()) return usage("--default-strategy: " + strategy.status().message());
   options.control_plane.placement.shared_gpu_default = {*strategy};
@@ -399,21 +423,6 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   return std::unique_ptr<ServerRuntime>(new ServerRuntime(std::move(impl)));
 }
 
-void AddBackupFlags(CLI::App& app, BackupFlags& f) {
-  app.add_option("--db", f.db, "the server's SQLite database file")->capture_default_str();
-  app.add_option("--to", f.to, "the new file to write the copy to (must not exist)")->required();
-}
-
-int RunBackup(const BackupFlags& f) {
-  size_t tasks = 0;
-  if (Status s = SqliteStore::Backup(f.db, f.to, &tasks); !s.ok()) {
-    std::fprintf(stderr, "gpupack: %s\n", s.message().c_str());
-    return 1;
-  }
-  std::printf("backed up %s to %s (%zu tasks; the copy opens and loads)\n", f.db.c_str(), f.to.c_str(), tasks);
-  return 0;
-}
-
 int RunServer(const ServerFlags& f) {
   int code = 0;
   auto server = ServerRuntime::Start(f, &code);
@@ -426,6 +435,7 @@ int RunServer(const ServerFlags& f) {
     std::printf("  replica   %s  (leader or standby: %s/readyz)\n",
                 f.advertise.empty() ? server->endpoint().c_str() : f.advertise.c_str(), server->endpoint().c_str());
   std::printf("  auth      %s\n", server->auth_summary().c_str());
+  std::printf("  console   %s/console/\n", server->endpoint().c_str());
   std::printf("  health    %s/healthz   metrics %s/metrics\n", server->endpoint().c_str(), server->endpoint().c_str());
   std::printf("  agents    at most %lld channel connections, %lld MiB send queue each, hello up to %lld MiB\n",
               static_cast<long long>(f.max_agent_channels), static_cast<long long>(f.agent_send_queue_mib),

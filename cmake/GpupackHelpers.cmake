@@ -8,12 +8,22 @@ function(gpupack_library name)
   target_link_libraries(gpupack_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
 endfunction()
 
-# gpupack_test(NAME SOURCES... DEPS ... [LABELS ...]) adds one GoogleTest binary registered with ctest.
+# gpupack_test(NAME SOURCES... DEPS ... [LABELS ...] [PROPERTIES ...]) adds one GoogleTest binary registered with
+# ctest, one ctest test per test case; PROPERTIES (pairs) go to every one of them.
 function(gpupack_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS;PROPERTIES" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock Threads::Threads)
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+  # An empty LABELS value would vanish on the way to the discovered tests and shift the pairs after it.
+  set(properties ${ARG_PROPERTIES})
+  if(ARG_LABELS)
+    list(PREPEND properties LABELS "${ARG_LABELS}")
+  endif()
+  if(properties)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES ${properties})
+  else()
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
+  endif()
 endfunction()
 
 # gpupack_bench(NAME SOURCES... DEPS ...) adds one Google Benchmark binary (never run by ctest).

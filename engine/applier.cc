@@ -58,19 +58,26 @@ void Applier::WriterLoop() {
     {
       std::unique_lock lock(queue_mu_);
       auto ready = [this] { return stopping_ || !queue_.empty(); };
-      const auto& wakes = state_.ServiceWakes();  // state_ is the writer thread's: read here, on it
-      std::optional<EpochMs> wake;
-      if (!wakes.empty()) wake = wakes.begin()->first;
-      if (!reconnecting_.empty()) wake = std::min(wake.value_or(reconnect_deadline_), reconnect_deadline_);
-      if (!wake) {
+      // state_ is the writer thread's: read here, on it. The next timed write: a service's back-off ends, the
+      // oldest waiting task's time is up, or the reconnect grace after a load ends.
+      const auto& wakes = state_.ServiceWakes();
+      const auto& waits = state_.WaitStarts();
+      std::optional<EpochMs> next;
+      if (!wakes.empty()) next = wakes.begin()->first;
+      if (!waits.empty()) {
+        const EpochMs expiry = waits.begin()->first + options_.placement.provisioning_timeout_ms;
+        next = next ? std::min(*next, expiry) : expiry;
+      }
+      if (!reconnecting_.empty()) next = next ? std::min(*next, reconnect_deadline_) : reconnect_deadline_;
+      if (!next) {
         queue_cv_.wait(lock, ready);
-      } else if (const EpochMs delay = *wake - Now(); delay > 0) {
+      } else if (const EpochMs delay = *next - Now(); delay > 0) {
         queue_cv_.wait_for(lock, std::chrono::milliseconds(delay), ready);
       }
       if (queue_.empty() && stopping_) return;  // stopping, and nothing left to run
       jobs.swap(queue_);
     }
-    if (jobs.empty()) {  // a back-off or a reconnect grace ended: both are looked at at the start of every write
+    if (jobs.empty()) {  // a back-off, a wait or a grace ended: each is handled at the start of every write
       RunWrite([](Transaction&) { return Status::Ok(); }, [](Status) {});
       continue;
     }
@@ -155,6 +162,7 @@ Status Applier::LoadOnWriter() {
   }
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
   for (auto& svc : snap->services) state_.PutService(std::move(svc));
+  for (auto& p : snap->capacity_providers) state_.PutCapacityProvider(std::move(p));
   state_.RebuildReservations();
   // Records that decode but contradict each other are never served (storage/invariants.h).
   if (Status s = CheckInvariants(state_); !s.ok()) return s;
@@ -200,12 +208,22 @@ void Applier::RunWrite(const WriteOp& op, std::function<void(Status)> done) {
   }
   Status s;
   try {
-    if (!degraded) WakeServices(txn);
-    if (!reconnecting_.empty() && txn.now() >= reconnect_deadline_ && !degraded) EndReconnectGrace(txn);
+    if (!degraded) {
+      WakeServices(txn);
+      ExpireWaitingTasks(txn, options_.placement);
+      if (!reconnecting_.empty() && txn.now() >= reconnect_deadline_) EndReconnectGrace(txn);
+    }
     s = op(txn);
-    // The service scheduler acts on what the operation changed, in the same transaction, so the tasks it
-    // starts or stops are durable together with their cause.
-    if (!degraded) ReconcileServices(txn, options_.placement);
+    // The capacity-provider queue and the service scheduler act on what the operation changed, in the same
+    // transaction, so the tasks they start or stop are durable together with their cause. Waiting tasks were
+    // acknowledged first: they take freed capacity before a service's missing replicas; capacity the service
+    // scheduler frees (tasks it stops at once) goes to them too.
+    if (!degraded) {
+      PlaceWaitingTasks(txn, options_.placement);
+      const size_t released = txn.released_tasks().size();
+      ReconcileServices(txn, options_.placement);
+      if (txn.released_tasks().size() != released) PlaceWaitingTasks(txn, options_.placement);
+    }
   } catch (const std::exception& e) {
     s = Status::Server(std::string("internal error: ") + e.what());
   }
@@ -263,6 +281,7 @@ void Applier::FinishGroup() {
     move_all(merged.tasks, c.delta.tasks);
     move_all(merged.erased_tasks, c.delta.erased_tasks);
     move_all(merged.services, c.delta.services);
+    move_all(merged.capacity_providers, c.delta.capacity_providers);
   }
   if (!merged.empty()) {
     std::shared_ptr<const ReadView> base = View();

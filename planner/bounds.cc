@@ -104,32 +104,51 @@ Result<BoundsReport> RunBounds(const Scenario& sc) {
     int64_t time;
     int64_t size;
   };
-  std::vector<Item> items;
+  std::vector<Item> items, all;  // single-GPU items; every GPU task's
   const auto& tasks = sc.workload->tasks;
   const bool timed = sc.workload->HasTimes();
   for (size_t i = 0; i < tasks.size(); ++i) {
     const TaskDemand& d = sc.shapes[sc.tasks[i].shape].demand;
     bool single = d.gpu_kind == GpuKind::kShared || (d.gpu_kind == GpuKind::kDedicated && d.gpu_count == 1);
     for (int c = 0; c < tasks[i].Copies(); ++c) {
+      const int64_t at = timed ? tasks[i].CopyArrival(c) : 0;
       if (!single) {
         ++r.skipped;
+        if (d.gpu_kind == GpuKind::kDedicated) {  // several whole GPUs: as many whole items, together
+          ++r.multi_gpu_tasks;
+          for (int k = 0; k < d.gpu_count; ++k) all.push_back({at, r.capacity});
+        }
         continue;
       }
       int64_t size = d.gpu_kind == GpuKind::kDedicated ? r.capacity : std::min<int64_t>(d.gpu_memory, r.capacity);
       (size == r.capacity ? r.whole : r.fractional) += 1;
-      items.push_back({timed ? tasks[i].CopyArrival(c) : 0, size});
+      items.push_back({at, size});
+      all.push_back({at, size});
     }
   }
-  if (items.empty()) return Status::InvalidParameter("the workload has no single-GPU task to bound");
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.time < b.time; });
-  std::vector<int64_t> sizes;
-  for (const auto& it : items) sizes.push_back(it.size);
-  r.items = static_cast<int>(sizes.size());
-  r.l1 = LowerBoundL1(sizes, r.capacity);
-  r.l2 = LowerBoundL2(sizes, r.capacity);
-  r.ffd = FirstFitDecreasing(sizes, r.capacity);
-  r.best_fit = BestFit(sizes, r.capacity);
-  r.first_fit = FirstFit(sizes, r.capacity);
+  if (all.empty()) return Status::InvalidParameter("the workload has no GPU task to bound");
+  auto figures = [&r](std::vector<Item>& list) {
+    std::stable_sort(list.begin(), list.end(), [](const Item& a, const Item& b) { return a.time < b.time; });
+    std::vector<int64_t> sizes;
+    for (const auto& it : list) sizes.push_back(it.size);
+    BinFigures f;
+    f.items = static_cast<int>(sizes.size());
+    if (sizes.empty()) return f;
+    f.l1 = LowerBoundL1(sizes, r.capacity);
+    f.l2 = LowerBoundL2(sizes, r.capacity);
+    f.ffd = FirstFitDecreasing(sizes, r.capacity);
+    f.best_fit = BestFit(sizes, r.capacity);
+    f.first_fit = FirstFit(sizes, r.capacity);
+    return f;
+  };
+  const BinFigures single = figures(items);
+  r.items = single.items;
+  r.l1 = single.l1;
+  r.l2 = single.l2;
+  r.ffd = single.ffd;
+  r.best_fit = single.best_fit;
+  r.first_fit = single.first_fit;
+  r.all = figures(all);
   return r;
 }
 

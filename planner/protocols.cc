@@ -46,22 +46,6 @@ Result<std::vector<uint64_t>> ParseSeeds(std::string_view text) {
 
 namespace {
 
-// SplitMix64: the sampler's random stream, a pure function of the seed.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : x_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (x_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-
- private:
-  uint64_t x_;
-};
-
 // ParallelFor runs fn(0..n-1) on up to `jobs` threads; the first error wins. Progress is reported under a lock.
 Status ParallelFor(int n, int jobs, const std::function<Status(int)>& fn, const ProgressFn& progress) {
   std::atomic<int> next{0};
@@ -131,17 +115,27 @@ std::vector<Event> BuildEvents(const Scenario& sc, bool timed) {
 std::vector<int> SampleArrivals(const Scenario& sc, uint64_t seed, int demand_pct) {
   std::vector<int> out;
   std::vector<double> cumulative;
+  std::vector<int> listed;  // every task that may arrive (weight > 0), once
   double total = 0, gpu_weight = 0;
   for (size_t i = 0; i < sc.tasks.size(); ++i) {
     double w = sc.workload->tasks[i].weight;
     total += w;
     gpu_weight += sc.tasks[i].gpu_demand > 0 ? w : 0;
     cumulative.push_back(total);
+    if (w > 0) listed.push_back(static_cast<int>(i));
   }
   if (total <= 0 || gpu_weight <= 0 || sc.gpu_count <= 0) return out;
   const double target = demand_pct / 100.0 * sc.gpu_count;
-  SplitMix64 rng(seed);
+  PlanRng rng(seed);
+  // First the workload itself, every task once in a random order (Fisher-Yates), as the paper's simulator
+  // replays its pod list; then copies drawn with replacement by weight until the demand is reached.
+  for (size_t k = listed.size(); k > 1; --k) std::swap(listed[k - 1], listed[rng.Below(k)]);
   double arrived = 0;
+  for (int i : listed) {
+    if (arrived >= target - 1e-9) break;
+    out.push_back(i);
+    arrived += sc.tasks[i].gpu_demand;
+  }
   while (arrived < target - 1e-9) {
     double u = rng.Uniform() * total;
     size_t i = std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin();
@@ -199,6 +193,7 @@ Result<FgdReport> RunFgd(const Scenario& sc, const std::vector<PlanStrategy>& st
         Simulation::Options so;
         so.seed = opt.seeds[s];
         so.remember_failures = true;  // no departures in this protocol
+        so.node_order_seed = opt.seeds[s];
         auto sim = Simulation::Create(sc, strategy, so);
         if (!sim.ok()) return sim.status();
         FgdRun& run = runs[r];
@@ -212,6 +207,7 @@ Result<FgdReport> RunFgd(const Scenario& sc, const std::vector<PlanStrategy>& st
           auto out = (*sim)->Arrive(seq[i], static_cast<int>(i));
           ++run.arrivals;
           (out.placed ? run.placed : run.refused) += 1;
+          if (!out.placed) run.refused_gpu_demand += sc.tasks[seq[i]].gpu_demand;
           arrived += sc.tasks[seq[i]].gpu_demand;
           const double pct = 100.0 * arrived / gpus;
           while (next_k < points && pct >= next_k - 1e-9)

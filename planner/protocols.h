@@ -1,6 +1,7 @@
 // The planner's protocols, each a function of (scenario, strategies, options) -> report:
-//   fgd     the FGD paper's protocol: tasks sampled with replacement (by weight) until arrived GPU demand reaches
-//           demand_pct of capacity, no departures; the allocated share of GPU capacity as demand arrives. A
+//   fgd     the FGD paper's protocol: every task once in a random order, then tasks sampled with replacement (by
+//           weight) until arrived GPU demand reaches demand_pct of capacity, no departures, instances registered
+//           in a random order per seed; the allocated share of GPU capacity as demand arrives. A
 //           workload with services is refused (it has desired counts over time, which sampling has not).
 //   replay  arrivals and departures in time order; peak GPUs in use and refusals by reason over time (and by
 //           service: a refused replica is one the server would keep waiting for capacity).
@@ -31,9 +32,11 @@ std::vector<uint64_t> DefaultSeeds();
 // Parses "42..51", "7" or "1,2,5".
 Result<std::vector<uint64_t>> ParseSeeds(std::string_view text);
 
-// SampleArrivals draws the fgd arrival sequence for one seed: task indices, with replacement and in proportion to
-// weight, until arrived GPU demand reaches demand_pct percent of the scenario's GPUs. The same sequence is used
-// for every strategy. Empty when the workload asks for no GPU.
+// SampleArrivals draws the fgd arrival sequence for one seed, as the FGD paper's simulator builds it: every task
+// of the workload (weight > 0) once, in a random order, then copies drawn with replacement and in proportion to
+// weight, until arrived GPU demand reaches demand_pct percent of the scenario's GPUs (a workload that holds more
+// than that stops part way through its first pass). The same sequence is used for every strategy. Empty when the
+// workload asks for no GPU.
 std::vector<int> SampleArrivals(const Scenario& scenario, uint64_t seed, int demand_pct);
 
 // The most arrivals one fgd run may sample (the openb default list needs about 11,000).
@@ -52,6 +55,7 @@ struct FgdRun {
   int arrivals = 0;
   int placed = 0;
   int refused = 0;
+  double refused_gpu_demand = 0;  // the GPU demand of the refused tasks, in GPUs (TaskInstance::gpu_demand)
 };
 
 struct FgdStrategyResult {

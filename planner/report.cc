@@ -154,6 +154,12 @@ std::string VsFgd(double v, double fgd) {
   return std::string(d >= 0 ? "+" : "") + Fixed(d == 0 ? 0.0 : d, 2) + " vs fgd";
 }
 
+// Published: the paper's figures for the run, when the list is one of its seventeen and the run follows its
+// protocol's demand (the figures are at 130%).
+const PublishedList* Published(const PlanContext& ctx, const FgdReport& r) {
+  return ctx.published && r.demand_pct == kPublishedDemandPct ? &*ctx.published : nullptr;
+}
+
 }  // namespace
 
 std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
@@ -172,7 +178,9 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
       for (const auto& [at, v] : s.unallocated_pct_at) js["unallocatedPctAt"][std::to_string(at)] = R4(v);
       js["runs"] = Json::array();
       for (const auto& run : s.runs) {
-        Json jr = {{"seed", run.seed}, {"arrivals", run.arrivals}, {"placed", run.placed}, {"refused", run.refused}};
+        Json jr = {{"seed", run.seed},         {"arrivals", run.arrivals},
+                   {"placed", run.placed},     {"refused", run.refused},
+                   {"refusedGpuDemand", R4(run.refused_gpu_demand)}};
         jr["unallocatedPctAt"] = Json::object();
         for (const auto& [at, v] : s.unallocated_pct_at) jr["unallocatedPctAt"][std::to_string(at)] = R4(100.0 - run.allocated_pct[at]);
         js["runs"].push_back(std::move(jr));
@@ -191,6 +199,20 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
       }
       j["summary"] = std::move(sum);
     }
+    if (const PublishedList* pub = Published(ctx, r)) {
+      // Only for one of the paper's lists, so other reports keep their bytes.
+      Json jp = {{"list", std::string(pub->name)}, {"demandPct", kPublishedDemandPct}};
+      jp["paper"] = {{"Random", pub->random},   {"DotProd", pub->dot_prod}, {"GpuClustering", pub->gpu_clustering},
+                     {"GpuPacking", pub->gpu_packing}, {"BestFit", pub->best_fit}, {"FGD", pub->fgd}};
+      jp["strategies"] = Json::object();
+      for (const auto& s : r.strategies) {
+        const auto [ref, figure] = PublishedReference(*pub, s.name);
+        const double v = s.unallocated_pct_at.at(r.demand_pct);
+        jp["strategies"][s.name] = {{"reference", std::string(ref)}, {"published", figure},
+                                    {"difference", R4(v - figure)}};
+      }
+      j["published"] = std::move(jp);
+    }
     return j.dump(2) + "\n";
   }
   if (format == Format::kCsv) {
@@ -201,8 +223,9 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
     return out;
   }
   std::string out = "fgd: " + Heading(ctx);
-  out += "tasks sampled with replacement until arrived GPU demand reached " + std::to_string(r.demand_pct) +
-         "% of capacity, no departures; mean of " + std::to_string(r.seeds.size()) + " seed(s) " + SeedsText(r.seeds) +
+  out += "every task once in a random order, then copies sampled with replacement, until arrived GPU demand "
+         "reached " + std::to_string(r.demand_pct) +
+         "% of capacity, no departures, instances in a random order per seed; mean of " + std::to_string(r.seeds.size()) + " seed(s) " + SeedsText(r.seeds) +
          "\n\n";
   std::vector<int> at;
   for (int p : {25, 50, 75, 100}) if (p < r.demand_pct) at.push_back(p);
@@ -212,18 +235,26 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
   for (int p : at) head.push_back("alloc@" + std::to_string(p) + "%");
   for (const auto& [p, v] : r.strategies.empty() ? std::map<int, double>{} : r.strategies[0].unallocated_pct_at)
     head.push_back("unalloc@" + std::to_string(p) + "%");
-  head.push_back("refused/run");
+  head.push_back("refused tasks/run");
+  head.push_back("refused GPUs/run");
   t.Row(head);
   for (const auto& s : r.strategies) {
     std::vector<std::string> row = {s.name};
     for (int p : at) row.push_back(Pct(s.allocated_pct[p]));
     for (const auto& [p, v] : s.unallocated_pct_at) row.push_back(Pct(v));
-    double refused = 0;
-    for (const auto& run : s.runs) refused += run.refused;
-    row.push_back(Fixed(s.runs.empty() ? 0 : refused / s.runs.size(), 1));
+    double refused = 0, refused_demand = 0;
+    for (const auto& run : s.runs) {
+      refused += run.refused;
+      refused_demand += run.refused_gpu_demand;
+    }
+    const double runs = s.runs.empty() ? 1 : static_cast<double>(s.runs.size());
+    row.push_back(Fixed(refused / runs, 1));
+    row.push_back(Fixed(refused_demand / runs, 1));
     t.Row(row);
   }
   out += t.Str();
+  out += "(refused GPUs: the GPU demand of the refused tasks, in GPUs: a dedicated task counts its GPUs, a shared "
+         "one its share of a GPU; many small refusals weigh less than a few large ones)\n";
   if (const auto fgd = FgdBaseline(r)) {
     // One line for the run: each strategy's unallocated share at the demand and its difference to FGD.
     out += "\nunallocated at " + std::to_string(r.demand_pct) + "% (" + ctx.workload_source + "):";
@@ -232,6 +263,20 @@ std::string Render(const PlanContext& ctx, const FgdReport& r, Format format) {
       out += " " + s.name + " " + Pct(v) + (s.name == "fgd" ? "" : " (" + VsFgd(v, *fgd) + ")") + ";";
     }
     out.back() = '\n';
+  }
+  if (const PublishedList* pub = Published(ctx, r)) {
+    // Beside each strategy, the paper's figure it answers to (its own policy, else FGD) and the difference.
+    out += "\npublished (Weng et al., ATC 2023; openb list '" + std::string(pub->name) +
+           "', mean of seeds 42..51, unallocated at 130%):\n";
+    TextTable p;
+    p.Row({"strategy", "unalloc@130%", "paper", "published", "difference"});
+    for (const auto& s : r.strategies) {
+      const auto [ref, figure] = PublishedReference(*pub, s.name);
+      const double v = s.unallocated_pct_at.at(r.demand_pct);
+      const double d = std::round((v - figure) * 100.0) / 100.0;
+      p.Row({s.name, Pct(v), std::string(ref), Pct(figure), (d >= 0 ? "+" : "") + Fixed(d == 0 ? 0.0 : d, 2)});
+    }
+    out += p.Str();
   }
   return out;
 }
@@ -381,7 +426,18 @@ std::string Render(const PlanContext& ctx, const SizeReport& r, Format format) {
       t.Row({s.name, ty.instance_type, Count(ty.count), Count(static_cast<int64_t>(ty.count) * ty.gpus_per_instance),
              never});
     }
-  return out + t.Str();
+  out += t.Str();
+  // Why spread and random need so many more GPUs than binpack: said wherever they appear (docs/planning.md).
+  const bool scatters = std::any_of(r.strategies.begin(), r.strategies.end(), [](const SizeStrategyResult& s) {
+    return s.name.rfind("spread", 0) == 0 || s.name.rfind("random", 0) == 0;
+  });
+  if (scatters)
+    out += "\nspread and random need more GPUs by design: spread puts each task where the fewest are (or on the "
+           "emptiest GPU) and random anywhere it fits, so every instance ends up holding a few tasks and the free "
+           "memory is scattered in pieces too small for the next large task; the fleet that places everything is "
+           "then far larger than binpack's, which fills one GPU before it opens another. Size for binpack and use "
+           "spread only where spreading is the point (fault domains).\n";
+  return out;
 }
 
 // ---- bounds -----------------------------------------------------------------------------------------------
@@ -399,6 +455,9 @@ std::string Render(const PlanContext& ctx, const BoundsReport& r, Format format)
     j["ffd"] = r.ffd;
     j["bestFit"] = r.best_fit;
     j["firstFit"] = r.first_fit;
+    j["multiGpuTasks"] = r.multi_gpu_tasks;
+    j["allGpuTasks"] = {{"items", r.all.items}, {"L1", r.all.l1},           {"L2", r.all.l2},
+                        {"ffd", r.all.ffd},     {"bestFit", r.all.best_fit}, {"firstFit", r.all.first_fit}};
     return j.dump(2) + "\n";
   }
   if (format == Format::kCsv) {
@@ -406,29 +465,34 @@ std::string Render(const PlanContext& ctx, const BoundsReport& r, Format format)
     for (const auto& [k, v] : std::vector<std::pair<const char*, int64_t>>{
              {"capacity", r.capacity}, {"items", r.items}, {"wholeItems", r.whole}, {"fractionalItems", r.fractional},
              {"skippedItems", r.skipped}, {"L1", r.l1}, {"L2", r.l2}, {"ffd", r.ffd}, {"bestFit", r.best_fit},
-             {"firstFit", r.first_fit}})
+             {"firstFit", r.first_fit}, {"multiGpuTasks", r.multi_gpu_tasks}, {"allItems", r.all.items},
+             {"allL1", r.all.l1}, {"allL2", r.all.l2}, {"allFfd", r.all.ffd}, {"allBestFit", r.all.best_fit},
+             {"allFirstFit", r.all.first_fit}})
       out += std::string(k) + "," + std::to_string(v) + "\n";
     return out;
   }
   std::string out = "bounds: " + Heading(ctx);
-  out += "single-GPU tasks as items in bins of " + Count(r.capacity) + " units, all at once: " + Count(r.items) +
-         " items (" + Count(r.whole) + " whole GPUs, " + Count(r.fractional) + " shares); " + Count(r.skipped) +
-         " arrivals with no GPU or several left out\n\n";
+  out += "tasks as items in bins of " + Count(r.capacity) + " units, all at once: " + Count(r.items) +
+         " single-GPU items (" + Count(r.whole) + " whole GPUs, " + Count(r.fractional) + " shares); " +
+         Count(r.multi_gpu_tasks) + " multi-GPU tasks, each k whole GPUs, in the second column only (" +
+         Count(r.all.items) + " items); " + Count(r.skipped - r.multi_gpu_tasks) + " arrivals with no GPU left out\n\n";
   TextTable t;
-  t.Row({"GPUs needed", ""});
-  t.Row({"L1 = ceil(sum / capacity)   (lower bound)", Count(r.l1)});
-  t.Row({"L2 Martello-Toth            (lower bound)", Count(r.l2)});
-  t.Row({"first-fit decreasing", Count(r.ffd)});
-  t.Row({"best fit, arrival order", Count(r.best_fit)});
-  t.Row({"first fit, arrival order", Count(r.first_fit)});
+  t.Row({"GPUs needed", "single-GPU tasks", "all GPU tasks"});
+  t.Row({"L1 = ceil(sum / capacity)   (lower bound)", Count(r.l1), Count(r.all.l1)});
+  t.Row({"L2 Martello-Toth            (lower bound)", Count(r.l2), Count(r.all.l2)});
+  t.Row({"first-fit decreasing", Count(r.ffd), Count(r.all.ffd)});
+  t.Row({"best fit, arrival order", Count(r.best_fit), Count(r.all.best_fit)});
+  t.Row({"first fit, arrival order", Count(r.first_fit), Count(r.all.first_fit)});
   return out + t.Str();
 }
 
 // ---- SVG --------------------------------------------------------------------------------------------------
 
 std::string FgdSvg(const PlanContext& ctx, const FgdReport& r) {
-  const double W = 820, H = 520, left = 70, right = 20, top = 50, bottom = 60;
-  const double pw = W - left - right, ph = H - top - bottom;
+  // The legend goes below the plot (never over the curves): the picture grows by its height.
+  const double legend_h = 22.0 * static_cast<double>(r.strategies.size() + 1) + 16;
+  const double W = 820, plot_h = 520, H = plot_h + legend_h, left = 70, right = 20, top = 50, bottom = 60;
+  const double pw = W - left - right, ph = plot_h - top - bottom;
   const double xmax = r.demand_pct, ymax = 100;
   auto X = [&](double v) { return left + pw * v / xmax; };
   auto Y = [&](double v) { return top + ph * (1 - v / ymax); };
@@ -465,7 +529,7 @@ std::string FgdSvg(const PlanContext& ctx, const FgdReport& r) {
     << "\" stroke=\"black\"/>\n";
   s << "<line x1=\"" << X(0) << "\" y1=\"" << Y(0) << "\" x2=\"" << X(0) << "\" y2=\"" << Y(ymax)
     << "\" stroke=\"black\"/>\n";
-  s << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 18
+  s << "<text x=\"" << left + pw / 2 << "\" y=\"" << plot_h - 18
     << "\" text-anchor=\"middle\">arrived GPU demand (% of GPU capacity)</text>\n";
   s << "<text transform=\"translate(20," << top + ph / 2
     << ") rotate(-90)\" text-anchor=\"middle\">allocated GPU capacity (%)</text>\n";
@@ -481,8 +545,8 @@ std::string FgdSvg(const PlanContext& ctx, const FgdReport& r) {
       s << (p ? " " : "") << Fixed(X(static_cast<double>(p)), 1) << "," << Fixed(Y(st.allocated_pct[p]), 1);
     s << "\"><title>" << XmlEscape(st.name) << "</title></polyline>\n";
   }
-  // Legend, lower right (the curves rise from the lower left and flatten at the top); sized to its longest
-  // label at about 6.8 px per character of the 12 px font.
+  // Legend, under the x axis's label, left-aligned with the plot; sized to its longest label at about 6.8 px per
+  // character of the 12 px font.
   std::vector<std::string> labels;
   const std::optional<double> fgd = FgdBaseline(r);
   size_t longest = std::string("all arrived demand allocated").size();
@@ -498,7 +562,7 @@ std::string FgdSvg(const PlanContext& ctx, const FgdReport& r) {
   }
   const double lw = 48 + 6.8 * static_cast<double>(longest);
   const double lh = 22.0 * static_cast<double>(labels.size() + 1) + 6;
-  const double lx = X(xmax) - lw - 10, ly0 = Y(0) - lh - 14;
+  const double lx = left + 10, ly0 = plot_h + 6;
   s << "<rect x=\"" << lx - 10 << "\" y=\"" << ly0 - 6 << "\" width=\"" << lw << "\" height=\"" << lh
     << "\" fill=\"white\" stroke=\"#ccc\"/>\n";
   for (size_t k = 0; k < labels.size(); ++k) {

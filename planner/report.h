@@ -3,11 +3,13 @@
 // beyond the input names), so two runs with the same inputs print the same bytes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "planner/bounds.h"
 #include "planner/protocols.h"
+#include "planner/published.h"
 
 namespace gpupack::plan {
 
@@ -21,6 +23,9 @@ struct PlanContext {
   int tasks = 0;      // the workload's task entries (services not counted)
   std::string units;  // "milli" | "mib"
   int services = 0;   // the workload's services
+  // The FGD paper's figures when the workload is one of its seventeen openb lists and the fleet its 1,213
+  // nodes (planner/published.h): the fgd report then shows each strategy beside the paper's figure.
+  std::optional<PublishedList> published = std::nullopt;
 };
 
 enum class Format { kTable, kJson, kCsv };

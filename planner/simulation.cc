@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "scheduler/strategies.h"
 #include "scheduler/task_builder.h"
@@ -169,15 +170,31 @@ Result<Scenario> BuildScenario(const Fleet* fleet, const Workload& workload, Gpu
     pt.shape = it->second;
     sc.tasks.push_back(pt);
   }
-  // fgd's target: the typical shapes as the paper keys them (CPU, GPU count, GPU share, GPU models).
-  std::vector<WorkloadShape> fgd_shapes;
+  // fgd's target: the typical shapes as the paper keys them (CPU, GPU count, GPU share, GPU models). Shapes of
+  // equal count are cut at 95% in the simulator's order: the larger CPU first, then the larger share of a GPU
+  // (a whole GPU is 1000), more GPUs, and the GPU models ('|'-joined) that sort last. BuildTargetWorkload keeps
+  // the order of first appearance among equal counts, so the shapes are handed to it in that order.
+  struct Keyed {
+    std::tuple<int64_t, int64_t, int, std::string> order;
+    WorkloadShape shape;
+  };
+  std::vector<Keyed> keyed;
   for (size_t i = 0; i < sc.tasks.size(); ++i) {
     const Shape& shape = sc.shapes[sc.tasks[i].shape];
     WorkloadShape ws = WorkloadShapeOf(shape.demand, shape.constraints);
     ws.weight = workload.tasks[i].weight;
     ws.memory = 0;
-    fgd_shapes.push_back(std::move(ws));
+    const TaskDemand& d = shape.demand;
+    const int64_t milli = d.gpu_kind == GpuKind::kShared ? std::llround(sc.tasks[i].gpu_demand * 1000)
+                          : d.gpu_kind == GpuKind::kDedicated ? 1000 : 0;
+    const int count = d.gpu_kind == GpuKind::kShared ? 1 : d.gpu_kind == GpuKind::kDedicated ? d.gpu_count : 0;
+    std::string models;
+    for (const std::string& m : workload.tasks[i].gpu_models) models += (models.empty() ? "" : "|") + m;
+    keyed.push_back({{d.cpu, milli, count, std::move(models)}, std::move(ws)});
   }
+  std::stable_sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) { return a.order > b.order; });
+  std::vector<WorkloadShape> fgd_shapes;
+  for (Keyed& k : keyed) fgd_shapes.push_back(std::move(k.shape));
   sc.fgd_workload = BuildTargetWorkload(fgd_shapes, 0.95);
   return sc;
 }
@@ -201,6 +218,11 @@ Result<std::unique_ptr<Simulation>> Simulation::Create(const Scenario& scenario,
   if (scenario.fleet) {
     if (sim->options_.type_counts.empty()) {
       order = scenario.fleet->registration_order;
+      if (sim->options_.node_order_seed) {
+        // Fisher-Yates over the fleet's order with a stream of its own (not the arrivals' stream of the seed).
+        PlanRng rng(*sim->options_.node_order_seed ^ 0x6e6f64652d6f7264ULL);
+        for (size_t k = order.size(); k > 1; --k) std::swap(order[k - 1], order[rng.Below(k)]);
+      }
     } else {
       for (size_t t = 0; t < sim->options_.type_counts.size(); ++t)
         for (int n = 0; n < sim->options_.type_counts[t]; ++n) order.push_back(static_cast<int>(t));

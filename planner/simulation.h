@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,24 @@ struct Scenario {
 // MiB units are asked of a fleet whose GPU memory is unknown.
 Result<Scenario> BuildScenario(const Fleet* fleet, const Workload& workload, GpuUnits units);
 
+// PlanRng: the planner's random stream (SplitMix64), a pure function of its seed: fgd's arrivals and node order.
+class PlanRng {
+ public:
+  explicit PlanRng(uint64_t seed) : x_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (x_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  // Below: uniform in [0, n), n > 0 (the modulo bias is below 2^-40 for any fleet or workload size).
+  uint64_t Below(uint64_t n) { return Next() % n; }
+
+ private:
+  uint64_t x_;
+};
+
 // Simulation: one ClusterState with the scenario's fleet registered, placing tasks one at a time.
 // Not thread-safe; independent Simulations may run on different threads.
 class Simulation {
@@ -88,6 +107,11 @@ class Simulation {
     uint64_t seed = 0;               // the request seed (random strategy)
     bool remember_failures = false;  // the refusal cache above; forgotten at every departure
     std::vector<int> type_counts;    // instances per type, registered type by type; empty: the fleet as given
+    // When set (fgd), the fleet's instances are registered in a random order drawn from this seed instead of the
+    // fleet's order, so the ties every strategy leaves to "the instance registered first" fall on a fresh random
+    // instance per seed, as in the FGD paper's simulator (docs/planning.md, "The protocol"). Ignored with
+    // type_counts.
+    std::optional<uint64_t> node_order_seed;
   };
   struct Outcome {
     bool placed = false;

@@ -3,6 +3,7 @@
 #include <set>
 #include <utility>
 
+#include "protocol/field_limits.h"
 #include "protocol/fields.h"
 #include "protocol/messages.h"
 
@@ -70,6 +71,10 @@ void ReadHeartbeat(Fields& f, Heartbeat& m) {
   ReadId(f, m.id, true);
   f.Bool("impaired", m.impaired);
   f.Strings("heldGpus", m.held_gpus);
+  if (f.ok() && m.held_gpus.size() > kMaxHeldGpus)
+    f.Fail(f.Path("heldGpus"), "must hold at most " + std::to_string(kMaxHeldGpus) + " entries");
+  for (const auto& gpu : m.held_gpus)
+    if (f.ok()) f.Take(CheckField(gpu, kHeldGpuLimit, f.Path("heldGpus[]")));
   // gpuMemoryUsed stands apart: a bad one is dropped with a note, never the heartbeat's health with it.
   if (const Json* used = f.Get("gpuMemoryUsed", false)) {
     auto reading = ParseGpuMemoryReading(*used, f.Path("gpuMemoryUsed"));

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "base/percent.h"
+#include "protocol/field_limits.h"
 #include "protocol/fields.h"
 
 namespace gpupack::protocol {
@@ -37,6 +38,7 @@ Result<ContainerReport> ContainerReportFromJson(const Json& j, const std::string
   f.Int("exitCode", c.exit_code);
   f.String("reason", c.reason);
   CutReason(c.reason);
+  if (f.ok()) f.Take(CheckField(c.name, kReportedContainerLimit, f.Path("containerName")));
   if (!f.ok()) return f.status();
   return c;
 }
@@ -44,11 +46,15 @@ Result<ContainerReport> ContainerReportFromJson(const Json& j, const std::string
 // ReadTaskReport reads a TaskReport's fields from `f` (a task object, or a state message: fields inline).
 Status ReadTaskReport(Fields& f, TaskReport& r) {
   f.String("taskArn", r.task_arn, true);
+  if (f.ok()) f.Take(CheckField(r.task_arn, kReportedTaskArnLimit, f.Path("taskArn")));
   f.TaskStatusField("status", r.status, true);
   f.StopCodeField("stopCode", r.stop_code);
   f.String("reason", r.reason);
   CutReason(r.reason);
   f.Array("containers", false, [&r](const Json& e, const std::string& p) -> Status {
+    if (r.containers.size() == kMaxReportedContainers)
+      return Status::InvalidParameter(p + ": a task report holds at most " + std::to_string(kMaxReportedContainers) +
+                                      " containers");
     auto c = ContainerReportFromJson(e, p);
     if (!c.ok()) return c.status();
     r.containers.push_back(std::move(*c));

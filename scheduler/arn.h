@@ -31,6 +31,7 @@ struct ArnContext {
   std::string ContainerArn(const std::string& cluster, const std::string& task_id, const std::string& name) const {
     return Prefix() + "container/" + cluster + "/" + task_id + "/" + name;
   }
+  std::string CapacityProviderArn(const std::string& name) const { return Prefix() + "capacity-provider/" + name; }
 };
 
 // Resolves the `cluster` parameter (name or ARN; empty = "default") to a name. Refuses ARNs of another

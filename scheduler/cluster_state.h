@@ -232,6 +232,43 @@ class ClusterState {
   const std::set<std::string>& DaemonServices(const std::string& cluster) const;
   const std::set<std::pair<EpochMs, std::string>>& ServiceWakes() const { return service_wakes_; }
 
+  // ---- capacity providers, keyed by name (one namespace for the whole server, as ECS's per account)
+  const CapacityProvider* FindCapacityProvider(const std::string& name) const;
+  void PutCapacityProvider(CapacityProvider provider);  // adds or replaces
+  template <typename F>
+  void ForEachCapacityProvider(F&& f) const {
+    for (const auto& entry : capacity_providers_) f(entry.second);
+  }
+
+  // ---- tasks waiting for capacity (PROVISIONING), per (cluster, provider), head first
+  // A waiting task is a Task whose last_status is PROVISIONING: no instance, nothing reserved
+  // (resources_released is true, so nothing is released twice). AddWaitingTask and PutTask (at load) put it in its
+  // line; PlaceWaitingTask and SetTaskLastStatus(STOPPED) take it out. Finding a line's head is O(log n).
+  struct WaitKey {
+    int priority = 0;   // higher first
+    int64_t seq = 0;    // then first come, first served (Task::wait_seq)
+    std::string arn;
+    bool operator<(const WaitKey& o) const {
+      if (priority != o.priority) return priority > o.priority;
+      if (seq != o.seq) return seq < o.seq;
+      return arn < o.arn;
+    }
+  };
+  using WaitLine = std::set<WaitKey>;
+  // WaitLines: the cluster's non-empty lines by provider name.
+  const std::map<std::string, WaitLine>& WaitLines(const std::string& cluster) const;
+  size_t WaitingCount(const std::string& cluster) const;  // PROVISIONING tasks of the cluster, all providers
+  size_t WaitingTotal() const { return waiting_total_; }
+  // WaitStarts: (created_at, ARN) of every waiting task, oldest first: what the wait timeout looks at.
+  const std::set<std::pair<EpochMs, std::string>>& WaitStarts() const { return wait_starts_; }
+  // NextWaitSeq: the place in line of the next task acknowledged PROVISIONING (after every one ever loaded).
+  int64_t NextWaitSeq() { return ++last_wait_seq_; }
+  // AddWaitingTask adds a new PROVISIONING task (capacity_provider_name and wait_seq set, no instance).
+  Status AddWaitingTask(Task task);
+  // PlaceWaitingTask replaces a waiting task with `placed`, the same task with its placement decision filled
+  // (container_instance_arn, reserved, gpu_reservations, last_status PENDING), and holds its reservations.
+  Status PlaceWaitingTask(Task placed);
+
   // ---- clientToken idempotency
   const ClientTokenRecord* FindClientToken(const std::string& cluster, const std::string& token) const;
   void PutClientToken(ClientTokenRecord record);
@@ -284,6 +321,12 @@ class ClusterState {
   std::vector<std::shared_ptr<Task>> superseded_;  // versions replaced by Own() since DropSuperseded()
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
   std::map<std::string, Service> services_;  // ARN -> service
+  std::map<std::string, CapacityProvider> capacity_providers_;  // name -> provider
+  std::map<std::string, std::map<std::string, WaitLine>> wait_lines_;  // cluster -> provider -> line
+  std::set<std::pair<EpochMs, std::string>> wait_starts_;            // (created_at, ARN) (WaitStarts)
+  size_t waiting_total_ = 0;
+  int64_t last_wait_seq_ = 0;
+  void IndexWaiting(const Task& task, bool insert);
   // (cluster, group) -> ARNs of the group's tasks holding reservations, for groups "service:*" (ServiceTasks)
   std::map<std::pair<std::string, std::string>, std::set<std::string>> service_tasks_;
   void IndexServiceTask(const Task& task, bool insert);

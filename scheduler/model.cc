@@ -8,14 +8,16 @@ namespace {
 
 // k*Names: ECS's spelling of each status, indexed by the enum's value (the enums in model.h list them in this
 // order).
-constexpr const char* kTaskStatusNames[] = {"PENDING", "RUNNING", "STOPPED"};
+constexpr const char* kTaskStatusNames[] = {"PENDING", "RUNNING", "STOPPED", "PROVISIONING"};
+constexpr const char* kCapacityProviderStatusNames[] = {"ACTIVE", "INACTIVE"};
 constexpr const char* kInstanceStatusNames[] = {"ACTIVE", "DRAINING", "INACTIVE"};
 constexpr const char* kLifecycleStatusNames[] = {"ACTIVE", "INACTIVE"};
 constexpr const char* kServiceStatusNames[] = {"ACTIVE", "DRAINING", "INACTIVE"};
 constexpr const char* kRolloutStateNames[] = {"IN_PROGRESS", "COMPLETED", "FAILED"};
 static_assert(std::size(kServiceStatusNames) == static_cast<size_t>(ServiceStatus::kInactive) + 1);
 static_assert(std::size(kRolloutStateNames) == static_cast<size_t>(RolloutState::kFailed) + 1);
-static_assert(std::size(kTaskStatusNames) == static_cast<size_t>(TaskStatus::kStopped) + 1);
+static_assert(std::size(kTaskStatusNames) == static_cast<size_t>(TaskStatus::kProvisioning) + 1);
+static_assert(std::size(kCapacityProviderStatusNames) == static_cast<size_t>(CapacityProviderStatus::kInactive) + 1);
 static_assert(std::size(kInstanceStatusNames) == static_cast<size_t>(InstanceStatus::kInactive) + 1);
 static_assert(std::size(kLifecycleStatusNames) == static_cast<size_t>(LifecycleStatus::kInactive) + 1);
 
@@ -32,6 +34,11 @@ std::optional<E> ParseName(const char* const (&names)[N], std::string_view text)
 const char* Name(TaskStatus status) { return kTaskStatusNames[static_cast<size_t>(status)]; }
 const char* Name(InstanceStatus status) { return kInstanceStatusNames[static_cast<size_t>(status)]; }
 const char* Name(LifecycleStatus status) { return kLifecycleStatusNames[static_cast<size_t>(status)]; }
+
+const char* Name(CapacityProviderStatus status) { return kCapacityProviderStatusNames[static_cast<size_t>(status)]; }
+std::optional<CapacityProviderStatus> ParseCapacityProviderStatus(std::string_view text) {
+  return ParseName<CapacityProviderStatus>(kCapacityProviderStatusNames, text);
+}
 
 std::optional<TaskStatus> ParseTaskStatus(std::string_view text) {
   return ParseName<TaskStatus>(kTaskStatusNames, text);

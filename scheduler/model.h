@@ -20,9 +20,11 @@ using EpochMs = int64_t;
 // Each status is an enum in memory; Name() gives ECS's spelling (what the codec answers and what the store
 // writes) and Parse*() reads it back, nullopt for any other string.
 
-// TaskStatus: Task::last_status, Task::desired_status and Container::last_status.
-enum class TaskStatus { kPending, kRunning, kStopped };
-const char* Name(TaskStatus status);  // "PENDING" | "RUNNING" | "STOPPED"
+// TaskStatus: Task::last_status, Task::desired_status and Container::last_status. PROVISIONING is only ever a
+// task's last_status: a task launched through a capacity provider that waits for capacity (engine/operations/
+// capacity_queue.cc); it holds nothing and has no instance. Agents never report it.
+enum class TaskStatus { kPending, kRunning, kStopped, kProvisioning };
+const char* Name(TaskStatus status);  // "PENDING" | "RUNNING" | "STOPPED" | "PROVISIONING"
 std::optional<TaskStatus> ParseTaskStatus(std::string_view text);
 
 // InstanceStatus: ContainerInstance::status. DRAINING takes no new tasks; INACTIVE is deregistered.
@@ -45,6 +47,7 @@ inline constexpr char kUserInitiated[] = "UserInitiated";
 inline constexpr char kInfrastructureHealth[] = "InfrastructureHealth";
 inline constexpr char kServiceSchedulerInitiated[] = "ServiceSchedulerInitiated";
 }  // namespace stop_codes
+
 
 // ---- Task definitions -------------------------------------------------------------------------------------
 
@@ -135,6 +138,42 @@ struct TaskDemand {
   bool operator==(const TaskDemand&) const = default;
 };
 
+// ---- Capacity providers -----------------------------------------------------------------------------------
+// A capacity provider is a named pool of container instances (an instance joins one with the attribute
+// kCapacityProviderAttribute, which `gpupack agent --capacity-provider NAME` registers). Tasks launched through a
+// provider are placed only on its instances and wait in PROVISIONING while none has room (docs/operations.md).
+
+// kCapacityProviderAttribute: the instance attribute that names the provider an instance belongs to.
+inline constexpr char kCapacityProviderAttribute[] = "ecs.capacity-provider-name";
+// kPriorityTag: the task tag (ours) that orders a provider's waiting tasks: an integer -1000..1000, higher first,
+// 0 when absent; first come, first served within one priority.
+inline constexpr char kPriorityTag[] = "gpupack:priority";
+
+// CapacityProviderStatus: ACTIVE, or INACTIVE once deleted (kept describable, as ECS keeps it for a while).
+enum class CapacityProviderStatus { kActive, kInactive };
+const char* Name(CapacityProviderStatus status);  // "ACTIVE" | "INACTIVE"
+std::optional<CapacityProviderStatus> ParseCapacityProviderStatus(std::string_view text);
+
+struct CapacityProvider {
+  std::string name;
+  std::string arn;
+  CapacityProviderStatus status = CapacityProviderStatus::kActive;
+  std::string update_status;  // ECS's updateStatus: "" | "DELETE_COMPLETE" | "UPDATE_COMPLETE"
+  std::vector<KeyValuePair> tags;
+  EpochMs created_at = 0;
+  int64_t version = 1;
+  bool operator==(const CapacityProvider&) const = default;
+};
+
+// One item of a capacityProviderStrategy: tasks go to `provider`; the first `base` tasks of a request to the one
+// item with a base, the rest in proportion to `weight`.
+struct CapacityProviderStrategyItem {
+  std::string provider;
+  int weight = 0;  // 0..1000
+  int base = 0;    // 0..100000
+  bool operator==(const CapacityProviderStrategyItem&) const = default;
+};
+
 // ---- Clusters ---------------------------------------------------------------------------------------------
 
 struct ClusterSettings {
@@ -150,6 +189,10 @@ struct Cluster {
   ClusterSettings settings;
   std::vector<KeyValuePair> tags;
   EpochMs created_at = 0;
+  // PutClusterCapacityProviders: the providers a strategy may name, and the strategy of a RunTask or
+  // CreateService that gives neither a launchType nor a strategy.
+  std::vector<std::string> capacity_providers;
+  std::vector<CapacityProviderStrategyItem> default_strategy;
   bool operator==(const Cluster&) const = default;
 };
 
@@ -288,6 +331,15 @@ struct Task {
   std::vector<GpuReservation> gpu_reservations;
   bool resources_released = false;        // set once, when the task's reservations were returned
   std::string client_token;
+  // capacity_provider_name: the provider the task was launched through ("" = none); placed only on its instances.
+  std::string capacity_provider_name;
+  // wait_seq: the task's place in its provider's line, given when it was acknowledged PROVISIONING (FIFO within
+  // a priority); 0 = it never waited. Kept after it is placed, so a restart rebuilds the same order.
+  int64_t wait_seq = 0;
+  int priority = 0;  // kPriorityTag, for the order of a provider's waiting tasks
+  // A waiting task's RunTask placementConstraints and placementStrategy, applied when it is placed.
+  std::vector<PlacementConstraint> placement_constraints;
+  std::vector<PlacementStrategy> placement_strategy;
   int64_t version = 1;
   bool operator==(const Task&) const = default;
 };
@@ -350,6 +402,7 @@ struct Service {
   bool daemon = false;              // schedulingStrategy DAEMON (one task per instance), else REPLICA
   std::vector<PlacementConstraint> placement_constraints;
   std::vector<PlacementStrategy> placement_strategy;
+  std::vector<CapacityProviderStrategyItem> capacity_provider_strategy;  // its tasks go to these providers
   DeploymentConfiguration deployment_configuration;
   std::vector<ServiceDeployment> deployments;  // PRIMARY first, then ACTIVE ones, newest first
   std::vector<ServiceEvent> events;            // newest first, at most kMaxServiceEvents

@@ -3,6 +3,7 @@
 #include "scheduler/strategies.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -161,6 +162,37 @@ class FragmentScorer : public Scorer {
   FragmentMeasure measure_;
 };
 
+// bestfit (planner only): the FGD paper's BestFit baseline, a node score over CPU and GPU together, in the paper's
+// simulator's integer steps (ties are common: they go to the instance registered first, which the planner's fgd
+// protocol draws at random per seed):
+//   left = 0.5 * (CPU left after the task) / 128 vCPUs + 0.5 * (GPU left after the task, in GPUs) / 8
+//   score = -trunc(100 * (1 - left))   (lower is better: the instance left with the least wins)
+// GPU left counts every shareable GPU's free share (remaining memory over total). Host memory is not scored
+// (the filters check it). CPU is in ECS units (1,024 per vCPU).
+class BestFitScorer : public Scorer {
+ public:
+  static constexpr double kMaxCpu = 128.0 * 1024;  // the simulator's MaxSpecCpu, 128 cores
+  static constexpr double kMaxGpus = 8.0;           // its MaxSpecGpu, 8 GPUs
+  double Score(const ContainerInstance& inst, const InstanceLoad&, const TaskDemand& d, const GpuFit& fit, uint64_t,
+               const ScoreContext&, size_t, size_t) const override {
+    double gpus = 0;
+    for (const Gpu& g : inst.gpus)
+      if (Shareable(g) && g.total_memory_mib > 0)
+        gpus += static_cast<double>(g.remaining_memory_mib) / static_cast<double>(g.total_memory_mib);
+    if (d.gpu_kind == GpuKind::kDedicated) {
+      gpus -= d.gpu_count;
+    } else if (d.gpu_kind == GpuKind::kShared && fit.shared_gpu < inst.gpus.size() &&
+               inst.gpus[fit.shared_gpu].total_memory_mib > 0) {
+      gpus -= static_cast<double>(d.gpu_memory) / static_cast<double>(inst.gpus[fit.shared_gpu].total_memory_mib);
+    }
+    const double cpu = static_cast<double>(inst.remaining.cpu - d.cpu);
+    const double left = 0.5 * cpu / kMaxCpu + 0.5 * std::max(0.0, gpus) / kMaxGpus;
+    return -std::trunc(100.0 * (1.0 - left) + 1e-9);
+  }
+  double Floor(const TaskDemand&) const override { return -100; }
+  bool ScoresBeforeFit() const override { return false; }
+};
+
 // ---- the registry -------------------------------------------------------------------------------------------
 //
 // One entry per kind, in the order ValidatePlacement lists types and fields. To add a strategy: write its
@@ -250,6 +282,13 @@ std::vector<StrategyKind> BuildRegistry() {
       .index_walk = WalkFragment,
       .gpu_choice = GpuChoice::kFragment,
       .list_rank = 8,
+      .planner_only = true,
+  });
+  r.push_back({
+      .name = "bestfit",
+      .type = "bestfit",
+      .make_scorer = [](std::string_view) { return Make<BestFitScorer>(); },
+      .gpu_choice = GpuChoice::kBestFit,
       .planner_only = true,
   });
   return r;

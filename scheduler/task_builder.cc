@@ -9,21 +9,31 @@
 
 namespace gpupack {
 
-Task BuildTask(NewTaskFields fields, const TaskDemand& demand, int gpu_containers, const ContainerInstance& instance,
-               const std::vector<size_t>& gpu_indices) {
+namespace {
+
+// FromFields: a task record with the caller's fields and nothing placed.
+Task FromFields(NewTaskFields& fields) {
   Task t;
   t.id = std::move(fields.id);
   t.arn = std::move(fields.arn);
   t.cluster = std::move(fields.cluster);
-  t.container_instance_arn = instance.arn;
   t.group = std::move(fields.group);
   t.started_by = std::move(fields.started_by);
   t.created_at = fields.created_at;
   t.overrides = std::move(fields.overrides);
   t.tags = std::move(fields.tags);
+  t.client_token = std::move(fields.client_token);
+  return t;
+}
+
+}  // namespace
+
+Task BuildTask(NewTaskFields fields, const TaskDemand& demand, int gpu_containers, const ContainerInstance& instance,
+               const std::vector<size_t>& gpu_indices) {
+  Task t = FromFields(fields);
+  t.container_instance_arn = instance.arn;
   t.reserved = {demand.cpu, demand.memory};
   t.gpu_reservations = ReservationsFor(demand, instance, gpu_indices, gpu_containers);
-  t.client_token = std::move(fields.client_token);
   return t;
 }
 
@@ -55,6 +65,24 @@ Task BuildTask(NewTaskFields fields, const TaskDefinition& td, const TaskDemand&
           c.gpu_ids.push_back(instance.gpus[gpu_indices[next_dedicated++]].id);
       }
     }
+    t.containers.push_back(std::move(c));
+  }
+  return t;
+}
+
+Task BuildWaitingTask(NewTaskFields fields, const TaskDefinition& td) {
+  Task t = FromFields(fields);
+  t.task_definition_arn = td.arn;
+  t.last_status = TaskStatus::kProvisioning;
+  t.resources_released = true;  // it holds nothing yet
+  for (const auto& cd : td.containers) {
+    Container c;
+    c.name = cd.name;
+    if (fields.container_arn) c.container_arn = fields.container_arn(cd.name);
+    c.image = cd.image;
+    c.essential = cd.essential;
+    for (const auto& r : EffectiveRequirements(cd, OverrideFor(t.overrides, cd.name)))
+      if (r.type == "GPU" && r.mps) c.mps = r.mps;
     t.containers.push_back(std::move(c));
   }
   return t;

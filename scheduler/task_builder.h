@@ -47,4 +47,10 @@ Task BuildTask(NewTaskFields fields, const TaskDefinition& td, const TaskDemand&
 Task BuildTask(NewTaskFields fields, const TaskDemand& demand, int gpu_containers,
                const ContainerInstance& instance, const std::vector<size_t>& gpu_indices);
 
+// BuildWaitingTask: the record of a task acknowledged PROVISIONING, before any placement: the caller's fields,
+// td's ARN, one Container per container definition (name, ARN, image, essential, and gpuSharingStrategy for a
+// shared GPU container, without GPUs), nothing reserved and no instance. BuildTask with the same fields gives the
+// record once it is placed.
+Task BuildWaitingTask(NewTaskFields fields, const TaskDefinition& td);
+
 }  // namespace gpupack

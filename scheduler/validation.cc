@@ -144,9 +144,17 @@ Status ValidateResourceRequirement(const std::string& container, const ResourceR
                             "optionally, 'maxComputePercent'.");
     }
     if (rr.mps->memory_mib < 1) {
-      return Status::Client(prefix + "'sharingStrategy.nvidiaMps.memory' is required and must be an integer >= 1 "
-                                     "(MiB of GPU memory), got " +
+      return Status::Client(prefix + "'sharingStrategy.nvidiaMps.memory' is required and must be an integer >= " +
+                            std::to_string(kMinMpsMemoryMib) + " (MiB of GPU memory), got " +
                             std::to_string(rr.mps->memory_mib) + ".");
+    }
+    if (rr.mps->memory_mib < kMinMpsMemoryMib) {
+      // A GiB figure written by mistake ("16" meant 16 GiB) would pass as 16 MiB and the task would then die of
+      // out-of-memory on the GPU: the CUDA context alone does not fit (docs/api.md, Task definitions).
+      return Status::Client(prefix + "'sharingStrategy.nvidiaMps.memory' is in MiB and must be at least " +
+                            std::to_string(kMinMpsMemoryMib) + " MiB, enough for a CUDA context; got " +
+                            std::to_string(rr.mps->memory_mib) + " MiB. For " + std::to_string(rr.mps->memory_mib) +
+                            " GiB write " + std::to_string(rr.mps->memory_mib * 1024) + ".");
     }
     if (rr.mps->memory_mib > kMaxMpsMemoryMib) {
       return Status::Client(prefix + "'sharingStrategy.nvidiaMps.memory' must be at most " +

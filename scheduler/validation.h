@@ -2,6 +2,7 @@
 // field and the rule in its message, with the ECS error code the API answers.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,11 @@ Status ValidatePlacement(const std::vector<PlacementConstraint>& constraints,
 
 // Names: cluster names and families [a-zA-Z0-9_-]{1,255}; container names [a-zA-Z0-9_-]{1,255}.
 bool IsValidName(const std::string& name);
+
+// kMinMpsMemoryMib: the least `nvidiaMps.memory` a task definition may declare, in MiB. MPS counts the CUDA
+// context inside the limit, and a context alone costs 136 MiB (A10G) to 514 MiB (H200); below 256 MiB no CUDA
+// program has room to work, and a smaller figure is almost always GiB written by mistake (docs/api.md).
+inline constexpr int64_t kMinMpsMemoryMib = 256;
 
 // The two environment variables the agent owns for shared GPU containers.
 inline constexpr const char* kMpsMemLimitVar = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";

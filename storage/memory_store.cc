@@ -26,6 +26,9 @@ Snapshot MemoryStore::SnapshotLocked(bool with_tasks) const {
   if (with_tasks) snap.tasks = tasks_.values();
   snap.client_tokens = client_tokens_.values();
   snap.services = services_.values();
+  snap.capacity_providers = capacity_providers_.values();
+  std::sort(snap.capacity_providers.begin(), snap.capacity_providers.end(),
+            [](const CapacityProvider& a, const CapacityProvider& b) { return a.name < b.name; });
   std::sort(snap.services.begin(), snap.services.end(),
             [](const Service& a, const Service& b) { return a.arn < b.arn; });
   std::sort(snap.clusters.begin(), snap.clusters.end(),
@@ -49,6 +52,15 @@ Status MemoryStore::Commit(const WriteBatch& batch) {
     return error;
   }
   if (batch.empty()) return Status::Ok();
+  if (batch.replaces_everything()) {
+    clusters_ = {};
+    task_definitions_ = {};
+    instances_ = {};
+    tasks_ = {};
+    client_tokens_ = {};
+    services_ = {};
+    capacity_providers_ = {};
+  }
   // A batch never puts and deletes one key, so the order of the two passes does not matter.
   for (const auto& v : batch.clusters()) clusters_.Put(v.name, v);
   for (const auto& v : batch.task_definitions()) task_definitions_.Put({v.family, v.revision}, v);
@@ -56,6 +68,7 @@ Status MemoryStore::Commit(const WriteBatch& batch) {
   for (const auto& v : batch.tasks()) tasks_.Put(v.arn, v);
   for (const auto& v : batch.client_tokens()) client_tokens_.Put({v.cluster, v.token}, v);
   for (const auto& v : batch.services()) services_.Put(v.arn, v);
+  for (const auto& v : batch.capacity_providers()) capacity_providers_.Put(v.name, v);
   for (const auto& arn : batch.deleted_tasks()) tasks_.Erase(arn);
   for (const auto& key : batch.deleted_client_tokens()) client_tokens_.Erase(key);
   for (const auto& arn : batch.deleted_instances()) instances_.Erase(arn);

@@ -40,6 +40,7 @@ class MemoryStore : public Store {
   KeyedPuts<std::string, Task> tasks_;
   KeyedPuts<ClientTokenKey, ClientTokenRecord> client_tokens_;
   KeyedPuts<std::string, Service> services_;
+  KeyedPuts<std::string, CapacityProvider> capacity_providers_;
   Status commit_error_;        // guarded by mu_
   uint64_t failures_left_ = 0;  // guarded by mu_: commits still to fail (0: until cleared)
   uint64_t commit_count_ = 0;  // guarded by mu_

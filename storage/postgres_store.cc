@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/fd_wait.h"
+#include "storage/postgres_schema.h"
 #include "storage/serialize.h"
 
 namespace gpupack {
@@ -23,59 +24,6 @@ namespace {
 using storage_internal::FromDoc;
 using storage_internal::ToDoc;
 using Clock = std::chrono::steady_clock;
-
-// kPgMigrations[i] brings the schema from version i to version i + 1; each runs in one transaction together with
-// the gpupack_schema_version row that records it. Append only: never edit a script that has shipped.
-//
-// Instances and tasks carry `seq` (bigserial) that upserts keep, so Load returns them in first-stored order.
-// gpupack_leader_lease holds exactly one row (id 1): the leader's name, the URL it serves on, its epoch (raised
-// by every takeover) and when its lease ends by the database's clock; epoch 0 is "nobody has led yet".
-constexpr std::array<std::string_view, 2> kPgMigrations = {
-    // 0 -> 1: the initial schema.
-    R"sql(
-CREATE TABLE clusters (
-  name text PRIMARY KEY,
-  doc  text NOT NULL
-);
-CREATE TABLE task_definitions (
-  family   text NOT NULL,
-  revision integer NOT NULL,
-  doc      text NOT NULL,
-  PRIMARY KEY (family, revision)
-);
-CREATE TABLE container_instances (
-  seq bigserial PRIMARY KEY,
-  arn text NOT NULL UNIQUE,
-  doc text NOT NULL
-);
-CREATE TABLE tasks (
-  seq bigserial PRIMARY KEY,
-  arn text NOT NULL UNIQUE,
-  doc text NOT NULL
-);
-CREATE TABLE client_tokens (
-  cluster text NOT NULL,
-  token   text NOT NULL,
-  doc     text NOT NULL,
-  PRIMARY KEY (cluster, token)
-);
-CREATE TABLE gpupack_leader_lease (
-  id         smallint PRIMARY KEY CHECK (id = 1),
-  holder     text NOT NULL,
-  advertise  text NOT NULL,
-  epoch      bigint NOT NULL,
-  expires_at timestamptz NOT NULL
-);
-INSERT INTO gpupack_leader_lease (id, holder, advertise, epoch, expires_at) VALUES (1, '', '', 0, '-infinity');
-)sql",
-    // 1 -> 2: services.
-    R"sql(
-CREATE TABLE services (
-  arn text PRIMARY KEY,
-  doc text NOT NULL
-);
-)sql",
-};
 
 // kMigrationLock: the advisory lock key under which servers migrate (any constant of ours; "gpupack" in ASCII).
 constexpr const char* kMigrationLock = "SELECT pg_advisory_xact_lock(7453807506661739)";
@@ -361,7 +309,7 @@ std::string PostgresStore::Redacted(const std::string& uri) {
   return std::regex_replace(out, std::regex(R"(([?&]password=)[^&]*)"), "$1***");
 }
 
-int PostgresStore::LatestSchemaVersion() { return static_cast<int>(kPgMigrations.size()); }
+int PostgresStore::LatestSchemaVersion() { return static_cast<int>(storage_internal::PgMigrations().size()); }
 
 PostgresStore::PostgresStore(std::string uri, Options options, std::unique_ptr<Conn> conn)
     : uri_(std::move(uri)), options_(options), conn_(std::move(conn)) {}
@@ -405,7 +353,7 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const std::string& ur
     }
     const std::string step = "migrating the database schema from version " + std::to_string(current) + " to " +
                              std::to_string(current + 1) + " failed: ";
-    if (Status s = conn->Exec(std::string(kPgMigrations[static_cast<size_t>(current)])); !s.ok())
+    if (Status s = conn->Exec(std::string(storage_internal::PgMigrations()[static_cast<size_t>(current)])); !s.ok())
       return fail(Status::Server(step + s.message()));
     if (Status s = conn->Exec("INSERT INTO gpupack_schema_version (version) VALUES ($1)",
                               {std::to_string(current + 1)});
@@ -545,6 +493,9 @@ Result<Snapshot> PostgresStore::LoadImpl(const TaskSink* on_task) {
   if (s.ok())
     s = ReadAll(c, "SELECT arn, doc FROM services ORDER BY arn", "services", 1, one_text,
                 [](const Service& x) { return Quote(x.arn); }, &snap.services);
+  if (s.ok())
+    s = ReadAll(c, "SELECT name, doc FROM capacity_providers ORDER BY name", "capacity_providers", 1, one_text,
+                [](const CapacityProvider& x) { return Quote(x.name); }, &snap.capacity_providers);
   if (!s.ok()) {
     c.Rollback();
     return Status::Server("storage load failed: " + s.message());
@@ -647,6 +598,10 @@ PostgresStore::Conn::Statement DeleteByArn(const std::string& table, const std::
 
 std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch) {
   std::vector<PostgresStore::Conn::Statement> out;
+  if (batch.replaces_everything())
+    out.push_back({"emptying every table",
+                   "TRUNCATE clusters, task_definitions, container_instances, tasks, client_tokens, services, "
+                   "capacity_providers", {}});
   if (!batch.clusters().empty())
     out.push_back({"writing clusters",
                    "INSERT INTO clusters (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
@@ -665,6 +620,12 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
   if (!batch.instances().empty()) out.push_back(UpsertByArn("container_instances", batch.instances()));
   if (!batch.tasks().empty()) out.push_back(UpsertByArn("tasks", batch.tasks()));
   if (!batch.services().empty()) out.push_back(UpsertByArn("services", batch.services()));
+  if (!batch.capacity_providers().empty())
+    out.push_back({"writing capacity_providers",
+                   "INSERT INTO capacity_providers (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
+                   "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc",
+                   {ArrayLiteral(batch.capacity_providers(), [](const CapacityProvider& x) { return x.name; }),
+                    ArrayLiteral(batch.capacity_providers(), [](const CapacityProvider& x) { return ToDoc(x); })}});
   if (!batch.client_tokens().empty())
     out.push_back({"writing client_tokens",
                    "INSERT INTO client_tokens (cluster, token, doc) "

@@ -101,6 +101,8 @@ json Enc(const Cluster& v) {
       .Put("settings", v.settings)
       .Put("tags", v.tags)
       .Put("created_at", v.created_at)
+      .Put("capacity_providers", v.capacity_providers)
+      .Put("default_strategy", v.default_strategy)
       .Done();
 }
 
@@ -213,6 +215,11 @@ json Enc(const Task& v) {
       .Put("gpu_reservations", v.gpu_reservations)
       .Put("resources_released", v.resources_released)
       .Put("client_token", v.client_token)
+      .Put("capacity_provider_name", v.capacity_provider_name)
+      .Put("wait_seq", v.wait_seq)
+      .Put("priority", v.priority)
+      .Put("placement_constraints", v.placement_constraints)
+      .Put("placement_strategy", v.placement_strategy)
       .Put("version", v.version)
       .Done();
 }
@@ -359,7 +366,9 @@ void Read(JsonFields& o, Cluster& out) {
       .Get("status", out.status)
       .Get("settings", out.settings)
       .Get("tags", out.tags)
-      .Get("created_at", out.created_at);
+      .Get("created_at", out.created_at)
+      .Get("capacity_providers", out.capacity_providers)
+      .Get("default_strategy", out.default_strategy);
 }
 
 void Read(JsonFields& o, Gpu& out) {
@@ -469,6 +478,11 @@ void Read(JsonFields& o, Task& out) {
       .Get("gpu_reservations", out.gpu_reservations)
       .Get("resources_released", out.resources_released)
       .Get("client_token", out.client_token)
+      .Get("capacity_provider_name", out.capacity_provider_name)
+      .Get("wait_seq", out.wait_seq)
+      .Get("priority", out.priority)
+      .Get("placement_constraints", out.placement_constraints)
+      .Get("placement_strategy", out.placement_strategy)
       .Get("version", out.version);
 }
 

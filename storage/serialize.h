@@ -23,6 +23,7 @@ std::string ToDoc(const ContainerInstance& v);
 std::string ToDoc(const Task& v);
 std::string ToDoc(const ClientTokenRecord& v);
 std::string ToDoc(const Service& v);
+std::string ToDoc(const CapacityProvider& v);
 
 // FromDoc parses `doc` into `*out`; on failure a Status::Server whose message says what is wrong (the caller
 // adds which record it was).
@@ -32,5 +33,6 @@ Status FromDoc(std::string_view doc, ContainerInstance* out);
 Status FromDoc(std::string_view doc, Task* out);
 Status FromDoc(std::string_view doc, ClientTokenRecord* out);
 Status FromDoc(std::string_view doc, Service* out);
+Status FromDoc(std::string_view doc, CapacityProvider* out);
 
 }  // namespace gpupack::storage_internal

@@ -56,6 +56,9 @@ json Enc(const DeploymentConfiguration& v);
 json Enc(const ServiceDeployment& v);
 json Enc(const ServiceEvent& v);
 json Enc(const Service& v);
+json Enc(CapacityProviderStatus v);
+json Enc(const CapacityProviderStrategyItem& v);
+json Enc(const CapacityProvider& v);
 template <typename T>
 json Enc(const std::vector<T>& v);
 
@@ -93,6 +96,9 @@ void Read(JsonFields& o, DeploymentConfiguration& out);
 void Read(JsonFields& o, ServiceDeployment& out);
 void Read(JsonFields& o, ServiceEvent& out);
 void Read(JsonFields& o, Service& out);
+void Dec(JsonFields& f, const json& j, const JsonPath& at, CapacityProviderStatus& out);
+void Read(JsonFields& o, CapacityProviderStrategyItem& out);
+void Read(JsonFields& o, CapacityProvider& out);
 template <typename T>
 void Dec(JsonFields& f, const json& j, const JsonPath& at, std::vector<T>& out);
 template <typename T>

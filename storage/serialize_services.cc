@@ -1,4 +1,5 @@
-// The storage codec of services (storage/serialize_codec.h): Service and what it holds.
+// The storage codec of services and capacity providers (storage/serialize_codec.h): Service and what it holds,
+// CapacityProvider.
 #include "storage/serialize.h"
 #include "storage/serialize_codec.h"
 
@@ -47,6 +48,7 @@ json Enc(const Service& v) {
       .Put("daemon", v.daemon)
       .Put("placement_constraints", v.placement_constraints)
       .Put("placement_strategy", v.placement_strategy)
+      .Put("capacity_provider_strategy", v.capacity_provider_strategy)
       .Put("deployment_configuration", v.deployment_configuration)
       .Put("deployments", v.deployments)
       .Put("events", v.events)
@@ -113,6 +115,7 @@ void Read(JsonFields& o, Service& out) {
       .Get("daemon", out.daemon)
       .Get("placement_constraints", out.placement_constraints)
       .Get("placement_strategy", out.placement_strategy)
+      .Get("capacity_provider_strategy", out.capacity_provider_strategy)
       .Get("deployment_configuration", out.deployment_configuration)
       .Get("deployments", out.deployments)
       .Get("events", out.events)
@@ -132,5 +135,42 @@ void Read(JsonFields& o, Service& out) {
 
 std::string ToDoc(const Service& v) { return Dump(v); }
 Status FromDoc(std::string_view doc, Service* out) { return Parse(doc, out); }
+
+json Enc(CapacityProviderStatus v) { return Name(v); }
+void Dec(JsonFields& f, const json& j, const JsonPath& at, CapacityProviderStatus& out) {
+  DecStatus(f, j, at, ParseCapacityProviderStatus, "capacity provider status", out);
+}
+
+json Enc(const CapacityProviderStrategyItem& v) {
+  return ObjWriter().Put("provider", v.provider).Put("weight", v.weight).Put("base", v.base).Done();
+}
+void Read(JsonFields& o, CapacityProviderStrategyItem& out) {
+  Members{o}.Get("provider", out.provider).Get("weight", out.weight).Get("base", out.base);
+}
+
+json Enc(const CapacityProvider& v) {
+  return ObjWriter()
+      .Put("name", v.name)
+      .Put("arn", v.arn)
+      .Put("status", v.status)
+      .Put("update_status", v.update_status)
+      .Put("tags", v.tags)
+      .Put("created_at", v.created_at)
+      .Put("version", v.version)
+      .Done();
+}
+void Read(JsonFields& o, CapacityProvider& out) {
+  Members{o}
+      .Get("name", out.name)
+      .Get("arn", out.arn)
+      .Get("status", out.status)
+      .Get("update_status", out.update_status)
+      .Get("tags", out.tags)
+      .Get("created_at", out.created_at)
+      .Get("version", out.version);
+}
+
+std::string ToDoc(const CapacityProvider& v) { return Dump(v); }
+Status FromDoc(std::string_view doc, CapacityProvider* out) { return Parse(doc, out); }
 
 }  // namespace gpupack::storage_internal

@@ -27,7 +27,7 @@ using storage_internal::ToDoc;
 //
 // Instances and tasks carry `seq`, an INTEGER PRIMARY KEY (stable under VACUUM) that upserts keep, so Load
 // returns them in the order they were first stored (ClusterState's per-cluster registration order).
-constexpr std::array<std::string_view, 2> kMigrations = {
+constexpr std::array<std::string_view, 3> kMigrations = {
     // 0 -> 1: the initial schema.
     R"sql(
 CREATE TABLE clusters (
@@ -62,6 +62,13 @@ CREATE TABLE client_tokens (
 CREATE TABLE services (
   arn TEXT PRIMARY KEY NOT NULL,
   doc TEXT NOT NULL
+);
+)sql",
+    // 2 -> 3: capacity providers (tasks waiting for capacity are rows of tasks).
+    R"sql(
+CREATE TABLE capacity_providers (
+  name TEXT PRIMARY KEY NOT NULL,
+  doc  TEXT NOT NULL
 );
 )sql",
 };
@@ -210,10 +217,11 @@ Status Migrate(sqlite3* db) {
 struct SqliteStore::Db {
   std::unique_ptr<sqlite3, ConnCloser> conn;
   StmtPtr begin_write, begin_read, commit, rollback;
-  StmtPtr put_cluster, put_task_definition, put_instance, put_task, put_client_token, put_service;
+  StmtPtr put_cluster, put_task_definition, put_instance, put_task, put_client_token, put_service,
+      put_capacity_provider;
   StmtPtr delete_task, delete_client_token, delete_instance;
   StmtPtr select_clusters, select_task_definitions, select_instances, select_tasks, select_client_tokens,
-      select_services;
+      select_services, select_capacity_providers;
 
   Status PrepareAll() {
     const std::pair<StmtPtr*, const char*> all[] = {
@@ -236,6 +244,9 @@ struct SqliteStore::Db {
          "ON CONFLICT (cluster, token) DO UPDATE SET doc = excluded.doc"},
         {&put_service,
          "INSERT INTO services (arn, doc) VALUES (?1, ?2) ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc"},
+        {&put_capacity_provider,
+         "INSERT INTO capacity_providers (name, doc) VALUES (?1, ?2) "
+         "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc"},
         {&delete_task, "DELETE FROM tasks WHERE arn = ?1"},
         {&delete_client_token, "DELETE FROM client_tokens WHERE cluster = ?1 AND token = ?2"},
         {&delete_instance, "DELETE FROM container_instances WHERE arn = ?1"},
@@ -246,6 +257,7 @@ struct SqliteStore::Db {
         {&select_tasks, "SELECT arn, doc FROM tasks ORDER BY seq"},
         {&select_client_tokens, "SELECT cluster, token, doc FROM client_tokens ORDER BY cluster, token"},
         {&select_services, "SELECT arn, doc FROM services ORDER BY arn"},
+        {&select_capacity_providers, "SELECT name, doc FROM capacity_providers ORDER BY name"},
     };
     for (const auto& [slot, sql] : all) {
       sqlite3_stmt* raw = nullptr;
@@ -446,6 +458,10 @@ Result<Snapshot> SqliteStore::LoadImpl(const TaskSink* on_task) {
     s = ReadTable(
         conn, d.select_services.get(), "services", 1, one_text, [](const Service& v) { return Quote(v.arn); },
         &snap.services);
+  if (s.ok())
+    s = ReadTable(
+        conn, d.select_capacity_providers.get(), "capacity_providers", 1, one_text,
+        [](const CapacityProvider& v) { return Quote(v.name); }, &snap.capacity_providers);
   if (!s.ok()) {
     d.Rollback();
     return Status::Server("storage load failed: " + s.message());
@@ -473,6 +489,13 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
     return Status::Server("storage commit failed while " + what + ": " + msg + "; nothing of the batch was applied");
   };
 
+  if (batch.replaces_everything() &&
+      sqlite3_exec(conn,
+                   "DELETE FROM clusters; DELETE FROM task_definitions; DELETE FROM container_instances; "
+                   "DELETE FROM tasks; DELETE FROM client_tokens; DELETE FROM services; "
+                   "DELETE FROM capacity_providers;",
+                   nullptr, nullptr, nullptr) != SQLITE_OK)
+    return fail("emptying every table");
   for (const auto& c : batch.clusters()) {
     const std::string doc = ToDoc(c);
     if (!Use(d.put_cluster.get()).Text(1, c.name).Text(2, doc).Run())
@@ -500,6 +523,11 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
   for (const auto& v : batch.services()) {
     const std::string doc = ToDoc(v);
     if (!Use(d.put_service.get()).Text(1, v.arn).Text(2, doc).Run()) return fail("writing services " + Quote(v.arn));
+  }
+  for (const auto& v : batch.capacity_providers()) {
+    const std::string doc = ToDoc(v);
+    if (!Use(d.put_capacity_provider.get()).Text(1, v.name).Text(2, doc).Run())
+      return fail("writing capacity_providers " + Quote(v.name));
   }
   for (const auto& arn : batch.deleted_tasks()) {
     if (!Use(d.delete_task.get()).Text(1, arn).Run()) return fail("deleting tasks " + Quote(arn));

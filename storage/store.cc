@@ -46,6 +46,11 @@ void WriteBatch::PutService(Service service) {
   services_.Put(std::move(key), std::move(service));
 }
 
+void WriteBatch::PutCapacityProvider(CapacityProvider provider) {
+  std::string key = provider.name;
+  capacity_providers_.Put(std::move(key), std::move(provider));
+}
+
 void WriteBatch::DeleteTask(const std::string& arn) {
   tasks_.Erase(arn);
   deleted_tasks_.insert(arn);
@@ -63,7 +68,7 @@ void WriteBatch::DeleteInstance(const std::string& arn) {
 }
 
 void WriteBatch::Append(WriteBatch&& other) {
-  if (empty()) {
+  if (empty() || other.replaces_everything_) {
     *this = std::move(other);
     return;
   }
@@ -75,6 +80,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   for (auto& v : other.tasks_.TakeValues()) PutTask(std::move(v));
   for (auto& v : other.client_tokens_.TakeValues()) PutClientToken(std::move(v));
   for (auto& v : other.services_.TakeValues()) PutService(std::move(v));
+  for (auto& v : other.capacity_providers_.TakeValues()) PutCapacityProvider(std::move(v));
   for (const auto& arn : other.deleted_tasks_) DeleteTask(arn);
   for (const auto& [cluster, token] : other.deleted_client_tokens_) DeleteClientToken(cluster, token);
   for (const auto& arn : other.deleted_instances_) DeleteInstance(arn);
@@ -83,8 +89,8 @@ void WriteBatch::Append(WriteBatch&& other) {
 
 size_t WriteBatch::size() const {
   return clusters_.size() + task_definitions_.size() + instances_.size() + tasks_.size() +
-         client_tokens_.size() + services_.size() + deleted_tasks_.size() + deleted_client_tokens_.size() +
-         deleted_instances_.size();
+         client_tokens_.size() + services_.size() + capacity_providers_.size() + deleted_tasks_.size() +
+         deleted_client_tokens_.size() + deleted_instances_.size() + (replaces_everything_ ? 1 : 0);
 }
 
 }  // namespace gpupack

@@ -30,6 +30,7 @@ struct Snapshot {
   std::vector<Task> tasks;
   std::vector<ClientTokenRecord> client_tokens;
   std::vector<Service> services;  // by ARN
+  std::vector<CapacityProvider> capacity_providers;  // by name
 };
 
 // KeyedPuts: upserts of one entity kind, unique by key, in the order each key was first put. A later put of
@@ -88,13 +89,20 @@ class WriteBatch {
   void PutTask(Task task);
   void PutClientToken(ClientTokenRecord record);
   void PutService(Service service);  // services are never deleted: an INACTIVE one stays describable
+  void PutCapacityProvider(CapacityProvider provider);  // never deleted either: a deleted one turns INACTIVE
 
   void DeleteTask(const std::string& arn);  // retention purge of a STOPPED task
   void DeleteClientToken(const std::string& cluster, const std::string& token);
   void DeleteInstance(const std::string& arn);
 
+  // ReplaceEverything makes the batch replace all the store holds: the store empties every table, in the same
+  // transaction, before the batch's puts (`gpupack migrate --force`, a restore). Deletes are then moot.
+  void ReplaceEverything() { replaces_everything_ = true; }
+  bool replaces_everything() const { return replaces_everything_; }
+
   // Append adds `other`'s operations after this batch's: later puts of the same key win, and puts and
-  // deletes of one key cancel as if they had been made on this batch in order.
+  // deletes of one key cancel as if they had been made on this batch in order; when `other` replaces
+  // everything, it replaces this batch too.
   void Append(WriteBatch&& other);
 
   bool empty() const { return size() == 0; }
@@ -106,6 +114,7 @@ class WriteBatch {
   const std::vector<Task>& tasks() const { return tasks_.values(); }
   const std::vector<ClientTokenRecord>& client_tokens() const { return client_tokens_.values(); }
   const std::vector<Service>& services() const { return services_.values(); }
+  const std::vector<CapacityProvider>& capacity_providers() const { return capacity_providers_.values(); }
   const std::set<std::string>& deleted_tasks() const { return deleted_tasks_; }
   const std::set<ClientTokenKey>& deleted_client_tokens() const { return deleted_client_tokens_; }
   const std::set<std::string>& deleted_instances() const { return deleted_instances_; }
@@ -117,9 +126,11 @@ class WriteBatch {
   KeyedPuts<std::string, Task> tasks_;
   KeyedPuts<ClientTokenKey, ClientTokenRecord> client_tokens_;
   KeyedPuts<std::string, Service> services_;
+  KeyedPuts<std::string, CapacityProvider> capacity_providers_;
   std::set<std::string> deleted_tasks_;
   std::set<ClientTokenKey> deleted_client_tokens_;
   std::set<std::string> deleted_instances_;
+  bool replaces_everything_ = false;
 };
 
 // Store: loads and persists the control plane's state. Implementations say their own thread-safety.

@@ -9,6 +9,9 @@ namespace gpupack::api {
 
 namespace {
 
+// kMaxSessionsPerKey: console sessions one access key holds at most (docs/security.md, "Console sessions").
+constexpr size_t kMaxSessionsPerKey = 16;
+
 std::string Hex(const unsigned char* data, size_t n) {
   static const char* kHex = "0123456789abcdef";
   std::string out(n * 2, '0');
@@ -56,7 +59,19 @@ Result<std::string> ConsoleSessions::Create(ConsoleSession who) {
   const auto now = clock_();
   std::lock_guard lock(mu_);
   DropExpiredLocked(now);
-  if (by_hash_.size() >= options_.max_sessions && !by_hash_.empty()) {
+  // A key holds at most kMaxSessionsPerKey sessions: past it, its own least recently used one ends, so its logins
+  // can never push another key's sessions out (ten thousand logins with one key evicted the administrator's
+  // session before). A scan: logins are rare.
+  size_t held = 0;
+  auto own_oldest = by_hash_.end();
+  for (auto it = by_hash_.begin(); it != by_hash_.end(); ++it) {
+    if (it->second.who.access_key_id != who.access_key_id) continue;
+    ++held;
+    if (own_oldest == by_hash_.end() || it->second.last_used < own_oldest->second.last_used) own_oldest = it;
+  }
+  if (held >= kMaxSessionsPerKey) {
+    by_hash_.erase(own_oldest);
+  } else if (by_hash_.size() >= options_.max_sessions && !by_hash_.empty()) {
     auto oldest = std::min_element(by_hash_.begin(), by_hash_.end(), [](const auto& a, const auto& b) {
       return a.second.last_used < b.second.last_used;
     });

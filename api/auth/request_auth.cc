@@ -105,6 +105,11 @@ Result<std::string> RequestAuthenticator::Login(std::string_view access_key_id, 
   if (key == nullptr || !same) {
     return Status(ErrorCode::kUnrecognizedClient, "The access key id or the secret access key is not right.");
   }
+  // A node agent's key is on every GPU host: one copied off a host must not read what an administrator reads.
+  if (key->role == KeyRole::kAgent)
+    return Status(ErrorCode::kAccessDenied, "User: " + key->access_key_id +
+                                                " (gpupack_role agent) may not open a console session: log in with "
+                                                "an admin or reader key");
   return sessions_->Create({key->access_key_id, key->profile, ConsoleRole(key->role)});
 }
 

@@ -25,6 +25,13 @@ const app = {
 
 // ---- helpers -------------------------------------------------------------------------------------------------
 
+// imageCell: a container's image, struck through with a word when the process runtime ran its command on the host
+// instead (the image "host" says that on purpose).
+function imageCell(image, runtime) {
+  if (runtime !== 'process' || image === 'host') return esc(image);
+  return `<s class="image-unused">${esc(image)}</s> <span class="muted">not used: process runtime, ran on the host</span>`;
+}
+
 function esc(v) {
   return String(v ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 }
@@ -284,7 +291,7 @@ function clustersPage() {
       draw($('#clusters'), data.clusters.length
         ? `<table class="grid"><thead><tr><th>Cluster</th><th>Status</th><th>Instances</th><th>GPUs</th>
             <th>GPU memory allocated / total</th><th>Pending</th><th>Running</th><th>Stopped</th>
-            <th>Refused (last hour)</th></tr></thead><tbody>${rows}</tbody></table>`
+            <th>Refused (last hour)</th></tr></thead><tbody>${rows}</tbody></table>${fragmentationPanel(data.clusters)}`
         : '<p class="muted">No clusters yet.</p>');
     },
   };
@@ -325,7 +332,7 @@ function gpuStrip(g, taskArnPrefix) {
       data-remaining="${g.remaining}" data-held="${g.held}">
     <div class="gpu-head"><span class="mono" title="${esc(g.id)}">${esc(shortGpu(g.id))}</span>
       <span class="badge mode-${esc(g.mode)}">${esc(g.mode)}</span>${g.held ? '<span class="badge held">HELD after fault</span>' : ''}
-      <span class="muted">${mib(g.total - g.remaining)} / ${mib(g.total)} · compute declared ${g.compute}%</span></div>
+      <span class="muted">${mib(g.total - g.remaining)} / ${mib(g.total)} · <span title="the sum of the compute ceilings (maxComputePercent) of the tasks on this GPU; over 100% they may together ask for more SMs than it has and share them (compute-aware placement is off unless the cluster turns it on)">compute declared ${g.compute}%</span></span></div>
     <div class="strip">${segments}</div></div>`;
 }
 
@@ -523,7 +530,7 @@ function taskPage(params) {
           : `used ${usedMiB(compact.gpuMemoryUsedBytes)} of ${mib(compact.gpuMemoryDeclaredMib)} declared (${readAgo(compact.gpuMemoryReadAgoMs)})`;
       const containers = (t.containers ?? [])
         .map(
-          (c) => `<tr><td>${esc(c.name)}</td><td>${esc(c.image)}</td><td>${esc(c.lastStatus)}</td>
+          (c) => `<tr><td>${esc(c.name)}</td><td>${imageCell(c.image, compact?.runtime)}</td><td>${esc(c.lastStatus)}</td>
           <td>${esc(c.exitCode ?? '')}</td><td>${esc(c.reason ?? '')}</td><td class="mono">${esc((c.gpuIds ?? []).join(', '))}</td></tr>`,
         )
         .join('');

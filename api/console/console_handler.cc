@@ -7,11 +7,12 @@
 
 #include "api/ecs/codec.h"
 #include "api/http/errors.h"
+#include "engine/core/fragmentation_figures.h"
 
 namespace gpupack::api {
 
-// ConsoleAssetBody: the bytes of the console file `name` ("index.html", "app.js", "services.js", "app.css"), empty
-// when none.
+// ConsoleAssetBody: the bytes of the console file `name` ("index.html", "app.js", "services.js", "fragmentation.js",
+// "app.css"), empty when none.
 // Generated at build time from api/console/ (api/console/embed.cmake).
 std::string_view ConsoleAssetBody(std::string_view name);
 
@@ -231,6 +232,9 @@ Json TaskJson(const Task& t, const ReadView& view, const UsedMemory& used) {
           {"stopCode", t.stop_code},
           {"stoppedReason", t.stopped_reason}};
   out["gpuMemoryDeclaredMib"] = declared;
+  // The runtime its agent runs ("process": images are not used; the console says so instead of showing them).
+  if (const Attribute* runtime = instance != nullptr ? instance->FindAttribute("gpupack.runtime") : nullptr)
+    out["runtime"] = runtime->value.value_or("");
   if (reading) {
     int64_t in_use = 0;
     for (const auto& entry : reading->gpus) {  // no structured binding: a lambda below names the GPU
@@ -246,6 +250,26 @@ Json TaskJson(const Task& t, const ReadView& view, const UsedMemory& used) {
     used.AddReadTime(out, *reading);
   }
   out["gpus"] = std::move(gpus);
+  return out;
+}
+
+// FragmentationJson: a cluster's fragmentation figures (engine/core/fragmentation_figures.h), in MiB.
+Json FragmentationJson(const ClusterFragmentation& f) {
+  auto figures = [](const FreeMemory& m) {
+    return Json{{"largestFreeBlockMib", m.largest_block}, {"freeMib", m.free}, {"strandedMib", m.stranded},
+                {"gpus", m.gpus}};
+  };
+  Json out = figures(f.total);
+  out["smallestRecentDemandMib"] = f.smallest_recent_demand ? Json(*f.smallest_recent_demand) : Json();
+  out["recentDedicated"] = f.recent_dedicated;
+  out["recentTasks"] = f.recent_tasks;
+  Json types = Json::array();
+  for (const auto& [type, m] : f.by_instance_type) {
+    Json j = figures(m);
+    j["instanceType"] = type;
+    types.push_back(std::move(j));
+  }
+  out["byInstanceType"] = std::move(types);
   return out;
 }
 
@@ -278,6 +302,7 @@ Json Overview(const ReadView& view, const RefusalLog& refusals, EpochMs now) {
     auto it = tally.find(task.cluster);
     if (it != tally.end()) ++it->second.tasks[Name(task.last_status)];
   });
+  const FragmentationFigures fragmentation = ComputeFragmentation(view, now);
   Json clusters = Json::array();
   for (const Cluster* c : view.Clusters()) {
     const Tally& t = tally[c->name];
@@ -295,7 +320,8 @@ Json Overview(const ReadView& view, const RefusalLog& refusals, EpochMs now) {
                         {"gpuMemoryTotal", t.gpu_total},
                         {"gpuMemoryAllocated", t.gpu_allocated},
                         {"tasks", std::move(tasks)},
-                        {"refusedLastHour", refusals.LastHour(c->name, now)}});
+                        {"refusedLastHour", refusals.LastHour(c->name, now)},
+                        {"fragmentation", FragmentationJson(fragmentation.at(c->name))}});
   }
   return {{"clusters", std::move(clusters)}};
 }
@@ -463,6 +489,7 @@ std::optional<HttpResponse> ConsoleStaticAnswer(const HttpRequest& req, const st
       {"/console/index.html", {"index.html", "text/html; charset=utf-8"}},
       {"/console/app.js", {"app.js", "text/javascript; charset=utf-8"}},
       {"/console/services.js", {"services.js", "text/javascript; charset=utf-8"}},
+      {"/console/fragmentation.js", {"fragmentation.js", "text/javascript; charset=utf-8"}},
       {"/console/app.css", {"app.css", "text/css; charset=utf-8"}},
   };
   if (req.method != "GET" && req.method != "HEAD") return std::nullopt;

@@ -306,8 +306,22 @@ Json ToJson(const ArnContext& ctx, const Cluster& c, const ClusterCounts& counts
           {"statistics", Json::array()},
           {"tags", ToJson(c.tags, true)},
           {"settings", settings},
-          {"capacityProviders", Json::array()},
-          {"defaultCapacityProviderStrategy", Json::array()}};
+          {"capacityProviders", c.capacity_providers},
+          {"defaultCapacityProviderStrategy", ToJson(c.default_strategy)}};
+}
+
+Json ToJson(const std::vector<CapacityProviderStrategyItem>& strategy) {
+  Json out = Json::array();
+  for (const auto& item : strategy)
+    out.push_back({{"capacityProvider", item.provider}, {"weight", item.weight}, {"base", item.base}});
+  return out;
+}
+
+Json ToJson(const CapacityProvider& p, bool tags) {
+  Json out = {{"capacityProviderArn", p.arn}, {"name", p.name}, {"status", Name(p.status)}, {"type", "EC2"}};
+  if (!p.update_status.empty()) out["updateStatus"] = p.update_status;
+  if (tags) out["tags"] = ToJson(p.tags, true);
+  return out;
 }
 
 Json ToJson(const TaskDefinition& td) {
@@ -399,6 +413,8 @@ Json ToJson(const ArnContext& ctx, const Task& t) {
               {"attachments", Json::array()},
               {"tags", ToJson(t.tags, true)}};
   if (!t.started_by.empty()) out["startedBy"] = t.started_by;
+  if (!t.capacity_provider_name.empty()) out["capacityProviderName"] = t.capacity_provider_name;
+  if (t.container_instance_arn.empty()) out.erase("containerInstanceArn");  // PROVISIONING: not placed yet
   if (!t.stop_code.empty()) out["stopCode"] = t.stop_code;
   if (!t.stopped_reason.empty()) out["stoppedReason"] = t.stopped_reason;
   if (t.started_at) out["startedAt"] = EpochSeconds(t.started_at);
@@ -467,6 +483,10 @@ Json ToJson(const ArnContext& ctx, const Service& svc, bool tags) {
               {"enableECSManagedTags", false},
               {"propagateTags", "NONE"},
               {"enableExecuteCommand", false}};
+  if (!svc.capacity_provider_strategy.empty()) {  // ECS answers one or the other
+    out.erase("launchType");
+    out["capacityProviderStrategy"] = ToJson(svc.capacity_provider_strategy);
+  }
   if (tags) out["tags"] = ToJson(svc.tags, true);
   return out;
 }
@@ -504,6 +524,8 @@ Json ToJson(const ContainerInstance& inst) {
               {"tags", Json::array()},
               {"gpuDevices", gpus}};
   if (!inst.status_reason.empty()) out["statusReason"] = inst.status_reason;
+  if (const Attribute* cp = inst.FindAttribute(kCapacityProviderAttribute); cp && cp->value)
+    out["capacityProviderName"] = *cp->value;
   // ECS's instance health: the agent reports the instance impaired when its MPS control daemon stops answering.
   const char* health = inst.impaired ? "IMPAIRED" : "OK";
   out["healthStatus"] = {{"overallStatus", health},

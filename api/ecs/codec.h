@@ -39,6 +39,8 @@ Json ToJson(const ContainerInstance& instance);
 Json ToJson(const PlacementFailure& failure);
 // A service as DescribeServices answers it; its tags only when `tags` (include: TAGS).
 Json ToJson(const ArnContext& ctx, const Service& service, bool tags);
+Json ToJson(const std::vector<CapacityProviderStrategyItem>& strategy);  // capacityProviderStrategy
+Json ToJson(const CapacityProvider& provider, bool tags);
 Json ToJson(const std::vector<KeyValuePair>& tags, bool as_tags);
 
 // Epoch milliseconds -> ECS epoch seconds (a JSON number with millisecond precision).

@@ -7,6 +7,7 @@
 #include "api/ecs/ecs_dialect.h"
 #include "api/ecs/parse_fields.h"
 #include "base/json_fields.h"
+#include "protocol/field_limits.h"
 
 namespace gpupack::api {
 
@@ -87,6 +88,11 @@ Status ParsePlaceTasks(const Json& in, PlaceTasksRequest& r, bool start_task) {
   GP_TRY(f.status());
   if (launch_type && *launch_type != "EC2")
     return Status::InvalidParameter("launchType " + *launch_type + " is not supported; gpupack places EC2-style tasks");
+  r.launch_type_given = launch_type.has_value();
+  if (!start_task) {
+    GP_ASSIGN(strategy, ParseCapacityProviderStrategy(in, "capacityProviderStrategy"));
+    r.capacity_provider_strategy = std::move(strategy);
+  }
   f.String("group", r.group);
   GP_TRY(f.status());
   GP_TRY(CheckText(r.group, "group", kMaxGroup));
@@ -128,6 +134,7 @@ Result<ContainerStateReport> ParseContainerReport(const Json& c, const char* nam
   GP_TRY(f.status());
   if (status) {
     r.status = ParseTaskStatus(*status);
+    if (r.status == TaskStatus::kProvisioning) r.status.reset();  // only the server puts a task in line
     if (!r.status) return Status::InvalidParameter("containers[].status must be PENDING, RUNNING or STOPPED");
   }
   CutUtf8(r.reason, kMaxReportReason);
@@ -335,7 +342,8 @@ Result<ListTasksRequest> ParseListTasks(const Json& in) {
   GP_TRY(f.status());
   if (desired) {
     const std::optional<TaskStatus> parsed = ParseTaskStatus(*desired);
-    if (!parsed) return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
+    if (!parsed || *parsed == TaskStatus::kProvisioning)
+      return Status::InvalidParameter("desiredStatus must be RUNNING, PENDING or STOPPED");
     r.desired_status = *parsed;
   }
   GP_ASSIGN(page, ParsePage(f));
@@ -371,7 +379,8 @@ Result<SubmitTaskStateChangeRequest> ParseSubmitTaskStateChange(const Json& in) 
   std::string status;
   GP_TRY(RequireString(f, "status", status));
   const std::optional<TaskStatus> parsed = ParseTaskStatus(status);
-  if (!parsed) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
+  if (!parsed || *parsed == TaskStatus::kProvisioning)  // only the server puts a task in line
+    return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   r.report.status = *parsed;
   f.String("reason", r.report.reason);
   f.String("stopCode", r.report.stop_code);  // ours: the agent names why a task stopped
@@ -400,6 +409,7 @@ Result<SubmitContainerStateChangeRequest> ParseSubmitContainerStateChange(const 
   GP_TRY(f.status());
   if (status) {
     r.status = ParseTaskStatus(*status);
+    if (r.status == TaskStatus::kProvisioning) r.status.reset();  // only the server puts a task in line
     if (!r.status) return Status::InvalidParameter("status must be PENDING, RUNNING or STOPPED");
   }
   CutUtf8(r.reason, kMaxReportReason);
@@ -451,9 +461,8 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
       const auto id = df.Text("id");
       const auto type = df.Text("type");
       GP_TRY(df.status());
-      if (!id || id->empty() || id->size() > 255) return Status::InvalidParameter(at + ".id is required");
-      if (std::any_of(id->begin(), id->end(), [](char c) { return c <= ' ' || c > '~' || c == '"' || c == '\\'; }))
-        return Status::InvalidParameter(at + ".id must be printable ASCII without spaces, quotes or back slashes");
+      if (!id) return Status::InvalidParameter(at + ".id is required");
+      GP_TRY(protocol::CheckField(*id, protocol::kGpuIdLimit, at + ".id"));
       if (type.value_or("") != "GPU") return Status::InvalidParameter(at + ".type must be GPU");
       if (!ids.insert(*id).second) return Status::InvalidParameter("platformDevices: GPU " + *id + " is listed twice");
       MiB mem = 0;
@@ -479,14 +488,22 @@ Result<RegisterContainerInstanceRequest> ParseRegisterContainerInstance(const Js
     std::string agent_version;
     vf.String("agentVersion", agent_version);
     GP_TRY(vf.status());
+    if (!agent_version.empty()) GP_TRY(protocol::CheckField(agent_version, protocol::kAgentVersionLimit));
     r.agent_version = agent_version;
   }
   const auto identity = f.Text("instanceIdentityDocument");
   GP_TRY(f.status());
   if (identity && !identity->empty()) {
+    if (identity->size() > protocol::kMaxIdentityDocumentBytes)
+      return Status::InvalidParameter("instanceIdentityDocument must be at most " +
+                                      std::to_string(protocol::kMaxIdentityDocumentBytes) + " bytes, got " +
+                                      std::to_string(identity->size()));
     Json d = Json::parse(*identity, nullptr, false);
     if (d.is_object() && d.contains("instanceId") && d["instanceId"].is_string()) r.ec2_instance_id = d["instanceId"];
     if (d.is_object() && d.contains("instanceType") && d["instanceType"].is_string()) r.instance_type = d["instanceType"];
+    // Both land in labels and attributes (/metrics' Hostname, ecs.instance-type): bounded, no control characters.
+    if (!r.ec2_instance_id.empty()) GP_TRY(protocol::CheckField(r.ec2_instance_id, protocol::kInstanceIdLimit));
+    if (!r.instance_type.empty()) GP_TRY(protocol::CheckField(r.instance_type, protocol::kInstanceTypeLimit));
   }
   return r;
 }

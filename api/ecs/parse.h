@@ -42,5 +42,12 @@ Result<UpdateServiceRequest> ParseUpdateService(const Json& in);
 Result<DeleteServiceRequest> ParseDeleteService(const Json& in);
 Result<DescribeServicesRequest> ParseDescribeServices(const Json& in);
 Result<ListServicesRequest> ParseListServices(const Json& in);
+// capacity providers (parse_capacity.cc); ParseCapacityProviderStrategy reads the strategy list `key` of `in`.
+Result<std::vector<CapacityProviderStrategyItem>> ParseCapacityProviderStrategy(const Json& in, const char* key);
+Result<CreateCapacityProviderRequest> ParseCreateCapacityProvider(const Json& in);
+Result<UpdateCapacityProviderRequest> ParseUpdateCapacityProvider(const Json& in);
+Result<DeleteCapacityProviderRequest> ParseDeleteCapacityProvider(const Json& in);
+Result<DescribeCapacityProvidersRequest> ParseDescribeCapacityProviders(const Json& in);
+Result<PutClusterCapacityProvidersRequest> ParsePutClusterCapacityProviders(const Json& in);
 
 }  // namespace gpupack::api

@@ -25,8 +25,9 @@ Status RefuseUnsupported(const Json& in, const char* operation) {
       {"taskSets", "task sets"},
       {"vpcLatticeConfigurations", "VPC Lattice"},
   };
+  const bool create = std::string_view(operation) == "CreateService";  // CreateService takes a strategy
   for (const auto& [key, what] : kUnsupported) {
-    if (!in.contains(key)) continue;
+    if (!in.contains(key) || (create && std::string_view(key) == "capacityProviderStrategy")) continue;
     const Json& v = in[key];
     if (v.is_null() || (v.is_array() && v.empty())) continue;
     return Status::Unsupported(std::string(operation) + ": " + key + " is not supported: gpupack does not support " +
@@ -107,6 +108,9 @@ Result<CreateServiceRequest> ParseCreateService(const Json& in) {
   GP_ASSIGN(tags, ParseTags(in));
   GP_TRY(CheckTags(tags));
   r.tags = std::move(tags);
+  GP_ASSIGN(cps, ParseCapacityProviderStrategy(in, "capacityProviderStrategy"));
+  r.capacity_provider_strategy = std::move(cps);
+  r.launch_type_given = in.contains("launchType") && !in["launchType"].is_null();
   return r;
 }
 

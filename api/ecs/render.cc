@@ -60,6 +60,18 @@ Json Render(const ArnContext& ctx, const ServicesResult& r) {
   return {{"services", services}, {"failures", Failures(r.failures)}};
 }
 
+Json Render(const ArnContext&, const CapacityProviderResult& r) {
+  return {{"capacityProvider", ToJson(r.provider, /*tags=*/true)}};
+}
+
+Json Render(const ArnContext&, const CapacityProvidersResult& r) {
+  Json providers = Json::array();
+  for (const auto& p : r.providers) providers.push_back(ToJson(p, r.tags));
+  Json out = {{"capacityProviders", providers}, {"failures", Failures(r.failures)}};
+  if (r.next_token) out["nextToken"] = *r.next_token;
+  return out;
+}
+
 Json Render(const ArnContext&, const ListPage& r) {
   Json out = {{r.key, r.items}};
   if (r.next_token) out["nextToken"] = *r.next_token;

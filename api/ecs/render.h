@@ -20,5 +20,7 @@ Json Render(const ArnContext& ctx, const AckResult& r);
 Json Render(const ArnContext& ctx, const ExplainResult& r);
 Json Render(const ArnContext& ctx, const ServiceResult& r);
 Json Render(const ArnContext& ctx, const ServicesResult& r);
+Json Render(const ArnContext& ctx, const CapacityProviderResult& r);
+Json Render(const ArnContext& ctx, const CapacityProvidersResult& r);
 
 }  // namespace gpupack::api

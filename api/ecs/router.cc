@@ -131,6 +131,11 @@ const std::map<std::string, Route>& Routes() {
       {"DeleteService", WriteRoute(&ParseDeleteService, &DeleteService)},
       {"DescribeServices", ReadRoute(&ParseDescribeServices, &DescribeServices)},
       {"ListServices", ReadRoute(&ParseListServices, &ListServices)},
+      {"CreateCapacityProvider", WriteRoute(&ParseCreateCapacityProvider, &CreateCapacityProvider)},
+      {"UpdateCapacityProvider", WriteRoute(&ParseUpdateCapacityProvider, &UpdateCapacityProvider)},
+      {"DeleteCapacityProvider", WriteRoute(&ParseDeleteCapacityProvider, &DeleteCapacityProvider)},
+      {"DescribeCapacityProviders", ReadRoute(&ParseDescribeCapacityProviders, &DescribeCapacityProviders)},
+      {"PutClusterCapacityProviders", WriteRoute(&ParsePutClusterCapacityProviders, &PutClusterCapacityProviders)},
       {"ExplainPlacement", ExplainRoute()},
   };
   return kRoutes;
@@ -145,9 +150,6 @@ const std::map<std::string, std::string>& UnservedEcsOperations() {
                            "DeleteTaskSet", "DescribeTaskSets", "UpdateTaskSet", "DescribeServiceDeployments",
                            "DescribeServiceRevisions", "ListServiceDeployments", "StopServiceDeployment"})
       m[op] = "task sets, service revisions and Service Connect namespaces";
-    for (const char* op : {"CreateCapacityProvider", "DeleteCapacityProvider", "DescribeCapacityProviders",
-                           "UpdateCapacityProvider", "PutClusterCapacityProviders"})
-      m[op] = "capacity providers";
     for (const char* op : {"TagResource", "UntagResource", "ListTagsForResource"}) m[op] = "the tagging operations";
     for (const char* op : {"PutAccountSetting", "PutAccountSettingDefault", "DeleteAccountSetting",
                            "ListAccountSettings"})

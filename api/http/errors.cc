@@ -17,6 +17,7 @@ EcsError ToEcsError(ErrorCode code) {
     case ErrorCode::kConflict: return {400, "ConflictException"};
     case ErrorCode::kAccessDenied: return {400, "AccessDeniedException"};
     case ErrorCode::kLimitExceeded: return {400, "LimitExceededException"};
+    case ErrorCode::kResourceInUse: return {400, "ResourceInUseException"};
     case ErrorCode::kUnsupportedFeature: return {400, "UnsupportedFeatureException"};
     case ErrorCode::kUnknownOperation: return {400, "UnknownOperationException"};
     case ErrorCode::kServer: return {500, "ServerException"};

@@ -26,6 +26,17 @@ namespace {
 
 constexpr std::chrono::milliseconds kAcceptRetry{100};
 
+// ClientAddress: the peer's address as max_connections_per_address counts it (IPv4-mapped IPv6 read as IPv4);
+// empty when the peer is already gone.
+std::string ClientAddress(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto address = socket.remote_endpoint(ec).address();
+  if (ec) return "";
+  if (address.is_v6() && address.to_v6().is_v4_mapped())
+    address = net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6());
+  return address.to_string();
+}
+
 }  // namespace
 
 void HttpServer::Impl::DoAccept() {
@@ -56,18 +67,38 @@ void HttpServer::Impl::OnAccept(boost::system::error_code ec, tcp::socket socket
       spdlog::warn("http: {} connections open (max_connections); rejecting new ones ({} so far)",
                    connections_open.load(), rejected);
     }
-    RejectBusy(std::move(socket));
+    RejectBusy(std::move(socket),
+               "too many open connections (limit " + std::to_string(options.max_connections) + "); retry later");
     DoAccept();
     return;
   }
+  const std::string address = ClientAddress(socket);
   std::shared_ptr<http_internal::Session> session;
+  bool address_full = false;
   {
     std::lock_guard lock(mu);
     if (stopped) return;
-    const uint64_t id = next_session_id++;
-    session = http_internal::MakeSession(*this, id, std::move(socket));
-    sessions.emplace(id, session);
-    ++connections_open;
+    size_t& held = per_address[address];
+    address_full = held >= options.max_connections_per_address;
+    if (!address_full) {
+      ++held;
+      const uint64_t id = next_session_id++;
+      session = http_internal::MakeSession(*this, id, std::move(socket));
+      sessions.emplace(id, session);
+      address_of.emplace(id, address);
+      ++connections_open;
+    }
+  }
+  if (address_full) {
+    const uint64_t rejected = ++rejected_address_connections;
+    if (rejected == 1 || rejected % 1000 == 0) {
+      spdlog::warn("http: {} holds {} connections (max_connections_per_address); rejecting more ({} so far)",
+                   address, options.max_connections_per_address, rejected);
+    }
+    RejectBusy(std::move(socket), "too many open connections from " + address + " (limit " +
+                                      std::to_string(options.max_connections_per_address) + "); retry later");
+    DoAccept();
+    return;
   }
   ++connections_total;
   http_internal::StartSession(session);
@@ -75,10 +106,8 @@ void HttpServer::Impl::OnAccept(boost::system::error_code ec, tcp::socket socket
 }
 
 // RejectBusy answers 503 and closes, without blocking: the response fits in an empty socket send buffer.
-void HttpServer::Impl::RejectBusy(tcp::socket socket) {
-  const HttpResponse r = ErrorResponse(
-      503, "ServerException",
-      "too many open connections (limit " + std::to_string(options.max_connections) + "); retry later");
+void HttpServer::Impl::RejectBusy(tcp::socket socket, const std::string& message) {
+  const HttpResponse r = ErrorResponse(503, "ServerException", message);
   const std::string wire = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/x-amz-json-1.1\r\n"
                            "Date: " + HttpDate(std::time(nullptr)) +
                            "\r\nServer: gpupack\r\nx-amzn-ErrorType: ServerException\r\nx-amzn-RequestId: " + NewRequestId() +
@@ -94,6 +123,11 @@ void HttpServer::Impl::RejectBusy(tcp::socket socket) {
 void HttpServer::Impl::Unregister(uint64_t id) {
   std::lock_guard lock(mu);
   if (sessions.erase(id) > 0) --connections_open;
+  auto it = address_of.find(id);
+  if (it == address_of.end()) return;
+  auto held = per_address.find(it->second);
+  if (held != per_address.end() && --held->second == 0) per_address.erase(held);
+  address_of.erase(it);
 }
 
 void HttpServer::Impl::RunIoThread() {
@@ -118,6 +152,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options
   if (!handler) return Status::InvalidParameter("HttpServer on " + where + ": no handler given");
   if (options.threads < 1) return Status::InvalidParameter("HttpServer: threads must be >= 1");
   if (options.max_connections < 1) return Status::InvalidParameter("HttpServer: max_connections must be >= 1");
+  if (options.max_connections_per_address < 1)
+    return Status::InvalidParameter("HttpServer: max_connections_per_address must be >= 1");
   if (options.read_timeout.count() <= 0 || options.idle_timeout.count() <= 0 || options.write_timeout.count() <= 0) {
     return Status::InvalidParameter("HttpServer: read, idle and write timeouts must be > 0");
   }
@@ -220,6 +256,7 @@ HttpServer::Stats HttpServer::stats() const {
   s.connections_total = impl_->connections_total.load();
   s.requests = impl_->requests.load();
   s.rejected_connections = impl_->rejected_connections.load();
+  s.rejected_address_connections = impl_->rejected_address_connections.load();
   s.bad_requests = impl_->bad_requests.load();
   s.websockets_open = impl_->websockets_open.load();
   s.rejected_websockets = impl_->rejected_websockets.load();

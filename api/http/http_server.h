@@ -122,6 +122,12 @@ struct HttpServerOptions {
   // Open HTTP connections at most; one more is accepted, answered 503 and closed (counted in
   // rejected_connections). An upgraded connection leaves this count for max_websockets'.
   size_t max_connections = 4096;
+  // Open HTTP connections at most from one client address (IPv4, or IPv6 with IPv4-mapped addresses read as
+  // IPv4): one more from that address is answered 503 and closed (counted in rejected_address_connections), so
+  // a peer that opens connections and stalls them (headers, then a body a byte at a time) holds at most this
+  // many slots and max_body_bytes of memory in each, and other clients keep theirs. Clients behind one proxy
+  // or NAT share an address: raise it there. Upgraded connections are not counted (max_websockets bounds them).
+  size_t max_connections_per_address = 256;
   // Upgraded connections (the agent channel) open at most: a limit apart from max_connections, so that agents
   // can never take the slots of ECS calls. One more upgrade request is answered 503 ServerException with
   // Retry-After and closed, not upgraded (counted in rejected_websockets); ECS calls are served meanwhile. The
@@ -146,6 +152,7 @@ class HttpServer {
     uint64_t connections_total = 0;     // connections accepted and served (rejected ones not included)
     uint64_t requests = 0;              // complete requests handed to the Handler
     uint64_t rejected_connections = 0;  // turned away at max_connections
+    uint64_t rejected_address_connections = 0;  // turned away at max_connections_per_address
     uint64_t bad_requests = 0;          // answered by the server itself: 400 malformed, 413 body, 431 headers
     uint64_t websockets_open = 0;       // upgraded connections now open
     uint64_t rejected_websockets = 0;   // upgrade requests answered 503 at max_websockets

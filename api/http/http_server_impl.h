@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -74,7 +75,7 @@ struct HttpServer::Impl {
 
   void DoAccept();
   void OnAccept(boost::system::error_code ec, http_internal::tcp::socket socket);
-  void RejectBusy(http_internal::tcp::socket socket);
+  void RejectBusy(http_internal::tcp::socket socket, const std::string& message);
   void Unregister(uint64_t id);
   void RunIoThread();
 
@@ -87,6 +88,7 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> connections_total{0};
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> rejected_connections{0};
+  std::atomic<uint64_t> rejected_address_connections{0};
   std::atomic<uint64_t> bad_requests{0};
   std::atomic<uint64_t> websockets_open{0};
   std::atomic<uint64_t> rejected_websockets{0};
@@ -98,8 +100,10 @@ struct HttpServer::Impl {
   http_internal::tcp::acceptor acceptor{ioc};
   boost::asio::steady_timer accept_retry{ioc};  // used only by the accept chain
 
-  std::mutex mu;  // guards the five members below
+  std::mutex mu;  // guards the seven members below
   std::unordered_map<uint64_t, std::shared_ptr<http_internal::Session>> sessions;
+  std::unordered_map<uint64_t, std::string> address_of;     // session id -> its client address (sessions only)
+  std::unordered_map<std::string, size_t> per_address;      // client address -> its sessions open (never 0)
   std::unordered_map<uint64_t, std::shared_ptr<http_internal::WsSession>> ws_sessions;
   uint64_t next_session_id = 1;
   bool started = false;

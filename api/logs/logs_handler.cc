@@ -1,6 +1,7 @@
 #include "api/logs/logs_handler.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -20,7 +21,7 @@ using Json = nlohmann::json;
 
 constexpr int64_t kMaxEvents = 10000;             // GetLogEvents' and FilterLogEvents' largest limit
 constexpr size_t kResponseBytes = 900 * 1024;     // of messages in one answer (CloudWatch: 1 MB)
-constexpr int64_t kDescribeLimit = 50;            // DescribeLogStreams' largest limit
+constexpr int64_t kDescribeLimit = 50;            // DescribeLogStreams' and DescribeLogGroups' largest limit
 
 LogsReply Fail(const EcsError& error, const std::string& message) {
   return LogsReply{error.http_status, ErrorBody(error, message), error.type};
@@ -116,6 +117,34 @@ std::vector<StreamRef> GroupStreams(const ReadView& view, const std::string& gro
   std::sort(out.begin(), out.end(), [](const StreamRef& a, const StreamRef& b) { return a.name < b.name; });
   exists = !out.empty() || (group.rfind("/gpupack/", 0) == 0 && view.FindCluster(group.substr(9)) != nullptr);
   return out;
+}
+
+// GroupRef: one log group as DescribeLogGroups lists it.
+struct GroupRef {
+  EpochMs created_at = 0;
+  std::string region, account;
+};
+
+// AllGroups: every group that exists (GroupStreams' rule), by name: "/gpupack/<cluster>" for each cluster, created
+// with it, and each awslogs group of a kept task, created with its oldest stream.
+std::map<std::string, GroupRef> AllGroups(const ReadView& view) {
+  std::map<std::string, GroupRef> out;
+  for (const Cluster* c : view.Clusters())
+    out["/gpupack/" + c->name] = GroupRef{c->created_at, ArnPart(c->arn, 3), ArnPart(c->arn, 4)};
+  view.ForEachTask([&](const Task& t) {
+    for (const StreamRef& s : StreamsOf(view, t)) {
+      auto [it, added] = out.try_emplace(s.group, GroupRef{s.created_at, ArnPart(t.arn, 3), ArnPart(t.arn, 4)});
+      if (!added && s.created_at < it->second.created_at) it->second.created_at = s.created_at;
+    }
+  });
+  return out;
+}
+
+// ContainsIgnoringCase: whether `pattern` occurs in `text`, ASCII letters compared without case.
+bool ContainsIgnoringCase(const std::string& text, const std::string& pattern) {
+  auto lower = [](unsigned char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c); };
+  return std::search(text.begin(), text.end(), pattern.begin(), pattern.end(),
+                     [&](char a, char b) { return lower(a) == lower(b); }) != text.end();
 }
 
 // ---- request fields ---------------------------------------------------------------------------------------------
@@ -344,15 +373,18 @@ void LogsHandler::Serve(const HttpRequest& req, const SigV4Result& who, const st
 }
 
 bool LogsHandler::Knows(const std::string& operation) {
-  return operation == "GetLogEvents" || operation == "FilterLogEvents" || operation == "DescribeLogStreams";
+  return operation == "GetLogEvents" || operation == "FilterLogEvents" || operation == "DescribeLogStreams" ||
+         operation == "DescribeLogGroups";
 }
 
 void LogsHandler::Handle(const std::string& operation, const Json& body, Done done) const {
   if (operation == "GetLogEvents") return GetLogEvents(body, std::move(done));
   if (operation == "FilterLogEvents") return FilterLogEvents(body, std::move(done));
   if (operation == "DescribeLogStreams") return DescribeLogStreams(body, std::move(done));
+  if (operation == "DescribeLogGroups") return DescribeLogGroups(body, std::move(done));
   done(Fail(ToEcsError(ErrorCode::kUnknownOperation),
-            "gpupack serves GetLogEvents, FilterLogEvents and DescribeLogStreams of CloudWatch Logs, not " +
+            "gpupack serves GetLogEvents, FilterLogEvents, DescribeLogStreams and DescribeLogGroups of CloudWatch "
+            "Logs, not " +
                 operation.substr(0, 100)));
 }
 
@@ -493,6 +525,62 @@ void LogsHandler::DescribeLogStreams(const Json& body, Done done) const {
   }
   Json answer = {{"logStreams", std::move(out)}};
   if (from + count < streams.size()) answer["nextToken"] = std::to_string(from + count);
+  done(Answer(answer));
+}
+
+void LogsHandler::DescribeLogGroups(const Json& body, Done done) const {
+  Fields f(body);
+  const auto prefix = f.Text("logGroupNamePrefix");
+  const auto pattern = f.Text("logGroupNamePattern");
+  const auto token = f.Text("nextToken");
+  const auto limit = f.Integer("limit", 1, kDescribeLimit);
+  const std::vector<std::string> identifiers = f.List("logGroupIdentifiers");
+  f.Flag("includeLinkedAccounts", false);
+  const auto log_class = f.Text("logGroupClass");
+  if (!f.ok()) return done(f.Error());
+  if (prefix && pattern)
+    return done(InvalidParameter("LogGroupNamePrefix and LogGroupNamePattern are mutually exclusive."));
+  if (log_class && *log_class != "STANDARD" && *log_class != "INFREQUENT_ACCESS")
+    return done(InvalidParameter("logGroupClass must be STANDARD or INFREQUENT_ACCESS"));
+  // The token names the last group of the page before ("g/<name>"): the next page starts after it, so a group
+  // that appears or goes meanwhile shifts nothing.
+  std::optional<std::string> after;
+  if (token) {
+    if (token->rfind("g/", 0) != 0) return done(InvalidParameter("The specified nextToken is invalid."));
+    after = token->substr(2);
+  }
+  const auto view = cp_.applier().View();
+  const std::map<std::string, GroupRef> groups = AllGroups(*view);
+  const size_t count = static_cast<size_t>(limit.value_or(kDescribeLimit));
+  Json out = Json::array();
+  std::optional<std::string> last;
+  auto it = after ? groups.upper_bound(*after) : groups.begin();
+  for (; it != groups.end(); ++it) {
+    const std::string& name = it->first;
+    if (prefix && name.rfind(*prefix, 0) != 0) continue;
+    if (pattern && !ContainsIgnoringCase(name, *pattern)) continue;
+    if (!identifiers.empty() && std::find_if(identifiers.begin(), identifiers.end(), [&](const std::string& id) {
+          return id == name || id.ends_with(":log-group:" + name) || id.ends_with(":log-group:" + name + ":*");
+        }) == identifiers.end())
+      continue;
+    // Only gpupack's own class: every group is STANDARD; INFREQUENT_ACCESS lists none.
+    if (log_class && *log_class != "STANDARD") continue;
+    if (out.size() == count) {
+      last = out.back()["logGroupName"].get<std::string>();
+      break;
+    }
+    const GroupRef& g = it->second;
+    const std::string arn = "arn:aws:logs:" + g.region + ":" + g.account + ":log-group:" + name;
+    out.push_back({{"logGroupName", name},
+                   {"creationTime", g.created_at},
+                   {"metricFilterCount", 0},
+                   {"arn", arn + ":*"},
+                   {"logGroupArn", arn},
+                   {"storedBytes", 0},
+                   {"logGroupClass", "STANDARD"}});
+  }
+  Json answer = {{"logGroups", std::move(out)}};
+  if (last) answer["nextToken"] = "g/" + *last;
   done(Answer(answer));
 }
 

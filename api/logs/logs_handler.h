@@ -1,7 +1,8 @@
 // LogsHandler: the CloudWatch Logs JSON 1.1 API over the containers' output, served on the ECS port
 // (`POST /`, `X-Amz-Target: Logs_20140328.<operation>`; docs/api.md "Logs"). It answers GetLogEvents,
-// FilterLogEvents and DescribeLogStreams; the events stay on the agent that ran the task (agent/log_store.h) and
-// are fetched over the agent channel (AgentChannel::RequestLogs), a page per request.
+// FilterLogEvents, DescribeLogStreams and DescribeLogGroups (which log tools call first); the events stay on the
+// agent that ran the task (agent/log_store.h) and are fetched over the agent channel (AgentChannel::RequestLogs),
+// a page per request.
 //
 // Names (the awslogs driver's): a container whose definition has logConfiguration {logDriver: "awslogs",
 // options: {"awslogs-group": G, "awslogs-stream-prefix": P}} is group G, stream "P/<container>/<task id>"
@@ -51,7 +52,7 @@ class LogsHandler {
   void Serve(const HttpRequest& req, const SigV4Result& who, const std::string& request_id,
              std::chrono::steady_clock::time_point start, const CallGate& gate, Responder respond) const;
 
-  // Knows: GetLogEvents, FilterLogEvents, DescribeLogStreams.
+  // Knows: GetLogEvents, FilterLogEvents, DescribeLogStreams, DescribeLogGroups.
   static bool Knows(const std::string& operation);
   // Handle runs one operation (the target without kLogsTargetPrefix) and calls `done` once, maybe on another
   // thread (the one that got the agent's answer).
@@ -61,6 +62,7 @@ class LogsHandler {
   void GetLogEvents(const nlohmann::json& body, Done done) const;
   void FilterLogEvents(const nlohmann::json& body, Done done) const;
   void DescribeLogStreams(const nlohmann::json& body, Done done) const;
+  void DescribeLogGroups(const nlohmann::json& body, Done done) const;
 
   ControlPlane& cp_;
   AgentChannel& channel_;

@@ -62,7 +62,15 @@ std::shared_ptr<const ReadView> ReadView::FromState(const ClusterState& state) {
   for (size_t i = 0; i < kServiceShards; ++i)
     view->services_[i] = std::make_shared<const ServiceShard>(std::move(service_shards[i]));
   view->service_arns_ = std::move(service_arns);
+  auto providers = std::make_shared<std::map<std::string, CapacityProvider>>();
+  state.ForEachCapacityProvider([&](const CapacityProvider& p) { (*providers)[p.name] = p; });
+  view->capacity_providers_ = std::move(providers);
   return view;
+}
+
+const CapacityProvider* ReadView::FindCapacityProvider(const std::string& name) const {
+  auto it = capacity_providers_->find(name);
+  return it == capacity_providers_->end() ? nullptr : &it->second;
 }
 
 std::shared_ptr<const Service> ReadView::FindService(const std::string& arn) const {
@@ -80,6 +88,12 @@ std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta 
     auto clusters = std::make_shared<std::map<std::string, Cluster>>(*base.clusters_);
     for (auto& c : delta.clusters) (*clusters)[c.name] = std::move(c);
     view->clusters_ = std::move(clusters);
+  }
+
+  if (!delta.capacity_providers.empty()) {
+    auto providers = std::make_shared<std::map<std::string, CapacityProvider>>(*base.capacity_providers_);
+    for (auto& p : delta.capacity_providers) (*providers)[p.name] = std::move(p);
+    view->capacity_providers_ = std::move(providers);
   }
 
   // Services: copy on write per shard, like tasks below; the sorted ARNs only when a service is new.
@@ -157,21 +171,25 @@ std::shared_ptr<const ReadView> ReadView::Apply(const ReadView& base, ViewDelta 
 }
 
 // ApplyTaskOrders moves the tasks of `delta` in the ListTasks orders of `view` (a copy of `base`): a new task
-// joins its cluster's order, one whose desired status changed moves to the other, an erased one leaves.
+// joins its cluster's order, one whose desired status changed moves to the other, an erased one leaves. A delta
+// merges a whole commit group, so one task may come several times (a StopTask and the agent's report, two
+// reports): each task moves once, from where `base` has it to where its last change puts it (nowhere when it
+// was erased), so no order ever holds a task twice or keeps one the tasks map no longer has.
 void ReadView::ApplyTaskOrders(const ReadView& base, const ViewDelta& delta, ReadView& view) {
   struct Change {
     std::vector<TaskKey> insert, erase;
   };
+  std::unordered_map<std::string_view, const Task*> last;  // arn -> its last change; nullptr: erased
+  for (const auto& t : delta.tasks) last[t->arn] = t.get();
+  for (const auto& arn : delta.erased_tasks) last[arn] = nullptr;  // Apply erases after it updates
   std::map<std::pair<std::string, bool>, Change> changes;  // (cluster, stopped) -> change
   auto where = [](const Task& t) { return std::make_pair(t.cluster, t.desired_status == TaskStatus::kStopped); };
-  for (const auto& t : delta.tasks) {
-    const Task* old = base.FindTask(t->arn);
-    if (old && where(*old) == where(*t)) continue;
+  for (const auto& [arn, t] : last) {
+    const Task* old = base.FindTask(std::string(arn));
+    if (old && t && where(*old) == where(*t)) continue;
     if (old) changes[where(*old)].erase.push_back({old->created_at, old->arn});
-    changes[where(*t)].insert.push_back({t->created_at, t->arn});
+    if (t) changes[where(*t)].insert.push_back({t->created_at, t->arn});
   }
-  for (const auto& arn : delta.erased_tasks)
-    if (const Task* old = base.FindTask(arn)) changes[where(*old)].erase.push_back({old->created_at, old->arn});
   if (changes.empty()) return;
   static const TaskOrder kEmpty;
   auto orders = std::make_shared<std::map<std::string, ClusterTaskOrders>>(*base.task_orders_);

@@ -46,9 +46,10 @@ struct ViewDelta {
   std::vector<std::shared_ptr<const Task>> tasks;
   std::vector<std::string> erased_tasks;
   std::vector<std::shared_ptr<const Service>> services;
+  std::vector<CapacityProvider> capacity_providers;
   bool empty() const {
     return clusters.empty() && task_definitions.empty() && instances.empty() && tasks.empty() &&
-           erased_tasks.empty() && services.empty();
+           erased_tasks.empty() && services.empty() && capacity_providers.empty();
   }
 };
 
@@ -102,6 +103,10 @@ class ReadView {
   // ServiceArns: every service's ARN, sorted (a cluster's services are a range of it: ListServices).
   const std::set<std::string>& ServiceArns() const { return *service_arns_; }
 
+  // ---- capacity providers (few: copied whole by a commit that changes one)
+  const CapacityProvider* FindCapacityProvider(const std::string& name) const;
+  const std::map<std::string, CapacityProvider>& CapacityProviders() const { return *capacity_providers_; }
+
   // The number of commits published before this view (0 = the view of the loaded state).
   uint64_t sequence() const { return sequence_; }
 
@@ -126,6 +131,8 @@ class ReadView {
   std::shared_ptr<const std::map<std::string, ClusterTaskOrders>> task_orders_;
   std::array<std::shared_ptr<const ServiceShard>, kServiceShards> services_;  // by ShardOf(ARN) % kServiceShards
   std::shared_ptr<const std::set<std::string>> service_arns_ = std::make_shared<const std::set<std::string>>();
+  std::shared_ptr<const std::map<std::string, CapacityProvider>> capacity_providers_ =
+      std::make_shared<const std::map<std::string, CapacityProvider>>();
   size_t task_count_ = 0;
   uint64_t sequence_ = 0;
 };

@@ -99,6 +99,11 @@ struct PlacementPolicy {
   std::vector<PlacementStrategy> shared_gpu_default = {{"binpack", "gpuMemory"}};
   // place_on_disconnected: place on instances whose agent is not connected (benchmarks, simulations).
   bool place_on_disconnected = false;
+  // Tasks launched through a capacity provider that wait for capacity (PROVISIONING), per cluster at most this
+  // many (`gpupack server --max-provisioning-tasks`, ECS's quota of 500), each at most this long
+  // (`--provisioning-timeout`, then STOPPED with TaskFailedToStart).
+  size_t max_provisioning_per_cluster = 500;
+  EpochMs provisioning_timeout_ms = 30 * 60'000;
 };
 
 // RunTask and StartTask: StartTask names the instances and has no count.
@@ -114,6 +119,13 @@ struct PlaceTasksRequest {
   std::vector<PlacementConstraint> constraints;
   std::vector<PlacementStrategy> strategies;
   std::vector<std::string> container_instances;  // StartTask only
+  // capacityProviderStrategy (RunTask only; empty = none given) and whether a launchType was given (the two are
+  // mutually exclusive; neither means the cluster's default strategy).
+  std::vector<CapacityProviderStrategyItem> capacity_provider_strategy;
+  bool launch_type_given = false;
+  // queue: a task of a provider that cannot be placed now waits in PROVISIONING (RunTask); false for the service
+  // scheduler, whose replicas are retried by the service itself when capacity frees.
+  bool queue = true;
   std::string fingerprint;  // the request as sent: a repeated clientToken must carry the same request
   PlacementPolicy policy;   // the server's, set by the router
 };
@@ -175,6 +187,8 @@ struct CreateServiceRequest {
   bool daemon = false;               // schedulingStrategy DAEMON
   std::vector<PlacementConstraint> constraints;
   std::vector<PlacementStrategy> strategies;
+  std::vector<CapacityProviderStrategyItem> capacity_provider_strategy;
+  bool launch_type_given = false;
   DeploymentConfigurationChange deployment_configuration;
   std::optional<std::string> client_token;
   std::vector<KeyValuePair> tags;
@@ -208,6 +222,36 @@ struct ListServicesRequest {
   std::string cluster;
   std::optional<bool> daemon;  // schedulingStrategy filter
   PageRequest page;            // maxResults 1..100, default 10 (ECS's)
+};
+
+// ---- capacity providers
+
+struct CreateCapacityProviderRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string name;
+  std::vector<KeyValuePair> tags;
+};
+// UpdateCapacityProvider: gpupack's providers have no Auto Scaling group settings to change; the call names the
+// provider and answers it (autoScalingGroupProvider is refused by name by the parser).
+struct UpdateCapacityProviderRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string name;  // name or ARN
+};
+struct DeleteCapacityProviderRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string capacity_provider;  // name or ARN
+};
+struct DescribeCapacityProvidersRequest {
+  static constexpr Access kAccess = Access::kRead;
+  std::vector<std::string> capacity_providers;  // names or ARNs; empty = all
+  bool tags = false;                            // include: TAGS
+  PageRequest page;                             // maxResults 1..10, default 10 (when none are named)
+};
+struct PutClusterCapacityProvidersRequest {
+  static constexpr Access kAccess = Access::kWrite;
+  std::string cluster;
+  std::vector<std::string> capacity_providers;  // names
+  std::vector<CapacityProviderStrategyItem> default_strategy;
 };
 
 // ExplainPlacement (ours): RunTask's placement without placing. It reads the applier's latest state (the

@@ -73,6 +73,15 @@ struct ServicesResult {
   std::vector<Failure> failures;
   bool tags = false;  // DescribeServices include TAGS
 };
+struct CapacityProviderResult {
+  CapacityProvider provider;
+};
+struct CapacityProvidersResult {
+  std::vector<CapacityProvider> providers;
+  std::vector<Failure> failures;
+  bool tags = false;
+  std::optional<std::string> next_token;
+};
 struct AckResult {};
 struct ExplainResult {
   TaskDemand demand;

@@ -28,8 +28,12 @@ TaskOrder TaskOrder::Of(std::vector<TaskKey> keys) {
 
 TaskOrder TaskOrder::With(std::vector<TaskKey> insert, std::vector<TaskKey> erase) const {
   if (chunks_.empty()) return Of(std::move(insert));
-  std::sort(insert.begin(), insert.end());
-  std::sort(erase.begin(), erase.end());
+  // Sorted and unique: set_union keeps a key as often as either side holds it, so a key given twice would stay
+  // twice.
+  for (auto* keys : {&insert, &erase}) {
+    std::sort(keys->begin(), keys->end());
+    keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
+  }
   TaskOrder out;
   out.chunks_.reserve(chunks_.size() + 1);
   size_t ins = 0, era = 0;  // the first insert and erase key not yet given to a chunk

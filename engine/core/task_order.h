@@ -36,7 +36,7 @@ class TaskOrder {
 
   size_t size() const { return size_; }
   // With: this order without `erase` and with `insert` (keys of `erase` that are absent are ignored; a key of
-  // `insert` already present is not added twice).
+  // `insert` already present, or given twice, is held once).
   TaskOrder With(std::vector<TaskKey> insert, std::vector<TaskKey> erase) const;
 
   // ForEachFrom calls `f(const TaskKey&)` for the keys from position `begin` on, in order, until f returns false.

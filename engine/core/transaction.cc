@@ -74,6 +74,35 @@ Status Transaction::ReserveTask(Task task) {
   return Status::Ok();
 }
 
+Status Transaction::AddWaitingTask(Task task) {
+  const std::string arn = task.arn;
+  if (Status s = state_.AddWaitingTask(std::move(task)); !s.ok()) return s;
+  tasks_.insert(arn);  // a new task keeps version 1
+  task_order_.push_back(arn);
+  erased_tasks_.erase(arn);
+  return Status::Ok();
+}
+
+Status Transaction::PlaceWaitingTask(Task placed) {
+  const std::string arn = placed.arn, instance = placed.container_instance_arn;
+  const bool known = tasks_.count(arn) != 0;
+  if (!known) ++placed.version;
+  if (Status s = state_.PlaceWaitingTask(std::move(placed)); !s.ok()) return s;
+  if (!known) {
+    tasks_.insert(arn);
+    task_order_.push_back(arn);
+  }
+  ViewInstance(instance);
+  return Status::Ok();
+}
+
+void Transaction::PutCapacityProvider(CapacityProvider provider) {
+  const std::string name = provider.name;
+  if (capacity_providers_.insert(name).second)
+    if (const CapacityProvider* old = state_.FindCapacityProvider(name)) provider.version = old->version + 1;
+  state_.PutCapacityProvider(std::move(provider));
+}
+
 void Transaction::UpdateTask(const std::string& arn, const std::function<void(Task&)>& change) {
   Task* task = state_.FindTask(arn);
   if (!task) return;
@@ -181,6 +210,11 @@ Transaction::Outcome Transaction::Finish() {
     if (const Service* svc = state_.FindService(arn)) {
       out.batch.PutService(*svc);
       out.delta.services.push_back(std::make_shared<const Service>(*svc));
+    }
+  for (const auto& name : capacity_providers_)
+    if (const CapacityProvider* p = state_.FindCapacityProvider(name)) {
+      out.batch.PutCapacityProvider(*p);
+      out.delta.capacity_providers.push_back(*p);
     }
   out.pushes = std::move(pushes_);
   return out;

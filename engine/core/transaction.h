@@ -75,6 +75,11 @@ class Transaction {
   void UpdateTask(const std::string& arn, const std::function<void(Task&)>& change);
   // SetTaskStatus moves a task to PENDING, RUNNING or STOPPED (STOPPED releases its reservations exactly once).
   void SetTaskStatus(const std::string& arn, TaskStatus status);
+  // AddWaitingTask adds a task acknowledged PROVISIONING (ClusterState::AddWaitingTask); PlaceWaitingTask places
+  // it (ClusterState::PlaceWaitingTask). Both record it.
+  Status AddWaitingTask(Task task);
+  Status PlaceWaitingTask(Task placed);
+  int64_t NextWaitSeq() { return state_.NextWaitSeq(); }
   // EraseStoppedTask forgets a STOPPED task whose retention expired.
   Status EraseStoppedTask(const std::string& arn);
   void PutClientToken(ClientTokenRecord record);
@@ -105,6 +110,13 @@ class Transaction {
     all.insert(instances_.begin(), instances_.end());
     return all;
   }
+
+  // ---- capacity providers: PutCapacityProvider adds or replaces one whole and records it
+  void PutCapacityProvider(CapacityProvider provider);
+  // MarkCapacityFreed: something other than a task stopping or an instance changing may let a waiting task of
+  // `cluster` be placed now (a provider was put on the cluster): the queue looks at the cluster's lines.
+  void MarkCapacityFreed(const std::string& cluster) { freed_clusters_.insert(cluster); }
+  const std::set<std::string>& freed_clusters() const { return freed_clusters_; }
 
   // ---- agents and metrics
   void Push(const std::string& instance_arn, AgentPush push);
@@ -185,6 +197,8 @@ class Transaction {
   std::set<std::string> services_;         // changed services (ARN)
   std::vector<std::string> released_tasks_;
   std::set<std::string> marked_services_;  // services the scheduler should look at (MarkService)
+  std::set<std::string> capacity_providers_;  // changed providers (name)
+  std::set<std::string> freed_clusters_;      // MarkCapacityFreed
 };
 
 }  // namespace gpupack::api

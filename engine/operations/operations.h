@@ -47,6 +47,13 @@ Status ListTasks(const ListTasksRequest& in, const ReadContext& ctx, ListPage& o
 // ExplainPlacement reads the applier's working state (see ExplainPlacementRequest).
 Status ExplainPlacement(const ExplainPlacementRequest& in, const ClusterState& state, const ArnContext& arn,
                         ExplainResult& out);
+// PlacementRequestFor: the placement request of a RunTask, StartTask, ExplainPlacement or waiting task, with the
+// server's placement policy.
+PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinition& td, const TaskOverride& overrides,
+                                     const std::vector<PlacementConstraint>& constraints,
+                                     const std::vector<PlacementStrategy>& strategies,
+                                     const std::optional<std::string>& group, uint64_t seed,
+                                     const PlacementPolicy& policy);
 // kClientTokenRetentionMs: how long a RunTask/StartTask clientToken is remembered (docs/api.md): a repeat within
 // it answers the first request's tasks, later the token is new again.
 inline constexpr EpochMs kClientTokenRetentionMs = 24 * 3'600'000;
@@ -109,6 +116,36 @@ void ReconcileServices(Transaction& txn, const PlacementPolicy& policy);
 // a restarted or newly elected server picks up where the last one stopped).
 void WakeServices(Transaction& txn);
 void MarkAllServices(Transaction& txn);
+
+// ---- capacity providers (capacity_providers.cc: the API; capacity_queue.cc: the tasks waiting for capacity)
+Status CreateCapacityProvider(const CreateCapacityProviderRequest& in, Transaction& txn, CapacityProviderResult& out);
+Status UpdateCapacityProvider(const UpdateCapacityProviderRequest& in, Transaction& txn, CapacityProviderResult& out);
+Status DeleteCapacityProvider(const DeleteCapacityProviderRequest& in, Transaction& txn, CapacityProviderResult& out);
+Status DescribeCapacityProviders(const DescribeCapacityProvidersRequest& in, const ReadContext& ctx,
+                                 CapacityProvidersResult& out);
+Status PutClusterCapacityProviders(const PutClusterCapacityProvidersRequest& in, Transaction& txn,
+                                   ClusterResult& out);
+// StrategyFor: the capacity provider strategy a RunTask or a CreateService uses: `given`, else none when a
+// launchType was given, else the cluster's default; checked against the cluster (ECS's rules and messages).
+Result<std::vector<CapacityProviderStrategyItem>> StrategyFor(const ClusterState& state, const Cluster& cluster,
+                                                              const std::vector<CapacityProviderStrategyItem>& given,
+                                                              bool launch_type_given);
+// ProvidersForTasks: the provider of each of `count` tasks of one request: the item with a base takes the first
+// `base` tasks, the rest go by weight (smooth weighted round robin: each provider's share is its weight over
+// the sum, in an interleaved order). `strategy` is checked (StrategyFor).
+std::vector<std::string> ProvidersForTasks(const std::vector<CapacityProviderStrategyItem>& strategy, int64_t count);
+// ProviderConstraint: the memberOf constraint that keeps a task on the instances of `provider`.
+PlacementConstraint ProviderConstraint(const std::string& provider);
+// PriorityOf: a task's kPriorityTag (0 when absent), or InvalidParameterException for a value that is not an
+// integer in -1000..1000.
+Result<int> PriorityOf(const std::vector<KeyValuePair>& tags);
+// PlaceWaitingTasks: the queue. The applier runs it after every write, in the same transaction: for each cluster
+// where the write may have freed capacity (a task released its reservations, an instance record changed), it
+// places each line's waiting tasks from the head until one does not fit.
+void PlaceWaitingTasks(Transaction& txn, const PlacementPolicy& policy);
+// ExpireWaitingTasks: waiting tasks older than policy.provisioning_timeout_ms stop (TaskFailedToStart). The
+// applier runs it before each write and when the oldest waiting task's time is up.
+void ExpireWaitingTasks(Transaction& txn, const PlacementPolicy& policy);
 
 // ---- attributes
 Status PutAttributes(const PutAttributesRequest& in, Transaction& txn, AttributesResult& out);

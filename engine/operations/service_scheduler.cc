@@ -258,6 +258,9 @@ class Visit {
     req.started_by = primary().id;
     req.constraints = svc_.placement_constraints;
     req.strategies = svc_.placement_strategy;
+    req.capacity_provider_strategy = svc_.capacity_provider_strategy;
+    req.launch_type_given = svc_.capacity_provider_strategy.empty();  // resolved at CreateService: no default now
+    req.queue = false;  // a replica that does not fit leaves the service starved, retried when capacity frees
     req.policy = policy_;
     int placed = 0;
     std::vector<Failure> failures;

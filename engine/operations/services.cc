@@ -65,6 +65,12 @@ Status CreateService(const CreateServiceRequest& in, Transaction& txn, ServiceRe
       return Status::InvalidParameter("desiredCount must be between 0 and 5000.");
   }
   GP_TRY(CheckDeploymentConfiguration(config));
+  // A REPLICA service's tasks go to the providers of its strategy (or the cluster's default); DAEMON services run
+  // one task on every instance and take none.
+  if (in.daemon && !in.capacity_provider_strategy.empty())
+    return Status::InvalidParameter(
+        "Capacity provider strategies are not supported with the DAEMON scheduling strategy.");
+  GP_ASSIGN(strategy, StrategyFor(state, *cluster, in.capacity_provider_strategy, in.launch_type_given || in.daemon));
 
   const std::string arn = txn.arn().ServiceArn(cluster->name, in.service_name);
   if (const Service* existing = state.FindService(arn); existing && existing->status != ServiceStatus::kInactive) {
@@ -92,6 +98,7 @@ Status CreateService(const CreateServiceRequest& in, Transaction& txn, ServiceRe
   svc.desired_count = in.daemon ? 0 : *in.desired_count;
   svc.placement_constraints = in.constraints;
   svc.placement_strategy = in.strategies;
+  svc.capacity_provider_strategy = std::move(strategy);
   svc.deployment_configuration = config;
   svc.tags = in.tags;
   svc.client_token = in.client_token.value_or("");

@@ -4,6 +4,7 @@
 
 #include "engine/operations/operations.h"
 #include "engine/operations/resolve.h"
+#include "scheduler/host_settings.h"
 #include "scheduler/validation.h"
 
 namespace gpupack::api {
@@ -13,6 +14,7 @@ namespace gpupack::api {
 Status RegisterTaskDefinition(const RegisterTaskDefinitionRequest& in, Transaction& txn, TaskDefinitionResult& out) {
   TaskDefinition td = in.definition;
   GP_TRY(ValidateTaskDefinition(td));
+  GP_TRY(RefuseHostSettings(td));
   td.revision = txn.state().LatestRevision(td.family) + 1;
   td.arn = txn.arn().TaskDefinitionArn(td.family, td.revision);
   td.status = LifecycleStatus::kActive;

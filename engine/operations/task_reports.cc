@@ -26,7 +26,8 @@ void StopTaskRecord(const std::string& task_arn, const std::string& stop_code, c
   if (!task || task->desired_status == TaskStatus::kStopped || task->last_status == TaskStatus::kStopped) return;
   // Read before the change (a changed task may be a new copy: ClusterState::FindTask).
   const std::string instance_arn = task->container_instance_arn;
-  const bool pending = task->last_status == TaskStatus::kPending;
+  // A task waiting for capacity (PROVISIONING) has no instance: it leaves its line and stops at once.
+  const bool pending = task->last_status == TaskStatus::kPending || task->last_status == TaskStatus::kProvisioning;
   const EpochMs now = txn.now();
   txn.UpdateTask(task_arn, [&](Task& t) {
     t.desired_status = TaskStatus::kStopped;

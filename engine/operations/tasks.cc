@@ -1,6 +1,7 @@
 // Tasks: RunTask, StartTask, StopTask, DescribeTasks, ListTasks, ExplainPlacement, and the retention purge.
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "engine/operations/operations.h"
@@ -11,10 +12,6 @@
 
 namespace gpupack::api {
 
-namespace {
-
-// PlacementRequestFor: the placement request of a RunTask, StartTask or ExplainPlacement, with the server's
-// placement policy.
 PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinition& td, const TaskOverride& overrides,
                                      const std::vector<PlacementConstraint>& constraints,
                                      const std::vector<PlacementStrategy>& strategies,
@@ -35,6 +32,8 @@ PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinitio
   req.place_on_disconnected = policy.place_on_disconnected;
   return req;
 }
+
+namespace {
 
 // NeverFits: why no instance of the cluster could ever take the task, however empty (its GPU memory exceeds
 // every GPU's, or it wants more GPUs than any instance has); nullopt when some instance could.
@@ -166,6 +165,26 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
     }
   }
 
+  // Capacity providers (RunTask only): each task's provider, from the request's strategy or the cluster's default.
+  // A request that could leave more tasks waiting than the cluster may hold is refused whole, before anything is
+  // placed.
+  std::vector<std::string> providers;
+  int priority = 0;
+  if (!start_task) {
+    GP_ASSIGN(strategy, StrategyFor(state, *cluster, in.capacity_provider_strategy, in.launch_type_given));
+    if (!strategy.empty()) {
+      providers = ProvidersForTasks(strategy, count);
+      GP_ASSIGN(p, PriorityOf(in.tags));
+      priority = p;
+      const size_t waiting = state.WaitingCount(cluster->name), limit = in.policy.max_provisioning_per_cluster;
+      if (in.queue && waiting + static_cast<size_t>(count) > limit)
+        return Status::LimitExceeded("The cluster " + cluster->name + " has " + std::to_string(waiting) +
+                                     " tasks in the PROVISIONING state and may hold at most " +
+                                     std::to_string(limit) + "; this request could add " + std::to_string(count) +
+                                     ". Wait for waiting tasks to start, or stop some.");
+    }
+  }
+
   PlacementRequest req = PlacementRequestFor(*cluster, *td, in.overrides, in.constraints, in.strategies, in.group,
                                              txn.NextSeed(), in.policy);
   req.only_instances = only;
@@ -174,6 +193,24 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
   const WorkloadShape shape = WorkloadShapeOf(placer->request().demand, placer->request().constraints);
   for (int64_t i = 0; i < count; ++i) txn.RecordDemand(cluster->name, shape);
 
+  const ArnContext& arn = txn.arn();
+  auto new_fields = [&] {
+    NewTaskFields fields;
+    fields.id = txn.NewId();
+    fields.arn = arn.TaskArn(cluster->name, fields.id);
+    fields.cluster = cluster->name;
+    fields.group = placer->request().group;
+    fields.started_by = in.started_by.value_or("");
+    fields.client_token = in.client_token.value_or("");
+    fields.created_at = txn.now();
+    fields.overrides = in.overrides;
+    fields.tags = in.tags;
+    fields.container_arn = [&arn, cluster_name = cluster->name, task_id = fields.id](const std::string& name) {
+      return arn.ContainerArn(cluster_name, task_id, name);
+    };
+    return fields;
+  };
+  std::map<std::string, std::unique_ptr<Placer>> provider_placers;  // provider -> its placer
   std::vector<std::string> placed_arns;
   uint64_t not_placed = 0;  // what CountTasksNotPlaced counted for this request
   for (int i = 0; i < count; ++i) {
@@ -183,7 +220,37 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
       GP_ASSIGN(p1, Placer::Create(std::move(one)));
       placer = std::move(p1);
     }
-    Placement p = placer->PlaceOne(state, i);
+    const std::string provider = providers.empty() ? "" : providers[i];
+    const Placer* use = placer.get();
+    bool behind = false;  // the provider's line is not empty and its head outranks (or ties) this task
+    if (!provider.empty()) {
+      std::unique_ptr<Placer>& pp = provider_placers[provider];
+      if (!pp) {
+        PlacementRequest r = placer->request();
+        r.constraints.push_back(ProviderConstraint(provider));
+        GP_ASSIGN(made, Placer::Create(std::move(r)));
+        pp = std::move(made);
+      }
+      use = pp.get();
+      const auto& lines = state.WaitLines(cluster->name);
+      const auto line = lines.find(provider);
+      behind = in.queue && line != lines.end() && !line->second.empty() && line->second.begin()->priority >= priority;
+    }
+    Placement p = behind ? Placement{} : use->PlaceOne(state, i);
+    if (!p.placed() && !provider.empty() && in.queue) {
+      // Acknowledged PROVISIONING: it waits at the end of its provider's line (capacity_queue.cc places it).
+      Task w = BuildWaitingTask(new_fields(), *td);
+      w.capacity_provider_name = provider;
+      w.wait_seq = txn.NextWaitSeq();
+      w.priority = priority;
+      w.placement_constraints = in.constraints;
+      w.placement_strategy = in.strategies;
+      const std::string task_arn = w.arn;
+      GP_TRY(txn.AddWaitingTask(std::move(w)));
+      placed_arns.push_back(task_arn);
+      out.tasks.push_back(state.SharedTask(task_arn));
+      continue;
+    }
     if (!p.placed()) {
       for (auto& f : p.failures) {
         if (f.arn.empty()) f.arn = txn.arn().ClusterArn(cluster->name);
@@ -203,22 +270,8 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
       }
       continue;
     }
-    NewTaskFields fields;
-    fields.id = txn.NewId();
-    fields.arn = txn.arn().TaskArn(cluster->name, fields.id);
-    fields.cluster = cluster->name;
-    fields.group = placer->request().group;
-    fields.started_by = in.started_by.value_or("");
-    fields.client_token = in.client_token.value_or("");
-    fields.created_at = txn.now();
-    fields.overrides = in.overrides;
-    fields.tags = in.tags;
-    const ArnContext& arn = txn.arn();
-    const std::string cluster_name = cluster->name, task_id = fields.id;
-    fields.container_arn = [&arn, cluster_name, task_id](const std::string& name) {
-      return arn.ContainerArn(cluster_name, task_id, name);
-    };
-    Task t = BuildTask(std::move(fields), *td, placer->request().demand, *p.instance, p.gpu_indices);
+    Task t = BuildTask(new_fields(), *td, placer->request().demand, *p.instance, p.gpu_indices);
+    t.capacity_provider_name = provider;
     const std::string task_arn = t.arn, instance_arn = t.container_instance_arn;
     GP_TRY(txn.ReserveTask(std::move(t)));
     auto placed = state.SharedTask(task_arn);  // shared with the state, which copies it before any change

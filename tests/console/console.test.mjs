@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { call, ok, removeTempDir, startUp, tempDir } from '../integration/harness.mjs';
+import { call, ok, removeTempDir, startUp, taskDir, tempDir } from '../integration/harness.mjs';
 
 const CHROMIUM = process.env.GPUPACK_CHROMIUM || '/usr/bin/chromium';
 const haveChromium = fs.existsSync(CHROMIUM);
@@ -162,6 +162,19 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
       .filter((l) => l.startsWith('gpupack_placement_failures_total{') && l.includes('cluster="default"'))
       .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
     assert.equal(shown.refused, notPlaced);
+    // The fragmentation panel shows the server's fragmentation gauges (docs/operations.md "Fragmentation").
+    const gauge = (name) => Number(metrics.split('\n').find((l) => l.startsWith(`${name}{cluster="default"} `)).split(' ').pop()) / 1048576;
+    const panel = await page.$eval('tr[data-fragmentation="default"][data-instance-type=""]', (tr) => ({
+      largest: Number(tr.dataset.largest), free: Number(tr.dataset.free), stranded: Number(tr.dataset.stranded),
+    }));
+    assert.deepEqual(panel, {
+      largest: gauge('gpupack_cluster_gpu_largest_free_block_bytes'),
+      free: gauge('gpupack_cluster_gpu_memory_free_bytes'),
+      stranded: gauge('gpupack_cluster_gpu_memory_stranded_bytes'),
+    });
+    assert.equal(panel.free, total - allocated);
+    assert.equal(panel.largest, GPU_MIB, 'an IDLE GPU is the largest free block');
+    assert.match(await page.$eval('#fragmentation', (e) => e.textContent), /smallest task of the last hour 1,000 MiB/);
     await shot(page, 'clusters');
   });
 
@@ -223,6 +236,9 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
     assert.equal(await page.$eval('#task-stop-reason', (e) => e.textContent), 'stopped by the console test');
     assert.equal(await page.$eval('#task-stop-code', (e) => e.textContent), described.stopCode);
     assert.equal(await page.$eval('#task-last-status', (e) => e.textContent), 'STOPPED');
+    // The process runtime ran the command on the host: the image is shown struck through, "not used".
+    assert.equal(await page.$eval('s.image-unused', (e) => e.textContent), 'busybox');
+    assert.match(described.containers[0].reason ?? '', /image 'busybox' not used: the process runtime ran the command on the host/);
     // Its log, read through the server's CloudWatch Logs API from the agent that ran it.
     await page.waitForSelector('#log pre.log', { timeout: 10000 });
     const log = await page.$eval('#log', (e) => e.textContent);
@@ -262,7 +278,7 @@ describe('the console of an open server', { skip: !haveChromium && 'chromium is 
     // A task whose process writes its pid; the simulated GPUs then list that pid as using USED_MIB on the task's
     // GPU, as NVML lists an MPS client. Its agent's watchdog reads it and the next heartbeat carries it.
     const USED_MIB = 1234;
-    const pidFile = path.join(dir, 'sampler.pid');
+    const pidFile = path.join(taskDir(dir, 'pids'), 'sampler.pid');  // the task (an unprivileged user) writes it
     await ok(up.endpoint, 'RegisterTaskDefinition', taskDefinition('sampler', {
       memory: 4000, compute: 30, command: ['sh', '-c', `echo $$ > ${pidFile}.tmp; mv ${pidFile}.tmp ${pidFile}; exec sleep 600`],
     }));
@@ -507,12 +523,16 @@ describe('the console with --credentials', { skip: !haveChromium && 'chromium is
     await shot(page, 'reader');
   });
 
-  test("an agent key's session only reads; an admin's writes; logout ends a session", async () => {
-    const agent = as(await session(AGENT));
-    assert.equal((await agent(up.endpoint, 'DescribeTasks', { tasks: [taskArn] })).status, 200);
-    const refused = await agent(up.endpoint, 'RunTask', { taskDefinition: 'trainer' });
-    assert.equal(refused.status, 400);
-    assert.equal(refused.json.__type, 'AccessDeniedException');
+  test("an agent key opens no session; an admin's writes; logout ends a session", async () => {
+    // A key copied off a GPU host must not read what an administrator reads (issue 29).
+    const login = await fetch(`${up.endpoint}/console/session`, {
+      method: 'POST',
+      headers: { 'X-Gpupack-Console': '1', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ accessKeyId: AGENT[0], secretAccessKey: AGENT[1] }),
+    });
+    assert.notEqual(login.status, 200);
+    assert.match(await login.text(), /AccessDeniedException[\s\S]*may not open a console session/);
+    assert.equal(login.headers.get('set-cookie'), null);
     // The agent channel takes signatures only, never a session.
     const channel = await fetch(`${up.endpoint}/agent/v1/channel`, { headers: { Cookie: adminCookie, 'X-Gpupack-Console': '1' } });
     assert.notEqual(channel.status, 101);

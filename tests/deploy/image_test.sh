@@ -3,9 +3,9 @@
 # Docker engine that GPUPACK_DOCKER_SOCKET names, with no image registry and no network inside the engine.
 #   1. The Debian package of this build's binary (`cpack -G DEB`, nothing is recompiled).
 #   2. A Debian 12 base image made here: `debootstrap --variant=minbase` from the mirror apt is configured with,
-#      with the package's dependencies included, then `docker import`. The root's tarball is cached in
-#      BUILD_DIR/deploy-image-cache/ (or $GPUPACK_IMAGE_CACHE; keyed by mirror and dependency list), so a rerun
-#      only imports it.
+#      with the package's dependencies included, then `docker import`. The root's tarball is cached per machine
+#      in ~/.cache/gpupack/deploy-image-cache/ (or $GPUPACK_IMAGE_CACHE; keyed by mirror and dependency list), so
+#      a rerun, or a fresh clone on the same machine, only imports it.
 #   3. deploy/Dockerfile's final stage built with BuildKit and `--network none`, BASE= that base and
 #      PACKAGE_FROM= an image holding the package: the compile stage is skipped and the install step must not
 #      need the network.

@@ -99,10 +99,12 @@ deploy_real_package() {
 
 # deploy_base WORK EXTRA...: `debootstrap --variant=minbase` of Debian 12 from the mirror apt is configured with,
 # including one package per Depends group of $deb (for "systemd | adduser" adduser: the server image runs no
-# systemd) and EXTRA, then `docker import`. The root's tarball is cached in BUILD_DIR/deploy-image-cache/ (or
-# $GPUPACK_IMAGE_CACHE), keyed by mirror and package list, with the downloaded .debs beside it (debootstrap
-# --cache-dir), so a rerun only imports the tarball and another package list downloads only what it adds; a
-# tarball no run has used for 30 days is deleted.
+# systemd) and EXTRA, then `docker import`. The root's tarball is cached per machine, as ccache caches objects,
+# in $GPUPACK_IMAGE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/gpupack/deploy-image-cache), keyed by mirror and
+# package list, with the downloaded .debs beside it (debootstrap --cache-dir), so a rerun, and a fresh clone on a
+# machine that ran the tests before, only imports the tarball (a cold debootstrap takes 5 to 6 minutes on 2
+# busy cores), and another package list downloads only what it adds; a tarball no run has used for 30 days is
+# deleted. Two runs that make the same tarball at once each write their own and rename it into place.
 deploy_base() {
   local work=$1 group groups alternative alternatives name pick mirror include_list key cache base_tar t0
   shift
@@ -125,7 +127,7 @@ deploy_base() {
     sort -u | sed -n 1p)
   include_list=$(IFS=,; echo "${include[*]}")
   key=$(printf 'bookworm minbase %s %s v1' "$mirror" "$include_list" | sha256sum | cut -c1-16)
-  cache=${GPUPACK_IMAGE_CACHE:-$build/deploy-image-cache}
+  cache=${GPUPACK_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupack/deploy-image-cache}
   base_tar=$cache/debian12-$key.tar
   base_image=gpupack-test/debian12:$key
   if "$docker" image inspect "$base_image" >/dev/null 2>&1; then
@@ -147,8 +149,8 @@ deploy_base() {
       fail "debootstrap failed"
     }
     tar -C "$work/root" --numeric-owner --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' \
-      --exclude='./var/cache/apt/archives/*.deb' --exclude='./var/lib/apt/lists/*' -cf "$base_tar.tmp" .
-    mv "$base_tar.tmp" "$base_tar"
+      --exclude='./var/cache/apt/archives/*.deb' --exclude='./var/lib/apt/lists/*' -cf "$base_tar.$$.tmp" .
+    mv "$base_tar.$$.tmp" "$base_tar"
     rm -rf "$work/root"
     echo "   debootstrapped in $((SECONDS - t0)) s; cached as $base_tar ($(stat -c %s "$base_tar") bytes)"
   else

@@ -9,6 +9,11 @@
 #      `systemd-analyze security --offline` rates the server <= 3.0 and the agent <= 5.0.
 #   4. In that root: `systemd-sysusers` creates the gpupack user from the package's sysusers.d entry, and
 #      `systemd-tmpfiles` the state and MPS directories from its tmpfiles.d entry.
+#   5. The units' ExecStart= lines, expanded as systemd does (${VAR} one word, $VAR split into words) with the
+#      units' Environment= defaults plus an operator's overrides, run from that root: the server starts for
+#      real on 127.0.0.1:0 against a scratch database (its banner shows GPUPACK_EXTRA_FLAGS arrived), answers
+#      /healthz and stops on SIGTERM with status 0; the agent's command line parses (`--check` through the
+#      agent's GPUPACK_EXTRA_FLAGS: the checklist runs, status 0 or 1, never 2 for bad usage).
 # Registered with ctest as install_package (tests/CMakeLists.txt); CI installs systemd, dpkg-dev and file for it
 # (scripts/install-deps.sh).
 set -euo pipefail
@@ -34,7 +39,9 @@ check_tree() {
   for f in bin/gpupack bin/gpupack-monitor lib/systemd/system/gpupack-server.service \
     lib/systemd/system/gpupack-agent.service lib/systemd/system/gpupack-mps.service lib/sysusers.d/gpupack.conf lib/tmpfiles.d/gpupack.conf \
     share/doc/gpupack/README.md share/doc/gpupack/docs/operations.md share/doc/gpupack/docs/api.md \
-    share/doc/gpupack/examples/server.env.example share/doc/gpupack/examples/agent.env.example; do
+    share/doc/gpupack/examples/server.env.example share/doc/gpupack/examples/agent.env.example \
+    share/gpupack/prometheus/prometheus.yml share/gpupack/prometheus/gpupack-alerts.yml \
+    share/gpupack/grafana/gpupack.json; do
     [[ -f $root$prefix/$f ]] || fail "$prefix/$f is missing from the install"
   done
   [[ -x $root$prefix/bin/gpupack ]] || fail "$prefix/bin/gpupack is not executable"
@@ -126,4 +133,68 @@ uid=$(cut -d: -f3 <<<"$line")
   fail "/var/lib/gpupack: $(stat -c '%u %a' "$root/var/lib/gpupack"), want $uid 750"
 [[ -d $root/var/lib/gpupack-agent && -d $root/run/gpupack-mps/log ]] || fail "tmpfiles made no agent or MPS directories"
 echo "   user $line; /var/lib/gpupack owned by it (0750); /var/lib/gpupack-agent and /run/gpupack-mps/log created"
+step "5. the units' ExecStart commands, expanded as systemd does, run from the package's root"
+# exec_start UNIT VAR=VALUE...: the unit's ExecStart= as words, /usr/bin/gpupack as the root's binary. The
+# environment is the unit's Environment= lines, then the overrides (as /etc/gpupack/*.env would give them).
+exec_start() {
+  local unit=$root/usr/lib/systemd/system/$1 line word name
+  shift
+  local -A env=()
+  while IFS= read -r line; do
+    for word in ${line#Environment=}; do env[${word%%=*}]=${word#*=}; done
+  done < <(grep '^Environment=' "$unit")
+  for word in "$@"; do env[${word%%=*}]=${word#*=}; done
+  line=$(grep '^ExecStart=' "$unit")
+  cmd=()
+  for word in ${line#ExecStart=}; do
+    if [[ $word =~ ^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$ ]]; then
+      name=${BASH_REMATCH[1]}
+      [[ -v env[$name] ]] || fail "$1: ExecStart uses \${$name}, which no Environment= sets"
+      cmd+=("${env[$name]}")
+    elif [[ $word =~ ^\$([A-Za-z_][A-Za-z0-9_]*)$ ]]; then
+      name=${BASH_REMATCH[1]}
+      [[ -v env[$name] ]] || fail "$1: ExecStart uses \$$name, which no Environment= sets"
+      # shellcheck disable=SC2206  # word splitting is what systemd does with an unbraced $VAR
+      cmd+=(${env[$name]})
+    elif [[ $word == *'$'* ]]; then
+      fail "$1: ExecStart word '$word' is not a whole \${VAR} or \$VAR (this test expands only those)"
+    else
+      cmd+=("${word/#\/usr\/bin\/gpupack/$root/usr/bin/gpupack}")
+    fi
+  done
+}
+exec_start gpupack-server.service GPUPACK_LISTEN=127.0.0.1:0 GPUPACK_DB="$work/server/gpupack.db" \
+  GPUPACK_EXTRA_FLAGS="--max-agent-channels 7 --agent-hello-mib 3"
+[[ ${cmd[0]} == "$root/usr/bin/gpupack" && ${cmd[1]} == server ]] || fail "gpupack-server.service runs: ${cmd[*]}"
+mkdir -p "$work/server"
+"${cmd[@]}" >"$work/server/out" 2>&1 &
+server_pid=$!
+url=
+for _ in $(seq 1 300); do
+  url=$(grep -o 'ECS API   http://127.0.0.1:[0-9]*' "$work/server/out" | awk '{print $3}' || true)
+  [[ -n $url ]] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+[[ -n $url ]] || fail "the server unit's command did not start: ${cmd[*]}
+$(cat "$work/server/out")"
+grep -q 'at most 7 channel connections, 16 MiB send queue each, hello up to 3 MiB' "$work/server/out" ||
+  fail "GPUPACK_EXTRA_FLAGS did not reach the server: $(cat "$work/server/out")"
+health=$(curl -sf "$url/healthz") || fail "$url/healthz does not answer"
+kill -TERM "$server_pid"
+rc=0
+wait "$server_pid" || rc=$?
+((rc == 0)) || fail "the server exited $rc on SIGTERM: $(cat "$work/server/out")"
+echo "   gpupack-server.service: ${cmd[*]#"$root"}"
+echo "   started on $url (/healthz: $health), took GPUPACK_EXTRA_FLAGS, exit 0 on SIGTERM"
+
+exec_start gpupack-agent.service GPUPACK_EXTRA_FLAGS="--check --metrics-listen 127.0.0.1:0"
+[[ ${cmd[0]} == "$root/usr/bin/gpupack" && ${cmd[1]} == agent ]] || fail "gpupack-agent.service runs: ${cmd[*]}"
+rc=0
+out=$("${cmd[@]}" 2>&1) || rc=$?
+((rc == 0 || rc == 1)) || fail "the agent unit's command exited $rc (2: bad usage): ${cmd[*]}
+$out"
+grep -q 'failed' <<<"$out" || fail "the agent unit's command with --check printed no checklist: $out"
+echo "   gpupack-agent.service: ${cmd[*]#"$root"}"
+echo "   parses; the checklist ran through GPUPACK_EXTRA_FLAGS (exit $rc)"
 echo "install_package: all checks passed"

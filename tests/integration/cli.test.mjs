@@ -224,8 +224,8 @@ describe('first contact', () => {
     try {
       const e = server.endpoint;
       await ok(e, 'CreateCluster', {});
-      await registerInstance(e, 'default', [['GPU-backup-0', 81920]]);
-      await ok(e, 'RegisterTaskDefinition', sharedTaskDefinition('tiny', 10));
+      await registerInstance(e, 'default', [['GPU-backup-0', 131072]]);  // 400 tasks of 256 MiB fit
+      await ok(e, 'RegisterTaskDefinition', sharedTaskDefinition('tiny', 256));
       writer = (async () => {
         for (let i = 0; writing && i < 400; ++i) {
           const r = await ok(e, 'RunTask', { taskDefinition: 'tiny' });

@@ -133,12 +133,13 @@ export async function startReplica({ db, port, ttlMs = 2000, extraArgs = [], log
 // GPUs `gpus`, its state and MPS pipes under `dir`, logging at info to dir/agent.log, killed at exit as every
 // launched process is). The result: child, exited (a promise of the exit), log() (the log so far; '' before
 // there is one) and stop() (SIGTERM, SIGKILL after 10 s, waits for the exit).
-export function startAgent({ servers, cluster, dir, name, gpus }) {
+export function startAgent({ servers, cluster, dir, name, gpus, extraArgs = [] }) {
   const logPath = path.join(dir, 'agent.log');
   const log = fs.openSync(logPath, 'a');
   const child = spawnTracked(['agent', '--server', servers.join(','), '--cluster', cluster, '--gpus', gpus,
     '--runtime', 'process', '--state-dir', path.join(dir, 'agent'), '--mps-pipe-dir', path.join(dir, 'mps'),
-    '--name', name, '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info'],
+    '--name', name, '--cpu', '65536', '--memory', '262144', '--stop-grace-ms', '200', '--log-level', 'info',
+    ...extraArgs],
   { stdio: ['ignore', log, log] });
   fs.closeSync(log);
   const exited = new Promise((resolve) => child.on('exit', resolve));

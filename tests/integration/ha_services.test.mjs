@@ -23,7 +23,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { ok, removeTempDir, tempDir } from './harness.mjs';
+import { ok, removeTempDir, taskDir, tempDir } from './harness.mjs';
 import {
   callAny, freePort, NO_POSTGRES, postgresBinDir, startAgent, startPostgres, startReplica, waitFor, waitLeader,
 } from './ha_harness.mjs';
@@ -68,7 +68,7 @@ function replica(port) {
 // taskDef: a task definition of `family` whose one container takes `memory` MiB of a shared GPU and writes its
 // process id to <dir>/pids/<pids>/<pid> once, when it starts, and then sleeps.
 function taskDef(family, pids, memory) {
-  fs.mkdirSync(path.join(dir, 'pids', pids), { recursive: true });
+  taskDir(dir, 'pids', pids);  // the task (an unprivileged user) writes there
   return {
     family,
     containerDefinitions: [{

@@ -25,6 +25,17 @@ export function gpupackBin() {
 export function tempDir(prefix = 'gpupack-test-') {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 }
+// taskDir: a directory `parts` under `dir` (made by tempDir) that a task can write: the process runtime runs
+// tasks as an unprivileged user (`nobody` under a root agent, docs/security.md), so the directory is mode 1777
+// (as /tmp) and the directories above it up to the OS temp dir are made searchable by others.
+export function taskDir(dir, ...parts) {
+  const leaf = path.join(dir, ...parts);
+  fs.mkdirSync(leaf, { recursive: true });
+  fs.chmodSync(leaf, 0o1777);
+  for (let up = path.dirname(leaf); up.startsWith(os.tmpdir()) && up !== os.tmpdir(); up = path.dirname(up))
+    fs.chmodSync(up, fs.statSync(up).mode & 0o7777 | 0o011);
+  return leaf;
+}
 export function removeTempDir(dir) {
   fs.rmSync(dir, { recursive: true, force: true });
 }

@@ -20,7 +20,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { gpupackBin, ok, removeTempDir, startServer, tempDir } from './harness.mjs';
+import { gpupackBin, ok, removeTempDir, startServer, taskDir, tempDir } from './harness.mjs';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const HAVE_PROMTOOL = spawnSync('promtool', ['--version'], { stdio: 'ignore' }).status === 0;
@@ -144,7 +144,7 @@ describe('/metrics through promtool', { skip: SKIP }, () => {
 
     // A shared task whose process writes its pid, then sleeps; the simulated GPUs then list that pid as using
     // USED_MIB on the task's GPU, as NVML lists an MPS client.
-    const pidFile = path.join(dir, 'task.pid');
+    const pidFile = path.join(taskDir(dir, 'pids'), 'task.pid');  // the task (an unprivileged user) writes it
     await ok(server.endpoint, 'RegisterTaskDefinition', {
       family: 'sleeper',
       containerDefinitions: [{
@@ -308,7 +308,7 @@ describe('/metrics through promtool', { skip: SKIP }, () => {
   // Last: it ends the task. The container "uses" more than it declared, two watchdog readings in a row.
   test('a stop by the watchdog is counted, and the task\'s series go with the task', async () => {
     const tmp = path.join(dir, 'fake-gpu-processes.json.tmp');
-    const pid = Number(fs.readFileSync(path.join(dir, 'task.pid'), 'utf8').trim());
+    const pid = Number(fs.readFileSync(path.join(dir, 'pids', 'task.pid'), 'utf8').trim());
     fs.writeFileSync(tmp, JSON.stringify([{ pid, gpuUuid: taskGpu, usedMiB: DECLARED_MIB + 500 }]));
     fs.renameSync(tmp, path.join(dir, 'fake-gpu-processes.json'));
     const stops = (text, cause) =>

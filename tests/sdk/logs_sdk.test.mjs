@@ -16,11 +16,14 @@ import path from 'node:path';
 
 import {
   CloudWatchLogsClient,
+  DescribeLogGroupsCommand,
   DescribeLogStreamsCommand,
+  InvalidParameterException,
   FilterLogEventsCommand,
   GetLogEventsCommand,
   ResourceNotFoundException,
   ServiceUnavailableException,
+  paginateDescribeLogGroups,
 } from '@aws-sdk/client-cloudwatch-logs';
 
 import { gpupackBin, ok, removeTempDir, startServer, tempDir } from '../integration/harness.mjs';
@@ -222,6 +225,25 @@ describe('CloudWatch Logs over the task output', { timeout: 240000 }, () => {
     assert.match(app.logStreams[0].arn, new RegExp(`^arn:aws:logs:us-east-1:\\d+:log-group:${GROUP}:log-stream:web/app/`));
     const side = await logs.send(new DescribeLogStreamsCommand({ logGroupIdentifier: `/gpupack/${CLUSTER}`, logStreamNamePrefix: 'side/' }));
     assert.deepEqual(side.logStreams.map((s) => s.logStreamName), [sideStream()]);
+  });
+
+  test('DescribeLogGroups lists the groups by name, page by page, by prefix or pattern', async () => {
+    const names = [];
+    for await (const page of paginateDescribeLogGroups({ client: logs, pageSize: 1 }, {})) {
+      assert.ok(page.logGroups.length <= 1);
+      names.push(...page.logGroups.map((g) => g.logGroupName));
+    }
+    assert.deepEqual(names, [...names].sort(), 'by name');
+    assert.ok(names.includes(GROUP) && names.includes(`/gpupack/${CLUSTER}`), names.join(', '));
+    assert.equal(new Set(names).size, names.length, 'no group twice across pages');
+    const app = await logs.send(new DescribeLogGroupsCommand({ logGroupNamePrefix: '/test/' }));
+    assert.deepEqual(app.logGroups.map((g) => g.logGroupName), [GROUP]);
+    assert.equal(app.logGroups[0].logGroupArn, `arn:aws:logs:us-east-1:${app.logGroups[0].arn.split(':')[4]}:log-group:${GROUP}`);
+    assert.ok(app.logGroups[0].creationTime >= t0 - 1000);
+    const pattern = await logs.send(new DescribeLogGroupsCommand({ logGroupNamePattern: 'TEST/A' }));
+    assert.deepEqual(pattern.logGroups.map((g) => g.logGroupName), [GROUP]);
+    await assert.rejects(logs.send(new DescribeLogGroupsCommand({ logGroupNamePrefix: '/a', logGroupNamePattern: 'b' })),
+      InvalidParameterException);
   });
 
   test('unknown groups and streams are ResourceNotFoundException; bad patterns InvalidParameterException', async () => {

@@ -31,7 +31,7 @@ import {
   waitUntilServicesStable,
 } from '@aws-sdk/client-ecs';
 
-import { DEBIAN_AWS, awsClientEnv, gpupackBin, launch, ok, removeTempDir, tempDir } from '../integration/harness.mjs';
+import { DEBIAN_AWS, awsClientEnv, call, gpupackBin, launch, ok, removeTempDir, taskDir, tempDir } from '../integration/harness.mjs';
 
 const GPU_MIB = 10000;
 const WAITER = { maxWaitTime: 60, minDelay: 0.2, maxDelay: 0.5 };
@@ -85,7 +85,11 @@ async function startAgent(name) {
 
 // connected: the container instances whose agent holds its channel, by ARN.
 async function connected() {
-  const list = await ok(server.endpoint, 'ListContainerInstances', {});
+  const r = await call(server.endpoint, 'ListContainerInstances', {});
+  // Before the first agent registered, the default cluster does not exist yet: nobody is connected.
+  if (r.status === 400 && /ClusterNotFoundException/.test(r.text)) return [];
+  if (r.status !== 200) throw new Error(`ListContainerInstances answered ${r.status}: ${r.text}`);
+  const list = r.json;
   if (list.containerInstanceArns.length === 0) return [];
   const d = await ok(server.endpoint, 'DescribeContainerInstances', { containerInstances: list.containerInstanceArns });
   return d.containerInstances.filter((i) => i.agentConnected).map((i) => i.containerInstanceArn);
@@ -95,7 +99,7 @@ async function connected() {
 // to <dir>/pids/<family>/<pid> before it sleeps.
 function replicaDef(family, memory) {
   const pids = path.join(dir, 'pids', family);
-  fs.mkdirSync(pids, { recursive: true });
+  taskDir(dir, 'pids', family);  // the task (an unprivileged user) writes there
   return {
     family,
     containerDefinitions: [{

@@ -3,6 +3,7 @@
 // a commit did not touch, and the router says which operations write.
 #include "engine/applier.h"
 
+#include <atomic>
 #include <future>
 #include <mutex>
 #include <set>
@@ -35,11 +36,11 @@ class ApplierTest : public ::testing::Test {
     committer_.Flush();
   }
 
-  static ControlPlaneOptions Options() {
+  ControlPlaneOptions Options() const {
     ControlPlaneOptions o;
     o.seed = 11;
     o.placement.place_on_disconnected = true;  // the test plays the agent (SubmitTaskStateChange)
-    o.clock = [] { return EpochMs{1'700'000'000'000}; };
+    o.clock = [now = now_] { return now->load(); };
     return o;
   }
 
@@ -71,6 +72,21 @@ class ApplierTest : public ::testing::Test {
                         Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
   }
 
+  // QueueBehind: a write that runs on the writer thread after everything queued so far, and returns once it has,
+  // so the writes before it are decided (in memory) even while their commit waits at the gate.
+  void QueueBehind() {
+    std::promise<void> ran;
+    cp_.applier().Write(
+        [&ran](Transaction&) {
+          ran.set_value();
+          return Status::Ok();
+        },
+        [](Status) {});
+    ran.get_future().wait();
+  }
+
+  // now_: the clock every write reads; a test moves it (shared with the plane's clock).
+  std::shared_ptr<std::atomic<EpochMs>> now_ = std::make_shared<std::atomic<EpochMs>>(1'700'000'000'000);
   GatedStore store_;
   GroupCommitter committer_;
   ControlPlane cp_;
@@ -100,6 +116,48 @@ TEST_F(ApplierTest, ReadsShowATaskOnlyOnceItsRunTaskIsDurable) {
   d = Ok("DescribeContainerInstances", {{"containerInstances", ci["containerInstanceArns"]}});
   EXPECT_EQ(d["containerInstances"][0]["gpuDevices"][0]["remainingMemoryInMiB"], 24576 - 4096);
   EXPECT_EQ(Ok("DescribeClusters", Json::object())["clusters"][0]["pendingTasksCount"], 1);
+}
+
+// Two changes of one task in one commit group (a StopTask and the agent's STOPPED report, or two reports) moved
+// the task into the STOPPED ListTasks order once per change: ListTasks desiredStatus STOPPED listed it twice,
+// and after the retention purge one copy stayed behind as a ghost ARN that DescribeTasks answered MISSING. The
+// view now moves each task of a group once, from where the last published view had it to where its last change
+// puts it.
+TEST_F(ApplierTest, ATaskChangedTwiceInOneCommitGroupIsListedOnceAndPurgedWhole) {
+  SetUpCluster();
+  // A task stopped earlier: the STOPPED order is not empty (an empty one was rebuilt from scratch, deduplicated).
+  const std::string c = Ok("RunTask", {{"taskDefinition", "mps"}})["tasks"][0]["taskArn"];
+  Ok("SubmitTaskStateChange", {{"task", c}, {"status", "STOPPED"}});
+  const std::string a = Ok("RunTask", {{"taskDefinition", "mps"}})["tasks"][0]["taskArn"];
+  const std::string b = Ok("RunTask", {{"taskDefinition", "mps"}})["tasks"][0]["taskArn"];
+  Ok("SubmitTaskStateChange", {{"task", a}, {"status", "RUNNING"}});
+  Ok("SubmitTaskStateChange", {{"task", b}, {"status", "RUNNING"}});
+  // Hold one commit at the gate; what is decided meanwhile commits as the next group, together.
+  store_.Close();
+  auto blocker = Start("RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_TRUE(store_.WaitForCommit());
+  auto stop = Start("StopTask", {{"task", a}});
+  auto report = Start("SubmitTaskStateChange", {{"task", a}, {"status", "STOPPED"}});
+  auto report1 = Start("SubmitTaskStateChange", {{"task", b}, {"status", "STOPPED"}});
+  auto report2 = Start("SubmitTaskStateChange", {{"task", b}, {"status", "STOPPED"}, {"reason", "again"}});
+  QueueBehind();
+  store_.Open();
+  for (auto* f : {&blocker, &stop, &report, &report1, &report2}) {
+    const OperationResult r = f->get();
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+  }
+  const Json stopped = Ok("ListTasks", {{"desiredStatus", "STOPPED"}})["taskArns"];
+  EXPECT_EQ(stopped.size(), 3u) << stopped.dump();
+  EXPECT_EQ(std::set<std::string>(stopped.begin(), stopped.end()), (std::set<std::string>{a, b, c}));
+  EXPECT_EQ(Ok("ListTasks", {{"desiredStatus", "RUNNING"}})["taskArns"].size(), 1u);  // the blocker
+
+  // Past the retention: the next write purges all three, and neither order keeps a trace of them.
+  now_->store(now_->load() + 3'600'000 + 120'000);
+  Ok("CreateCluster", {{"clusterName", "other"}});
+  EXPECT_TRUE(Ok("ListTasks", {{"desiredStatus", "STOPPED"}})["taskArns"].empty());
+  const Json d = Ok("DescribeTasks", {{"tasks", {a, b, c}}});
+  EXPECT_TRUE(d["tasks"].empty());
+  EXPECT_EQ(d["failures"].size(), 3u);
 }
 
 TEST_F(ApplierTest, ATaskWhoseCommitFailedIsNeverVisibleAndWritesAreRefused) {

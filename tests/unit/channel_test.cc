@@ -74,6 +74,9 @@ class ChannelTest : public ::testing::Test {
   agent::AgentOptions Options() {
     agent::AgentOptions o;
     o.server = server_->url();
+    // The tasks' scripts write into this test's own directory (mode 0700): they run as the agent's user, named,
+    // since a root agent otherwise runs them as nobody.
+    o.task_user = geteuid() == 0 ? "root" : "";
     o.gpus = "fake:2x22587";
     o.name = "node-a";
     o.state_dir = (dir_ / "agent").string();
@@ -789,6 +792,74 @@ TEST_F(ChannelTest, TheServersRefusalsCarryACode) {
   EXPECT_EQ(rejected["type"], "error") << rejected.dump();
   EXPECT_EQ(rejected["code"], "Rejected");
   EXPECT_EQ(rejected["id"], 8);
+}
+
+// Fields an agent sends are bounded (docs/security.md, "Limits on input"): a registration whose instanceId is
+// 1 MiB across 16 GPUs made the unsigned /metrics 98 MiB (the id is every GPU series' Hostname label), and
+// control characters in instanceType reached the ecs.instance-type attribute. Both are refused with a message
+// that names the field and never echoes the value; so are a channel report's oversized task ARN and a
+// heartbeat's held GPU id with a control character (the channel's Malformed code).
+// NullListener: an agent connection's listener that knows no tasks and ignores what it is told.
+class NullListener : public agent::ServerConnection::Listener {
+ public:
+  std::vector<protocol::TaskReport> HelloTasks() override { return {}; }
+  void OnWelcome(const protocol::Welcome&, const std::set<std::string>&) override {}
+  void OnAssign(protocol::Assignment, int64_t) override {}
+  void OnStop(const protocol::StopOrder&, int64_t) override {}
+  void OnReportAcked(const std::string&, protocol::TaskStatus) override {}
+  void OnDeregistered() override {}
+};
+
+TEST_F(ChannelTest, AnAgentsOversizedOrControlCharacterFieldsAreRefusedNamingTheField) {
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  NullListener listener;
+  agent::ConnectionOptions o;
+  o.server = *agent::ServerEndpoint::Parse(server_->url());
+  o.state_dir = (dir_ / "agent").string();
+  fs::create_directories(o.state_dir);
+  o.registration.cpu = 4096;
+  o.registration.memory = 8192;
+  for (int i = 0; i < 16; ++i) {
+    agent::GpuDevice d;
+    d.index = i;
+    d.uuid = "GPU-big-" + std::to_string(i);
+    d.name = "Fake GPU";
+    d.total_mib = d.usable_mib = 24576;
+    o.registration.devices.push_back(d);
+  }
+  o.registration.name = std::string((1 << 20) - 4096, 'i');  // as much as a 1 MiB body holds
+  {
+    agent::ServerConnection connection(o, listener, {});
+    const Status refused = connection.Register();
+    EXPECT_EQ(refused.code(), ErrorCode::kInvalidParameter) << refused.message();
+    EXPECT_NE(refused.message().find("instanceIdentityDocument"), std::string::npos) << refused.message().substr(0, 300);
+    EXPECT_LT(refused.message().size(), 1000u);
+  }
+  o.registration.name = "i-0123456789abcdef0";
+  o.registration.instance_type = "g5.xlarge\nfake: 1";
+  {
+    agent::ServerConnection connection(o, listener, {});
+    const Status refused = connection.Register();
+    EXPECT_EQ(refused.code(), ErrorCode::kInvalidParameter) << refused.message();
+    EXPECT_NE(refused.message().find("instanceIdentityDocument.instanceType must be 1 to 64 letters"),
+              std::string::npos) << refused.message();
+    EXPECT_NE(refused.message().find("byte 0x0a at offset 9"), std::string::npos) << refused.message();
+  }
+  EXPECT_TRUE(server_->Call("ListContainerInstances", Json::object())["containerInstanceArns"].empty());
+
+  const std::string instance = RegisterRawInstance(*server_);
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_->url(), instance));
+  peer.Send({{"type", "state"}, {"id", 9}, {"taskArn", std::string(4096, 'a')}, {"status", "RUNNING"},
+             {"containers", Json::array()}});
+  Json long_arn = peer.Next();
+  EXPECT_EQ(long_arn["code"], "Malformed") << long_arn.dump().substr(0, 300);
+  EXPECT_EQ(long_arn["id"], 9);
+  EXPECT_NE(long_arn["message"].get<std::string>().find("taskArn must be 1 to 1024"), std::string::npos);
+  peer.Send({{"type", "heartbeat"}, {"id", 10}, {"heldGpus", Json::array({"GPU-\x01"})}});
+  Json control = peer.Next();
+  EXPECT_EQ(control["code"], "Malformed") << control.dump();
+  EXPECT_EQ(control["id"], 10);
 }
 
 TEST_F(ChannelTest, AgentAcksAssignAndStopPushesAndTheyLeaveThePendingSet) {

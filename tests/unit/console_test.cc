@@ -39,7 +39,7 @@ TEST(ConsoleSessions, TokensAre256RandomBitsInHex) {
   ConsoleSessions sessions({});
   std::set<std::string> seen;
   for (int i = 0; i < 100; ++i) {
-    std::string t = *sessions.Create({"A", "p", KeyRole::kAdmin});
+    std::string t = *sessions.Create({"A" + std::to_string(i), "p", KeyRole::kAdmin});  // a key holds 16 at most
     ASSERT_EQ(t.size(), 64u);
     EXPECT_EQ(t.find_first_not_of("0123456789abcdef"), std::string::npos);
     EXPECT_TRUE(seen.insert(t).second);
@@ -86,6 +86,30 @@ TEST(ConsoleSessions, TheLeastRecentlyUsedGoesBeyondTheBound) {
   EXPECT_TRUE(sessions.Find(c));
 }
 
+// Issue 29: ten thousand logins with one key evicted the administrator's session. A key holds at most 16
+// sessions; past them it ends its own least recently used one, never another key's.
+TEST(ConsoleSessions, AKeyPastItsSixteenSessionsEndsOnlyItsOwnLeastRecentlyUsed) {
+  FakeClock clock;
+  ConsoleSessions sessions({.idle = 3600s, .max_sessions = 10000}, clock.fn());
+  const std::string admin = *sessions.Create({"ADMIN", "p", KeyRole::kAdmin});
+  clock.now += 1s;
+  const std::string first = *sessions.Create({"A", "p", KeyRole::kReader});
+  clock.now += 1s;
+  const std::string second = *sessions.Create({"A", "p", KeyRole::kReader});
+  clock.now += 1s;
+  ASSERT_TRUE(sessions.Find(first));  // first is now A's most recently used
+  std::string last;
+  for (int i = 0; i < 10000; ++i) {
+    clock.now += 1ms;
+    last = *sessions.Create({"A", "p", KeyRole::kReader});
+  }
+  EXPECT_TRUE(sessions.Find(admin)) << "another key's logins ended the administrator's session";
+  EXPECT_EQ(sessions.size(), 1u + 16u);
+  EXPECT_FALSE(sessions.Find(second));
+  EXPECT_FALSE(sessions.Find(first));
+  EXPECT_TRUE(sessions.Find(last));
+}
+
 TEST(ConsoleSessions, TheCookieParserFindsOurCookieOnly) {
   EXPECT_EQ(SessionTokenOf("gpupack_session=abc"), "abc");
   EXPECT_EQ(SessionTokenOf("a=1; gpupack_session=abc; b=2"), "abc");
@@ -128,7 +152,11 @@ TEST(ConsoleLogin, TheRightSecretStartsASessionWithTheConsoleRole) {
   // The same message whichever part was wrong.
   EXPECT_EQ(auth.Login(kAdmin.access_key_id, "wrong").status().message(),
             auth.Login("AKIDUNKNOWN", "wrong").status().message());
-  for (const Credential& key : {kAdmin, kAgent, kReader}) {
+  // Issue 29: an agent key (on every GPU host) opened the console and read what an administrator reads.
+  const auto agent = auth.Login(kAgent.access_key_id, kAgent.secret_access_key);
+  EXPECT_EQ(agent.status().code(), ErrorCode::kAccessDenied);
+  EXPECT_NE(agent.status().message().find("may not open a console session"), std::string::npos);
+  for (const Credential& key : {kAdmin, kReader}) {
     auto token = auth.Login(key.access_key_id, key.secret_access_key);
     ASSERT_TRUE(token.ok()) << token.status().message();
     SigV4Result who = auth.Authenticate(ConsoleCall("gpupack_session=" + *token));

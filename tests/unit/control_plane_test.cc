@@ -102,6 +102,50 @@ TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault)
   EXPECT_EQ(after["containerInstances"][0]["agentConnected"], false);
 }
 
+// After a load (a restart, a new leader), an instance whose agent was connected when its state was last written
+// stays placeable for a grace (agent_reconnect_grace_ms, 15 s by default) while its agent finds this server:
+// RunTask is not refused as AGENT meanwhile. An agent that says hello ends its grace; one that does not is marked
+// disconnected by the first write after the grace, and a later load starts it disconnected.
+TEST_F(ControlPlaneTest, AnInstanceConnectedBeforeALoadStaysPlaceableWhileItsAgentReconnects) {
+  auto run = [](Server& s) { return s.Ok("RunTask", {{"taskDefinition", "mps"}}); };
+  auto connected = [](Server& s, const std::string& inst) {
+    return s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}})["containerInstances"][0]
+                                                                                            ["agentConnected"];
+  };
+  std::string inst;
+  {
+    Server s(db_, 7, /*place_on_disconnected=*/false);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {22587});
+    RegisterShared(s, "mps", 1024);
+    s.Hello(inst);
+    ASSERT_EQ(run(s)["tasks"].size(), 1u);
+  }
+  {
+    Server s(db_, 8, false);  // the agent has not found this server yet
+    Json r = run(s);
+    ASSERT_EQ(r["tasks"].size(), 1u) << r.dump();
+    EXPECT_EQ(r["tasks"][0]["lastStatus"], "PENDING");
+    EXPECT_EQ(connected(s, inst), true);
+    s.now_ += 15'001;  // the grace is over and the agent never came: the next write marks it disconnected
+    r = run(s);
+    EXPECT_TRUE(r["tasks"].empty());
+    ASSERT_EQ(r["failures"].size(), 1u);
+    EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
+    EXPECT_EQ(connected(s, inst), false);
+  }
+  {
+    Server s(db_, 9, false);  // loaded disconnected, as the last server left it: no grace
+    EXPECT_EQ(run(s)["failures"][0]["reason"], "AGENT");
+    s.Hello(inst);
+  }
+  Server s(db_, 10, false);  // each server its own seed: no task ARN repeats
+  s.Hello(inst);  // back within the grace: its end does not disconnect it
+  s.now_ += 60'000;
+  EXPECT_EQ(run(s)["tasks"].size(), 1u);
+  EXPECT_EQ(connected(s, inst), true);
+}
+
 // --place-on-disconnected (benchmarks, simulations whose client plays the agent): the same instance takes tasks,
 // and still reads agentConnected false.
 TEST_F(ControlPlaneTest, PlaceOnDisconnectedPlacesOnInstancesWithoutAnAgent) {
@@ -876,7 +920,7 @@ TEST_F(ControlPlaneTest, TaskGroupsAreForgottenWithTheirLastTask) {
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {22587});
   RegisterInstance(s, {22587});
-  RegisterShared(s, "mps", 100);
+  RegisterShared(s, "mps", 256);
   auto counts = [&] {
     std::pair<size_t, size_t> out;
     s.Inspect([&](const ClusterState& st) { out = {st.GroupCount(), st.GroupIndexEntries()}; });
@@ -912,7 +956,7 @@ TEST_F(ControlPlaneTest, ListTasksPagesOldestFirstThroughStopsFiltersAndARestart
     Server s(db_);
     s.Ok("CreateCluster", Json::object());
     RegisterInstance(s, {81920}, 1 << 20, 1 << 20);
-    RegisterShared(s, "mps", 100);
+    RegisterShared(s, "mps", 256);
     for (int call = 0; call < 4; ++call) {
       Json body = {{"taskDefinition", "mps"}, {"count", 10}};
       if (call % 2 == 1) body["startedBy"] = "ci";
@@ -1254,7 +1298,7 @@ TEST_F(ControlPlaneTest, InputLimitsAreEcsLimits) {
   Server s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {22587});
-  RegisterShared(s, "mps", 100);
+  RegisterShared(s, "mps", 256);
   auto run = [&](Json extra) {
     Json body = {{"taskDefinition", "mps"}};
     for (auto it = extra.begin(); it != extra.end(); ++it) body[it.key()] = it.value();

@@ -25,7 +25,8 @@ namespace gpupack::api {
 class Server {
  public:
   explicit Server(const std::string& db, uint64_t seed = 7, bool place_on_disconnected = true,
-                  std::optional<std::vector<PlacementStrategy>> shared_default = std::nullopt) {
+                  std::optional<std::vector<PlacementStrategy>> shared_default = std::nullopt,
+                  std::function<void(PlacementPolicy&)> tune = nullptr) {
     auto store = SqliteStore::Open(db);
     EXPECT_TRUE(store.ok()) << store.status().message();
     store_ = std::move(store).value();
@@ -34,6 +35,7 @@ class Server {
     o.seed = seed;
     o.placement.place_on_disconnected = place_on_disconnected;
     if (shared_default) o.placement.shared_gpu_default = *shared_default;
+    if (tune) tune(o.placement);
     o.clock = [this] { return now_; };
     cp_ = std::make_unique<ControlPlane>(o, *store_, *committer_);
     Status s = cp_->Load();
@@ -61,6 +63,14 @@ class Server {
     hb.held_gpus = std::move(held_gpus);
     std::promise<Status> p;
     cp_->AgentHeartbeat(instance_arn, hb, [&](Status s) { p.set_value(s); });
+    Status s = p.get_future().get();
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+
+  // Hello delivers an agent's hello for `instance_arn` reporting no tasks: its agent is connected from then on.
+  void Hello(const std::string& instance_arn) {
+    std::promise<Status> p;
+    cp_->AgentHello(instance_arn, protocol::Hello{}, [&](Status s, protocol::Welcome) { p.set_value(s); });
     Status s = p.get_future().get();
     EXPECT_TRUE(s.ok()) << s.message();
   }

@@ -198,6 +198,20 @@ TEST(GpuInjectionTest, NothingWorksSaysWhyForEveryModeAndBadFlagsAreErrors) {
   EXPECT_THAT(bad.status().message(), HasSubstr("--docker-gpu must be auto, nvidia, cdi or devices"));
 }
 
+// Simulated GPUs (--gpus fake:...): the environment the agent set is all a container gets; the create body is
+// left as it was, and a GPU that is not one of the agent's is still refused.
+TEST(GpuInjectionTest, EnvironmentOnlyAddsNothingButRefusesAnUnknownGpu) {
+  GpuInjection plan = EnvironmentOnlyInjection(TwoGpus());
+  EXPECT_EQ(plan.mode, GpuInjectionMode::kEnvironmentOnly);
+  EXPECT_EQ(GpuInjectionModeName(plan.mode), "environment-only");
+  EXPECT_THAT(plan.summary, HasSubstr("no GPU device"));
+  const Json before = {{"Env", {std::string("NVIDIA_VISIBLE_DEVICES=") + kH200}}, {"HostConfig", Json::object()}};
+  Json body = before;
+  ASSERT_TRUE(InjectGpus(plan, {kH200}, body).ok());
+  EXPECT_EQ(body, before);
+  EXPECT_THAT(InjectGpus(plan, {"GPU-not-ours"}, body).message(), HasSubstr("not a GPU of this host"));
+}
+
 TEST(GpuInjectionTest, VisibleGpusReadsNvidiaVisibleDevices) {
   EXPECT_THAT(VisibleGpus({{"NVIDIA_VISIBLE_DEVICES", "void"}}), IsEmpty());
   EXPECT_THAT(VisibleGpus({{"A", "b"}}), IsEmpty());

@@ -918,7 +918,7 @@ TEST(Fragmentation, ByHand) {
 TEST(Fragmentation, ChoosesInstanceAndGpuTogether) {
   for (bool learned : {false, true}) {
     ClusterState s;
-    s.PutCluster(Cluster{"c", "arn:c", {}, {}, {}, 0});
+    s.PutCluster(Cluster{"c", "arn:c", {}, {}, {}, 0, {}, {}});
     s.PutInstance(Instance("a").Gpus(2, 1000));
     s.PutInstance(Instance("b").Gpus(2, 1000));
     Hold(s, "arn:i/b", 0, 700);
@@ -960,10 +960,10 @@ TEST(Fragmentation, ChoosesInstanceAndGpuTogether) {
 // over the learned one; a bounded window forgets old demands.
 TEST(Fragmentation, OperatorWorkloadForEveryClusterAndBoundedWindow) {
   ClusterState s;
-  s.PutCluster(Cluster{"before", "arn:b", {}, {}, {}, 0});
+  s.PutCluster(Cluster{"before", "arn:b", {}, {}, {}, 0, {}, {}});
   const auto w = HalfAndWhole();
   s.SetTargetWorkload("", w);
-  s.PutCluster(Cluster{"after", "arn:a", {}, {}, {}, 0});
+  s.PutCluster(Cluster{"after", "arn:a", {}, {}, {}, 0, {}, {}});
   s.RecordDemand("after", WorkloadShapeOf(Shared(100), {}));
   EXPECT_EQ(s.FragmentsOf("before")->Target(), w.get());
   EXPECT_EQ(s.FragmentsOf("after")->Target(), w.get());
@@ -980,7 +980,7 @@ TEST(Fragmentation, OperatorWorkloadForEveryClusterAndBoundedWindow) {
 // After another strategy, binpack(fragmentation) breaks its ties; RunTask accepts it, not the planner's fgd.
 TEST(Fragmentation, AfterAnotherStrategyAndValidation) {
   ClusterState s;
-  s.PutCluster(Cluster{"c", "arn:c", {}, {}, {}, 0});
+  s.PutCluster(Cluster{"c", "arn:c", {}, {}, {}, 0, {}, {}});
   s.PutInstance(Instance("a").Gpus(2, 1000).Attr("zone", "x"));
   s.PutInstance(Instance("b").Gpus(2, 1000).Attr("zone", "x"));
   Hold(s, "arn:i/b", 1, 500);

@@ -104,7 +104,7 @@ TEST(ServiceExpansionTest, ServicesAreTasksOfTheirGroupAfterTheTasks) {
   EXPECT_EQ(embed.constraints[0].expression, "attribute:gpu-model == L4");
   // The task has no schedule, so the workload as a whole has no times; services alone have.
   EXPECT_FALSE(w.HasTimes());
-  EXPECT_TRUE(ParseWorkload("{\"services\": [" + Service("x", 1, R"("serviceName": "x", "desiredCount": 0)") + "]}")
+  EXPECT_TRUE(ParseWorkload("{\"services\": [" + Service("x", 256, R"("serviceName": "x", "desiredCount": 0)") + "]}")
                   .HasTimes());
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -151,7 +152,7 @@ TEST(PlannerInputTest, JsonErrorsNameFileLineAndField) {
     {"name": "main", "image": "img", "memory": 1024, "resourceRequirements": [
       {"type": "GPU", "sharingStrategy": {"nvidiaMps": {"memory": 0}}}]}]}
 ]})",
-                   "w.json", {"w.json:2:", "field 'tasks[0]'", "'sharingStrategy.nvidiaMps.memory'", ">= 1"});
+                   "w.json", {"w.json:2:", "field 'tasks[0]'", "'sharingStrategy.nvidiaMps.memory'", ">= 256"});
   // The scheduler's own task-definition validation speaks through the planner, at the task's line.
   ExpectInputError(R"({"tasks": [
   {"family": "ok", "containerDefinitions": [{"name": "main", "image": "img", "memory": 1024}]},
@@ -434,6 +435,17 @@ TEST(BoundsTest, HandFixtureAsPods) {
   EXPECT_EQ(b->ffd, 5);
   EXPECT_EQ(b->best_fit, 5);
   EXPECT_EQ(b->first_fit, 6);
+  // Every GPU task: the pod of two GPUs is two whole items (1000 each), arriving last (time 20).
+  //   sum 4000 + 2000 = 6000: L1 = 6. L2 at a = 500: J1 = {700, 600, 700, 600, 1000, 1000}, J3 = {500, 500}:
+  //   6 + ceil(1000 / 1000) = 7. FFD: [1000] [1000] [700 200 100] [700 100] [600] [600] [500 500] = 7.
+  //   Best fit and first fit in arrival order: the single-GPU bins (5 and 6) plus two new ones.
+  EXPECT_EQ(b->multi_gpu_tasks, 1);
+  EXPECT_EQ(b->all.items, 11);
+  EXPECT_EQ(b->all.l1, 6);
+  EXPECT_EQ(b->all.l2, 7);
+  EXPECT_EQ(b->all.ffd, 7);
+  EXPECT_EQ(b->all.best_fit, 7);
+  EXPECT_EQ(b->all.first_fit, 8);
 }
 
 // The scheduler's binpack:gpuMemory on single-GPU instances is best fit: placing the fixture at once uses the
@@ -556,6 +568,9 @@ TEST_F(FgdTest, AllocationGrowsWithDemandAndNeverExceedsCapacity) {
       }
       EXPECT_EQ(run.placed + run.refused, run.arrivals);
       EXPECT_GT(run.refused, 0) << "130% of capacity cannot all be placed";
+      // The refused tasks' GPU demand: more than nothing, at most 8 GPUs each (openb's largest pod).
+      EXPECT_GT(run.refused_gpu_demand, 0.0) << s.name;
+      EXPECT_LE(run.refused_gpu_demand, 8.0 * run.refused) << s.name;
     }
     EXPECT_NEAR(s.unallocated_pct_at.at(130), 100.0 - s.allocated_pct[130], 1e-9);
     EXPECT_NEAR(s.unallocated_pct_at.at(100), 100.0 - s.allocated_pct[100], 1e-9);
@@ -730,6 +745,17 @@ TEST_F(FgdTest, JsonCsvAndSvgReports) {
   EXPECT_NE(svg.find("arrived GPU demand"), std::string::npos);
   EXPECT_NE(svg.find("allocated GPU capacity"), std::string::npos);
   EXPECT_NE(svg.find(">random"), std::string::npos);  // legend
+  // The legend's box lies below the plot (whose x axis is at y = 520 - 60), so it covers no curve: every point
+  // of every polyline is above the box's top.
+  const size_t box = svg.find("fill=\"white\" stroke=\"#ccc\"");
+  ASSERT_NE(box, std::string::npos);
+  const size_t y_at = svg.rfind(" y=\"", box);
+  const double box_top = std::stod(svg.substr(y_at + 4));
+  EXPECT_GT(box_top, 460.0);
+  for (size_t at = svg.find("points=\""); at != std::string::npos; at = svg.find("points=\"", at + 1)) {
+    std::istringstream points(svg.substr(at + 8, svg.find('"', at + 8) - at - 8));
+    for (std::string xy; points >> xy;) EXPECT_LT(std::stod(xy.substr(xy.find(',') + 1)), box_top) << xy;
+  }
 }
 
 // With fgd in the run, the table ends with one summary line, the JSON has `summary` (each strategy's unallocated

@@ -205,16 +205,18 @@ TEST_F(PostgresStoreTest, AFencedCommitThatLostTheLeaseWritesNoneOfItsStatements
 }
 
 TEST_F(PostgresStoreTest, ACommitAfterTheDatabaseRestartedWhileIdleReconnectsFirst) {
+  testing::PrivatePostgres* const pg = OwnServer();  // restarted below: never the run's shared server
+  ASSERT_NE(pg, nullptr);
   auto store = OpenOrFail();
   ASSERT_TRUE(store);
   WriteBatch b;
   b.PutTask(SomeTask("arn:t/1"));
   ASSERT_TRUE(store->Commit(b).ok());
-  const int port = pg_->port();
-  pg_->Stop();
+  const int port = pg->port();
+  pg->Stop();
   std::string error;
-  ASSERT_TRUE(pg_->Start(&error)) << error;
-  if (pg_->port() != port) GTEST_SKIP() << "the database came back on another port; the URI names the old one";
+  ASSERT_TRUE(pg->Start(&error)) << error;
+  if (pg->port() != port) GTEST_SKIP() << "the database came back on another port; the URI names the old one";
   // The connection the store holds was closed by the restart: the commit notices before sending anything and
   // connects afresh, so it does not fail.
   b.PutTask(SomeTask("arn:t/2"));
@@ -226,9 +228,11 @@ TEST_F(PostgresStoreTest, ACommitAfterTheDatabaseRestartedWhileIdleReconnectsFir
 }
 
 TEST_F(PostgresStoreTest, ADatabaseThatGoesAwayFailsCallsInTimeAndTheStoreResumesWhenItIsBack) {
+  testing::PrivatePostgres* const pg = OwnServer();  // stopped below: never the run's shared server
+  ASSERT_NE(pg, nullptr);
   auto store = OpenOrFail(PostgresStore::Options{std::chrono::milliseconds(2000)});
   ASSERT_TRUE(store);
-  pg_->Stop();
+  pg->Stop();
   WriteBatch b;
   b.PutTask(SomeTask("arn:t/1"));
   const auto started = std::chrono::steady_clock::now();
@@ -238,9 +242,9 @@ TEST_F(PostgresStoreTest, ADatabaseThatGoesAwayFailsCallsInTimeAndTheStoreResume
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
   EXPECT_FALSE(store->Load().ok());
   std::string error;
-  ASSERT_TRUE(pg_->Start(&error)) << error;
+  ASSERT_TRUE(pg->Start(&error)) << error;
   // The server may come back on another port only if its own was taken meanwhile; the URI names the port.
-  auto again = PostgresStore::Open(pg_->Uri(uri_.substr(uri_.rfind('/') + 1)));
+  auto again = PostgresStore::Open(pg->Uri(uri_.substr(uri_.rfind('/') + 1)));
   ASSERT_TRUE(again.ok()) << again.status().message();
   Status resumed = Status::Server("not tried");
   for (int i = 0; i < 50 && !resumed.ok(); ++i) {  // the same store reconnects by itself

@@ -12,6 +12,12 @@
 // PostgreSQL refuses to run as root: when the test runs as root, initdb and postgres run as `nobody` through
 // runuser, and the directory is given to that user.
 //
+// Shared: under ctest, $GPUPACK_TEST_PG names the directory of the one server the whole run shares (fixture
+// `shared_postgres`, tests/unit/shared_postgres.sh, which writes its port to DIR/port). Options::shared then
+// attaches to it instead of making one: Start() only reads the port, the destructor leaves it running, and
+// databases get names unique across processes (and are dropped by DropDatabase). A test that stops or kills its
+// server asks for a server of its own (shared = false).
+//
 // Not thread-safe: one test thread drives it.
 #pragma once
 
@@ -40,12 +46,13 @@ class PrivatePostgres {
  public:
   struct Options {
     bool durable = false;  // fsync on (benchmarks); tests run with fsync off, their machine does not crash
+    bool shared = false;   // attach to the run's shared server when $GPUPACK_TEST_PG names one (see above)
   };
 
   PrivatePostgres() : PrivatePostgres(Options{}) {}
-  explicit PrivatePostgres(Options options) : options_(options), bin_(FindBinDir()) {}
+  explicit PrivatePostgres(Options options) : options_(options), bin_(FindBinDir()), shared_dir_(SharedDir(options)) {}
   ~PrivatePostgres() {
-    if (running_) Stop();
+    if (running_ && shared_dir_.empty()) Stop();
   }
   PrivatePostgres(const PrivatePostgres&) = delete;
   PrivatePostgres& operator=(const PrivatePostgres&) = delete;
@@ -80,6 +87,17 @@ class PrivatePostgres {
     if (!Available()) {
       *error = WhyUnavailable();
       return false;
+    }
+    if (!shared_dir_.empty()) {  // the run's shared server: started by the fixture, only its port is read
+      std::ifstream port_file(shared_dir_ + "/port");
+      if (!(port_file >> port_) || port_ <= 0) {
+        *error = "the shared PostgreSQL of this ctest run (" + shared_dir_ + ") did not start: see the test " +
+                 "shared_postgres_start";
+        return false;
+      }
+      dir_ = shared_dir_;
+      running_ = true;
+      return true;
     }
     if (dir_.empty() && !Init(error)) return false;
     for (int attempt = 0; attempt < 5; ++attempt) {  // a free port can be taken between probe and start
@@ -125,12 +143,20 @@ class PrivatePostgres {
     return "postgresql://postgres@127.0.0.1:" + std::to_string(port) + "/" + db;
   }
 
-  // CreateDatabase makes a new empty database and returns its URI ("" on failure).
+  // CreateDatabase makes a new empty database and returns its URI ("" on failure). On the shared server the
+  // name holds this process's id, so test processes running side by side never collide.
   std::string CreateDatabase() {
-    const std::string name = "t" + std::to_string(++databases_);
+    const std::string name =
+        "t" + (shared_dir_.empty() ? "" : std::to_string(::getpid()) + "_") + std::to_string(++databases_);
     if (!Psql("CREATE DATABASE " + name)) return "";
     return Uri(name);
   }
+  // DropDatabase drops the database `uri` names, closing its connections (best effort: the shared server
+  // would otherwise keep every test's database until the run ends).
+  void DropDatabase(const std::string& uri) {
+    if (!uri.empty()) Psql("DROP DATABASE IF EXISTS " + uri.substr(uri.rfind('/') + 1) + " WITH (FORCE)");
+  }
+  bool shared() const { return !shared_dir_.empty(); }
 
   // Psql runs one SQL statement with psql against database `db`; true on success.
   bool Psql(const std::string& sql, const std::string& db = "postgres") {
@@ -169,6 +195,12 @@ class PrivatePostgres {
     return std::system(cmd.c_str()) == 0;
   }
 
+  static std::string SharedDir(const Options& options) {
+    const char* env = std::getenv("GPUPACK_TEST_PG");
+    if (!options.shared || options.durable || env == nullptr || *env == '\0') return "";
+    return std::filesystem::exists(std::string(env) + "/port") ? std::string(env) : std::string();
+  }
+
   static int FreePort() {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -193,6 +225,7 @@ class PrivatePostgres {
 
   const Options options_;
   const std::string bin_;
+  const std::string shared_dir_;  // the run's shared server's directory; "" for a server of our own
   std::optional<testing_support::TempDir> tmp_;  // tmp_: made by the first Start, removed after the destructor's Stop
   std::string dir_;                               // tmp_'s path; "" before the first Start
   int port_ = 0;
@@ -200,14 +233,15 @@ class PrivatePostgres {
   int databases_ = 0;
 };
 
-// PrivatePostgresTest: a fixture whose suite shares one PrivatePostgres (started once, stopped at the end).
-// SetUp skips without PostgreSQL's binaries, fails when the server could not start, and gives each test a
-// database of its own (uri_). A fixture that overrides SetUp calls this one first and returns when it skipped
-// or failed.
+// PrivatePostgresTest: a fixture whose suite shares one PrivatePostgres (started once, stopped at the end; under
+// ctest the run's shared server). SetUp skips without PostgreSQL's binaries, fails when the server could not
+// start, and gives each test a database of its own (uri_), dropped again by TearDown. A fixture that overrides
+// SetUp calls this one first and returns when it skipped or failed. A test that stops or restarts its database
+// uses OwnServer(): a server of its own, its database in uri_ (the shared one is never stopped).
 class PrivatePostgresTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    pg_ = new PrivatePostgres();
+    pg_ = new PrivatePostgres(PrivatePostgres::Options{.shared = true});
     start_error_.clear();
     if (pg_->Available() && !pg_->Start(&start_error_)) start_error_ = "cannot start PostgreSQL: " + start_error_;
   }
@@ -221,6 +255,27 @@ class PrivatePostgresTest : public ::testing::Test {
     uri_ = pg_->CreateDatabase();
     ASSERT_FALSE(uri_.empty());
   }
+  void TearDown() override {
+    if (pg_ != nullptr && pg_->shared() && !own_) pg_->DropDatabase(uri_);
+  }
+
+  // OwnServer: a server for this test alone (made on first use; stopped with the test), with a fresh database
+  // in uri_; null after a failure (recorded with ADD_FAILURE).
+  PrivatePostgres* OwnServer() {
+    if (own_) return own_.get();
+    if (pg_->shared()) pg_->DropDatabase(uri_);
+    own_ = std::make_unique<PrivatePostgres>();
+    std::string error;
+    if (!own_->Start(&error)) {
+      ADD_FAILURE() << "cannot start a PostgreSQL of this test's own: " << error;
+      own_.reset();
+      return nullptr;
+    }
+    uri_ = own_->CreateDatabase();
+    return own_.get();
+  }
+
+  std::unique_ptr<PrivatePostgres> own_;
 
   static inline PrivatePostgres* pg_ = nullptr;
   static inline std::string start_error_;

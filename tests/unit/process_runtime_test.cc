@@ -2,6 +2,7 @@
 //
 // Waits are bounded by generous deadlines and only ever end early: no test fails because the machine is slow.
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -178,6 +179,67 @@ TEST_F(ProcessRuntimeTest, EnvironmentIsExactlyTheSpecNothingInherited) {
                                                 "WITH_SPACES=a b  c", "WITH_EQUALS=x=y=z", "EMPTY=",
                                                 "OVERRIDDEN=second"}));
   unsetenv("GPUPACK_AGENT_ONLY");
+}
+
+// Issue 29: a root agent ran every process task as root with every capability: the task read other tasks' logs
+// and wrote the agent's state files. With a task user the workload runs as that user, with no capability, no
+// supplementary group and no_new_privs, and the runtime's state and log directories are the agent's alone.
+// Needs root (CI runs as root), to change to another user.
+TEST_F(ProcessRuntimeTest, ATaskRunsAsTheTaskUserWithoutCapabilitiesAndCannotReadTheAgentsState) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run a task as another user";
+  fs::permissions(root_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec);
+  options_.task_user = "nobody";
+  runtime_ = NewRuntime();
+  ASSERT_NE(runtime_, nullptr);
+  // A neighbour whose state record and log the task will try to read.
+  const std::string neighbour = StartOk(Shell("neighbour", "app", "echo secret-of-the-neighbour"));
+  EXPECT_EQ(WaitExited(*runtime_, neighbour).exit_code, 0);
+  const fs::path state = fs::path(options_.state_dir) / (neighbour + ".json");
+  ASSERT_TRUE(fs::exists(state));
+  const std::string script =
+      "echo uid=$(id -u) gid=$(id -g) groups=$(id -G); grep -E '^(CapPrm|CapEff|CapBnd|NoNewPrivs)' /proc/self/status;"
+      "cat " + state.string() + " >/dev/null 2>&1 && echo READ-STATE; "
+      "cat " + (LogOf("neighbour", "app") / "*").string() + " >/dev/null 2>&1 && echo READ-LOG; "
+      "echo x > " + options_.state_dir + "/planted.json 2>/dev/null && echo WROTE-STATE; "
+      "ls " + options_.log_dir + " >/dev/null 2>&1 && echo LISTED-LOGS; true";
+  const std::string id = StartOk(Shell("prober", "app", script, {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_EQ(WaitExited(*runtime_, id).exit_code, 0);
+  const std::string out = ReadText(LogOf("prober", "app"));
+  const struct passwd* nobody = getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  EXPECT_NE(out.find("uid=" + std::to_string(nobody->pw_uid) + " gid=" + std::to_string(nobody->pw_gid) +
+                     " groups=" + std::to_string(nobody->pw_gid) + "\n"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("CapPrm:\t0000000000000000"), std::string::npos) << out;
+  EXPECT_NE(out.find("CapEff:\t0000000000000000"), std::string::npos) << out;
+  EXPECT_NE(out.find("NoNewPrivs:\t1"), std::string::npos) << out;
+  for (const char* breach : {"READ-STATE", "READ-LOG", "WROTE-STATE", "LISTED-LOGS"})
+    EXPECT_EQ(out.find(breach), std::string::npos) << breach << " in:\n" << out;
+  EXPECT_FALSE(fs::exists(fs::path(options_.state_dir) / "planted.json"));
+  // The directories are the agent's alone.
+  for (const std::string& dir : {options_.state_dir, options_.log_dir})
+    EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all) << dir;
+}
+
+TEST(TaskUserTest, ResolvesNamesAndIdsAndRefusesUnknownUsers) {
+  const struct passwd* nobody = getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  auto by_name = ResolveTaskUser("nobody", 0);
+  ASSERT_TRUE(by_name.ok()) << by_name.status().message();
+  EXPECT_EQ(by_name->uid, static_cast<int64_t>(nobody->pw_uid));
+  EXPECT_EQ(by_name->gid, static_cast<int64_t>(nobody->pw_gid));
+  auto numeric = ResolveTaskUser("4242:4343", 0);
+  ASSERT_TRUE(numeric.ok()) << numeric.status().message();
+  EXPECT_EQ(numeric->uid, 4242);
+  EXPECT_EQ(numeric->gid, 4343);
+  auto keep = ResolveTaskUser("", 0);
+  ASSERT_TRUE(keep.ok());
+  EXPECT_EQ(keep->uid, -1);
+  auto unknown = ResolveTaskUser("no-such-user-here", 0);
+  EXPECT_EQ(unknown.status().code(), ErrorCode::kInvalidParameter);
+  EXPECT_NE(unknown.status().message().find("no-such-user-here"), std::string::npos);
+  EXPECT_FALSE(ResolveTaskUser("nobody:staff", 0).ok());
 }
 
 TEST_F(ProcessRuntimeTest, StdoutAndStderrGoToTheLogUnderTheTaskId) {

@@ -2,6 +2,8 @@
 // message naming the field, nesting is bounded, serializing never throws.
 #include "protocol/messages.h"
 
+#include "protocol/field_limits.h"
+
 #include <string>
 #include <vector>
 
@@ -489,6 +491,56 @@ TEST(ProtocolTest, ChannelTargetCarriesTheInstanceArn) {
   EXPECT_EQ(InstanceArnFromTarget("/agent/v1/channel"), "");
   EXPECT_EQ(InstanceArnFromTarget("/agent/v1/channel?other=1"), "");
   EXPECT_EQ(InstanceArnFromTarget("/p?containerInstance=a%4"), "a%4");  // a cut escape stays literal
+}
+
+}  // namespace
+}  // namespace gpupack::protocol
+
+// ---- field limits (protocol/field_limits.h) ------------------------------------------------------------------
+
+namespace gpupack::protocol {
+namespace {
+
+TEST(FieldLimitsTest, AcceptsWhatRealHostsSendAndRefusesLengthAndCharactersNamingTheField) {
+  EXPECT_TRUE(CheckField("i-0123456789abcdef0", kInstanceIdLimit).ok());
+  EXPECT_TRUE(CheckField("p4d.24xlarge", kInstanceTypeLimit).ok());
+  EXPECT_TRUE(CheckField("GPU-8c5b3f2e-9b1a-4c1d-8e2f-0123456789ab", kGpuIdLimit).ok());
+  EXPECT_TRUE(CheckField("MIG-GPU-8c5b3f2e-9b1a-4c1d-8e2f-0123456789ab/1/0", kGpuIdLimit).ok());
+  EXPECT_TRUE(CheckField("gpupack 1.4.0 (abc)", kAgentVersionLimit).ok());
+  EXPECT_TRUE(CheckField(std::string(64, 'i'), kInstanceIdLimit).ok());
+
+  const Status long_id = CheckField(std::string(1 << 20, 'i'), kInstanceIdLimit);
+  EXPECT_EQ(long_id.code(), ErrorCode::kInvalidParameter);
+  EXPECT_EQ(long_id.message(),
+            "instanceIdentityDocument.instanceId must be 1 to 64 letters, digits, hyphens, underscores, periods, "
+            "colons and slashes, got 1048576 bytes");
+  const Status control = CheckField("g5.xlarge\nx", kInstanceTypeLimit);
+  EXPECT_NE(control.message().find("got byte 0x0a at offset 9"), std::string::npos) << control.message();
+  EXPECT_NE(CheckField("", kInstanceTypeLimit).message().find("got an empty value"), std::string::npos);
+  EXPECT_FALSE(CheckField("a b", kGpuIdLimit).ok());
+  EXPECT_FALSE(CheckField("web.1", kReportedContainerLimit).ok());  // ECS's container names: no periods
+  EXPECT_FALSE(CheckField("v1\x7f", kAgentVersionLimit).ok());
+  EXPECT_FALSE(CheckField("caf\xc3\xa9", kAgentVersionLimit).ok());  // ASCII only
+  const Status at = CheckField(std::string(2000, 'a'), kReportedTaskArnLimit, "hello.tasks[3].taskArn");
+  EXPECT_EQ(at.message().rfind("hello.tasks[3].taskArn must be 1 to 1024 printable ASCII", 0), 0u) << at.message();
+}
+
+TEST(FieldLimitsTest, TheChannelRefusesAReportOrHeartbeatThatBreaksOne) {
+  auto arn = ParseAgentMessage(R"({"type":"state","id":1,"taskArn":")" + std::string(1025, 'a') +
+                               R"(","status":"RUNNING"})");
+  ASSERT_FALSE(arn.ok());
+  EXPECT_NE(arn.status().message().find("taskArn must be 1 to 1024"), std::string::npos) << arn.status().message();
+  auto name = ParseAgentMessage(
+      R"({"type":"state","id":1,"taskArn":"t","status":"RUNNING","containers":[{"containerName":"a\tb","status":"RUNNING"}]})");
+  ASSERT_FALSE(name.ok());
+  EXPECT_NE(name.status().message().find("containerName"), std::string::npos) << name.status().message();
+  auto held = ParseAgentMessage(R"({"type":"heartbeat","id":1,"heldGpus":["GPU-\u0007"]})");
+  ASSERT_FALSE(held.ok());
+  EXPECT_NE(held.status().message().find("heldGpus[]"), std::string::npos) << held.status().message();
+  Json many = {{"type", "heartbeat"}, {"id", 1}, {"heldGpus", Json::array()}};
+  for (int i = 0; i < 65; ++i) many["heldGpus"].push_back("GPU-" + std::to_string(i));
+  EXPECT_FALSE(ParseAgentMessage(many.dump()).ok());
+  EXPECT_TRUE(ParseAgentMessage(R"({"type":"heartbeat","id":1,"heldGpus":["GPU-1"]})").ok());
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
+#include "storage/migrate.h"
 #include "storage/postgres_store.h"
 #include "storage/sqlite_store.h"
 #include "storage/store.h"
@@ -59,6 +60,8 @@ Cluster FullCluster(const std::string& name) {
   c.settings.compute_aware_placement = true;
   c.tags = {{"team", "ml"}, {"cost-center", "42"}};
   c.created_at = 1'700'000'000'123;
+  c.capacity_providers = {"team-a", "team-b"};
+  c.default_strategy = {{"team-a", 3, 1}, {"team-b", 1, 0}};
   return c;
 }
 
@@ -148,6 +151,11 @@ Task FullTask(const std::string& arn) {
   t.started_at = 1'700'000'000'002;
   t.stopping_at = 1'700'000'000'003;
   t.stopped_at = 1'700'000'000'004;
+  t.capacity_provider_name = "team-a";
+  t.wait_seq = 12;
+  t.priority = -3;
+  t.placement_constraints = {{"memberOf", "attribute:zone == a"}};
+  t.placement_strategy = {{"binpack", "gpuMemory"}};
   Container c;
   c.name = "infer";
   c.container_arn = arn + "/container/infer";
@@ -231,7 +239,7 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
   EXPECT_EQ(FieldCount<PlacementConstraint>(), 2u);
   EXPECT_EQ(FieldCount<TaskDefinition>(), 14u);
   EXPECT_EQ(FieldCount<ClusterSettings>(), 1u);
-  EXPECT_EQ(FieldCount<Cluster>(), 6u);
+  EXPECT_EQ(FieldCount<Cluster>(), 8u);
   EXPECT_EQ(FieldCount<Gpu>(), 7u);
   EXPECT_EQ(FieldCount<Resources>(), 2u);
   EXPECT_EQ(FieldCount<Attribute>(), 2u);
@@ -240,8 +248,10 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
   EXPECT_EQ(FieldCount<TaskOverride>(), 3u);
   EXPECT_EQ(FieldCount<Container>(), 9u);
   EXPECT_EQ(FieldCount<GpuReservation>(), 5u);
-  EXPECT_EQ(FieldCount<Task>(), 24u);
+  EXPECT_EQ(FieldCount<Task>(), 29u);
   EXPECT_EQ(FieldCount<ClientTokenRecord>(), 6u);  // write_seq is not stored (the server's, per run)
+  EXPECT_EQ(FieldCount<CapacityProviderStrategyItem>(), 3u);
+  EXPECT_EQ(FieldCount<CapacityProvider>(), 7u);
 }
 
 // ---- Helpers --------------------------------------------------------------------------------------------
@@ -374,7 +384,7 @@ TEST(WriteBatchTest, AppendAppliesTheOtherBatchAfterThisOne) {
 testing::PrivatePostgres* SharedPostgres(std::string* why) {
   static std::string error;
   static std::unique_ptr<testing::PrivatePostgres> pg = [] {
-    auto p = std::make_unique<testing::PrivatePostgres>();
+    auto p = std::make_unique<testing::PrivatePostgres>(testing::PrivatePostgres::Options{.shared = true});
     if (!p->Start(&error)) p.reset();
     return p;
   }();
@@ -412,7 +422,8 @@ TEST_P(StoreContractTest, EmptyStoreLoadsEmpty) {
   EXPECT_TRUE(store_->Commit(WriteBatch()).ok());
 }
 
-TEST_P(StoreContractTest, RoundTripsEveryFieldInMemoryOrder) {
+// TwoOfEachKind: two full records of each kind but services, every kind put out of its key order.
+WriteBatch TwoOfEachKind() {
   WriteBatch b;
   b.PutCluster(FullCluster("b"));
   b.PutCluster(FullCluster("a"));
@@ -424,7 +435,11 @@ TEST_P(StoreContractTest, RoundTripsEveryFieldInMemoryOrder) {
   b.PutTask(FullTask("arn:task/gpu/t1"));
   b.PutClientToken(FullToken("gpu", "z"));
   b.PutClientToken(FullToken("gpu", "a"));
-  ASSERT_TRUE(store_->Commit(b).ok());
+  return b;
+}
+
+TEST_P(StoreContractTest, RoundTripsEveryFieldInMemoryOrder) {
+  ASSERT_TRUE(store_->Commit(TwoOfEachKind()).ok());
 
   Snapshot s = LoadOrDie(*store_);
   // Sorted by key: clusters, task definitions (family, then revision 9 < 10 numerically), tokens.
@@ -436,6 +451,36 @@ TEST_P(StoreContractTest, RoundTripsEveryFieldInMemoryOrder) {
   EXPECT_EQ(s.instances,
             (std::vector<ContainerInstance>{FullInstance("arn:ci/gpu/zz"), FullInstance("arn:ci/gpu/aa")}));
   EXPECT_EQ(s.tasks, (std::vector<Task>{FullTask("arn:task/gpu/t2"), FullTask("arn:task/gpu/t1")}));
+}
+
+// Capacity providers come back by name; a PROVISIONING task (no instance, nothing held) as it was stored.
+TEST_P(StoreContractTest, RoundTripsCapacityProvidersAndWaitingTasks) {
+  auto provider = [](const std::string& name, CapacityProviderStatus status) {
+    CapacityProvider p;
+    p.name = name;
+    p.arn = "arn:aws:ecs:us-east-1:000000000000:capacity-provider/" + name;
+    p.status = status;
+    p.update_status = status == CapacityProviderStatus::kInactive ? "DELETE_COMPLETE" : "";
+    p.tags = {{"team", name}};
+    p.created_at = 1'700'000'000'500;
+    p.version = 4;
+    return p;
+  };
+  Task waiting = FullTask("arn:task/gpu/w1");
+  waiting.last_status = TaskStatus::kProvisioning;
+  waiting.desired_status = TaskStatus::kRunning;
+  waiting.container_instance_arn.clear();
+  waiting.gpu_reservations.clear();
+  waiting.resources_released = true;
+  WriteBatch b;
+  b.PutCapacityProvider(provider("zeta", CapacityProviderStatus::kActive));
+  b.PutCapacityProvider(provider("alpha", CapacityProviderStatus::kInactive));
+  b.PutTask(waiting);
+  ASSERT_TRUE(store_->Commit(b).ok());
+  Snapshot s = LoadOrDie(*store_);
+  EXPECT_EQ(s.capacity_providers, (std::vector<CapacityProvider>{provider("alpha", CapacityProviderStatus::kInactive),
+                                                                 provider("zeta", CapacityProviderStatus::kActive)}));
+  EXPECT_EQ(s.tasks, (std::vector<Task>{waiting}));
 }
 
 TEST_P(StoreContractTest, UpsertOverwritesAndKeepsFirstStoredPosition) {
@@ -531,8 +576,149 @@ TEST_P(StoreContractTest, LoadStreamingHandsOverLoadsTasksInOrderAndTheRestAsLoa
   EXPECT_EQ(LoadOrDie(*store_).clusters.size(), 3u);
 }
 
+TEST_P(StoreContractTest, ABatchThatReplacesEverythingLeavesOnlyItsOwnRecords) {
+  WriteBatch before;
+  before.PutCluster(FullCluster("old"));
+  before.PutTaskDefinition(FullTaskDefinition("old", 1));
+  before.PutInstance(FullInstance("arn:ci/gpu/old"));
+  before.PutTask(SmallTask("arn:t/old"));
+  before.PutClientToken(FullToken("old", "t"));
+  Service service;
+  service.arn = "arn:svc/old";
+  service.name = "old";
+  service.cluster = "old";
+  before.PutService(service);
+  ASSERT_TRUE(store_->Commit(before).ok());
+
+  WriteBatch replace;
+  replace.ReplaceEverything();
+  replace.PutTask(SmallTask("arn:t/new"));
+  EXPECT_FALSE(replace.empty());
+  ASSERT_TRUE(store_->Commit(replace).ok());
+  Snapshot s = LoadOrDie(*store_);
+  EXPECT_EQ(CountsOf(s), (StateCounts{.tasks = 1})) << CountsOf(s).Describe();
+  EXPECT_EQ(TaskArns(s), std::vector<std::string>{"arn:t/new"});
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreContractTest, ::testing::Values("sqlite", "memory", "postgres"),
                          [](const auto& info) { return info.param; });
+
+// ---- Migration between stores (`gpupack migrate`, storage/migrate.h) ------------------------------------------
+
+// MigrateTest: SQLite files in a temp dir and databases on the run's PostgreSQL.
+class MigrateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    pg_ = SharedPostgres(&why);
+    if (pg_ == nullptr && !testing::PrivatePostgres().Available()) GTEST_SKIP() << why;
+    ASSERT_NE(pg_, nullptr) << why;
+  }
+  std::unique_ptr<PostgresStore> NewPostgres() {
+    auto store = PostgresStore::Open(pg_->CreateDatabase());
+    EXPECT_TRUE(store.ok()) << store.status().message();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+  // Everything: two records of every kind, services included, each kind put out of its key order.
+  static WriteBatch Everything() {
+    WriteBatch b = TwoOfEachKind();
+    b.PutCluster(FullCluster("gpu"));  // the cluster the instances and tasks belong to
+    for (const char* name : {"web", "api"}) {
+      Service v;
+      v.arn = std::string("arn:aws:ecs:us-east-1:000000000000:service/gpu/") + name;
+      v.name = name;
+      v.cluster = "gpu";
+      v.task_definition_arn = "arn:aws:ecs:us-east-1:000000000000:task-definition/infer:10";
+      v.desired_count = 3;
+      v.events = {ServiceEvent{"e1", 1'700'000'000'000, "(service web) has reached a steady state."}};
+      v.version = 4;
+      b.PutService(v);
+    }
+    return b;
+  }
+
+  testing::PrivatePostgres* pg_ = nullptr;
+  TempDir dir_;
+};
+
+TEST_F(MigrateTest, SqliteToPostgresAndBackMovesEveryRecordOfEveryKindInOrder) {
+  auto lite = OpenOrDie(dir_.File("gpupack.db"));
+  ASSERT_TRUE(lite->Commit(Everything()).ok());
+  const Snapshot want = LoadOrDie(*lite);
+  auto pg = NewPostgres();
+  ASSERT_TRUE(pg);
+
+  auto copied = MigrateState(*lite, *pg, {});
+  ASSERT_TRUE(copied.ok()) << copied.status().message();
+  EXPECT_EQ(*copied, (StateCounts{3, 2, 2, 2, 2, 2})) << copied->Describe();
+  const Snapshot there = LoadOrDie(*pg);
+  EXPECT_EQ(there.clusters, want.clusters);
+  EXPECT_EQ(there.task_definitions, want.task_definitions);
+  EXPECT_EQ(there.instances, want.instances);  // first-stored order: zz before aa
+  EXPECT_EQ(there.tasks, want.tasks);
+  EXPECT_EQ(there.client_tokens, want.client_tokens);
+  EXPECT_EQ(there.services, want.services);
+
+  // And back into a new SQLite file: the same records again (the way back, and a restore of a backup).
+  auto back = OpenOrDie(dir_.File("back.db"));
+  ASSERT_TRUE(MigrateState(*pg, *back, {}).ok());
+  const Snapshot again = LoadOrDie(*back);
+  EXPECT_EQ(again.instances, want.instances);
+  EXPECT_EQ(again.tasks, want.tasks);
+  EXPECT_EQ(again.services, want.services);
+  EXPECT_EQ(CountsOf(again), CountsOf(want));
+}
+
+TEST_F(MigrateTest, ATargetWithRecordsIsRefusedUntouchedUnlessReplacing) {
+  auto lite = OpenOrDie(dir_.File("gpupack.db"));
+  ASSERT_TRUE(lite->Commit(Everything()).ok());
+  auto pg = NewPostgres();
+  ASSERT_TRUE(pg);
+  WriteBatch other;
+  other.PutCluster(FullCluster("elsewhere"));
+  other.PutTask(SmallTask("arn:t/elsewhere"));
+  ASSERT_TRUE(pg->Commit(other).ok());
+
+  auto refused = MigrateState(*lite, *pg, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kConflict);
+  EXPECT_THAT(refused.status().message(), HasSubstr("already holds 1 cluster"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--force"));
+  EXPECT_EQ(TaskArns(LoadOrDie(*pg)), std::vector<std::string>{"arn:t/elsewhere"});  // untouched
+
+  auto replaced = MigrateState(*lite, *pg, MigrateOptions{.replace = true});
+  ASSERT_TRUE(replaced.ok()) << replaced.status().message();
+  const Snapshot s = LoadOrDie(*pg);
+  EXPECT_EQ(CountsOf(s), (StateCounts{3, 2, 2, 2, 2, 2}));
+  EXPECT_EQ(TaskArns(s), (std::vector<std::string>{"arn:task/gpu/t2", "arn:task/gpu/t1"}));
+}
+
+TEST_F(MigrateTest, APostgresTargetLedByARunningServerIsRefused) {
+  auto lite = OpenOrDie(dir_.File("gpupack.db"));
+  ASSERT_TRUE(lite->Commit(Everything()).ok());
+  auto pg = NewPostgres();
+  ASSERT_TRUE(pg);
+  ASSERT_TRUE(pg->Query("UPDATE gpupack_leader_lease SET holder = 'a', advertise = 'http://10.0.0.1:8080', "
+                        "epoch = 1, expires_at = clock_timestamp() + interval '1 hour'")
+                  .ok());
+  auto refused = MigrateState(*lite, *pg, MigrateOptions{.replace = true});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("http://10.0.0.1:8080"));
+  EXPECT_TRUE(CountsOf(LoadOrDie(*pg)).empty());
+}
+
+TEST(MigrateStateTest, ASourceWhoseRecordsContradictEachOtherIsRefused) {
+  MemoryStore from, to;
+  WriteBatch b;
+  ContainerInstance i = FullInstance("arn:ci/gpu/one");
+  i.gpus.push_back(i.gpus.front());  // the same GPU twice
+  b.PutInstance(i);
+  ASSERT_TRUE(from.Commit(b).ok());
+  auto refused = MigrateState(from, to, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("contradict"));
+  EXPECT_EQ(to.commit_count(), 0u);
+}
 
 // ---- SqliteStore ------------------------------------------------------------------------------------------
 

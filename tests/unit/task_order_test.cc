@@ -36,6 +36,14 @@ TEST(TaskOrderTest, WithLeavesTheOriginalUnchanged) {
   EXPECT_EQ(after.size(), 4u);
 }
 
+// Two changes of one task in one commit group gave With the same key twice; it held the task twice.
+TEST(TaskOrderTest, WithHoldsAKeyGivenTwiceOnce) {
+  const TaskOrder before = TaskOrder::Of({Key(1, 1), Key(3, 3)});
+  const TaskOrder after = before.With({Key(2, 2), Key(2, 2), Key(3, 3), Key(4, 4), Key(4, 4)}, {Key(1, 1), Key(1, 1)});
+  EXPECT_EQ(ArnsOf(after), (std::vector<std::string>{"task/2", "task/3", "task/4"}));
+  EXPECT_EQ(after.size(), 3u);
+}
+
 TEST(TaskOrderTest, StopsWhenTheCallbackSaysSo) {
   const TaskOrder order = TaskOrder::Of({Key(1, 1), Key(2, 2), Key(3, 3)});
   int calls = 0;

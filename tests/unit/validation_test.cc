@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "scheduler/host_settings.h"
 #include "scheduler/strategies.h"
 
 namespace gpupack {
@@ -119,7 +120,9 @@ std::vector<TdCase> TaskDefinitionCases() {
       {"DedicatedTwoContainers", Def().Container(Ctr("a").Gpu("2")).Container(Ctr("b").Gpu("1")), ErrorCode::kOk,
        ""},
       {"MpsComputeBounds1And100",
-       Def().Container(Ctr("a").Mps(1, 1)).Container(Ctr("b").Mps(1, 100)), ErrorCode::kOk, ""},
+       Def().Container(Ctr("a").Mps(256, 1)).Container(Ctr("b").Mps(256, 100)), ErrorCode::kOk, ""},
+      // 256 MiB, the documented minimum (a CUDA context must fit), is accepted.
+      {"MpsMemoryMinimum", Def().Container(Ctr("web").Mps(256)), ErrorCode::kOk, ""},
       {"TaskLevelMemoryOnly", Def().Memory("2048").Cpu("1024").Container(Ctr("web").NoMemory().Mps(4096)),
        ErrorCode::kOk, ""},
       {"TaskLevelVcpuAndGb", Def().Cpu("1 vCPU").Memory("2 GB").Container(Ctr("web").NoMemory()), ErrorCode::kOk,
@@ -215,7 +218,13 @@ std::vector<TdCase> TaskDefinitionCases() {
        Def().Container(Ctr("web").Req(Requirement("InferenceAccelerator", std::nullopt, true, MpsSharing{1024, {}}))),
        ErrorCode::kClient, "'sharingStrategy' is allowed only on a resource requirement of type GPU"},
       {"MpsMemoryMissing", Def().Container(Ctr("web").Mps(0)), ErrorCode::kClient,
-       "'sharingStrategy.nvidiaMps.memory' is required and must be an integer >= 1 (MiB of GPU memory), got 0"},
+       "'sharingStrategy.nvidiaMps.memory' is required and must be an integer >= 256 (MiB of GPU memory), got 0"},
+      // 16 is 16 GiB written by mistake: refused with the unit, the minimum and the figure meant.
+      {"MpsMemoryGibByMistake", Def().Container(Ctr("web").Mps(16)), ErrorCode::kClient,
+       "'sharingStrategy.nvidiaMps.memory' is in MiB and must be at least 256 MiB, enough for a CUDA context; got "
+       "16 MiB. For 16 GiB write 16384."},
+      {"MpsMemoryJustBelowMinimum", Def().Container(Ctr("web").Mps(255)), ErrorCode::kClient,
+       "at least 256 MiB"},
       {"MpsMemoryNegative", Def().Container(Ctr("web").Mps(-5)), ErrorCode::kClient, "got -5"},
       {"MaxComputePercentZero", Def().Container(Ctr("web").Mps(4096, 0)), ErrorCode::kClient,
        "'sharingStrategy.nvidiaMps.maxComputePercent' must be an integer from 1 to 100 (omit it for 100), got 0"},
@@ -531,6 +540,69 @@ TEST(ValidationMessageTest, QuotesAreBounded) {
   EXPECT_LT(s.message().size(), 300u);
   EXPECT_EQ(s.message().find('\n'), std::string::npos);
   EXPECT_NE(s.message().find("...'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpupack
+
+// ---- host settings (scheduler/host_settings.h) -------------------------------------------------------------------
+
+namespace gpupack {
+namespace {
+
+TaskDefinition WithExtra(const std::string& container_extra, const std::string& task_extra = "",
+                         const std::string& network_mode = "") {
+  TaskDefinition td;
+  td.family = "f";
+  ContainerDefinition c;
+  c.name = "main";
+  c.image = "busybox";
+  c.extra_json = container_extra;
+  td.containers = {ContainerDefinition{}, c};
+  td.containers[0].name = "side";
+  td.extra_json = task_extra;
+  td.network_mode = network_mode;
+  return td;
+}
+
+// Issue 29: a task asking for `user: "65534"` ran as root with every capability; privileged, mounts, namespaces
+// and the rest were accepted and ignored. Each is refused by name; its harmless default is accepted.
+TEST(HostSettingsTest, EachHostSettingIsRefusedByNameAndItsDefaultIsAccepted) {
+  const struct {
+    std::string container_extra, task_extra, network_mode, refused;  // refused: "" = accepted
+  } cases[] = {
+      {R"({"user":"65534"})", "", "", "containerDefinitions[1].user"},
+      {R"({"privileged":true})", "", "", "containerDefinitions[1].privileged"},
+      {R"({"privileged":false})", "", "", ""},
+      {R"({"readonlyRootFilesystem":true})", "", "", "containerDefinitions[1].readonlyRootFilesystem"},
+      {R"({"linuxParameters":{"capabilities":{"add":["SYS_ADMIN"]}}})", "", "", "containerDefinitions[1].linuxParameters"},
+      {R"({"linuxParameters":{}})", "", "", ""},
+      {R"({"mountPoints":[{"sourceVolume":"root","containerPath":"/host"}]})", "", "", "containerDefinitions[1].mountPoints"},
+      {R"({"mountPoints":[]})", "", "", ""},
+      {R"({"volumesFrom":[{"sourceContainer":"side"}]})", "", "", "containerDefinitions[1].volumesFrom"},
+      {R"({"ulimits":[{"name":"nofile","softLimit":1,"hardLimit":1}]})", "", "", "containerDefinitions[1].ulimits"},
+      {R"({"dockerSecurityOptions":["apparmor:unconfined"]})", "", "", "containerDefinitions[1].dockerSecurityOptions"},
+      {R"({"systemControls":[{"namespace":"net.ipv4.ip_forward","value":"1"}]})", "", "", "containerDefinitions[1].systemControls"},
+      {R"({"portMappings":[{"containerPort":80,"hostPort":80}]})", "", "", "containerDefinitions[1].portMappings"},
+      {R"({"hostname":"x"})", "", "", "containerDefinitions[1].hostname"},
+      {R"({"logConfiguration":{"logDriver":"awslogs"}})", "", "", ""},  // served by the logs API
+      {"", R"({"volumes":[{"name":"root","host":{"sourcePath":"/"}}]})", "", "volumes"},
+      {"", R"({"pidMode":"host"})", "", "pidMode"},
+      {"", R"({"ipcMode":"host"})", "", "ipcMode"},
+      {"", R"({"taskRoleArn":"arn:aws:iam::1:role/x"})", "", ""},
+      {"", "", "awsvpc", "networkMode"},
+      {"", "", "bridge", ""},
+      {"", "", "", ""},
+  };
+  for (const auto& c : cases) {
+    const Status s = RefuseHostSettings(WithExtra(c.container_extra, c.task_extra, c.network_mode));
+    if (c.refused.empty()) {
+      EXPECT_TRUE(s.ok()) << c.container_extra << c.task_extra << c.network_mode << ": " << s.message();
+      continue;
+    }
+    EXPECT_EQ(s.code(), ErrorCode::kClient) << c.refused;
+    EXPECT_NE(s.message().find(c.refused + " is not supported"), std::string::npos) << s.message();
+  }
 }
 
 }  // namespace

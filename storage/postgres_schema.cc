@@ -1,0 +1,72 @@
+#include "storage/postgres_schema.h"
+
+#include <array>
+
+namespace gpupack::storage_internal {
+namespace {
+
+// kPgMigrations[i] brings the schema from version i to version i + 1; each runs in one transaction together with
+// the gpupack_schema_version row that records it. Append only: never edit a script that has shipped.
+//
+// Instances and tasks carry `seq` (bigserial) that upserts keep, so Load returns them in first-stored order.
+// gpupack_leader_lease holds exactly one row (id 1): the leader's name, the URL it serves on, its epoch (raised
+// by every takeover) and when its lease ends by the database's clock; epoch 0 is "nobody has led yet".
+constexpr std::array<std::string_view, 3> kPgMigrations = {
+    // 0 -> 1: the initial schema.
+    R"sql(
+CREATE TABLE clusters (
+  name text PRIMARY KEY,
+  doc  text NOT NULL
+);
+CREATE TABLE task_definitions (
+  family   text NOT NULL,
+  revision integer NOT NULL,
+  doc      text NOT NULL,
+  PRIMARY KEY (family, revision)
+);
+CREATE TABLE container_instances (
+  seq bigserial PRIMARY KEY,
+  arn text NOT NULL UNIQUE,
+  doc text NOT NULL
+);
+CREATE TABLE tasks (
+  seq bigserial PRIMARY KEY,
+  arn text NOT NULL UNIQUE,
+  doc text NOT NULL
+);
+CREATE TABLE client_tokens (
+  cluster text NOT NULL,
+  token   text NOT NULL,
+  doc     text NOT NULL,
+  PRIMARY KEY (cluster, token)
+);
+CREATE TABLE gpupack_leader_lease (
+  id         smallint PRIMARY KEY CHECK (id = 1),
+  holder     text NOT NULL,
+  advertise  text NOT NULL,
+  epoch      bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+INSERT INTO gpupack_leader_lease (id, holder, advertise, epoch, expires_at) VALUES (1, '', '', 0, '-infinity');
+)sql",
+    // 1 -> 2: services.
+    R"sql(
+CREATE TABLE services (
+  arn text PRIMARY KEY,
+  doc text NOT NULL
+);
+)sql",
+    // 2 -> 3: capacity providers (tasks waiting for capacity are rows of tasks).
+    R"sql(
+CREATE TABLE capacity_providers (
+  name text PRIMARY KEY,
+  doc  text NOT NULL
+);
+)sql",
+};
+
+}  // namespace
+
+std::span<const std::string_view> PgMigrations() { return kPgMigrations; }
+
+}  // namespace gpupack::storage_internal
