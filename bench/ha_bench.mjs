@@ -192,6 +192,7 @@ async function startAgent(replicas, dir, cluster) {
   const exited = new Promise((resolve) => child.on('exit', resolve));
   return {
     log: () => fs.readFileSync(logPath, 'utf8'),
+    hellos: () => fs.readFileSync(logPath, 'utf8').split('\n').filter((l) => /channel open/.test(l)).length,
     async stop() {
       child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 15000);
@@ -287,6 +288,7 @@ async function takeover(pg) {
     const others = replicas.filter((r) => r !== old);
     const marks = {};
     const unwatch = others.map((r) => watchLog(r, marks));
+    const hellos = agent.hellos();
     const killed = Date.now();
     await old.kill9();
     const token = `round-${round}`;
@@ -299,7 +301,9 @@ async function takeover(pg) {
       }),
     ]);
     if (ready.epoch <= epoch) throw new Error(`round ${round}: the new epoch ${ready.epoch} is not above ${epoch}`);
-    const agentAt = await waitUntil(`round ${round}: the agent reconnected`, () => agentConnected(others, 'agents'), 120000);
+    // The agent's own log, not agentConnected: the new leader reads an agent connected before the takeover as
+    // connected for a grace while it reconnects (docs/ha.md).
+    const agentAt = await waitUntil(`round ${round}: the agent reconnected`, () => agent.hellos() > hellos, 120000);
     unwatch.forEach((f) => f());
     parts.lease.push((marks.lease ?? ready.at) - killed);
     parts.loaded.push((marks.serving ?? ready.at) - killed);
