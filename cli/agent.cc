@@ -75,6 +75,11 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
                  "a task's output is deleted this long after its last line once the agent no longer has the task")
       ->capture_default_str()
       ->check(CLI::Range(0, 24 * 365));
+  app.add_option("--log-cap-mib", f.log_cap_mib,
+                 "all tasks' output together is kept under this many MiB: past it the output of stopped tasks is "
+                 "deleted, the least recently written first (0: no cap)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   app.add_option("--credentials", f.credentials,
                  "AWS shared-credentials file (mode 0600) to SigV4-sign every call and the channel with "
@@ -144,6 +149,7 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.log_file_bytes = static_cast<uint64_t>(f.log_file_mib) << 20;
   o.log_files = f.log_files;
   o.log_retention = std::chrono::hours(f.log_retention_hours);
+  o.log_cap_bytes = static_cast<uint64_t>(f.log_cap_mib) << 20;
   // What the server would refuse at registration (protocol/field_limits.h), refused here at start instead.
   if (!o.name.empty()) GP_TRY(protocol::CheckField(o.name, protocol::kInstanceIdLimit, "--name"));
   if (!o.instance_type.empty())

@@ -93,6 +93,7 @@ struct AgentFlags {
   int log_file_mib = 10;
   int log_files = 3;
   int log_retention_hours = 24;
+  int log_cap_mib = 4096;
   std::string log_level = "info";
   // SigV4 signing (server run with --credentials). Empty: $AWS_SHARED_CREDENTIALS_FILE, $AWS_PROFILE, and
   // $AWS_REGION / $AWS_DEFAULT_REGION, then us-east-1; no file at all means unsigned calls.
