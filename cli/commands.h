@@ -160,4 +160,17 @@ void AddAwsModelFlags(CLI::App& app, AwsModelFlags& flags);
 // RunAwsModel returns 0, 1 when the model cannot be read or written, 2 on bad usage.
 int RunAwsModel(const AwsModelFlags& flags);
 
+// `gpupack keys issue-agent`: an agent key bound to one host, added to the server's credentials file
+// (cli/keys.cc; docs/security.md).
+struct KeysFlags {
+  std::string host;
+  std::string credentials;
+  std::string profile;  // empty: agent-HOST
+  std::string out;      // empty: the host's credentials file goes to stdout
+};
+
+void AddKeysFlags(CLI::App& app, KeysFlags& flags);
+// RunKeys returns 0, 2 on bad usage (or a credentials file the server would refuse), 1 when it cannot write.
+int RunKeys(const KeysFlags& flags);
+
 }  // namespace gpupack::cli
