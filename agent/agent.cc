@@ -257,8 +257,12 @@ Status Agent::Start() {
                     [conn] { return conn->instance_arn(); }});
   TaskStore* store = a.store.get();
   Runtime* runtime = a.runtime.get();
+  LogServiceOptions log_options;
+  log_options.root = o.state_dir + "/logs";
+  log_options.retention = o.log_retention;
+  log_options.cap_bytes = o.log_cap_bytes;
   a.logs = std::make_unique<LogService>(
-      LogServiceOptions{o.state_dir + "/logs", o.log_retention},
+      std::move(log_options),
       LogService::Hooks{[runtime](const std::string& arn, const std::string& container) {
                           if (Status s = runtime->CollectLogs(arn, container); !s.ok())
                             spdlog::warn("agent: logs of {} {}: {}", arn, container, s.message());

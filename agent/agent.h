@@ -69,6 +69,9 @@ struct AgentOptions {
   uint64_t log_file_bytes = 10ull << 20;
   int log_files = 3;
   std::chrono::seconds log_retention{24 * 3600};
+  // ... and all tasks' logs together at most log_cap_bytes (0: no cap): past it the logs of tasks the agent no
+  // longer has go first, the least recently written first (agent/log_service.h).
+  uint64_t log_cap_bytes = 4096ull << 20;
   // The key to SigV4-sign every call and the channel upgrade with (server run with --credentials); none = unsigned.
   std::optional<protocol::SigningIdentity> signing;
   // HOST:PORT where the agent serves its own GET /metrics (agent/agent_metrics.h); empty = not served.

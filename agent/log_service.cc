@@ -62,8 +62,25 @@ protocol::LogsAnswer LogService::Answer(const std::string& root, const protocol:
 
 void LogService::Loop() {
   auto next_sweep = std::chrono::steady_clock::now();
+  auto next_cap = next_sweep;
+  bool over_cap = false;  // warned that the tasks the agent has hold more than the cap
   std::unique_lock lock(mu_);
   while (!stopping_) {
+    if (options_.cap_bytes > 0 && std::chrono::steady_clock::now() >= next_cap) {
+      lock.unlock();
+      const LogCapResult r = CapLogs(options_.root, options_.cap_bytes, hooks_.keep);
+      if (r.removed_tasks > 0)
+        spdlog::info("agent: the task logs held more than --log-cap-mib; deleted the logs of {} stopped task(s) "
+                     "({} bytes), the least recently written first", r.removed_tasks, r.removed_bytes);
+      if (r.bytes > options_.cap_bytes && !over_cap)
+        spdlog::warn("agent: the logs of the tasks this agent runs hold {} bytes, more than --log-cap-mib ({} "
+                     "bytes); they are kept (each container's are bounded by --log-file-mib x --log-files)",
+                     r.bytes, options_.cap_bytes);
+      over_cap = r.bytes > options_.cap_bytes;
+      lock.lock();
+      next_cap = std::chrono::steady_clock::now() + options_.cap_interval;
+      continue;
+    }
     if (std::chrono::steady_clock::now() >= next_sweep) {
       lock.unlock();
       const size_t purged = PurgeLogs(options_.root, options_.retention, hooks_.keep);
@@ -74,7 +91,8 @@ void LogService::Loop() {
       continue;
     }
     if (queue_.empty()) {
-      cv_.wait_until(lock, next_sweep, [this] { return stopping_ || !queue_.empty(); });
+      const auto wake = options_.cap_bytes > 0 ? std::min(next_sweep, next_cap) : next_sweep;
+      cv_.wait_until(lock, wake, [this] { return stopping_ || !queue_.empty(); });
       continue;
     }
     auto [request, reply] = std::move(queue_.front());

@@ -9,7 +9,9 @@
 //
 // Retention: a task's logs (<root>/<task id>) are kept while the agent has the task and for `retention` after
 // their last write once it does not (its STOPPED report was acknowledged and its record deleted): the thread
-// sweeps at start and every `sweep_interval`.
+// sweeps at start and every `sweep_interval`. Cap: the store holds at most `cap_bytes` in all (0: no cap); every
+// `cap_interval` the thread deletes the logs of tasks the agent no longer has, least recently written first,
+// until it does (CapLogs), so many short tasks cannot fill the disk within the retention.
 //
 // Thread-safe; the destructor stops the thread (requests still queued are dropped: the server times them out).
 #pragma once
@@ -32,6 +34,8 @@ struct LogServiceOptions {
   std::string root;  // the log store's root directory
   std::chrono::seconds retention{24 * 3600};
   std::chrono::seconds sweep_interval{600};
+  uint64_t cap_bytes = 0;
+  std::chrono::seconds cap_interval{10};
   size_t max_queue = 64;
 };
 

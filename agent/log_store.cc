@@ -131,10 +131,15 @@ bool Scan(const std::string& path, uint64_t from, Take&& take, uint64_t& end) {
 bool Matches(const LogQuery& q, const LogEvent& e) {
   if (q.start_ms && e.timestamp_ms < *q.start_ms) return false;
   if (q.end_ms && e.timestamp_ms >= *q.end_ms) return false;
+  // memmem (glibc's two-way search) is linear in the message whatever the term: no term makes a line dear.
   for (const std::string& term : q.terms)
-    if (e.message.find(term) == std::string::npos) return false;
+    if (!term.empty() && memmem(e.message.data(), e.message.size(), term.data(), term.size()) == nullptr)
+      return false;
   return true;
 }
+
+// ScanBudget: the bytes one page may scan: max_scan_bytes shared by the terms each line is searched for.
+uint64_t ScanBudget(const LogQuery& q) { return std::max<uint64_t>(1, q.max_scan_bytes / (1 + q.terms.size())); }
 
 size_t Cost(const LogEvent& e) { return e.message.size() + 26; }
 
@@ -330,6 +335,7 @@ Result<LogPage> ReadLogPage(const std::string& dir, const LogQuery& q) {
     std::optional<uint64_t> first;
     size_t bytes = 0;
     uint64_t scanned = 0;
+    const uint64_t budget = ScanBudget(q);
     bool stopped = false;
     for (size_t i = 0; i < files.size() && !stopped; ++i) {
       const LogFile& f = files[i];
@@ -339,7 +345,7 @@ Result<LogPage> ReadLogPage(const std::string& dir, const LogQuery& q) {
       stopped = !Scan(
           f.path, from,
           [&](uint64_t at, size_t length, std::string_view line) {
-            if (page.events.size() >= limit || scanned >= q.max_scan_bytes) return false;
+            if (page.events.size() >= limit || scanned >= budget) return false;
             LogEvent e = ParseRecord(line);
             if (Matches(q, e)) {
               if (!page.events.empty() && bytes + Cost(e) > q.max_bytes) return false;
@@ -371,9 +377,18 @@ Result<LogPage> ReadLogPage(const std::string& dir, const LogQuery& q) {
   size_t bytes = 0;
   uint64_t stream_end = 0;
   bool full = false;
+  // A page scans whole files, newest first, and starts no older one once it has scanned its budget: the page
+  // then ends at the oldest file it read (its token goes on before it).
+  const uint64_t budget = ScanBudget(q);
+  uint64_t scanned = 0;
+  std::optional<uint64_t> cut_at;
   for (size_t i = files.size(); i-- > 0 && !full;) {
     const LogFile& f = files[i];
     if (f.start >= end_pos && i > 0) continue;
+    if (scanned >= budget) {
+      cut_at = files[i + 1].start;
+      break;
+    }
     std::vector<Found> here;
     uint64_t end = 0;
     Scan(
@@ -382,6 +397,7 @@ Result<LogPage> ReadLogPage(const std::string& dir, const LogQuery& q) {
           if (f.start + at + length > end_pos) return false;
           LogEvent e = ParseRecord(line);
           if (Matches(q, e)) here.push_back(Found{f.start + at, f.start + at + length, std::move(e)});
+          scanned += length;
           return true;
         },
         end);
@@ -396,7 +412,7 @@ Result<LogPage> ReadLogPage(const std::string& dir, const LogQuery& q) {
     }
   }
   const uint64_t at = std::min(end_pos, stream_end);
-  page.next_backward = kept.empty() ? at : kept.front().at;
+  page.next_backward = kept.empty() ? cut_at.value_or(at) : kept.front().at;
   page.next_forward = kept.empty() ? at : kept.back().end;
   for (Found& f : kept) page.events.push_back(std::move(f.event));
   return page;
@@ -427,6 +443,52 @@ size_t PurgeLogs(const std::string& root, std::chrono::seconds retention,
     if (fs::remove_all(p, rm_ec) > 0 && !rm_ec) ++purged;
   }
   return purged;
+}
+
+LogCapResult CapLogs(const std::string& root, uint64_t cap_bytes,
+                     const std::function<bool(const std::string& task_id)>& keep) {
+  struct TaskLogs {
+    fs::path path;
+    uint64_t bytes = 0;
+    fs::file_time_type newest = fs::file_time_type::min();
+    bool kept = false;
+  };
+  std::vector<TaskLogs> tasks;
+  LogCapResult out;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory()) continue;
+    TaskLogs t;
+    t.path = it->path();
+    t.kept = keep && keep(t.path.filename().string());
+    std::error_code walk_ec;
+    for (fs::recursive_directory_iterator f(t.path, walk_ec), fend; !walk_ec && f != fend; f.increment(walk_ec)) {
+      std::error_code f_ec;
+      if (!f->is_regular_file(f_ec)) continue;
+      const uintmax_t size = f->file_size(f_ec);
+      if (!f_ec) t.bytes += size;
+      const auto when = fs::last_write_time(f->path(), f_ec);
+      if (!f_ec && when > t.newest) t.newest = when;
+    }
+    out.bytes += t.bytes;
+    tasks.push_back(std::move(t));
+  }
+  if (out.bytes <= cap_bytes) return out;
+  // The tasks the agent no longer has, least recently written first.
+  std::sort(tasks.begin(), tasks.end(), [](const TaskLogs& a, const TaskLogs& b) {
+    return a.newest != b.newest ? a.newest < b.newest : a.path < b.path;
+  });
+  for (const TaskLogs& t : tasks) {
+    if (out.bytes <= cap_bytes) break;
+    if (t.kept) continue;
+    std::error_code rm_ec;
+    fs::remove_all(t.path, rm_ec);
+    if (rm_ec) continue;
+    out.bytes -= t.bytes;
+    out.removed_bytes += t.bytes;
+    ++out.removed_tasks;
+  }
+  return out;
 }
 
 }  // namespace gpupack::agent

@@ -138,7 +138,9 @@ struct LogQuery {
   std::vector<std::string> terms;
   size_t limit = 10000;                  // events
   size_t max_bytes = 512 * 1024;         // of messages (and 26 bytes of overhead each)
-  uint64_t max_scan_bytes = 32ull << 20; // forward: a page ends after scanning this much, even without events
+  // A page ends after scanning max_scan_bytes / (1 + terms) of the stream, even without events (backward: it
+  // starts no older file past that), so one page's work is bounded whatever the pattern; its token goes on.
+  uint64_t max_scan_bytes = 32ull << 20;
 };
 
 struct LogPage {
@@ -160,5 +162,17 @@ std::string FormatRecord(int64_t timestamp_ms, std::string_view message);
 // `keep(task id)` says no (a task the agent still has). Returns how many it deleted.
 size_t PurgeLogs(const std::string& root, std::chrono::seconds retention,
                  const std::function<bool(const std::string& task_id)>& keep);
+
+// CapLogs keeps the log store under `cap_bytes` in all: while it holds more, it deletes the <root>/<task id>
+// directory of a task the agent no longer has (`keep(task id)` says no) whose newest file is the oldest, one after
+// another. The logs of tasks the agent has are never deleted (each container's are bounded by LogLimits), so the
+// store can stay above the cap while they alone exceed it (`bytes` then says so).
+struct LogCapResult {
+  uint64_t bytes = 0;          // what the store holds afterwards
+  size_t removed_tasks = 0;    // task directories deleted
+  uint64_t removed_bytes = 0;  // and what they held
+};
+LogCapResult CapLogs(const std::string& root, uint64_t cap_bytes,
+                     const std::function<bool(const std::string& task_id)>& keep);
 
 }  // namespace gpupack::agent

@@ -187,6 +187,10 @@ Status ServerConnection::Register() {
     body.erase("containerInstanceArn");
     r = CallEcs(Current(), "RegisterContainerInstance", body);
   }
+  if (!r.ok() && r.status().code() == ErrorCode::kAccessDenied) {
+    // Most often a key that belongs to another host (an agent key registers one container instance).
+    spdlog::error("agent: the server refused to register this host ({}): {}", reg.name, r.status().message());
+  }
   if (!r.ok()) return r.status();
   const Json& ci = (*r)["containerInstance"];
   if (!ci.is_object() || !ci.contains("containerInstanceArn") || !ci["containerInstanceArn"].is_string())
@@ -199,6 +203,7 @@ Status ServerConnection::Register() {
   registered_capability_ = serving;
   WriteStateFile(fs::path(options_.state_dir) / "instance.json", Json{{"containerInstanceArn", arn}}.dump());
   spdlog::info("agent: registered {} with {} GPU(s) in cluster {}", arn, reg.devices.size(), reg.cluster);
+
   return Status::Ok();
 }
 

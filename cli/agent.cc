@@ -75,6 +75,11 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
                  "a task's output is deleted this long after its last line once the agent no longer has the task")
       ->capture_default_str()
       ->check(CLI::Range(0, 24 * 365));
+  app.add_option("--log-cap-mib", f.log_cap_mib,
+                 "all tasks' output together is kept under this many MiB: past it the output of stopped tasks is "
+                 "deleted, the least recently written first (0: no cap)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   app.add_option("--credentials", f.credentials,
                  "AWS shared-credentials file (mode 0600) to SigV4-sign every call and the channel with "
@@ -144,6 +149,7 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.log_file_bytes = static_cast<uint64_t>(f.log_file_mib) << 20;
   o.log_files = f.log_files;
   o.log_retention = std::chrono::hours(f.log_retention_hours);
+  o.log_cap_bytes = static_cast<uint64_t>(f.log_cap_mib) << 20;
   // What the server would refuse at registration (protocol/field_limits.h), refused here at start instead.
   if (!o.name.empty()) GP_TRY(protocol::CheckField(o.name, protocol::kInstanceIdLimit, "--name"));
   if (!o.instance_type.empty())
@@ -244,25 +250,28 @@ int RunUp(const UpFlags& f) {
   int code = 0;
   auto server = ServerRuntime::Start(sf, &code);
   if (!server) return code;
-  // With --credentials the agents sign with the file's first gpupack_role=agent key (else its first admin key: a
-  // reader key cannot register), and the banner points clients at its first admin key.
-  std::optional<protocol::SigningIdentity> agent_signing;
+  // With --credentials each agent signs with an agent key of its own (an agent key registers one container
+  // instance): the file's N-th gpupack_role=agent key, else its first admin key (a reader key cannot register).
+  // The banner points clients at its first admin key.
+  std::vector<std::optional<protocol::SigningIdentity>> agent_signing(static_cast<size_t>(std::max(f.agents, 0)));
   std::string client_profile;
   if (!sf.credentials.empty()) {
     auto keys = protocol::LoadCredentialsFile(sf.credentials);  // ServerRuntime::Start has just read it
     if (!keys.ok()) return Usage(keys.status().message());
-    const protocol::Credential* agent_key = nullptr;
     const protocol::Credential* admin_key = nullptr;
+    std::vector<const protocol::Credential*> agent_keys;
     for (const protocol::Credential& k : *keys) {
-      if (k.role == protocol::KeyRole::kAgent && !agent_key) agent_key = &k;
+      if (k.role == protocol::KeyRole::kAgent) agent_keys.push_back(&k);
       if (k.role == protocol::KeyRole::kAdmin && !admin_key) admin_key = &k;
     }
     if (admin_key) client_profile = admin_key->profile;
-    if (!agent_key) agent_key = admin_key;
-    if (!agent_key)
-      return Usage("--credentials " + sf.credentials +
-                   ": the file has no gpupack_role = agent or admin key for the local agents to sign with");
-    agent_signing = protocol::SigningIdentity{*agent_key, sf.region, "ecs"};
+    for (size_t i = 0; i < agent_signing.size(); ++i) {
+      const protocol::Credential* key = i < agent_keys.size() ? agent_keys[i] : admin_key;
+      if (!key)
+        return Usage("--credentials " + sf.credentials + ": the file has no agent key for local agent " +
+                     std::to_string(i) + " (an agent key registers one host: add one per agent, or an admin key)");
+      agent_signing[i] = protocol::SigningIdentity{*key, sf.region, "ecs"};
+    }
   }
   // The agents share their task workers: every thread of this one process makes each container start dearer (a
   // fork copies every thread's stack mapping), and 64 agents with workers of their own would hold thousands.
@@ -283,7 +292,7 @@ int RunUp(const UpFlags& f) {
     auto options = ToOptions(af);
     if (!options.ok()) return Usage(options.status().message());
     options->stop_tasks_on_exit = true;
-    options->signing = agent_signing;
+    options->signing = agent_signing[static_cast<size_t>(i)];
     options->executor = executor;
     auto a = agent::Agent::Create(*options);
     if (!a.ok()) return Usage(a.status().message());

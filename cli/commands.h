@@ -93,6 +93,7 @@ struct AgentFlags {
   int log_file_mib = 10;
   int log_files = 3;
   int log_retention_hours = 24;
+  int log_cap_mib = 4096;
   std::string log_level = "info";
   // SigV4 signing (server run with --credentials). Empty: $AWS_SHARED_CREDENTIALS_FILE, $AWS_PROFILE, and
   // $AWS_REGION / $AWS_DEFAULT_REGION, then us-east-1; no file at all means unsigned calls.
@@ -158,5 +159,18 @@ struct AwsModelFlags {
 void AddAwsModelFlags(CLI::App& app, AwsModelFlags& flags);
 // RunAwsModel returns 0, 1 when the model cannot be read or written, 2 on bad usage.
 int RunAwsModel(const AwsModelFlags& flags);
+
+// `gpupack keys issue-agent`: an agent key bound to one host, added to the server's credentials file
+// (cli/keys.cc; docs/security.md).
+struct KeysFlags {
+  std::string host;
+  std::string credentials;
+  std::string profile;  // empty: agent-HOST
+  std::string out;      // empty: the host's credentials file goes to stdout
+};
+
+void AddKeysFlags(CLI::App& app, KeysFlags& flags);
+// RunKeys returns 0, 2 on bad usage (or a credentials file the server would refuse), 1 when it cannot write.
+int RunKeys(const KeysFlags& flags);
 
 }  // namespace gpupack::cli

@@ -1,4 +1,4 @@
-// gpupack: one binary, subcommands (server, agent, plan, up, aws-model, backup, migrate). Wiring only; the work is in the libraries.
+// gpupack: one binary, subcommands (server, agent, plan, up, aws-model, keys, backup, migrate). Wiring only; the work is in the libraries.
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
       "aws-model", "Install an ECS model with gpupack's GPU-sharing fields for the AWS CLI and boto3 (~/.aws/models)");
   gpupack::cli::AddAwsModelFlags(*aws_model, aws_model_flags);
 
+  gpupack::cli::KeysFlags keys_flags;
+  CLI::App* keys = app.add_subcommand("keys", "Issue keys: `keys issue-agent --host NAME` for one GPU host's agent");
+  gpupack::cli::AddKeysFlags(*keys, keys_flags);
+
   gpupack::cli::BackupFlags backup_flags;
   CLI::App* backup = app.add_subcommand(
       "backup", "Copy the server's database to a new file, consistently, also while the server runs");
@@ -88,5 +92,6 @@ int main(int argc, char** argv) {
   if (*up) return gpupack::cli::RunUp(up_flags);
   if (*plan) return gpupack::cli::RunPlan(plan_flags);
   if (*aws_model) return gpupack::cli::RunAwsModel(aws_model_flags);
+  if (*keys) return gpupack::cli::RunKeys(keys_flags);
   return Fail("no command given (see gpupack --help)", 2);
 }

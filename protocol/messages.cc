@@ -5,6 +5,7 @@
 #include "base/percent.h"
 #include "protocol/field_limits.h"
 #include "protocol/fields.h"
+#include "protocol/log_limits.h"
 
 namespace gpupack::protocol {
 
@@ -557,6 +558,11 @@ Result<ServerMessage> ParseServerMessage(std::string_view text) {
     f.Int64("maxBytes", m.max_bytes);
     if (f.ok() && (m.limit < 1 || m.max_bytes < 1 || m.max_bytes > kLogsAnswerBytes))
       f.Fail("logs.limit", "and logs.maxBytes must be positive, maxBytes at most " + std::to_string(kLogsAnswerBytes));
+    size_t term_bytes = 0;
+    for (const std::string& t : m.terms) term_bytes += t.size();
+    if (f.ok() && (m.terms.size() > kMaxLogTerms || term_bytes > kMaxFilterPatternBytes))
+      f.Fail("logs.terms", "must be at most " + std::to_string(kMaxLogTerms) + " terms of at most " +
+                               std::to_string(kMaxFilterPatternBytes) + " bytes together");
     return Finish<ServerMessage>(f, std::move(m));
   }
   return UnknownType(type);

@@ -5,13 +5,16 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "api/http/errors.h"
 #include "api/http/json_call.h"
+#include "api/logs/log_index.h"
 #include "api/logs/logs_dialect.h"
 #include "base/json_fields.h"
 #include "engine/core/read_view.h"
+#include "protocol/log_limits.h"
 
 namespace gpupack::api {
 
@@ -22,6 +25,8 @@ using Json = nlohmann::json;
 constexpr int64_t kMaxEvents = 10000;             // GetLogEvents' and FilterLogEvents' largest limit
 constexpr size_t kResponseBytes = 900 * 1024;     // of messages in one answer (CloudWatch: 1 MB)
 constexpr int64_t kDescribeLimit = 50;            // DescribeLogStreams' and DescribeLogGroups' largest limit
+constexpr size_t kMaxStreamRequests = 100;        // pages one FilterLogEvents asks of agents
+constexpr std::chrono::seconds kFilterCallTime{2}; // after which one FilterLogEvents asks no more pages
 
 LogsReply Fail(const EcsError& error, const std::string& message) {
   return LogsReply{error.http_status, ErrorBody(error, message), error.type};
@@ -31,113 +36,6 @@ LogsReply NotFound(const std::string& m) { return Fail(kLogsResourceNotFound, m)
 LogsReply Unavailable(const std::string& m) { return Fail(kLogsServiceUnavailable, m); }
 LogsReply Answer(const Json& body) {
   return LogsReply{200, body.dump(-1, ' ', false, Json::error_handler_t::replace), ""};
-}
-
-// StreamRef: one container's stream, and where its events are.
-struct StreamRef {
-  std::string group, name;
-  std::string task_arn, container, instance_arn;
-  EpochMs created_at = 0;
-  std::string arn;
-};
-
-// ArnPart: the n-th ':' field of an ARN ("" when it has fewer).
-std::string ArnPart(const std::string& arn, int n) {
-  size_t from = 0;
-  for (int i = 0; i < n; ++i) {
-    from = arn.find(':', from);
-    if (from == std::string::npos) return "";
-    ++from;
-  }
-  return arn.substr(from, arn.find(':', from) - from);
-}
-
-// DefinitionOf: the task definition a task was started from (its ARN ends in family:revision), or null.
-const TaskDefinition* DefinitionOf(const ReadView& view, const Task& task) {
-  const std::string& arn = task.task_definition_arn;
-  const size_t slash = arn.rfind('/'), colon = arn.rfind(':');
-  if (slash == std::string::npos || colon == std::string::npos || colon < slash) return nullptr;
-  try {
-    return view.FindTaskDefinition(arn.substr(slash + 1, colon - slash - 1), std::stoi(arn.substr(colon + 1)));
-  } catch (const std::exception&) {
-    return nullptr;
-  }
-}
-
-// AwslogsOf: the awslogs group and stream prefix of a container definition (nullopt: another driver or none).
-std::optional<std::pair<std::string, std::string>> AwslogsOf(const ContainerDefinition* def) {
-  if (def == nullptr || def->extra_json.empty()) return std::nullopt;
-  const Json extra = Json::parse(def->extra_json, nullptr, false);
-  if (!extra.is_object() || !extra.contains("logConfiguration")) return std::nullopt;
-  const Json& config = extra["logConfiguration"];
-  if (!config.is_object() || config.value("logDriver", Json()) != "awslogs") return std::nullopt;
-  const Json options = config.value("options", Json::object());
-  if (!options.is_object() || !options.contains("awslogs-group") || !options["awslogs-group"].is_string())
-    return std::nullopt;
-  std::string prefix;
-  if (options.contains("awslogs-stream-prefix") && options["awslogs-stream-prefix"].is_string())
-    prefix = options["awslogs-stream-prefix"].get<std::string>();
-  return std::make_pair(options["awslogs-group"].get<std::string>(), prefix);
-}
-
-std::vector<StreamRef> StreamsOf(const ReadView& view, const Task& task) {
-  std::vector<StreamRef> out;
-  const TaskDefinition* td = DefinitionOf(view, task);
-  const std::string region = ArnPart(task.arn, 3), account = ArnPart(task.arn, 4);
-  for (const Container& c : task.containers) {
-    const ContainerDefinition* def = nullptr;
-    if (td != nullptr)
-      for (const ContainerDefinition& d : td->containers)
-        if (d.name == c.name) def = &d;
-    StreamRef s;
-    s.name = c.name + "/" + task.id;
-    if (auto awslogs = AwslogsOf(def)) {
-      s.group = awslogs->first;
-      if (!awslogs->second.empty()) s.name = awslogs->second + "/" + s.name;
-    } else {
-      s.group = "/gpupack/" + task.cluster;
-    }
-    s.task_arn = task.arn;
-    s.container = c.name;
-    s.instance_arn = task.container_instance_arn;
-    s.created_at = task.created_at;
-    s.arn = "arn:aws:logs:" + region + ":" + account + ":log-group:" + s.group + ":log-stream:" + s.name;
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// GroupStreams: every stream of `group`, sorted by name; `exists` says whether the group does.
-std::vector<StreamRef> GroupStreams(const ReadView& view, const std::string& group, bool& exists) {
-  std::vector<StreamRef> out;
-  view.ForEachTask([&](const Task& t) {
-    for (StreamRef& s : StreamsOf(view, t))
-      if (s.group == group) out.push_back(std::move(s));
-  });
-  std::sort(out.begin(), out.end(), [](const StreamRef& a, const StreamRef& b) { return a.name < b.name; });
-  exists = !out.empty() || (group.rfind("/gpupack/", 0) == 0 && view.FindCluster(group.substr(9)) != nullptr);
-  return out;
-}
-
-// GroupRef: one log group as DescribeLogGroups lists it.
-struct GroupRef {
-  EpochMs created_at = 0;
-  std::string region, account;
-};
-
-// AllGroups: every group that exists (GroupStreams' rule), by name: "/gpupack/<cluster>" for each cluster, created
-// with it, and each awslogs group of a kept task, created with its oldest stream.
-std::map<std::string, GroupRef> AllGroups(const ReadView& view) {
-  std::map<std::string, GroupRef> out;
-  for (const Cluster* c : view.Clusters())
-    out["/gpupack/" + c->name] = GroupRef{c->created_at, ArnPart(c->arn, 3), ArnPart(c->arn, 4)};
-  view.ForEachTask([&](const Task& t) {
-    for (const StreamRef& s : StreamsOf(view, t)) {
-      auto [it, added] = out.try_emplace(s.group, GroupRef{s.created_at, ArnPart(t.arn, 3), ArnPart(t.arn, 4)});
-      if (!added && s.created_at < it->second.created_at) it->second.created_at = s.created_at;
-    }
-  });
-  return out;
 }
 
 // ContainsIgnoringCase: whether `pattern` occurs in `text`, ASCII letters compared without case.
@@ -241,6 +139,11 @@ std::optional<std::pair<std::string, int64_t>> ParseFilterToken(const std::strin
 // -exclusions) are refused rather than misread.
 std::optional<std::vector<std::string>> ParseFilterPattern(const std::string& pattern, std::string& why) {
   std::vector<std::string> terms;
+  if (pattern.size() > protocol::kMaxFilterPatternBytes) {
+    why = "1 validation error detected: Value at 'filterPattern' failed to satisfy constraint: Member must have "
+          "length less than or equal to " + std::to_string(protocol::kMaxFilterPatternBytes);
+    return std::nullopt;
+  }
   size_t i = 0;
   while (i < pattern.size()) {
     while (i < pattern.size() && std::isspace(static_cast<unsigned char>(pattern[i]))) ++i;
@@ -269,6 +172,11 @@ std::optional<std::vector<std::string>> ParseFilterPattern(const std::string& pa
     terms.push_back(pattern.substr(i, end - i));
     i = end;
   }
+  if (terms.size() > protocol::kMaxLogTerms) {
+    why = "filterPattern: at most " + std::to_string(protocol::kMaxLogTerms) + " terms, got " +
+          std::to_string(terms.size());
+    return std::nullopt;
+  }
   return terms;
 }
 
@@ -288,6 +196,8 @@ struct FilterRun {
   std::optional<int64_t> start_ms, end_ms;
   size_t limit = kMaxEvents;
   size_t bytes = 0;
+  size_t requests = 0;                              // asked of agents in this call
+  std::chrono::steady_clock::time_point deadline;   // no request starts after it
   Json events = Json::array();
   LogsHandler::Done done;
 };
@@ -306,6 +216,13 @@ void Step(const std::shared_ptr<FilterRun>& run) {
   }
   if (run->index >= run->streams.size() || run->events.size() >= run->limit || run->bytes + 1024 > kResponseBytes)
     return Finish(run);
+  // One call asks at most kMaxStreamRequests pages and starts none after its time is up: the rest is the
+  // nextToken's (CloudWatch answers partial pages with a token too). The first request always goes, so a
+  // token always moves on.
+  if (run->requests > 0 &&
+      (run->requests >= kMaxStreamRequests || std::chrono::steady_clock::now() >= run->deadline))
+    return Finish(run);
+  ++run->requests;
   const StreamRef& s = run->streams[run->index];
   protocol::LogsRequest req;
   req.task_arn = s.task_arn;
@@ -405,12 +322,11 @@ void LogsHandler::GetLogEvents(const Json& body, Done done) const {
     if (!position) return done(InvalidParameter("The specified nextToken is invalid."));
   }
   const auto view = cp_.applier().View();
-  bool exists = false;
-  const std::vector<StreamRef> streams = GroupStreams(*view, group, exists);
-  if (!exists) return done(NotFound("The specified log group does not exist."));
-  auto it = std::find_if(streams.begin(), streams.end(), [&](const StreamRef& s) { return s.name == stream_name; });
-  if (it == streams.end()) return done(NotFound("The specified log stream does not exist."));
-  const StreamRef s = *it;
+  const auto catalog = index_.Catalog(*view);
+  if (!GroupExists(*view, *catalog, group)) return done(NotFound("The specified log group does not exist."));
+  const std::optional<StreamRef> found = FindStream(*view, *catalog, group, stream_name);
+  if (!found) return done(NotFound("The specified log stream does not exist."));
+  const StreamRef s = *found;
   if (s.instance_arn.empty()) {  // not placed yet: no output
     return done(Answer({{"events", Json::array()},
                         {"nextForwardToken", PositionToken('f', 0)},
@@ -460,13 +376,16 @@ void LogsHandler::FilterLogEvents(const Json& body, Done done) const {
     if (!resume) return done(InvalidParameter("The specified nextToken is invalid."));
   }
   const auto view = cp_.applier().View();
-  bool exists = false;
-  std::vector<StreamRef> streams = GroupStreams(*view, group, exists);
-  if (!exists) return done(NotFound("The specified log group does not exist."));
-  std::erase_if(streams, [&](const StreamRef& s) {
-    if (!names.empty()) return std::find(names.begin(), names.end(), s.name) == names.end();
-    return prefix && s.name.rfind(*prefix, 0) != 0;
-  });
+  const auto catalog = index_.Catalog(*view);
+  if (!GroupExists(*view, *catalog, group)) return done(NotFound("The specified log group does not exist."));
+  std::vector<StreamRef> streams;
+  if (!names.empty()) {  // each named stream found directly, not by listing the group
+    for (const std::string& name : std::set<std::string>(names.begin(), names.end()))
+      if (auto s = FindStream(*view, *catalog, group, name)) streams.push_back(std::move(*s));
+  } else {
+    streams = GroupStreams(*view, *catalog, group);
+    if (prefix) std::erase_if(streams, [&](const StreamRef& s) { return s.name.rfind(*prefix, 0) != 0; });
+  }
   auto run = std::make_shared<FilterRun>();
   run->channel = &channel_;
   run->timeout = agent_timeout_;
@@ -476,6 +395,7 @@ void LogsHandler::FilterLogEvents(const Json& body, Done done) const {
   run->end_ms = end;
   run->limit = static_cast<size_t>(limit.value_or(kMaxEvents));
   run->done = std::move(done);
+  run->deadline = std::chrono::steady_clock::now() + kFilterCallTime;
   if (resume) {
     while (run->index < run->streams.size() && run->streams[run->index].name < resume->first) ++run->index;
     if (run->index < run->streams.size() && run->streams[run->index].name == resume->first)
@@ -498,9 +418,9 @@ void LogsHandler::DescribeLogStreams(const Json& body, Done done) const {
   const bool by_time = order && *order == "LastEventTime";
   if (by_time && prefix) return done(InvalidParameter("Cannot order by LastEventTime with a logStreamNamePrefix."));
   const auto view = cp_.applier().View();
-  bool exists = false;
-  std::vector<StreamRef> streams = GroupStreams(*view, group, exists);
-  if (!exists) return done(NotFound("The specified log group does not exist."));
+  const auto catalog = index_.Catalog(*view);
+  if (!GroupExists(*view, *catalog, group)) return done(NotFound("The specified log group does not exist."));
+  std::vector<StreamRef> streams = GroupStreams(*view, *catalog, group);
   if (prefix) std::erase_if(streams, [&](const StreamRef& s) { return s.name.rfind(*prefix, 0) != 0; });
   // LastEventTime orders by the streams' tasks' creation (the server does not ask every agent for its last event).
   if (by_time) {
@@ -550,7 +470,7 @@ void LogsHandler::DescribeLogGroups(const Json& body, Done done) const {
     after = token->substr(2);
   }
   const auto view = cp_.applier().View();
-  const std::map<std::string, GroupRef> groups = AllGroups(*view);
+  const std::map<std::string, GroupInfo> groups = AllGroups(*view, *index_.Catalog(*view));
   const size_t count = static_cast<size_t>(limit.value_or(kDescribeLimit));
   Json out = Json::array();
   std::optional<std::string> last;
@@ -569,7 +489,7 @@ void LogsHandler::DescribeLogGroups(const Json& body, Done done) const {
       last = out.back()["logGroupName"].get<std::string>();
       break;
     }
-    const GroupRef& g = it->second;
+    const GroupInfo& g = it->second;
     const std::string arn = "arn:aws:logs:" + g.region + ":" + g.account + ":log-group:" + name;
     out.push_back({{"logGroupName", name},
                    {"creationTime", g.created_at},

@@ -4,11 +4,13 @@
 // agent that ran the task (agent/log_store.h) and are fetched over the agent channel (AgentChannel::RequestLogs),
 // a page per request.
 //
-// Names (the awslogs driver's): a container whose definition has logConfiguration {logDriver: "awslogs",
-// options: {"awslogs-group": G, "awslogs-stream-prefix": P}} is group G, stream "P/<container>/<task id>"
-// ("<container>/<task id>" without a prefix); any other container is group "/gpupack/<cluster>", stream
-// "<container>/<task id>". A stream exists while the server keeps its task (STOPPED tasks: the applier's
-// retention); a group exists while one of its streams does, and "/gpupack/<cluster>" while the cluster does.
+// Names and where groups and streams are found: log_index.h. A stream exists while the server keeps its task
+// (STOPPED tasks: the applier's retention); a group while a task definition names it, and "/gpupack/<cluster>"
+// while the cluster exists.
+//
+// Bounds (docs/api.md "Logs"): a filterPattern of at most protocol::kMaxFilterPatternBytes and kMaxLogTerms
+// terms (InvalidParameterException past them); one FilterLogEvents asks agents for at most 100 pages and starts
+// none after 2 s, answering a nextToken for the rest; each page costs its agent a bounded scan (log_store.h).
 //
 // Errors (api/http/errors.h): ResourceNotFoundException (unknown group or stream), InvalidParameterException (a
 // bad field or token, or a filter pattern beyond plain terms), ServiceUnavailableException (HTTP 503: the agent
@@ -26,6 +28,7 @@
 #include "api/auth/call_gate.h"
 #include "api/channel/agent_channel.h"
 #include "api/http/http_server.h"
+#include "api/logs/log_index.h"
 #include "engine/control_plane.h"
 
 namespace gpupack::api {
@@ -67,6 +70,7 @@ class LogsHandler {
   ControlPlane& cp_;
   AgentChannel& channel_;
   const std::chrono::milliseconds agent_timeout_;
+  LogIndex index_;  // the catalog of log groups of the last view read (thread-safe)
 };
 
 }  // namespace gpupack::api

@@ -32,6 +32,36 @@ std::shared_ptr<const ContainerInstance> Copy(const ClusterState& state, const s
   return std::make_shared<const ContainerInstance>(*state.FindInstance(arn));
 }
 
+// InstanceOfKey: the instance an agent key registered that is not deregistered (at most one), or null. A walk of
+// the instances, paid only by a registration of a new instance with an agent key.
+const ContainerInstance* InstanceOfKey(const ClusterState& state, const std::string& agent_key) {
+  const ContainerInstance* found = nullptr;
+  state.ForEachInstance([&](const ContainerInstance& inst) {
+    if (found == nullptr && inst.status != InstanceStatus::kInactive && inst.registered_by == agent_key)
+      found = &inst;
+  });
+  return found;
+}
+
+// BoundInstance: for a registration of a new instance with an agent key, the instance the key already holds.
+// The same host (instanceId) in the same cluster registering again (an agent that lost its --state-dir) gets
+// that instance back; any other is refused: an agent key registers one container instance, so a key copied off
+// a host cannot add a look-alike host that would draw other people's tasks (docs/security.md).
+Result<const ContainerInstance*> BoundInstance(const ClusterState& state, const RegisterContainerInstanceRequest& in,
+                                               const std::string& cluster) {
+  if (!in.agent_key) return static_cast<const ContainerInstance*>(nullptr);
+  const ContainerInstance* bound = InstanceOfKey(state, *in.agent_key);
+  if (bound == nullptr) return bound;
+  if (bound->cluster == cluster && !in.ec2_instance_id.empty() && bound->ec2_instance_id == in.ec2_instance_id)
+    return bound;
+  return Status(ErrorCode::kAccessDenied,
+                "User: " + in.agent_key->substr(0, 128) + " (gpupack_role agent) is not authorized to perform: "
+                "ecs:RegisterContainerInstance for host '" + in.ec2_instance_id.substr(0, 64) +
+                "': this agent key is bound to container instance " + bound->arn + " (host '" +
+                bound->ec2_instance_id + "'), and an agent key registers one container instance. Give each "
+                "host its own key (gpupack keys issue-agent --host NAME), or deregister " + bound->id + " first");
+}
+
 }  // namespace
 
 // RegisterContainerInstance: a new instance, or (containerInstanceArn given) a re-registration that keeps the
@@ -49,6 +79,11 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
   GP_ASSIGN(cluster, ActiveCluster(state, txn.arn(), in.cluster));
   ContainerInstance inst;
   const ContainerInstance* existing = nullptr;
+  const ContainerInstance* bound = nullptr;
+  if (!in.container_instance_arn) {
+    GP_ASSIGN(b, BoundInstance(state, in, cluster->name));
+    bound = b;
+  }
   if (in.container_instance_arn) {
     GP_ASSIGN(id, ResourceIdFrom(txn.arn(), "container-instance", *in.container_instance_arn, cluster->name));
     existing = state.FindInstance(txn.arn().InstanceArn(cluster->name, id));
@@ -59,6 +94,9 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
       return Status(ErrorCode::kInstanceDeregistered,
                     "container instance " + id + " was deregistered and cannot register again; register it as a "
                     "new instance (for gpupack agent: remove the instance record in its --state-dir)");
+    inst = *existing;
+  } else if (bound != nullptr) {
+    existing = bound;  // the same host again: its instance, as if it had named it
     inst = *existing;
   } else {
     inst.id = txn.NewId();

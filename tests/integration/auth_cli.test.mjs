@@ -115,3 +115,60 @@ describe('gpupack agent and gpupack up', () => {
     assert.match(r.stderr, /mode 0604\); run: chmod 600/);
   });
 });
+
+// `gpupack keys issue-agent`: an agent key for one host, added to the server's credentials file; the server then
+// binds the key to the first host that registers with it (docs/security.md "Keys bound to a host").
+describe('gpupack keys issue-agent', () => {
+  let server;
+  after(async () => {
+    await server?.stop();
+  });
+
+  test('keys issue-agent adds a key for a host, and the server lets that key register one host only', { timeout: 60000 }, async () => {
+    const creds = file('keys-server', GOOD);  // an admin key already there
+    const r = await run(['keys', 'issue-agent', '--host', 'node-a', '--credentials', creds]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^# gpupack agent key for host node-a .*\n\[default\]\naws_access_key_id = AKGP[A-Z2-7]{16}\naws_secret_access_key = [A-Za-z0-9+/]{40}\n$/);
+    assert.match(r.stderr, /Restart the server to use it/);
+    const text = fs.readFileSync(creds, 'utf8');
+    assert.ok(text.startsWith(GOOD), 'the keys already there are kept');
+    assert.match(text, /\n# agent key for host node-a \(gpupack keys issue-agent\)\n\[agent-node-a\]\naws_access_key_id = AKGP\w+\naws_secret_access_key = \S+\ngpupack_role = agent\n$/);
+    assert.equal(fs.statSync(creds).mode & 0o777, 0o600);
+
+    const again = await run(['keys', 'issue-agent', '--host', 'node-a', '--credentials', creds]);
+    assert.equal(again.code, 2);
+    assert.match(again.stderr, /already has a profile \[agent-node-a\]/);
+    const bad = await run(['keys', 'issue-agent', '--host', 'two words', '--credentials', creds]);
+    assert.equal(bad.code, 2);
+    assert.equal(fs.readFileSync(creds, 'utf8'), text, 'a refused issue changes nothing');
+
+    const out = path.join(dir, 'node-b.credentials');
+    const b = await run(['keys', 'issue-agent', '--host', 'node-b', '--credentials', creds, '--out', out]);
+    assert.equal(b.code, 0, b.stderr);
+    assert.equal(b.stdout, '');
+    assert.equal(fs.statSync(out).mode & 0o777, 0o600);
+    const nodeA = path.join(dir, 'node-a.credentials');
+    fs.writeFileSync(nodeA, r.stdout, { mode: 0o600 });
+
+    server = await startServer({ db: path.join(dir, 'keys.db'), extraArgs: ['--credentials', creds] });
+    const agentArgs = (name, key) => ['agent', '--server', server.endpoint, '--gpus', 'fake:1x1024', '--name', name,
+      '--state-dir', path.join(dir, `keys-${name}`), '--mps-pipe-dir', path.join(dir, `keys-mps-${name}`),
+      '--credentials', key, '--log-level', 'info'];
+    // node-a's key on node-a: registered (then stopped; its instance stays).
+    const child = spawn(gpupackBin(), agentArgs('node-a', nodeA), { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';  // the agent's log (stdout) and its errors together
+    child.stdout.on('data', (d) => (stderr += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    for (let i = 0; i < 200 && !/registered arn:/.test(stderr) && child.exitCode === null; ++i)
+      await new Promise((res) => setTimeout(res, 100));
+    child.kill('SIGTERM');
+    await exited;
+    assert.match(stderr, /registered arn:aws:ecs:us-east-1:000000000000:container-instance\/default\//);
+    // node-a's key copied to another host: refused, and the agent says why.
+    const refused = await run(agentArgs('node-c', nodeA));
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.match(refused.stdout + refused.stderr, /refused to register this host \(node-c\)/);  // its log
+    assert.match(refused.stderr, /^gpupack: agent: .*this agent key is bound to container instance arn:\S+ \(host 'node-a'\)/m);
+  });
+});

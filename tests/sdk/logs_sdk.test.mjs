@@ -258,6 +258,17 @@ describe('CloudWatch Logs over the task output', { timeout: 240000 }, () => {
       (e) => e.name === 'InvalidParameterException');
   });
 
+  test('an oversized filter pattern is InvalidParameterException: 1,024 bytes, 32 terms; at the bounds it is served', async () => {
+    await assert.rejects(logs.send(new FilterLogEventsCommand({ logGroupName: GROUP, filterPattern: 'x'.repeat(1025) })),
+      (e) => e.name === 'InvalidParameterException' && /Member must have length less than or equal to 1024/.test(e.message));
+    const terms = (n) => Array.from({ length: n }, (_, i) => `t${i}`).join(' ');
+    await assert.rejects(logs.send(new FilterLogEventsCommand({ logGroupName: GROUP, filterPattern: terms(200000).slice(0, 1024) })),
+      (e) => e.name === 'InvalidParameterException' && /at most 32 terms/.test(e.message));
+    // 32 terms that never all occur: nothing found, and the call ends (with a token while streams remain).
+    const r = await logs.send(new FilterLogEventsCommand({ logGroupName: GROUP, filterPattern: terms(32) }));
+    assert.deepEqual(r.events, []);
+  });
+
   test('the lines are kept after the task stopped', async () => {
     await ok(server.endpoint, 'StopTask', { cluster: CLUSTER, task: taskArn, reason: 'test' });
     await waitFor('STOPPED', async () => {

@@ -635,6 +635,45 @@ TEST_F(AuthTest, AnAgentKeyActsOnlyForTheInstancesItRegistered) {
   server_->Call("StopTask", {{"task", task}});
 }
 
+// An agent key registers one container instance: a second host with the same key (a look-alike that would draw
+// other people's tasks) is refused naming the instance the key is bound to; the same host again (an agent that
+// lost its --state-dir) gets its own instance back; once the key's instance is deregistered the key may register
+// again.
+TEST_F(AuthTest, AnAgentKeyRegistersOneContainerInstanceTheFirstHostThatUsesIt) {
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  auto reg = [&](const Credential& key, const std::string& host) {
+    Json body = RegistrationBody();
+    body["instanceIdentityDocument"] = Json{{"instanceId", host}}.dump();
+    body["platformDevices"] = Json::array({{{"id", "GPU-" + host}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 81920}}}}});
+    return agent::CallEcs(server_->Endpoint(key), "RegisterContainerInstance", body);
+  };
+  auto first = reg(kAgentKey, "host-a");
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  const std::string arn = (*first)["containerInstance"]["containerInstanceArn"];
+
+  auto second = reg(kAgentKey, "host-b");
+  ASSERT_FALSE(second.ok()) << "a second host registered with the first host's agent key";
+  EXPECT_EQ(second.status().code(), ErrorCode::kAccessDenied);
+  EXPECT_NE(second.status().message().find("this agent key is bound to container instance " + arn + " (host 'host-a')"),
+            std::string::npos)
+      << second.status().message();
+  EXPECT_NE(second.status().message().find("gpupack keys issue-agent --host NAME"), std::string::npos);
+
+  auto again = reg(kAgentKey, "host-a");  // no containerInstanceArn: the agent lost its instance record
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ((*again)["containerInstance"]["containerInstanceArn"], arn);
+  EXPECT_EQ(server_->Call("ListContainerInstances", Json::object())["containerInstanceArns"].size(), 1u);
+
+  // Another key is another host's: the keys are independent.
+  EXPECT_TRUE(reg(kOtherAgentKey, "host-c").ok());
+  EXPECT_EQ(server_->Call("ListContainerInstances", Json::object())["containerInstanceArns"].size(), 2u);
+
+  server_->Call("DeregisterContainerInstance", {{"containerInstance", arn}, {"force", true}});
+  auto moved = reg(kAgentKey, "host-b");
+  ASSERT_TRUE(moved.ok()) << moved.status().message();
+  EXPECT_NE((*moved)["containerInstance"]["containerInstanceArn"], arn);
+}
+
 TEST_F(AuthTest, AnAgentWithAWrongSecretDoesNotStartAndSaysWhy) {
   Credential wrong = kAgentKey;
   wrong.secret_access_key = "stale";

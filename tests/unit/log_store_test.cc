@@ -11,6 +11,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <string>
 #include <vector>
@@ -252,6 +253,92 @@ TEST_F(LogStoreTest, PurgeDeletesOnlyOldLogsOfTasksTheAgentNoLongerHas) {
   EXPECT_FALSE(fs::exists(root_ / "old"));
   EXPECT_TRUE(fs::exists(root_ / "kept"));
   EXPECT_TRUE(fs::exists(root_ / "recent"));
+}
+
+// The store holds at most the cap: the logs of tasks the agent no longer has go, the least recently written
+// first, until it fits; a task the agent has keeps its logs even when they alone exceed the cap.
+TEST_F(LogStoreTest, TheCapDeletesTheLeastRecentlyWrittenLogsOfStoppedTasksFirst) {
+  fs::remove_all(root_ / "t");
+  const std::string line(1000, 'x');  // a record of 1000 + 6 bytes ("1000 " + newline): 10 of them ~ 10 KB a task
+  const auto now = fs::file_time_type::clock::now();
+  int age = 10;  // hours: "s0" is the oldest, "running" the newest but kept
+  for (const char* task : {"s0", "running", "s1", "s2", "s3"}) {
+    LogWriter w;
+    ASSERT_TRUE(w.Open((root_ / task / "c").string(), {}).ok());
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(w.Append(1000, line.data(), line.size()));
+    w.Close();
+    for (const auto& f : fs::recursive_directory_iterator(root_ / task))
+      fs::last_write_time(f.path(), now - std::chrono::hours(age));
+    age -= 2;
+  }
+  auto keep = [](const std::string& id) { return id == "running"; };
+  const uint64_t each = ListLogFiles((root_ / "s0" / "c").string()).front().size;
+  ASSERT_EQ(each, 10u * 1006u);
+
+  LogCapResult r = CapLogs(root_.string(), 5 * each, keep);  // all fits: nothing goes
+  EXPECT_EQ(r.removed_tasks, 0u);
+  EXPECT_EQ(r.bytes, 5 * each);
+
+  r = CapLogs(root_.string(), 3 * each, keep);  // two must go: s0, then s1 (running is older than s1 but kept)
+  EXPECT_EQ(r.removed_tasks, 2u);
+  EXPECT_EQ(r.removed_bytes, 2 * each);
+  EXPECT_EQ(r.bytes, 3 * each);
+  EXPECT_FALSE(fs::exists(root_ / "s0"));
+  EXPECT_FALSE(fs::exists(root_ / "s1"));
+  for (const char* task : {"running", "s2", "s3"}) EXPECT_TRUE(fs::exists(root_ / task)) << task;
+
+  r = CapLogs(root_.string(), each / 2, keep);  // only the kept task's logs remain, over the cap
+  EXPECT_EQ(r.removed_tasks, 2u);
+  EXPECT_EQ(r.bytes, each);
+  EXPECT_TRUE(fs::exists(root_ / "running"));
+  EXPECT_FALSE(fs::exists(root_ / "s3"));
+}
+
+// A page's scan is bounded whatever its pattern: max_scan_bytes shared by the terms, forward within a file and
+// backward by whole files; the token goes on where the page stopped, so paging reaches every event.
+TEST_F(LogStoreTest, APagesScanIsBoundedWhateverItsTermsAndItsTokenGoesOn) {
+  LogWriter w;
+  ASSERT_TRUE(w.Open(dir_, LogLimits{4096, 64}).ok());  // files of at most 4 KiB
+  const std::string filler(200, 'a');
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(w.Append(1000 + i, filler.data(), filler.size()));  // ~41 KB, 11 files
+  ASSERT_TRUE(w.Append(5000, "needle", 6));
+  ASSERT_GT(ListLogFiles(dir_).size(), 8u);
+
+  LogQuery q;
+  q.terms = std::vector<std::string>(31, "needle");  // 32 shares of the budget: 32 * 1024 / 32 = 1 KiB a page
+  q.terms.push_back(std::string(1000, 'a') + "b");   // a term that a naive search would try at every byte
+  q.max_scan_bytes = 32 * 1024;
+  // Forward: each page scans at most ~1 KiB (five 206-byte records), finds nothing until the end.
+  std::optional<uint64_t> position;
+  int pages = 0;
+  for (; pages < 1000; ++pages) {
+    q.position = position;
+    LogPage p = Read(q);
+    EXPECT_THAT(p.events, SizeIs(0));
+    if (p.at_end) break;
+    ASSERT_TRUE(!position || p.next_forward > *position) << "a forward token must move on";
+    position = p.next_forward;
+  }
+  EXPECT_GE(pages, 30) << "a page scanned more than its budget";
+
+  // Backward, one term: whole files, newest first, none started past the budget; the events found meanwhile.
+  LogQuery back;
+  back.forward = false;
+  back.terms = {"needle"};
+  back.max_scan_bytes = 2 * 3000;  // 3,000 bytes with one term: one ~3.9 KB file a page (two for the newest, shorter)
+  LogPage last = Read(back);
+  ASSERT_THAT(Messages(last), ElementsAre("needle"));
+  back.terms = {"nothing"};
+  std::optional<uint64_t> end;
+  pages = 0;
+  for (; pages < 1000; ++pages) {
+    back.position = end;
+    LogPage p = Read(back);
+    EXPECT_THAT(p.events, SizeIs(0));
+    if (end && p.next_backward >= *end) break;  // the head of the stream: the token stays where it is
+    end = p.next_backward;
+  }
+  EXPECT_GE(pages, 8) << "a backward page read more files than its budget";
 }
 
 TEST_F(LogStoreTest, TheAgentAnswersALogRequestFromTheStore) {

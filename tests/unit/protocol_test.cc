@@ -1,6 +1,7 @@
 // protocol/messages.h: every message round-trips, today's wire JSON parses, every type error is refused with a
 // message naming the field, nesting is bounded, serializing never throws.
 #include "protocol/messages.h"
+#include "protocol/log_limits.h"
 
 #include "protocol/field_limits.h"
 
@@ -143,6 +144,16 @@ TEST(ProtocolTest, LogRequestsAndAnswersRoundTripAndParseAsDocumented) {
   ASSERT_FALSE(no_container.ok());
   EXPECT_EQ(no_container.status().message(), "logs.containerName is required");
   EXPECT_FALSE(ParseServerMessage(R"({"type":"logs","id":3,"taskArn":"a","containerName":"c","maxBytes":2000000})").ok());
+  // A request's terms are bounded (kMaxLogTerms, kMaxFilterPatternBytes together), whoever sends it.
+  Json many = {{"type", "logs"}, {"id", 3}, {"taskArn", "a"}, {"containerName", "c"},
+               {"terms", std::vector<std::string>(kMaxLogTerms, "t")}};
+  EXPECT_TRUE(ParseServerMessage(many.dump()).ok());
+  many["terms"].push_back("t");
+  auto too_many = ParseServerMessage(many.dump());
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().message(), "logs.terms must be at most 32 terms of at most 1024 bytes together");
+  many["terms"] = {std::string(kMaxFilterPatternBytes, 'x'), "y"};
+  EXPECT_FALSE(ParseServerMessage(many.dump()).ok());
   auto bad_event = ParseAgentMessage(R"({"type":"logEvents","id":3,"events":[{"timestamp":"x","message":"m"}]})");
   ASSERT_FALSE(bad_event.ok());
   EXPECT_EQ(bad_event.status().message(), "logEvents.events[0].timestamp must be an integer");
