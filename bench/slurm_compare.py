@@ -34,8 +34,9 @@ Reported for each: makespan (clock start to the last job's end), the mean share 
 running jobs over the makespan (the integral of memory x (end - start) over all jobs, divided by makespan x fleet
 memory), the wait from submission to start (p50, p95, max; gpupack from each task's createdAt, Slurm from the clock
 start), jobs that did not end well, and the bound no scheduler can beat: the jobs' memory-seconds over the fleet's
-memory (perfect packing, zero overhead), and how long each job held its memory beyond its own sleep (launch and
-teardown, "held+/job"). Figures go to stdout and to RESULTS.json in the run's directory, each job's times to JOBS.csv.
+memory (perfect packing, zero overhead), that bound over the makespan (the share of the fleet's memory busy with
+the jobs' own sleep, "own sleep"), and how long each job held its memory beyond its own sleep (launch and teardown,
+"held+/job"). Figures go to stdout and to RESULTS.json in the run's directory, each job's times to JOBS.csv.
 
 Everything started is stopped at the end (each daemon by its pid, then any process carrying this run's marker in its
 environment), and the directory removed unless --keep. All traffic stays on 127.0.0.1. The Slurm daemons bind
@@ -431,7 +432,7 @@ def print_table(args, jobs, results, bound_s):
     if args.only != "gpupack":
         print(f"slurm: SchedulerParameters={args.slurm_sched_params}")
     print()
-    hdr = f"{'scheduler':<34} {'ran ok':>7} {'makespan':>9} {'vs bound':>8} {'GPU mem in use':>14} " \
+    hdr = f"{'scheduler':<34} {'ran ok':>7} {'makespan':>9} {'vs bound':>8} {'GPU mem held':>12} {'own sleep':>9} " \
           f"{'wait p50':>9} {'wait p95':>9} {'wait max':>9} {'held+/job':>11} {'machine busy, load':>18}"
     print(hdr)
     print("-" * len(hdr))
@@ -441,7 +442,7 @@ def print_table(args, jobs, results, bound_s):
             continue
         print(f"{r['scheduler']:<34} {r['jobs'] - r['not_ok']:>7} "
               f"{r['makespan_s']:>8.1f}s {r['makespan_s'] / bound_s:>7.2f}x "
-              f"{100 * r['mean_gpu_memory_in_use']:>13.1f}% {r['wait_p50_s']:>8.1f}s {r['wait_p95_s']:>8.1f}s "
+              f"{100 * r['mean_gpu_memory_in_use']:>11.1f}% {100 * bound_s / r['makespan_s']:>8.1f}% {r['wait_p50_s']:>8.1f}s {r['wait_p95_s']:>8.1f}s "
               f"{r['wait_max_s']:>8.1f}s {r['extra_hold_mean_s']:>10.2f}s {100 * r['machine_busy']:>6.0f}% "
               f"{r['load_avg']:>5.1f}")
     print()
