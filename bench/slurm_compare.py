@@ -93,11 +93,11 @@ def load_jobs(args):
                 milli = int(row["gpu_milli"])
                 life = int(row["deletion_time"]) - int(row["creation_time"])
             except (KeyError, ValueError) as e:
-                fail(f"{args.trace}:{line}: not an openb pod list row ({e})")
+                fail(f"{args.trace}:{line}: not an openb pod list row ({e})", 2)
             if 0 < milli <= 1000 and life >= 0:
                 pods.append((milli, life))
     if not pods:
-        fail(f"{args.trace}: no single-GPU pods (num_gpu 1, gpu_milli 1..1000)")
+        fail(f"{args.trace}: no single-GPU pods (num_gpu 1, gpu_milli 1..1000)", 2)
     rng = random.Random(args.seed)
     jobs = []
     for i in range(args.jobs):
