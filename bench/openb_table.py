@@ -10,8 +10,9 @@ DIR holds openb_node_list_gpu_node.csv and the seventeen openb_pod_list_<list>.c
 (one list at a time; the planner spreads the runs over N threads), keeps each list's JSON in --out (a list whose
 JSON is there is not run again: delete it to rerun), and prints a Markdown table: per list the published FGD and
 BestFit (the planner's own `published` block: the paper's figures, the list recognised by content) and every
-strategy's unallocated share at 130% with its difference to the published FGD, then how many lists each strategy
-leaves less than the published FGD on, and its mean difference. Environment variables pass through to gpupack.
+strategy's unallocated share at 130% with its difference to its own reference (fgd: FGD, bestfit: BestFit,
+random: Random, every other: FGD), then how many lists each strategy leaves less than the published FGD on, and
+its mean difference to it. Environment variables pass through to gpupack.
 """
 import argparse
 import json
@@ -70,12 +71,12 @@ def main():
         for s in args.strategy:
             st = next(x for x in report["strategies"] if x["name"] == s)
             v = st["unallocatedPctAt"][str(report["demandPct"])]
+            ref = report.get("published", {}).get("strategies", {}).get(s)
             if fgd is not None:
                 diffs[s].append(v - fgd)
                 wins[s] += v < fgd
-                cells.append(f"{v:.2f} ({v - fgd:+.2f})")
-            else:
-                cells.append(f"{v:.2f}")
+            # The difference to the strategy's own reference (fgd: FGD, bestfit: BestFit, others: FGD).
+            cells.append(f"{v:.2f} ({v - ref['published']:+.2f})" if ref else f"{v:.2f}")
         print(f"| {name} | {fgd if fgd is not None else '-'} | {best if best is not None else '-'} | "
               + " | ".join(cells) + " |", flush=True)
         if took:
