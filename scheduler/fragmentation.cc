@@ -99,16 +99,29 @@ double FragmentOfView(const NodeView& v, const TargetWorkload& w, const std::vec
 // instance registered first) instead of being ordered by that noise.
 double Quantize(double delta) { return std::round(delta * 1e9) / 1e9; }
 
-// Score: what the move compares (lower is better). Both measures first rank the fragment change as the paper's
-// simulator does, floor(100 * sigmoid(-delta)) (0..100; a change of a few hundredths of a GPU is a tie), negated.
-// kFgd stops there (ties go to the instance registered first). kGpupack breaks the tie by the IDLE GPUs the
-// instance keeps after the task, fewer first: among placements that strand alike, it fills instances already
-// opened and keeps whole GPUs (and whole instances) for the tasks that need them.
-//   kFgd:     -floor(100 * sigmoid(-delta))
-//   kGpupack: -1000 * floor(100 * sigmoid(-delta)) + IDLE GPUs after
-double Score(double delta, FragmentMeasure measure, int idle_after) {
-  const double rank = -std::floor(100.0 / (1.0 + std::exp(Quantize(delta))));
-  return measure == FragmentMeasure::kFgd ? rank : rank * 1000.0 + idle_after;
+// Rank: the paper's simulator's node score of a fragment change, floor(100 * sigmoid(-delta)) (0..100, higher is
+// better; a change of a few hundredths of a GPU is a tie).
+double Rank(double delta) { return std::floor(100.0 / (1.0 + std::exp(Quantize(delta)))); }
+
+// Score: what the move compares (lower is better), from the changes of the fragment (delta) and of the CPU-aware
+// fragment (cpu_delta; scheduler/fragmentation.h). kFgd ranks the fragment change as the paper's simulator does,
+// negated (ties go to the instance registered first). kGpupack, for a task with a GPU, breaks that rank's ties by
+// the rank of the CPU-aware change, then by the IDLE GPUs the instance keeps after the task, fewer first: among
+// placements that strand alike, it leaves the CPU the GPUs left need, fills instances already opened and keeps
+// whole GPUs (and whole instances) for the tasks that need them. A CPU-only task changes no GPU, so its plain
+// fragment change only says whether it takes CPU a class needs at all; kGpupack ranks it by the CPU-aware change
+// (how much GPU share its CPU strands), then by the free GPU share of the instance (least first: CPU is taken
+// where no GPU is left to feed), then by IDLE GPUs.
+//   kFgd:                         -Rank(delta)
+//   kGpupack, a task with a GPU:  -1e9 * Rank(delta) - 1e6 * Rank(cpu_delta) + IDLE GPUs after
+//   kGpupack, a CPU-only task:    -1e9 * Rank(cpu_delta) + 100 * round(100 * free GPU share) + IDLE GPUs
+double Score(double delta, double cpu_delta, FragmentMeasure measure, int idle_after) {
+  if (measure == FragmentMeasure::kFgd) return -Rank(delta);
+  return -1e9 * Rank(delta) - 1e6 * Rank(cpu_delta) + idle_after;
+}
+double CpuOnlyScore(double delta, double cpu_delta, FragmentMeasure measure, const NodeStats& st) {
+  if (measure == FragmentMeasure::kFgd) return -Rank(delta);
+  return -1e9 * Rank(cpu_delta) + 100.0 * std::round(st.free_total * 100.0) + st.idle;
 }
 
 }  // namespace
@@ -171,21 +184,36 @@ bool Fits(const WorkloadShape& s, MiB remaining, bool idle) {
   return s.gpu_kind == GpuKind::kShared ? remaining >= s.gpu_memory : idle;
 }
 
-// FragmentAfter: fragment(instance) after a change, from its stats: CPU and free share after, and per class the
-// change of its room and small share (adjust(c) -> {room delta, small delta}). O(classes).
+// Fragments: fragment(instance) and the CPU-aware fragment (scheduler/fragmentation.h).
+struct Fragments {
+  double plain = 0;
+  double cpu = 0;
+};
+
+// FragmentAfter: both fragments of an instance after a change, from its stats: CPU and free share after, and per
+// class the change of its room and small share (adjust(c) -> {room delta, small delta}). O(classes).
 template <typename Adjust>
-double FragmentAfter(const NodeStats& st, const TargetWorkload& w, int64_t cpu, double free_total, Adjust adjust) {
-  if (free_total <= 1e-12) return 0;
-  double sum = 0;
+Fragments FragmentAfter(const NodeStats& st, const TargetWorkload& w, int64_t cpu, double free_total, Adjust adjust) {
+  Fragments sum;
+  if (free_total <= 1e-12) return sum;
   for (size_t c = 0; c < w.classes.size(); ++c) {
     const WorkloadShape& s = w.classes[c].shape;
-    if (s.gpu_kind == GpuKind::kNone || !st.access[c] || cpu < s.cpu) {
-      sum += s.weight * free_total;
-      continue;
-    }
     const auto [room, small] = adjust(c, s);
     const int need = s.gpu_kind == GpuKind::kShared ? 1 : s.gpu_count;
-    sum += s.weight * (st.room[c] + room >= need ? st.small[c] + small : free_total);
+    if (s.gpu_kind == GpuKind::kNone || !st.access[c] || cpu < s.cpu || st.room[c] + room < need) {
+      sum.plain += s.weight * free_total;
+      sum.cpu += s.weight * free_total;
+      continue;
+    }
+    const double stranded = st.small[c] + small;
+    sum.plain += s.weight * stranded;
+    // The tasks of the class the free CPU holds, and the GPU share they can use at most.
+    const double share = s.gpu_kind == GpuKind::kShared
+                             ? static_cast<double>(s.gpu_memory) / static_cast<double>(st.gpu_size)
+                             : static_cast<double>(s.gpu_count);
+    const double tasks = s.cpu > 0 ? std::floor(static_cast<double>(cpu) / static_cast<double>(s.cpu))
+                                   : std::numeric_limits<double>::infinity();
+    sum.cpu += s.weight * (free_total - std::min(free_total - stranded, tasks * share));
   }
   return sum;
 }
@@ -196,11 +224,16 @@ FragmentMove MoveFromStats(const ContainerInstance& inst, const NodeStats& st, c
   FragmentMove out;
   if (inst.remaining.cpu < demand.cpu || inst.remaining.memory < demand.memory) return out;
   auto none = [](size_t, const WorkloadShape&) { return std::pair<int, double>{0, 0.0}; };
-  const double before = st.fragment;
   const int64_t cpu = st.cpu - demand.cpu;
+  // Delta: both fragments' changes for a move that leaves `free_after` free share.
+  auto change = [&](double free_after, auto adjust) {
+    const Fragments after = FragmentAfter(st, w, cpu, free_after, adjust);
+    return Fragments{Quantize(after.plain - st.fragment), Quantize(after.cpu - st.cpu_fragment)};
+  };
   if (demand.gpu_kind == GpuKind::kNone) {
+    const Fragments d = change(st.free_total, none);
     out.fits = true;
-    out.delta = Score(FragmentAfter(st, w, cpu, st.free_total, none) - before, measure, st.idle);
+    out.delta = CpuOnlyScore(d.plain, d.cpu, measure, st);
     return out;
   }
   if (demand.gpu_kind == GpuKind::kDedicated) {
@@ -221,12 +254,12 @@ FragmentMove MoveFromStats(const ContainerInstance& inst, const NodeStats& st, c
       }
       return d;
     };
+    const Fragments d = change(free_after, adjust);
     out.fits = true;
-    out.delta = Score(FragmentAfter(st, w, cpu, free_after, adjust) - before, measure,
-                      st.idle - static_cast<int>(taken.size()));
+    out.delta = Score(d.plain, d.cpu, measure, st.idle - static_cast<int>(taken.size()));
     return out;
   }
-  double raw_best = 0;
+  Fragments best;
   int best_idle = 0;
   // Shared: try every GPU with room; GPUs alike (same remaining, total and mode) measure alike, so only the first
   // of each is measured.
@@ -251,17 +284,17 @@ FragmentMove MoveFromStats(const ContainerInstance& inst, const NodeStats& st, c
       const bool fb = Fits(s, r, idle), fa = Fits(s, r2, false);
       return std::pair<int, double>{(fa ? 1 : 0) - (fb ? 1 : 0), (fa ? 0.0 : share2) - (fb ? 0.0 : share)};
     };
-    const double delta =
-        Quantize(FragmentAfter(st, w, cpu, st.free_total - share + share2, adjust) - before);
-    // The GPU of the largest decrease (ties: the lowest index); the instance is then ranked by Score.
-    if (!out.fits || delta < raw_best) {
+    const Fragments d = change(st.free_total - share + share2, adjust);
+    // The GPU of the largest decrease of the fragment (ties: the lowest index); the instance is then ranked by
+    // Score.
+    if (!out.fits || d.plain < best.plain) {
       out.fits = true;
-      raw_best = delta;
+      best = d;
       best_idle = st.idle - (idle ? 1 : 0);
       out.shared_gpu = static_cast<int>(i);
     }
   }
-  if (out.fits) out.delta = Score(raw_best, measure, best_idle);
+  if (out.fits) out.delta = Score(best.plain, best.cpu, measure, best_idle);
   return out;
 }
 
@@ -277,6 +310,7 @@ const TargetWorkload& OrSelf(const TargetWorkload& workload, const TaskDemand& d
 NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& w) {
   NodeStats st;
   st.cpu = inst.remaining.cpu;
+  if (!inst.gpus.empty() && inst.gpus[0].total_memory_mib > 0) st.gpu_size = inst.gpus[0].total_memory_mib;
   const NodeView v = ViewOf(inst);
   for (const GpuView& g : v.gpus) {
     st.free_total += g.Share();
@@ -295,8 +329,10 @@ NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const
       else st.small[c] += g.Share();
     }
   }
-  st.fragment = FragmentAfter(st, w, st.cpu, st.free_total,
-                              [](size_t, const WorkloadShape&) { return std::pair<int, double>{0, 0.0}; });
+  const Fragments f = FragmentAfter(st, w, st.cpu, st.free_total,
+                                    [](size_t, const WorkloadShape&) { return std::pair<int, double>{0, 0.0}; });
+  st.fragment = f.plain;
+  st.cpu_fragment = f.cpu;
   return st;
 }
 

@@ -12,8 +12,14 @@
 // task's GPU the one of the least delta. Two scores rank instances by it (FragmentMeasure, Score in the .cc):
 //   kFgd       the paper's simulator: floor(100 * sigmoid(-delta)), ties to the instance registered first; with
 //              the workload's typical shapes as target (gpupack plan --strategy fgd);
-//   kGpupack   binpack(fragmentation): the same rank, ties broken by the IDLE GPUs the instance keeps (fewer
-//              first), with the target learned from the cluster's recent demands or given by an operator.
+//   kGpupack   binpack(fragmentation): the same rank, ties broken first by the same rank of the change of the
+//              CPU-aware fragment (below), then by the IDLE GPUs the instance keeps (fewer first), with the target
+//              learned from the cluster's recent demands or given by an operator.
+// The CPU-aware fragment also counts, for a class that fits, the free share its tasks could not use for lack of
+// host CPU: the instance's free CPU holds n = floor(free CPU / class CPU) tasks of it, which use at most n times
+// the class's GPU share (a shared class: its need over the GPU's total; a dedicated class: its GPU count), so
+// the class counts free share - min(free share on GPUs with room, n * share) instead of the share of the GPUs
+// too small for it. It tells apart placements that strand the same GPUs but leave different CPU for them.
 // docs/planning.md says why kGpupack packs better. ClusterState keeps a target workload per cluster (the
 // operator's, or one learned from a bounded window of recent RunTask demands: DemandWindow) and a FragmentCache
 // of each instance's best move per demand, recomputed only for the instances a placement changed.
@@ -83,12 +89,14 @@ double Fragment(const ContainerInstance& inst, const InstanceLoad& load, const T
 // the other shareable GPUs; and the fragment they add up to.
 struct NodeStats {
   int64_t cpu = 0;
+  MiB gpu_size = 1;  // the total memory of the instance's first GPU (a shared class's GPU share is its need over it)
   double free_total = 0;
   int idle = 0;
   std::vector<uint8_t> access;
   std::vector<int> room;
   std::vector<double> small;
-  double fragment = 0;  // fragment(instance) itself
+  double fragment = 0;      // fragment(instance) itself
+  double cpu_fragment = 0;  // the CPU-aware fragment (the top of this file), for kGpupack's tie-break
 };
 NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const TargetWorkload& workload);
 
@@ -96,7 +104,8 @@ NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const
 struct FragmentMove {
   bool fits = false;    // the instance's free CPU, memory and GPUs hold the demand
   double delta = 0;     // the move's score (lower is better): kFgd -floor(100 * sigmoid(-d)), kGpupack
-                        // -1000 * floor(100 * sigmoid(-d)) + IDLE GPUs left, d = fragment(after) - fragment(before)
+                        // -1e6 * floor(100 * sigmoid(-d)) - 1000 * floor(100 * sigmoid(-c)) + IDLE GPUs left,
+                        // d = fragment(after) - fragment(before), c the same for the CPU-aware fragment
   int shared_gpu = -1;  // shared: the GPU of the largest decrease (ties: the lowest index)
 };
 // BestMove: for a shared demand every GPU with room (and, compute-aware, compute) is tried; a dedicated demand

@@ -902,14 +902,48 @@ TEST(Fragmentation, ByHand) {
   const FragmentMove m = BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kGpupack);
   EXPECT_TRUE(m.fits);
   EXPECT_EQ(m.shared_gpu, 1);
-  // delta -0.3: floor(100 * sigmoid(0.3)) = 57; GPU 0 stays IDLE.
-  EXPECT_EQ(m.delta, -57 * 1000 + 1);
+  // delta -0.3: floor(100 * sigmoid(0.3)) = 57; the CPU-aware fragment changes alike (8,192 CPU units hold 32
+  // tasks of 256, so CPU strands nothing): 57 again; GPU 0 stays IDLE.
+  EXPECT_EQ(m.delta, -57e9 - 57e6 + 1);
   // fgd scores as the paper's simulator, without the tie-break.
   EXPECT_EQ(BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kFgd).delta, -57);
   EXPECT_FALSE(BestMove(a, s.LoadOf(a), Shared(400), false, *w, FragmentMeasure::kGpupack).shared_gpu == 1);
   TaskDemand too_much = Shared(300);
   too_much.cpu = 1 << 20;
   EXPECT_FALSE(BestMove(a, s.LoadOf(a), too_much, false, *w, FragmentMeasure::kGpupack).fits);
+}
+
+// The CPU-aware fragment by hand: one class of 1-GPU tasks of 256 CPU units. Instance a has 2 IDLE GPUs and 512
+// units, room for 2 such tasks: nothing stranded. A CPU-only task of 256 leaves CPU for one: the class could use 1
+// of the 2 free GPUs, so the CPU-aware fragment grows by 1 (floor(100 * sigmoid(-1)) = 26), while the plain
+// fragment does not move (the class still fits: 50). On b (8,192 units) neither moves. fgd sees a tie and takes a
+// (registered first); binpack(fragmentation) takes b, leaving a's CPU to its GPUs.
+TEST(Fragmentation, CpuOnlyTaskLeavesTheCpuGpusNeed) {
+  ClusterState s;
+  s.PutCluster(Cluster{"c", "arn:c", {}, {}, {}, 0, {}, {}});
+  s.PutInstance(Instance("a").Gpus(2, 1000).Cpu(512));
+  s.PutInstance(Instance("b").Gpus(2, 1000));
+  WorkloadShape whole = WorkloadShapeOf(Dedicated(1), {});
+  auto w = BuildTargetWorkload({whole}, 1.0);
+  s.SetTargetWorkload("c", w);
+  TaskDemand cpu_only;
+  cpu_only.cpu = 256;
+  cpu_only.memory = 512;
+  const ContainerInstance& a = *s.FindInstance("arn:i/a");
+  EXPECT_EQ(BestMove(a, s.LoadOf(a), cpu_only, false, *w, FragmentMeasure::kFgd).delta, -50);
+  // kGpupack for a CPU-only task: -1e9 * 26 + 100 * (free GPU share 2.00 -> 200) + 2 IDLE GPUs.
+  EXPECT_EQ(BestMove(a, s.LoadOf(a), cpu_only, false, *w, FragmentMeasure::kGpupack).delta, -26e9 + 20000 + 2);
+  Placement p = Place(s, cpu_only, {{"fgd", ""}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "a");
+  p = Place(s, cpu_only, {{"binpack", "fragmentation"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "b");
+  // A 1-GPU task: both fragments grow alike on a and b (the class keeps one GPU either way), so the IDLE GPUs
+  // decide nothing either; the earlier-registered a takes it.
+  p = Place(s, Dedicated(1), {{"binpack", "fragmentation"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "a");
 }
 
 // binpack(fragmentation) chooses the instance and the GPU together: the shared task fills the partly used GPU of
