@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/core/follow.h"
 #include "engine/operations/operations.h"
 #include "storage/invariants.h"
 
@@ -21,6 +22,7 @@ Applier::Applier(ApplierOptions options, Store& store, GroupCommitter& committer
           .count();
     };
   rng_.seed(options_.seed ? options_.seed : std::random_device{}());
+  following_ = options_.follow;
   if (options_.fragmentation_workload) state_.SetTargetWorkload("", options_.fragmentation_workload);
   published_counters_ = std::make_shared<const PlacementCounters>();
   committer_.SetAfterGroup([this] { FinishGroup(); });
@@ -62,8 +64,8 @@ void Applier::WriterLoop() {
       const auto& wakes = state_.ServiceWakes();
       const auto& waits = state_.WaitStarts();
       std::optional<EpochMs> next;
-      if (!wakes.empty()) next = wakes.begin()->first;
-      if (!waits.empty()) {
+      if (!wakes.empty() && !following_) next = wakes.begin()->first;
+      if (!waits.empty() && !following_) {
         const EpochMs expiry = waits.begin()->first + options_.placement.provisioning_timeout_ms;
         next = next ? std::min(*next, expiry) : expiry;
       }
@@ -112,7 +114,7 @@ Status Applier::Load() {
     s = LoadOnWriter();
     // Every service is looked at once after a load: a restarted or newly elected server goes on where the last
     // one stopped (a deployment half done, replicas a lost agent took with it).
-    if (s.ok() && state_.ServiceCount() > 0)
+    if (s.ok() && state_.ServiceCount() > 0 && !following_)
       Write(
           [](Transaction& txn) {
             MarkAllServices(txn);
@@ -148,9 +150,10 @@ Status Applier::LoadOnWriter() {
   for (auto& c : snap->clusters) state_.PutCluster(std::move(c));
   for (auto& td : snap->task_definitions) state_.PutTaskDefinition(std::move(td));
   for (auto& i : snap->instances) {
-    i.agent_connected = false;  // until its agent says hello again
+    if (!following_) i.agent_connected = false;  // until its agent says hello again (a follower shows the leader's)
     state_.PutInstance(std::move(i));
   }
+  loaded_change_seq_ = snap->change_seq;
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
   for (auto& svc : snap->services) state_.PutService(std::move(svc));
   for (auto& p : snap->capacity_providers) state_.PutCapacityProvider(std::move(p));
@@ -164,7 +167,53 @@ Status Applier::LoadOnWriter() {
 }
 
 void Applier::Write(WriteOp op, std::function<void(Status)> done) {
+  if (following_) {
+    done(Status::Server("this gpupack server is a standby: writes go to the leader"));
+    return;
+  }
   Enqueue({std::move(op), std::move(done), nullptr});
+}
+
+Status Applier::Follow(const std::vector<WriteBatch>& batches) {
+  if (!following_) return Status::Server("only a standby's applier follows the change feed");
+  Status s;
+  RunOnWriter([&] {
+    FollowedChanges touched;
+    for (const WriteBatch& b : batches)
+      if (s = ApplyCommitted(state_, b, touched); !s.ok()) return;
+    auto view = ReadView::Apply(*View(), DeltaOf(state_, touched));
+    std::lock_guard lock(view_mu_);
+    view_ = std::move(view);
+  });
+  return s;
+}
+
+void Applier::Promote() {
+  RunOnWriter([&] {
+    if (!following_) return;
+    FollowedChanges touched;
+    std::vector<std::string> arns;
+    state_.ForEachInstance([&](const ContainerInstance& i) { arns.push_back(i.arn); });
+    for (const std::string& arn : arns) {
+      ContainerInstance* inst = state_.FindInstance(arn);
+      if (!inst->agent_connected) continue;
+      inst->agent_connected = false;  // until its agent says hello to this leader
+      touched.instances.insert(arn);
+    }
+    auto view = ReadView::Apply(*View(), DeltaOf(state_, touched));
+    {
+      std::lock_guard lock(view_mu_);
+      view_ = std::move(view);
+    }
+    following_ = false;
+    if (state_.ServiceCount() > 0)
+      Write(
+          [](Transaction& txn) {
+            MarkAllServices(txn);
+            return Status::Ok();
+          },
+          [](Status) {});
+  });
 }
 
 void Applier::Read(std::function<void(const ClusterState&)> f) { Enqueue({nullptr, nullptr, std::move(f)}); }
