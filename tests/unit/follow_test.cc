@@ -124,7 +124,9 @@ TEST(ChangeFeed, UnreadableLinesAreErrorsNotCrashes) {
   for (const char* text : {"x {}\n", "t {not json\n", "-t 42\n", "-k [\"only one\"]\n", "t [1,2]\n"}) {
     auto decoded = DecodeChange(text);
     EXPECT_FALSE(decoded.ok()) << text;
-    if (!decoded.ok()) EXPECT_NE(decoded.status().message().find("change feed"), std::string::npos);
+    if (!decoded.ok()) {
+      EXPECT_NE(decoded.status().message().find("change feed"), std::string::npos);
+    }
   }
   EXPECT_TRUE(DecodeChange("").ok());
 }
