@@ -198,7 +198,7 @@ void Applier::Promote() {
       ContainerInstance* inst = state_.FindInstance(arn);
       if (!inst->agent_connected) continue;
       inst->agent_connected = false;  // until its agent says hello to this leader
-      touched.instances.insert(arn);
+      touched.TouchInstance(arn);
     }
     auto view = ReadView::Apply(*View(), DeltaOf(state_, touched));
     {

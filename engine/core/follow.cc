@@ -3,19 +3,14 @@
 #include <memory>
 #include <vector>
 
+#include "scheduler/holdings.h"
+
 namespace gpupack::api {
 namespace {
 
 // AtBaseline: the instance as a load rebuilds it before any reservation (ClusterState::RebuildReservations).
 ContainerInstance AtBaseline(ContainerInstance inst) {
-  inst.remaining = inst.registered;
-  inst.running_tasks_count = inst.pending_tasks_count = 0;
-  for (auto& gpu : inst.gpus) {
-    gpu.remaining_memory_mib = gpu.total_memory_mib;
-    gpu.mode = GpuMode::kIdle;
-    gpu.container_count = 0;
-    gpu.compute_used_percent = 0;
-  }
+  ResetHoldings(inst);
   return inst;
 }
 
@@ -50,7 +45,7 @@ Status PutInstance(ClusterState& state, const ContainerInstance& inst) {
 
 Status PutTask(ClusterState& state, const Task& task, FollowedChanges& touched) {
   if (std::shared_ptr<const Task> old = state.SharedTask(task.arn)) {
-    if (!old->resources_released) touched.instances.insert(old->container_instance_arn);
+    if (!old->resources_released) touched.TouchInstance(old->container_instance_arn);
     Unhold(state, *old);
     if (!task.resources_released) {
       if (Status s = state.EraseStoppedTask(task.arn); !s.ok()) return s;
@@ -60,7 +55,7 @@ Status PutTask(ClusterState& state, const Task& task, FollowedChanges& touched) 
     state.PutTask(task);
   } else {
     if (Status s = state.ReserveTask(task); !s.ok()) return s;
-    touched.instances.insert(task.container_instance_arn);
+    touched.TouchInstance(task.container_instance_arn);
   }
   return Status::Ok();
 }
@@ -81,7 +76,7 @@ Status ApplyCommitted(ClusterState& state, const WriteBatch& batch, FollowedChan
   }
   for (const ContainerInstance& inst : batch.instances()) {
     if (Status s = PutInstance(state, inst); !s.ok()) return s;
-    touched.instances.insert(inst.arn);
+    touched.TouchInstance(inst.arn);
   }
   for (const Task& t : batch.tasks()) {
     if (Status s = PutTask(state, t, touched); !s.ok()) return s;
@@ -89,7 +84,7 @@ Status ApplyCommitted(ClusterState& state, const WriteBatch& batch, FollowedChan
   }
   for (const std::string& arn : batch.deleted_tasks()) {
     if (std::shared_ptr<const Task> old = state.SharedTask(arn)) {
-      if (!old->resources_released) touched.instances.insert(old->container_instance_arn);
+      if (!old->resources_released) touched.TouchInstance(old->container_instance_arn);
       Unhold(state, *old);
       if (Status s = state.EraseStoppedTask(arn); !s.ok()) return s;
     }

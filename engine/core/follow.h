@@ -14,6 +14,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "engine/core/read_view.h"
 #include "scheduler/cluster_state.h"
@@ -25,7 +26,13 @@ namespace gpupack::api {
 struct FollowedChanges {
   std::set<std::string> clusters;
   std::set<std::pair<std::string, int>> task_definitions;
-  std::set<std::string> instances;  // stored or holding a reservation that moved
+  // Instances stored or holding a reservation that moved, in the order first touched: a new instance joins its
+  // cluster's list (ListContainerInstances) in the order the leader registered it.
+  std::vector<std::string> instances;
+  std::set<std::string> instance_set;
+  void TouchInstance(const std::string& arn) {
+    if (instance_set.insert(arn).second) instances.push_back(arn);
+  }
   std::set<std::string> tasks;      // put or erased
   std::set<std::string> services;
   std::set<std::string> capacity_providers;
