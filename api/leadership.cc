@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <random>
@@ -62,7 +63,7 @@ Result<LeaseKeeper::View> LeaseKeeper::Read() {
   return v;
 }
 
-Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump) {
+Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump, bool may_take) {
   if (held_epoch > 0) {
     // Renew (or raise the epoch of) the lease this replica holds, while it has not expired.
     auto rows = db_.Query(std::string("UPDATE gpupack_leader_lease SET ") + (bump ? kNextEpoch + ", " : "") +
@@ -71,8 +72,17 @@ Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump) {
                               "RETURNING epoch",
                           {holder_, std::to_string(held_epoch), ttl_});
     if (!rows.ok()) return rows.status();
-    if (!rows->empty()) return View{true, std::stoll((*rows)[0][0]), advertise_, true};
+    if (!rows->empty()) {
+      if (++held_steps_ % 10 == 0) {
+        auto pruned = db_.Query(
+            "DELETE FROM gpupack_changes WHERE at < clock_timestamp() - interval '60 seconds' "
+            "AND seq < (SELECT change_seq FROM gpupack_leader_lease WHERE id = 1) - 1000");
+        if (!pruned.ok()) spdlog::warn("leadership: cannot prune the change feed: {}", pruned.status().message());
+      }
+      return View{true, std::stoll((*rows)[0][0]), advertise_, true};
+    }
   }
+  if (!may_take) return Read();
   // Take the lease when it has expired or, on this keeper's first step only, when it names this replica's own
   // URL (a restart of this server: the process that held it can no longer serve there). Every take raises the
   // epoch.
@@ -105,10 +115,15 @@ class Replica::StandbyFront {
   using LeaderFn = std::function<std::string()>;       // the leader's URL now, "" when unknown
   using ReadyFn = std::function<HttpResponse()>;
 
+  using FollowerFn = std::function<std::shared_ptr<Follower>()>;  // the hot state, null while none
+
   static Result<std::unique_ptr<StandbyFront>> Start(const std::string& host, uint16_t port, std::string me,
-                                                     LeaderFn leader, ReadyFn ready,
-                                                     std::chrono::milliseconds timeout) {
+                                                     LeaderFn leader, ReadyFn ready, FollowerFn follower,
+                                                     std::chrono::milliseconds timeout,
+                                                     std::chrono::milliseconds read_wait) {
     std::unique_ptr<StandbyFront> f(new StandbyFront(std::move(me), std::move(leader), std::move(ready), timeout));
+    f->follower_ = std::move(follower);
+    f->read_wait_ = read_wait;
     HttpServerOptions http;
     http.host = host;
     http.port = port;
@@ -206,6 +221,17 @@ class Replica::StandbyFront {
       respond(std::move(*local));  // the console's page needs no leader (and no credentials)
       return;
     }
+    // A Describe/List call is answered from the standby's own state when it is fresh enough for it (docs/ha.md,
+    // "Reads from standbys"); one naming a commit this state lacks waits for it on a forwarder thread.
+    uint64_t want = 0;
+    if (Follower::IsLocalRead(req)) {
+      if (const std::string* seq = req.Header(kCommitSeqHeader)) want = std::strtoull(seq->c_str(), nullptr, 10);
+      if (auto follower = follower_()) {
+        if (follower->TryServe(req, respond, want)) return;
+      } else {
+        want = 0;
+      }
+    }
     if (req.Header(kForwardedHeader) != nullptr) {
       respond(Unavailable("this gpupack server is a standby too (it was forwarded the request by " +
                           *req.Header(kForwardedHeader) + "); the replicas are changing leader: retry"));
@@ -222,7 +248,8 @@ class Replica::StandbyFront {
       return;
     }
     held_bytes_ += req.body.size();
-    queue_.push_back({std::move(req), std::move(respond), leader});
+    const size_t bytes = req.body.size();
+    queue_.push_back({std::move(req), std::move(respond), leader, want, bytes});
     cv_.notify_one();
   }
 
@@ -241,10 +268,18 @@ class Replica::StandbyFront {
         job = std::move(queue_.front());
         queue_.pop_front();
       }
+      if (job.want > 0) {
+        auto follower = follower_();
+        if (follower && follower->WaitAndServe(job.req, job.respond, job.want, read_wait_)) {
+          std::lock_guard lock(mu_);
+          held_bytes_ -= job.bytes;
+          continue;
+        }
+      }
       auto answer = Forward(job.req, job.leader, me_, timeout_, connections_);
       {
         std::lock_guard lock(mu_);
-        held_bytes_ -= job.req.body.size();
+        held_bytes_ -= job.bytes;
       }
       if (answer.ok()) {
         job.respond(std::move(*answer));
@@ -259,12 +294,16 @@ class Replica::StandbyFront {
     HttpRequest req;
     Responder respond;
     std::string leader;
+    uint64_t want = 0;  // a read waiting for this commit sequence in the standby's state, then forwarded
+    size_t bytes = 0;   // the body's size, counted in held_bytes_
   };
 
   const std::string me_;
   const LeaderFn leader_;
   const ReadyFn ready_;
   const std::chrono::milliseconds timeout_;
+  FollowerFn follower_;
+  std::chrono::milliseconds read_wait_{1000};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;  // guarded by mu_
@@ -348,6 +387,12 @@ Replica::~Replica() {
       spdlog::info("leadership: released the lease (epoch {})", epoch);
   }
   standby_.reset();
+  DropFollower().reset();
+}
+
+std::shared_ptr<Follower> Replica::DropFollower() {
+  std::lock_guard lock(mu_);
+  return std::exchange(follower_, nullptr);
 }
 
 void Replica::LeaseLoop() {
@@ -363,13 +408,20 @@ void Replica::LeaseLoop() {
 void Replica::LeaseStep() {
   int64_t held = 0;
   bool bump = false;
+  bool may_take = true;
+  std::shared_ptr<Follower> follower;
   {
     std::lock_guard lock(mu_);
     held = lease_.held ? lease_.epoch : 0;
     bump = bump_;
+    follower = follower_;
+    // A standby whose state is too far behind (or still loading) does not try to lead: another one, caught up,
+    // takes over without loading the world. The first step of a replica may (nobody follows yet at a cold start).
+    may_take = lease_steps_ == 0 || serving_epoch_ != 0;
   }
+  if (!may_take) may_take = follower ? follower->progress().ready_to_lead : true;
   const auto start = Clock::now();
-  auto v = keeper_.Step(held, bump);
+  auto v = keeper_.Step(held, bump, may_take);
   {
     std::lock_guard lock(mu_);
     if (!v.ok()) {
@@ -440,7 +492,20 @@ void Replica::Reconcile() {
   }
 }
 
+ServerOptions Replica::LeaderOptions(int64_t epoch) {
+  ServerOptions opts = options_.server;
+  opts.port = port_;
+  opts.channel.epoch = epoch;  // the welcome and every push carry this term: agents ignore older ones
+  opts.readiness = [this] { return ReadyResponse(); };
+  // Every answer names the commit sequence it reflects: a client sends it back to read its writes anywhere.
+  opts.on_response = [this](HttpResponse& r) {
+    r.headers.emplace_back(kCommitSeqHeader, std::to_string(data_.last_change_seq()));
+  };
+  return opts;
+}
+
 Status Replica::ServeAsLeader(int64_t epoch) {
+  const auto start = Clock::now();
   standby_.reset();
   // The old server first, under its own epoch's fence: what it still commits on its way out was decided on its
   // state, and another leader may have served in between, so it must not pass the new epoch's check.
@@ -450,20 +515,47 @@ Status Replica::ServeAsLeader(int64_t epoch) {
     std::lock_guard lock(mu_);
     serving_epoch_ = 0;
   }
+  // A hot standby: its state has every commit but the last few, which nobody can add to any more (this replica
+  // holds the lease under a new epoch): apply them and lead, without loading the world.
+  if (std::shared_ptr<Follower> follower = DropFollower()) {
+    uint64_t applied = 0;
+    std::shared_ptr<Server> server = follower->TakeOver(&applied);
+    follower.reset();
+    Status listen = Status::Server("no hot state");
+    for (int attempt = 0; server && attempt < 40; ++attempt) {
+      if (listen = server->Promote(epoch, port_); listen.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (server && listen.ok()) {
+      leader_ = std::move(server);
+      AddReplicaMetrics(leader_->metrics());
+      const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      std::lock_guard lock(mu_);
+      serving_epoch_ = epoch;
+      takeover_changes_ = static_cast<int64_t>(applied);
+      takeover_loaded_ = false;
+      takeover_ms_ = ms;
+      spdlog::info("leadership: serving as the leader (epoch {}) on port {}: took over the standby's state, "
+                   "applied {} changes on takeover in {} ms (no reload)", epoch, port_, applied, ms);
+      return Status::Ok();
+    }
+    if (server) spdlog::warn("leadership: the standby's state cannot serve ({}): loading it", listen.message());
+  }
   Status last;
   for (int attempt = 0; attempt < 40; ++attempt) {  // the port was just released; binding it may need a moment
-    ServerOptions opts = options_.server;
-    opts.port = port_;
-    opts.channel.epoch = epoch;  // the welcome and every push carry this term: agents ignore older ones
-    opts.readiness = [this] { return ReadyResponse(); };
     StartFailure failure = StartFailure::kNone;
-    auto server = Server::Start(std::move(opts), data_, &failure);
+    auto server = Server::Start(LeaderOptions(epoch), data_, &failure);
     if (server.ok()) {
       leader_ = std::move(*server);
       AddReplicaMetrics(leader_->metrics());
+      const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
       std::lock_guard lock(mu_);
       serving_epoch_ = epoch;
-      spdlog::info("leadership: serving as the leader (epoch {}) on port {}", epoch, port_);
+      takeover_changes_ = -1;
+      takeover_loaded_ = true;
+      takeover_ms_ = ms;
+      spdlog::info("leadership: serving as the leader (epoch {}) on port {}: loaded the state in {} ms", epoch, port_,
+                   ms);
       return Status::Ok();
     }
     last = server.status();
@@ -479,6 +571,15 @@ Status Replica::ServeAsStandby() {
   {
     std::lock_guard lock(mu_);
     serving_epoch_ = 0;
+    if (!follower_) {
+      // The hot state: loaded in the background (reads are forwarded meanwhile), then kept up to date.
+      FollowerOptions f;
+      f.server = LeaderOptions(0);
+      f.max_read_staleness = options_.max_read_staleness;
+      f.max_lag = options_.max_follow_lag;
+      f.pause_file = options_.follow_pause_file;
+      follower_ = std::make_shared<Follower>(std::move(f), data_);
+    }
   }
   if (standby_) return Status::Ok();
   Status last;
@@ -489,7 +590,12 @@ Status Replica::ServeAsStandby() {
           std::lock_guard lock(mu_);
           return forward_to_;
         },
-        [this] { return ReadyResponse(); }, options_.forward_timeout);
+        [this] { return ReadyResponse(); },
+        [this] {
+          std::lock_guard lock(mu_);
+          return follower_;
+        },
+        options_.forward_timeout, options_.read_wait);
     if (front.ok()) {
       standby_ = std::move(*front);
       port_ = standby_->port();
@@ -521,6 +627,11 @@ Replica::Readiness Replica::readiness() const {
   std::lock_guard lock(mu_);
   Readiness r;
   r.epoch = lease_.epoch;
+  r.commit_seq = data_.last_change_seq();
+  r.takeover_changes = takeover_changes_;
+  r.takeover_loaded = takeover_loaded_;
+  r.takeover_ms = takeover_ms_;
+  if (follower_ && serving_epoch_ == 0) r.follow = follower_->progress();
   if (serving_epoch_ != 0) {
     r.role = "leader";
     r.leader = options_.advertise;
@@ -542,6 +653,18 @@ HttpResponse Replica::ReadyResponse() const {
   out.status = r.ready ? 200 : 503;
   nlohmann::json j = {{"role", r.role}, {"epoch", r.epoch}, {"replica", holder_}};
   j["leader"] = r.leader.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.leader);
+  j["commitSeq"] = r.commit_seq;
+  if (r.follow) {
+    // A standby's hot state (docs/ha.md): how far behind it is, and whether it may take the lease.
+    j["follow"] = {{"loaded", r.follow->loaded},         {"appliedSeq", r.follow->applied},
+                   {"latestSeq", r.follow->latest},      {"behindMs", r.follow->behind_ms},
+                   {"paused", r.follow->paused},         {"loads", r.follow->loads}};
+    j["readyToLead"] = r.follow->ready_to_lead;
+  }
+  if (r.takeover_loaded || r.takeover_changes >= 0)
+    j["takeover"] = {{"loadedState", r.takeover_loaded},
+                     {"appliedChanges", r.takeover_changes < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.takeover_changes)},
+                     {"ms", r.takeover_ms}};
   out.body = j.dump();
   return out;
 }

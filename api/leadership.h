@@ -33,9 +33,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "api/follower.h"
 #include "api/http/http_server.h"
 #include "api/server.h"
 #include "base/status.h"
@@ -59,8 +61,10 @@ class LeaseKeeper {
   };
 
   // Step renews the lease held under `held_epoch` (with `bump`, raising its epoch by one), or, when it is not
-  // held (any more), tries to take it. A database error is returned as a Status.
-  Result<View> Step(int64_t held_epoch, bool bump);
+  // held (any more), tries to take it unless `may_take` is false (a standby too far behind: it only reads who
+  // leads). A database error is returned as a Status. While held, every tenth step also prunes the change feed
+  // (rows older than a minute beyond the last thousand: a standby further behind loads afresh).
+  Result<View> Step(int64_t held_epoch, bool bump, bool may_take = true);
 
   // Release ends the lease held under `epoch` now (a clean shutdown, after the last commit), so that a standby
   // takes over at its next step instead of after the TTL. Nothing happens when the lease is no longer held.
@@ -74,6 +78,7 @@ class LeaseKeeper {
   const std::string advertise_;
   const std::string ttl_;  // as an SQL interval, e.g. "5000 milliseconds"
   bool first_step_ = true;  // until a step reached the database: a restart may take its own URL's lease
+  uint64_t held_steps_ = 0;  // renewals, for pruning the change feed every tenth
 };
 
 struct ReplicaOptions {
@@ -84,6 +89,12 @@ struct ReplicaOptions {
   // forward_timeout: a standby's wait for the leader's answer to one forwarded call (well under the lease: a
   // leader that stopped answering costs a client a retry, not a hung call; a takeover cuts it at once).
   std::chrono::milliseconds forward_timeout{2500};
+  // The standby's hot state (api/follower.h): how stale a read it answers itself may be, how far behind it may
+  // be and still take the lease, and a test hook that pauses its following.
+  std::chrono::milliseconds max_read_staleness{1000};
+  std::chrono::milliseconds max_follow_lag{3000};
+  std::chrono::milliseconds read_wait{1000};  // how long a read with a commit sequence waits before forwarding
+  std::string follow_pause_file;
 };
 
 class Replica {
@@ -103,6 +114,12 @@ class Replica {
     std::string role;      // "leader", "standby" or "starting"
     std::string leader;    // the leader's advertise URL, "" when unknown
     int64_t epoch = 0;
+    std::optional<Follower::Progress> follow;  // a standby's hot state
+    uint64_t commit_seq = 0;                   // the last commit sequence this server made or applied
+    // The last takeover of this server: rows applied from the standby's state, or a full load.
+    int64_t takeover_changes = -1;  // -1: none yet, or the state was loaded
+    bool takeover_loaded = false;
+    int64_t takeover_ms = 0;
   };
   Readiness readiness() const;
 
@@ -116,6 +133,8 @@ class Replica {
   void Reconcile();
   Status ServeAsLeader(int64_t epoch);
   Status ServeAsStandby();
+  ServerOptions LeaderOptions(int64_t epoch);  // the server's options with this replica's hooks
+  std::shared_ptr<Follower> DropFollower();    // takes follower_ out (destroy it outside mu_)
   // CheckAdvertisedAddress: refuses to start when another gpupack server answers /readyz at the advertised URL.
   Status CheckAdvertisedAddress();
   HttpResponse ReadyResponse() const;
@@ -138,8 +157,13 @@ class Replica {
   int64_t serving_epoch_ = 0;           // guarded by mu_: the epoch the leader server serves; 0 = standby
   std::string forward_to_;              // guarded by mu_: the leader a standby forwards to
 
+  std::shared_ptr<Follower> follower_;  // guarded by mu_ (set and dropped by the role changes)
+  int64_t takeover_changes_ = -1;       // guarded by mu_: Readiness's takeover_*
+  bool takeover_loaded_ = false;        // guarded by mu_
+  int64_t takeover_ms_ = 0;             // guarded by mu_
+
   std::mutex role_mu_;                  // serializes role changes (role thread, Start, destructor)
-  std::unique_ptr<Server> leader_;      // guarded by role_mu_
+  std::shared_ptr<Server> leader_;      // guarded by role_mu_
   std::unique_ptr<StandbyFront> standby_;  // guarded by role_mu_
 
   std::thread lease_thread_;

@@ -12,6 +12,7 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   StartFailure& failed = failure != nullptr ? *failure : ignored;
   failed = StartFailure::kNone;
   std::unique_ptr<Server> s(new Server());
+  options.control_plane.follow = options.follow;
   s->metrics_ = std::make_unique<MetricsRegistry>();
   s->timed_store_ = TimeStoreCommits(store, *s->metrics_);
   s->committer_ = std::make_unique<GroupCommitter>(*s->timed_store_);
@@ -31,25 +32,51 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options, Store& stor
   s->logs_ = std::make_unique<LogsHandler>(*s->control_plane_, *s->channel_);
   s->front_->SetLogs(s->logs_.get());
   if (options.readiness) s->front_->SetReadiness(std::move(options.readiness));
-  HttpServerOptions http;
-  http.host = options.host;
-  http.port = options.port;
-  http.threads = std::max(1, options.threads);
-  http.max_websockets = options.max_websockets;
-  http.max_connections_per_address = options.max_connections_per_address;
-  http.read_timeout = options.http_read_timeout;
-  WebSocketHandler channel = s->channel_->Handler();
-  channel.max_send_queue_bytes = options.max_send_queue_bytes;
-  http.websockets[kAgentChannelPath] = std::move(channel);
-  auto server = HttpServer::Create(http, s->front_->AsHandler());
-  if (!server.ok()) {
-    failed = StartFailure::kListen;
-    return server.status();
+  const bool follow = options.follow;
+  const uint16_t port = options.port;
+  s->options_ = std::move(options);
+  if (!follow) {
+    if (Status st = s->Listen(port); !st.ok()) {
+      failed = StartFailure::kListen;
+      return st;
+    }
   }
-  s->http_ = std::move(*server);
-  AddServerMetrics(*s->metrics_, *s->http_, *s->committer_, *s->channel_);
-  s->http_->Start();
   return s;
+}
+
+Status Server::Listen(uint16_t port) {
+  HttpServerOptions http;
+  http.host = options_.host;
+  http.port = port;
+  http.threads = std::max(1, options_.threads);
+  http.max_websockets = options_.max_websockets;
+  http.max_connections_per_address = options_.max_connections_per_address;
+  http.read_timeout = options_.http_read_timeout;
+  WebSocketHandler channel = channel_->Handler();
+  channel.max_send_queue_bytes = options_.max_send_queue_bytes;
+  http.websockets[kAgentChannelPath] = std::move(channel);
+  auto server = HttpServer::Create(http, [this](HttpRequest&& req, Responder respond) {
+    Handle(std::move(req), std::move(respond));
+  });
+  if (!server.ok()) return server.status();
+  http_ = std::move(*server);
+  AddServerMetrics(*metrics_, *http_, *committer_, *channel_);
+  http_->Start();
+  return Status::Ok();
+}
+
+void Server::Handle(HttpRequest&& req, Responder respond) {
+  if (!options_.on_response) return front_->Handle(std::move(req), std::move(respond));
+  front_->Handle(std::move(req), [this, respond = std::move(respond)](HttpResponse r) {
+    options_.on_response(r);
+    respond(std::move(r));
+  });
+}
+
+Status Server::Promote(int64_t epoch, uint16_t port) {
+  control_plane_->applier().Promote();
+  channel_->SetEpoch(epoch);
+  return http_ ? Status::Ok() : Listen(port);
 }
 
 Server::~Server() {
@@ -59,6 +86,6 @@ Server::~Server() {
   if (committer_) committer_->Flush();                      // ...and committed and answered
 }
 
-uint16_t Server::port() const { return http_->port(); }
+uint16_t Server::port() const { return http_ ? http_->port() : 0; }
 
 }  // namespace gpupack::api

@@ -47,6 +47,11 @@ struct ServerOptions {
   bool metrics_per_task = false;
   // What GET /readyz answers (FrontDoor::ReadinessProbe); unset: a server alone. Must outlive the server.
   std::function<HttpResponse()> readiness;
+  // on_response: called with every answer before it is sent (a leader adds its commit sequence: docs/ha.md).
+  std::function<void(HttpResponse&)> on_response;
+  // follow: a hot standby's server (api/leadership.h): it loads the state, follows the leader's commits
+  // (Follow), answers what Handle is given from its own view, and neither listens nor writes until Promote.
+  bool follow = false;
 };
 
 // StartFailure: which step of Server::Start failed, for callers to branch on (its message is for people).
@@ -65,7 +70,17 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  uint16_t port() const;
+  uint16_t port() const;  // 0 while it does not listen (a following server)
+
+  // Handle: one request through the path table, as if it had come in on the server's port (a standby answers
+  // its reads this way). Same threading rules as an HttpServer handler.
+  void Handle(HttpRequest&& req, Responder respond);
+  // Follow applies the leader's committed batches (Applier::Follow); an error: drop this server, load afresh.
+  Status Follow(const std::vector<WriteBatch>& batches) { return control_plane_->applier().Follow(batches); }
+  // Promote makes a following server the leader of `epoch`: writes are taken, the agent channel's welcome and
+  // pushes carry the epoch, and it listens on options.host and `port`.
+  Status Promote(int64_t epoch, uint16_t port);
+
   ControlPlane& control_plane() { return *control_plane_; }
   AgentChannel& channel() { return *channel_; }
   const AgentChannel& channel() const { return *channel_; }
@@ -73,6 +88,8 @@ class Server {
 
  private:
   Server() = default;
+  Status Listen(uint16_t port);  // builds and starts the HTTP server (once)
+  ServerOptions options_;     // what Listen needs (the parts Start did not consume)
   std::unique_ptr<MetricsRegistry> metrics_;  // first: the timed store observes into it until the committer ends
   std::unique_ptr<Store> timed_store_;        // the store with its commits timed (TimeStoreCommits)
   std::unique_ptr<GroupCommitter> committer_;

@@ -13,9 +13,12 @@
 # /usr/lib/postgresql/N/bin, or --pg-bin DIR), psql, runuser (as root).
 #
 # With --via-standby each round also runs the PostgreSQL load through a standby (runtask_load.sh --via-standby).
+# With --old-gpupack BIN each round runs the PostgreSQL load with BIN, then with the binary under test (--gpupack,
+# else the default), instead of PostgreSQL then SQLite: a change's before and after in one run (the table's
+# second column group is then the old binary's).
 #
 # Usage: bench/runtask_pg_compare.sh [--rounds N] [--pg-bin DIR] [--pg-dir DIR] [--pin CPUS] [--via-standby]
-#                                    [runtask_load.sh options]
+#                                    [--old-gpupack BIN] [runtask_load.sh options]
 # --rounds: PostgreSQL then SQLite, N times (default 1). --pg-dir: the parent of PostgreSQL's data directory (default
 # $TMPDIR or /tmp: a disk, like SQLite's). --pin CPUS (e.g. 0,1): run the database, the server and wrk under
 # taskset -c CPUS, to emulate a machine with those cores. Every other option goes to runtask_load.sh as it is.
@@ -29,6 +32,7 @@ pg_bin=""
 pg_parent="${TMPDIR:-/tmp}"
 pin=""
 via_standby=0
+old_bin=""
 load_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -37,7 +41,8 @@ while [[ $# -gt 0 ]]; do
     --pg-dir) pg_parent="$2"; shift 2 ;;
     --pin) pin="$2"; shift 2 ;;
     --via-standby) via_standby=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --old-gpupack) old_bin="$2"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) load_args+=("$1"); shift ;;
   esac
 done
@@ -82,6 +87,7 @@ latency() { sed -n "s/^latency (ms).* $2 \([0-9.]*\).*/\1/p" "$1"; }
 rows=()
 for ((round = 1; round <= rounds; round++)); do
   stores=(postgres sqlite)
+  [[ -n $old_bin ]] && stores=(postgres_old postgres)
   (( via_standby )) && stores+=(standby)
   for store in "${stores[@]}"; do
     report="$out/$store.$round.txt"
@@ -90,6 +96,7 @@ for ((round = 1; round <= rounds; round++)); do
       psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE ${store}_$round" >/dev/null
       db_args=(--db "postgresql://postgres@127.0.0.1:$port/${store}_$round")
       [[ $store == standby ]] && db_args+=(--via-standby)
+      [[ $store == postgres_old ]] && db_args+=(--gpupack "$old_bin")
     fi
     echo "== round $round: $store" >&2
     "${taskset_cmd[@]}" "$here/runtask_load.sh" "${load_args[@]}" "${db_args[@]}" >"$report"
@@ -97,6 +104,7 @@ for ((round = 1; round <= rounds; round++)); do
     echo
   done
   pgr="$out/postgres.$round.txt" sqr="$out/sqlite.$round.txt"
+  [[ -n $old_bin ]] && sqr="$out/postgres_old.$round.txt"
   rows+=("$(printf '%-5s %-16s %9s %7s %7s %9s %7s %7s %7s  %s / %s' "$round" \
     "$(sed -n 's/^load average *before \([0-9.]*\).*/\1/p' "$pgr")" \
     "$(field "$pgr" calls 6)" "$(latency "$pgr" p50)" "$(latency "$pgr" p99)" \
@@ -112,8 +120,17 @@ for ((round = 1; round <= rounds; round++)); do
   fi
 done
 
-echo "RunTask, durable, PostgreSQL beside SQLite ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+if [[ -n $old_bin ]]; then
+  echo "RunTask, durable, PostgreSQL: the old binary beside the new one ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+else
+  echo "RunTask, durable, PostgreSQL beside SQLite ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+fi
 echo "command  $command_line"
 echo "database PostgreSQL $("$pg_bin/postgres" --version | awk '{ print $3 }'), data in $pgdir ($(df -T "$pgdir" | awk 'NR == 2 { print $2 }')), fsync=on, synchronous_commit=on${pin:+; everything under taskset -c $pin}"
-printf '%-5s %-16s %9s %7s %7s %9s %7s %7s %7s  %s\n' round "load before" "PG c/s" "p50 ms" "p99 ms" "SQLite" "p50 ms" "p99 ms" "PG/SQL" "batches per commit PG / SQLite"
+if [[ -n $old_bin ]]; then
+  echo "old binary $old_bin: its PostgreSQL runs are the second group (new/old in the ratio column)"
+  printf '%-5s %-16s %9s %7s %7s %9s %7s %7s %7s  %s\n' round "load before" "new c/s" "p50 ms" "p99 ms" "old c/s" "p50 ms" "p99 ms" "new/old" "batches per commit new / old"
+else
+  printf '%-5s %-16s %9s %7s %7s %9s %7s %7s %7s  %s\n' round "load before" "PG c/s" "p50 ms" "p99 ms" "SQLite" "p50 ms" "p99 ms" "PG/SQL" "batches per commit PG / SQLite"
+fi
 printf '%s\n' "${rows[@]}"

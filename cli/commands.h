@@ -32,6 +32,8 @@ struct ServerFlags {
   std::vector<std::string> server_names;
   bool metrics_per_task = false;  // --metrics-per-task: /metrics names tasks and containers  // --server-name HOST[:PORT], repeatable: more names a signed Host may carry
   int lease_ttl_ms = 5000;
+  int max_read_staleness_ms = 1000;
+  std::string follow_pause_file;
   // The agent channel's bounds (api::ServerOptions; docs/security.md): connections open at once, the MiB one
   // connection may hold queued for sending, and the MiB of one hello's parts. Checked by ServerRuntime::Start.
   int64_t max_agent_channels = 1024;

@@ -75,6 +75,13 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
                  "with a PostgreSQL --db: how long the leader's lease lasts without a renewal (renewed about every "
                  "second); a standby takes over this long after the leader is gone")
       ->capture_default_str();
+  app.add_option("--max-read-staleness-ms", f.max_read_staleness_ms,
+                 "with a PostgreSQL --db: a standby answers Describe/List calls itself while its copy of the state is "
+                 "at most this old (0: it forwards them to the leader); a call that sends back the "
+                 "x-gpupack-commit-seq header of an answer is answered once the standby holds that commit")
+      ->capture_default_str();
+  // A test hook (tests/integration/ha_hot.test.mjs): while the file exists the standby applies no commit.
+  app.add_option("--ha-follow-pause-file", f.follow_pause_file)->group("");
   app.add_option("--max-agent-channels", f.max_agent_channels,
                  "agent channel connections open at once (1..100000); one more upgrade is answered 503 and the "
                  "agent retries. The process needs this many file descriptors besides its 4096 HTTP connections")
@@ -392,6 +399,11 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
     replica.server = std::move(options);
     replica.advertise = advertise;
     replica.lease_ttl = std::chrono::milliseconds(f.lease_ttl_ms);
+    if (f.max_read_staleness_ms < 0 || f.max_read_staleness_ms > 60'000)
+      return usage("--max-read-staleness-ms must be 0..60000");
+    replica.max_read_staleness = std::chrono::milliseconds(f.max_read_staleness_ms);
+    replica.max_follow_lag = std::max(std::chrono::milliseconds(3000), replica.lease_ttl);
+    replica.follow_pause_file = f.follow_pause_file;
     replica.renew_every = std::min(std::chrono::milliseconds(1000), replica.lease_ttl / 3);
     replica.forward_timeout = std::max(std::chrono::milliseconds(1000), replica.lease_ttl / 2);
     auto started = api::Replica::Start(std::move(replica), static_cast<PostgresStore&>(*impl->store),

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/core/follow.h"
 #include "engine/operations/agents.h"
 #include "engine/operations/operations.h"
 #include "storage/invariants.h"
@@ -22,6 +23,7 @@ Applier::Applier(ApplierOptions options, Store& store, GroupCommitter& committer
           .count();
     };
   rng_.seed(options_.seed ? options_.seed : std::random_device{}());
+  following_ = options_.follow;
   if (options_.fragmentation_workload) state_.SetTargetWorkload("", options_.fragmentation_workload);
   published_counters_ = std::make_shared<const PlacementCounters>();
   committer_.SetAfterGroup([this] { FinishGroup(); });
@@ -63,8 +65,8 @@ void Applier::WriterLoop() {
       const auto& wakes = state_.ServiceWakes();
       const auto& waits = state_.WaitStarts();
       std::optional<EpochMs> next;
-      if (!wakes.empty()) next = wakes.begin()->first;
-      if (!waits.empty()) {
+      if (!wakes.empty() && !following_) next = wakes.begin()->first;
+      if (!waits.empty() && !following_) {
         const EpochMs expiry = waits.begin()->first + options_.placement.provisioning_timeout_ms;
         next = next ? std::min(*next, expiry) : expiry;
       }
@@ -114,7 +116,7 @@ Status Applier::Load() {
     s = LoadOnWriter();
     // Every service is looked at once after a load: a restarted or newly elected server goes on where the last
     // one stopped (a deployment half done, replicas a lost agent took with it).
-    if (s.ok() && state_.ServiceCount() > 0)
+    if (s.ok() && state_.ServiceCount() > 0 && !following_)
       Write(
           [](Transaction& txn) {
             MarkAllServices(txn);
@@ -152,14 +154,19 @@ Status Applier::LoadOnWriter() {
   reconnecting_.clear();
   reconnect_deadline_ = Now() + options_.agent_reconnect_grace_ms;
   for (auto& i : snap->instances) {
-    // Connected when last written: still connected for placement while its agent finds this server (a
-    // takeover or a restart must not refuse RunTask as AGENT meanwhile); else until its agent says hello.
-    if (i.agent_connected && options_.agent_reconnect_grace_ms > 0 && i.status != InstanceStatus::kInactive)
+    // A follower shows the leader's view. Else, connected when last written: still connected for placement
+    // while its agent finds this server (a takeover or a restart must not refuse RunTask as AGENT meanwhile);
+    // else until its agent says hello.
+    if (following_) {
+    } else if (i.agent_connected && options_.agent_reconnect_grace_ms > 0 &&
+               i.status != InstanceStatus::kInactive) {
       reconnecting_.insert(i.arn);
-    else
+    } else {
       i.agent_connected = false;
+    }
     state_.PutInstance(std::move(i));
   }
+  loaded_change_seq_ = snap->change_seq;
   for (auto& ct : snap->client_tokens) state_.PutClientToken(std::move(ct));
   for (auto& svc : snap->services) state_.PutService(std::move(svc));
   for (auto& p : snap->capacity_providers) state_.PutCapacityProvider(std::move(p));
@@ -173,7 +180,62 @@ Status Applier::LoadOnWriter() {
 }
 
 void Applier::Write(WriteOp op, std::function<void(Status)> done) {
+  if (following_) {
+    done(Status::Server("this gpupack server is a standby: writes go to the leader"));
+    return;
+  }
   Enqueue({std::move(op), std::move(done), nullptr});
+}
+
+Status Applier::Follow(const std::vector<WriteBatch>& batches) {
+  if (!following_) return Status::Server("only a standby's applier follows the change feed");
+  Status s;
+  RunOnWriter([&] {
+    FollowedChanges touched;
+    for (const WriteBatch& b : batches)
+      if (s = ApplyCommitted(state_, b, touched); !s.ok()) return;
+    auto view = ReadView::Apply(*View(), DeltaOf(state_, touched));
+    std::lock_guard lock(view_mu_);
+    view_ = std::move(view);
+  });
+  return s;
+}
+
+void Applier::Promote() {
+  RunOnWriter([&] {
+    if (!following_) return;
+    // The instances the leader had connected stay placeable while their agents find this new leader, as after
+    // a load (agent_reconnect_grace_ms); without a grace they are disconnected until their agents say hello.
+    FollowedChanges touched;
+    std::vector<std::string> arns;
+    state_.ForEachInstance([&](const ContainerInstance& i) {
+      if (i.agent_connected) arns.push_back(i.arn);
+    });
+    reconnecting_.clear();
+    reconnect_deadline_ = Now() + options_.agent_reconnect_grace_ms;
+    for (const std::string& arn : arns) {
+      ContainerInstance* inst = state_.FindInstance(arn);
+      if (options_.agent_reconnect_grace_ms > 0 && inst->status != InstanceStatus::kInactive) {
+        reconnecting_.insert(arn);
+        continue;
+      }
+      inst->agent_connected = false;  // until its agent says hello to this leader
+      touched.TouchInstance(arn);
+    }
+    auto view = ReadView::Apply(*View(), DeltaOf(state_, touched));
+    {
+      std::lock_guard lock(view_mu_);
+      view_ = std::move(view);
+    }
+    following_ = false;
+    if (state_.ServiceCount() > 0)
+      Write(
+          [](Transaction& txn) {
+            MarkAllServices(txn);
+            return Status::Ok();
+          },
+          [](Status) {});
+  });
 }
 
 void Applier::Read(std::function<void(const ClusterState&)> f) { Enqueue({nullptr, nullptr, std::move(f)}); }

@@ -48,12 +48,16 @@ struct ApplierOptions {
   // The operator's target workload of binpack(fragmentation) for every cluster (gpupack server
   // --fragmentation-workload); null: each cluster learns it from its recent RunTask demands.
   std::shared_ptr<const TargetWorkload> fragmentation_workload;
-  // agent_reconnect_grace_ms: after Load (a restart, a new leader), an instance whose agent was connected when
-  // the state was last written stays connected for placement this long, while its agent finds this server:
+  // agent_reconnect_grace_ms: after Load or Promote (a restart, a new leader), an instance whose agent was
+  // connected when the state was last written stays connected for placement this long, while its agent finds
+  // this server:
   // tasks placed on it wait PENDING and are assigned by the agent's hello. An agent not back by then is marked
   // disconnected, as when its channel closes. 0: every instance starts disconnected. The server sets it to
   // three heartbeat intervals.
   EpochMs agent_reconnect_grace_ms = 15'000;
+  // follow: a hot standby's applier (docs/ha.md): its state comes from the leader's committed batches (Follow)
+  // and it runs no write of its own (Write is refused, no timed write runs) until Promote.
+  bool follow = false;
 };
 
 class Applier {
@@ -68,6 +72,18 @@ class Applier {
   // Load reads the durable state (tasks streamed straight into the state) and publishes the first view. Call
   // once, before serving.
   Status Load();
+  // loaded_change_seq: the change-feed position of the state Load read (storage/change_feed.h).
+  uint64_t loaded_change_seq() const { return loaded_change_seq_.load(); }
+
+  // Follow (a following applier only) applies committed batches, in commit order, to the working state and
+  // publishes one view for them all (engine/core/follow.h). An error leaves the state part applied: the caller
+  // must drop this applier and load afresh. Blocks until done (not from an HTTP I/O thread).
+  Status Follow(const std::vector<WriteBatch>& batches);
+  // Promote turns a following applier into the leader's: as after a Load, the instances the leader had connected
+  // stay placeable for agent_reconnect_grace_ms while their agents say hello to this server, the services are
+  // looked at once, and writes are taken from now on.
+  void Promote();
+  bool following() const { return following_.load(); }
 
   using WriteOp = std::function<Status(Transaction&)>;
   // Write queues `op` for the writer thread and returns at once. `op` runs later, serialized with every other
@@ -158,6 +174,8 @@ class Applier {
   mutable std::mutex push_mu_;
   PushSink push_sink_;         // guarded by push_mu_ (read on the committer thread)
   std::atomic<bool> degraded_{false};
+  std::atomic<bool> following_{false};
+  std::atomic<uint64_t> loaded_change_seq_{0};
 
   std::mutex committed_mu_;
   std::vector<Committed> committed_;         // guarded by committed_mu_ (filled and drained on the committer thread)

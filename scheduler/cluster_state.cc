@@ -1,4 +1,5 @@
 #include "scheduler/cluster_state.h"
+#include "scheduler/holdings.h"
 
 #include <algorithm>
 #include <atomic>
@@ -485,17 +486,20 @@ void ClusterState::SetTaskLastStatus(const std::string& task_arn, TaskStatus las
   task->last_status = last_status;
 }
 
+void ResetHoldings(ContainerInstance& inst) {
+  inst.remaining = inst.registered;
+  inst.running_tasks_count = inst.pending_tasks_count = 0;
+  for (auto& gpu : inst.gpus) {
+    gpu.remaining_memory_mib = gpu.total_memory_mib;
+    gpu.mode = GpuMode::kIdle;
+    gpu.container_count = 0;
+    gpu.compute_used_percent = 0;
+  }
+}
+
 void ClusterState::RebuildReservations() {
   for (auto& [_, slot] : instances_) {
-    ContainerInstance& inst = *slot.instance;
-    inst.remaining = inst.registered;
-    inst.running_tasks_count = inst.pending_tasks_count = 0;
-    for (auto& gpu : inst.gpus) {
-      gpu.remaining_memory_mib = gpu.total_memory_mib;
-      gpu.mode = GpuMode::kIdle;
-      gpu.container_count = 0;
-      gpu.compute_used_percent = 0;
-    }
+    ResetHoldings(*slot.instance);
     slot.load = InstanceLoad{};
   }
   for (auto& [_, index] : gpu_index_) index.clear();

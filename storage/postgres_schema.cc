@@ -11,7 +11,7 @@ namespace {
 // Instances and tasks carry `seq` (bigserial) that upserts keep, so Load returns them in first-stored order.
 // gpupack_leader_lease holds exactly one row (id 1): the leader's name, the URL it serves on, its epoch (raised
 // by every takeover) and when its lease ends by the database's clock; epoch 0 is "nobody has led yet".
-constexpr std::array<std::string_view, 3> kPgMigrations = {
+constexpr std::array<std::string_view, 4> kPgMigrations = {
     // 0 -> 1: the initial schema.
     R"sql(
 CREATE TABLE clusters (
@@ -61,6 +61,17 @@ CREATE TABLE services (
 CREATE TABLE capacity_providers (
   name text PRIMARY KEY,
   doc  text NOT NULL
+);
+)sql",
+    // 3 -> 4: the change feed standbys follow (storage/change_feed.h): the lease row counts commits (gapless: the
+    // counter moves inside each commit's transaction, under the fence's row lock) and each commit's changes are
+    // one row of gpupack_changes, pruned by the leader once old.
+    R"sql(
+ALTER TABLE gpupack_leader_lease ADD COLUMN change_seq bigint NOT NULL DEFAULT 0;
+CREATE TABLE gpupack_changes (
+  seq bigint PRIMARY KEY,
+  at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  doc text NOT NULL
 );
 )sql",
 };

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/fd_wait.h"
+#include "storage/change_feed.h"
 #include "storage/postgres_schema.h"
 #include "storage/serialize.h"
 
@@ -22,7 +23,6 @@ namespace gpupack {
 namespace {
 
 using storage_internal::FromDoc;
-using storage_internal::ToDoc;
 using Clock = std::chrono::steady_clock;
 
 // kMigrationLock: the advisory lock key under which servers migrate (any constant of ours; "gpupack" in ASCII).
@@ -54,6 +54,8 @@ std::string ArrayLiteral(const Range& values, Get get) {
 }
 
 std::string Quote(const std::string& key) { return "'" + key + "'"; }
+
+const std::string& Same(const std::string& s) { return s; }
 
 void IgnoreNotice(void*, const char*) {}
 
@@ -455,6 +457,16 @@ Result<Snapshot> PostgresStore::LoadImpl(const TaskSink* on_task) {
   if (Status s = c.Begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !s.ok())
     return Status::Server("storage load failed: cannot begin a read transaction: " + s.message());
   Snapshot snap;
+  // The change feed's position at this snapshot: a standby follows the rows after it (storage/change_feed.h).
+  if (Status seq = c.Run("SELECT change_seq FROM gpupack_leader_lease WHERE id = 1", {}, false,
+                         [&](PGresult* r) {
+                           if (PQntuples(r) > 0) snap.change_seq = std::stoull(PQgetvalue(r, 0, 0));
+                           return Status::Ok();
+                         });
+      !seq.ok()) {
+    c.Rollback();
+    return Status::Server("storage load failed: cannot read the change sequence: " + seq.message());
+  }
   auto one_text = [](PGresult* r, int i) { return Quote(Text(r, i, 0)); };
   auto two_texts = [](PGresult* r, int i) { return "(" + Quote(Text(r, i, 0)) + ", " + Quote(Text(r, i, 1)) + ")"; };
   Status s = ReadAll(c, "SELECT name, doc FROM clusters ORDER BY name", "clusters", 1, one_text,
@@ -521,8 +533,15 @@ constexpr const char* kFenceCheck =
     "AND expires_at > clock_timestamp() FOR UPDATE) AS held";
 constexpr const char* kFenceLost = "22P02";
 
+// kAppendChange: a fenced commit's change-feed row (storage/change_feed.h), numbered by the lease row's counter
+// (the fence already holds that row's lock, so numbers follow commit order and a rolled-back commit leaves no
+// gap), and the NOTIFY that wakes the standbys once the transaction commits.
+constexpr const char* kAppendChange =
+    "WITH s AS (UPDATE gpupack_leader_lease SET change_seq = change_seq + 1 WHERE id = 1 RETURNING change_seq) "
+    "INSERT INTO gpupack_changes (seq, doc) SELECT change_seq, $1 FROM s RETURNING seq";
+
 // WriteStatements: the statements that write `batch`, one per kind of entity it holds (arrays as parameters).
-std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch);
+std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch, const BatchDocs& docs);
 
 }  // namespace
 
@@ -540,7 +559,14 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
     fence_index = statements.size();
     statements.push_back({"checking the leader lease", kFenceCheck, {fence_->holder, std::to_string(fence_->epoch)}});
   }
-  for (auto& st : WriteStatements(batch)) statements.push_back(std::move(st));
+  const BatchDocs docs = DocsOf(batch);
+  for (auto& st : WriteStatements(batch, docs)) statements.push_back(std::move(st));
+  size_t change_index = statements.size() + 1;  // none
+  if (fence_) {  // several servers: the standbys follow the commits
+    change_index = statements.size();
+    statements.push_back({"appending to the change feed", kAppendChange, {EncodeChange(batch, docs)}});
+    statements.push_back({"notifying the standbys", std::string("SELECT pg_notify('") + kChangeChannel + "', '')", {}});
+  }
   const size_t commit_index = statements.size();
   statements.push_back({"committing", "COMMIT", {}});
 
@@ -549,12 +575,14 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
   // acknowledging) and the next leader's load shows what the database kept.
   // An aborted transaction "commits" as ROLLBACK without an error: only the COMMIT tag counts.
   bool committed = false;
+  uint64_t change_seq = 0;
   size_t failed = statements.size();
   std::string failed_state;  // the failed statement's SQLSTATE
   Status s = c.Pipeline(
       statements,
       [&](size_t i, PGresult* r) {
         if (i == commit_index) committed = std::string_view(PQcmdStatus(r)) == "COMMIT";
+        if (i == change_index && PQntuples(r) == 1) change_seq = std::stoull(PQgetvalue(r, 0, 0));
         return Status::Ok();
       },
       &failed, &failed_state);
@@ -572,7 +600,14 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
     return fail(failed < statements.size() ? statements[failed].what : "sending the transaction", s);
   }
   if (!committed) return fail("committing", Status::Server("the database rolled the transaction back"));
+  if (change_seq > last_change_seq_.load()) last_change_seq_.store(change_seq);
   return Status::Ok();
+}
+
+void PostgresStore::NoteChangeSeq(uint64_t seq) {
+  uint64_t held = last_change_seq_.load();
+  while (seq > held && !last_change_seq_.compare_exchange_weak(held, seq)) {
+  }
 }
 
 namespace {
@@ -580,13 +615,13 @@ namespace {
 // UpsertByArn: the statement that writes `rows` of `table` (container_instances or tasks: keyed by ARN, with a
 // seq) in batch order, so a new key's seq follows the order it was first put.
 template <typename T>
-PostgresStore::Conn::Statement UpsertByArn(const std::string& table, const std::vector<T>& rows) {
+PostgresStore::Conn::Statement UpsertByArn(const std::string& table, const std::vector<T>& rows,
+                                           const std::vector<std::string>& docs) {
   return {"writing " + table,
           "INSERT INTO " + table + " (arn, doc) SELECT a, d FROM "
           "unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(a, d, o) ORDER BY o "
           "ON CONFLICT (arn) DO UPDATE SET doc = excluded.doc",
-          {ArrayLiteral(rows, [](const T& x) { return x.arn; }),
-           ArrayLiteral(rows, [](const T& x) { return ToDoc(x); })}};
+          {ArrayLiteral(rows, [](const T& x) { return x.arn; }), ArrayLiteral(docs, Same)}};
 }
 
 // DeleteByArn: the statement that deletes the rows of `table` (container_instances or tasks) whose ARN is in
@@ -596,7 +631,7 @@ PostgresStore::Conn::Statement DeleteByArn(const std::string& table, const std::
           {ArrayLiteral(arns, [](const std::string& x) { return x; })}};
 }
 
-std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch) {
+std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& batch, const BatchDocs& docs) {
   std::vector<PostgresStore::Conn::Statement> out;
   if (batch.replaces_everything())
     out.push_back({"emptying every table",
@@ -607,7 +642,7 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                    "INSERT INTO clusters (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
                    "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc",
                    {ArrayLiteral(batch.clusters(), [](const Cluster& x) { return x.name; }),
-                    ArrayLiteral(batch.clusters(), [](const Cluster& x) { return ToDoc(x); })}});
+                    ArrayLiteral(docs.clusters, Same)}});
   if (!batch.task_definitions().empty())
     out.push_back({"writing task_definitions",
                    "INSERT INTO task_definitions (family, revision, doc) "
@@ -616,16 +651,16 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                    {ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return x.family; }),
                     ArrayLiteral(batch.task_definitions(),
                                  [](const TaskDefinition& x) { return std::to_string(x.revision); }),
-                    ArrayLiteral(batch.task_definitions(), [](const TaskDefinition& x) { return ToDoc(x); })}});
-  if (!batch.instances().empty()) out.push_back(UpsertByArn("container_instances", batch.instances()));
-  if (!batch.tasks().empty()) out.push_back(UpsertByArn("tasks", batch.tasks()));
-  if (!batch.services().empty()) out.push_back(UpsertByArn("services", batch.services()));
+                    ArrayLiteral(docs.task_definitions, Same)}});
+  if (!batch.instances().empty()) out.push_back(UpsertByArn("container_instances", batch.instances(), docs.instances));
+  if (!batch.tasks().empty()) out.push_back(UpsertByArn("tasks", batch.tasks(), docs.tasks));
+  if (!batch.services().empty()) out.push_back(UpsertByArn("services", batch.services(), docs.services));
   if (!batch.capacity_providers().empty())
     out.push_back({"writing capacity_providers",
                    "INSERT INTO capacity_providers (name, doc) SELECT * FROM unnest($1::text[], $2::text[]) "
                    "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc",
                    {ArrayLiteral(batch.capacity_providers(), [](const CapacityProvider& x) { return x.name; }),
-                    ArrayLiteral(batch.capacity_providers(), [](const CapacityProvider& x) { return ToDoc(x); })}});
+                    ArrayLiteral(docs.capacity_providers, Same)}});
   if (!batch.client_tokens().empty())
     out.push_back({"writing client_tokens",
                    "INSERT INTO client_tokens (cluster, token, doc) "
@@ -633,7 +668,7 @@ std::vector<PostgresStore::Conn::Statement> WriteStatements(const WriteBatch& ba
                    "ON CONFLICT (cluster, token) DO UPDATE SET doc = excluded.doc",
                    {ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.cluster; }),
                     ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return x.token; }),
-                    ArrayLiteral(batch.client_tokens(), [](const ClientTokenRecord& x) { return ToDoc(x); })}});
+                    ArrayLiteral(docs.client_tokens, Same)}});
   if (!batch.deleted_tasks().empty()) out.push_back(DeleteByArn("tasks", batch.deleted_tasks()));
   if (!batch.deleted_client_tokens().empty())
     out.push_back({"deleting client_tokens",

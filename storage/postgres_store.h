@@ -24,6 +24,7 @@
 // Thread-safe: an internal mutex serializes every call on the one connection.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -71,7 +72,13 @@ class PostgresStore : public Store {
   Status Commit(const WriteBatch& batch) override;
 
   // SetFence: every later Commit checks the lease (see above); nullopt: commits are not fenced (one server).
+  // A fenced commit also appends what it wrote to the change feed the standbys follow (storage/change_feed.h).
   void SetFence(std::optional<Fence> fence);
+
+  // last_change_seq: the change-feed sequence of the last commit this store made or was told of (NoteChangeSeq:
+  // the position a leader took over at); the leader returns it to clients for read-your-writes (docs/ha.md).
+  uint64_t last_change_seq() const { return last_change_seq_.load(); }
+  void NoteChangeSeq(uint64_t seq);
 
   // Query runs one SQL statement with text parameters and returns its rows (text values; NULL as ""), under
   // the same deadline and reconnect rules as Commit. For the leadership's lease statements and for tests.
@@ -100,6 +107,7 @@ class PostgresStore : public Store {
   std::mutex mu_;
   std::unique_ptr<Conn> conn_;   // guarded by mu_
   std::optional<Fence> fence_;   // guarded by mu_
+  std::atomic<uint64_t> last_change_seq_{0};
 };
 
 }  // namespace gpupack

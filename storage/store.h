@@ -31,6 +31,8 @@ struct Snapshot {
   std::vector<ClientTokenRecord> client_tokens;
   std::vector<Service> services;  // by ARN
   std::vector<CapacityProvider> capacity_providers;  // by name
+  // change_seq: the change feed's position this snapshot shows (PostgreSQL: storage/change_feed.h); 0 elsewhere.
+  uint64_t change_seq = 0;
 };
 
 // KeyedPuts: upserts of one entity kind, unique by key, in the order each key was first put. A later put of

@@ -198,7 +198,7 @@ void AgentChannel::OnHello(const std::shared_ptr<WebSocketConnection>& conn, con
     WriteSettled(conn.get());
     if (!s.ok()) return Reply(conn, protocol::Error{std::nullopt, s.message(), RefusalCodeOf(s)});
     welcome.heartbeat_interval_ms = options_.heartbeat_interval.count();
-    welcome.epoch = options_.epoch;
+    welcome.epoch = epoch();
     {
       std::lock_guard lock(mu_);
       auto it = peers_.find(conn.get());
@@ -479,7 +479,7 @@ void AgentChannel::FailRequests(std::vector<RequestDone> done, const std::string
 void AgentChannel::Push(const std::string& instance_arn, AgentPush push) {
   const int64_t id = next_push_id_++;
   PushId(push) = id;
-  std::visit([this](auto& p) { p.epoch = options_.epoch; }, push);
+  std::visit([e = epoch()](auto& p) { p.epoch = e; }, push);
   std::shared_ptr<WebSocketConnection> conn;
   {
     std::lock_guard lock(mu_);

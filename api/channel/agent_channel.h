@@ -142,6 +142,13 @@ class AgentChannel {
   // Push sends an assign or stop to the agent of an instance with a fresh id and keeps it until the agent acks
   // that id (see above); dropped when the instance is not connected (it reconciles on reconnect).
   void Push(const std::string& instance_arn, AgentPush push);
+  // SetEpoch: the term this server now leads (a hot standby promoted: api/leadership.h); the next welcome and
+  // push carry it.
+  void SetEpoch(int64_t epoch) { epoch_.store(epoch); }
+  std::optional<int64_t> epoch() const {
+    const int64_t e = epoch_.load();
+    return e > 0 ? std::optional<int64_t>(e) : options_.epoch;
+  }
 
   size_t connected() const;
   // Connections opened since construction (a reconnect counts once more).
@@ -216,6 +223,7 @@ class AgentChannel {
 
   ControlPlane& cp_;
   const AgentChannelOptions options_;
+  std::atomic<int64_t> epoch_{0};  // set by SetEpoch; 0: options_.epoch
   mutable std::mutex mu_;
   std::map<WebSocketConnection*, Peer> peers_;              // guarded by mu_
   std::map<std::string, WebSocketConnection*> by_instance_; // guarded by mu_

@@ -213,6 +213,7 @@ TEST_F(LeaseKeeperTest, AStandbyForwardsSuccessiveCallsOverOneKeptAliveConnectio
     o.advertise = "http://127.0.0.1:" + std::to_string(o.server.port);
     o.lease_ttl = milliseconds(60000);
     o.renew_every = milliseconds(1000);
+    o.max_read_staleness = milliseconds(0);  // ListClusters is forwarded, not answered from the standby's state
     return Replica::Start(std::move(o), data, lease);
   };
   auto a = start(*a_db_, *a_lease);
