@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <iterator>
 #include <utility>
 
 #include "engine/core/fragmentation_figures.h"
@@ -172,6 +174,36 @@ void AddPairCounter(MetricsRegistry& metrics, const ControlPlane& cp, const char
   });
 }
 
+// AddQueueMetrics: the capacity-provider lines: how many tasks wait now, and how long the placed ones waited.
+void AddQueueMetrics(MetricsRegistry& metrics, const ControlPlane& cp) {
+  metrics.AddCollected("gpupack_capacity_provider_waiting_tasks",
+                       "Tasks waiting in PROVISIONING for a capacity provider's capacity now, by cluster and provider.",
+                       MetricType::kGauge, [&cp](Samples& out) {
+                         for (const auto& [key, n] : cp.applier().counters().waiting)
+                           out.push_back({{{"cluster", key.first}, {"capacity_provider", key.second}},
+                                          static_cast<double>(n)});
+                       });
+  metrics.AddCollected(
+      "gpupack_capacity_provider_wait_seconds",
+      "How long the tasks placed from a capacity provider's line waited, from RunTask's PROVISIONING answer to "
+      "their placement, by provider.",
+      MetricType::kHistogram, [&cp](Samples& out) {
+        for (const auto& [provider, h] : cp.applier().counters().waits) {
+          uint64_t cumulative = 0;
+          for (size_t b = 0; b < h.buckets.size(); ++b) {
+            cumulative += h.buckets[b];
+            char le[32];
+            std::snprintf(le, sizeof le, "%g", b < std::size(kWaitBucketsSeconds) ? kWaitBucketsSeconds[b] : 0.0);
+            out.push_back({{{"capacity_provider", provider},
+                            {"le", b < std::size(kWaitBucketsSeconds) ? std::string(le) : std::string("+Inf")}},
+                           static_cast<double>(cumulative), "_bucket"});
+          }
+          out.push_back({{{"capacity_provider", provider}}, h.sum_seconds, "_sum"});
+          out.push_back({{{"capacity_provider", provider}}, static_cast<double>(h.count), "_count"});
+        }
+      });
+}
+
 template <typename F>
 void AddOne(MetricsRegistry& metrics, const char* name, const char* help, MetricType type, F read) {
   metrics.AddCollected(name, help, type, [read](Samples& out) { out.push_back({{}, static_cast<double>(read())}); });
@@ -256,6 +288,7 @@ void AddControlPlaneMetrics(MetricsRegistry& metrics, const ControlPlane& cp, bo
                         [](const ServiceDeployment& d) { return d.rollout_state == RolloutState::kInProgress; }));
                   });
   AddFragmentationMetrics(metrics, cp);
+  AddQueueMetrics(metrics, cp);
   if (!per_task) return;  // the task ARNs and container names are asked for, never shown by default
   metrics.AddCollected("gpupack_task_gpu_memory_allocated_bytes",
                        "GPU memory a container of a task not yet STOPPED holds on a GPU: what it declared (shared) or "

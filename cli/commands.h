@@ -23,6 +23,7 @@ struct ServerFlags {
   bool place_on_disconnected = false;  // benchmarks and simulations whose client plays the agent
   int64_t max_provisioning_tasks = 500;      // per cluster, tasks waiting for a capacity provider (ECS's quota)
   int64_t provisioning_timeout_s = 30 * 60;  // a waiting task stops after this long
+  int64_t backfill_reservation_after_s = 5 * 60;  // a line's head holds an instance after waiting this long
   std::string default_strategy = "binpack:gpuMemory";  // for shared-GPU tasks that name none: TYPE[:FIELD]
   int threads = 2;
   std::string fragmentation_workload;  // JSON file: binpack(fragmentation)'s target workload; empty = learned
@@ -140,6 +141,8 @@ struct PlanFlags {
   int jobs = 0;  // 0: one per hardware thread
   bool at_once = false;
   int buckets = 12;
+  bool wait = false;                // replay: also with waiting (--wait)
+  std::string target_wait_p95;      // size: --target-wait-p95, seconds as given ("60", "60s", "5m")
   std::vector<std::string> instance_types;
   bool quiet = false;
 };

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +19,32 @@
 #include "scheduler/strategies.h"
 
 namespace gpupack::cli {
+
+namespace {
+
+// ParseSeconds: "90", "90s", "5m" or "1h" in seconds; nullopt when malformed or negative.
+std::optional<double> ParseSeconds(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  double unit = 1;
+  std::string number = text;
+  switch (text.back()) {
+    case 's': number.pop_back(); break;
+    case 'm': unit = 60, number.pop_back(); break;
+    case 'h': unit = 3600, number.pop_back(); break;
+    default: break;
+  }
+  if (number.empty() || number.find_first_not_of("0123456789.") != std::string::npos) return std::nullopt;
+  try {
+    size_t used = 0;
+    const double v = std::stod(number, &used);
+    if (used != number.size() || v < 0) return std::nullopt;
+    return v * unit;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
 
 void AddPlanFlags(CLI::App& app, PlanFlags& f) {
   app.description(
@@ -47,6 +75,12 @@ void AddPlanFlags(CLI::App& app, PlanFlags& f) {
   app.add_option("--jobs", f.jobs, "threads (default: one per hardware thread)");
   app.add_flag("--at-once", f.at_once, "replay and size: ignore times; every task arrives at once, none leaves");
   app.add_option("--buckets", f.buckets, "replay: time buckets in the timeline")->capture_default_str();
+  app.add_flag("--wait", f.wait,
+               "replay: also replay with tasks that do not fit waiting in line (as through a capacity provider) and "
+               "report wait-time percentiles per task shape");
+  app.add_option("--target-wait-p95", f.target_wait_p95,
+                 "size: the smallest count whose p95 wait (tasks that do not fit wait in line) is at most this, "
+                 "in seconds (60, 60s, 5m)");
   app.add_option("--instance-type", f.instance_types, "size: only this instance type (repeatable)")
       ->allow_extra_args(false);
   app.add_flag("--quiet", f.quiet, "no progress line on stderr");
@@ -118,6 +152,13 @@ int RunPlan(const PlanFlags& f) {
   if (!f.svg.empty() && protocol != "fgd") return Usage("--svg draws the fgd curves; use it with --protocol fgd");
   if (!f.instance_types.empty() && protocol != "size") return Usage("--instance-type is for --protocol size");
   if (f.buckets < 1 || f.buckets > 10000) return Usage("--buckets must be 1..10000");
+  if (f.wait && protocol != "replay") return Usage("--wait is for --protocol replay");
+  std::optional<double> target_wait;
+  if (!f.target_wait_p95.empty()) {
+    if (protocol != "size") return Usage("--target-wait-p95 is for --protocol size");
+    target_wait = ParseSeconds(f.target_wait_p95);
+    if (!target_wait) return Usage("--target-wait-p95 must be seconds (60, 60s, 5m or 1h), not '" + f.target_wait_p95 + "'");
+  }
   if (f.jobs < 0) return Usage("--jobs must be >= 0");
   std::vector<plan::PlanStrategy> strategies;
   for (const auto& s : f.strategies) {
@@ -198,6 +239,7 @@ int RunPlan(const PlanFlags& f) {
     plan::ReplayOptions o;
     o.at_once = f.at_once;
     o.buckets = f.buckets;
+    o.wait = f.wait;
     o.seed = seeds->front();
     o.jobs = jobs;
     o.progress = progress.Fn();
@@ -211,6 +253,7 @@ int RunPlan(const PlanFlags& f) {
     o.seed = seeds->front();
     o.jobs = jobs;
     o.instance_types = f.instance_types;
+    o.target_wait_p95_s = target_wait;
     o.progress = progress.Fn();
     auto r = plan::RunSize(*scenario, strategies, o);
     progress.Finish();

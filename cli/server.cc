@@ -58,6 +58,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& f) {
                  "seconds a task may wait in PROVISIONING before it stops (TaskFailedToStart)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{7 * 24 * 3600}));
+  app.add_option("--backfill-reservation-after", f.backfill_reservation_after_s,
+                 "seconds a capacity provider's head of line waits before the instance where it fits soonest is "
+                 "held for it (smaller tasks backfill past it until then; docs/api.md, The order of the line)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{7 * 24 * 3600}));
   app.add_option("--advertise", f.advertise,
                  "with a PostgreSQL --db: the URL (http://HOST:PORT) at which the other servers reach this one to "
                  "forward calls to it while it leads (default: http://LISTEN; required when LISTEN is a wildcard "
@@ -377,6 +382,7 @@ std::unique_ptr<ServerRuntime> ServerRuntime::Start(const ServerFlags& f, int* e
   options.control_plane.placement.place_on_disconnected = f.place_on_disconnected;
   options.control_plane.placement.max_provisioning_per_cluster = static_cast<size_t>(f.max_provisioning_tasks);
   options.control_plane.placement.provisioning_timeout_ms = f.provisioning_timeout_s * 1000;
+  options.control_plane.placement.reservation_after_ms = f.backfill_reservation_after_s * 1000;
   options.metrics_per_task = f.metrics_per_task;
   options.max_websockets = static_cast<size_t>(f.max_agent_channels);
   options.max_send_queue_bytes = static_cast<size_t>(f.agent_send_queue_mib) << 20;

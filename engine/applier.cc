@@ -285,6 +285,7 @@ void Applier::RunWrite(const WriteOp& op, std::function<void(Status)> done) {
       const size_t released = txn.released_tasks().size();
       ReconcileServices(txn, options_.placement);
       if (txn.released_tasks().size() != released) PlaceWaitingTasks(txn, options_.placement);
+      txn.CountWaiting();
     }
   } catch (const std::exception& e) {
     s = Status::Server(std::string("internal error: ") + e.what());

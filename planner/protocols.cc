@@ -237,6 +237,8 @@ Result<FgdReport> RunFgd(const Scenario& sc, const std::vector<PlanStrategy>& st
 Result<ReplayReport> RunReplay(const Scenario& sc, const std::vector<PlanStrategy>& strategies,
                                const ReplayOptions& opt) {
   if (Status st = NeedGpus(sc); !st.ok()) return st;
+  if (opt.wait && (opt.at_once || !sc.workload->HasTimes()))
+    return Status::InvalidParameter("--wait needs a workload with arrival and departure times, without --at-once");
   ReplayReport report;
   report.timed = !opt.at_once && sc.workload->HasTimes();
   const std::vector<Event> events = BuildEvents(sc, report.timed);
@@ -308,6 +310,11 @@ Result<ReplayReport> RunReplay(const Scenario& sc, const std::vector<PlanStrateg
           res.peak_allocated_pct = std::max(res.peak_allocated_pct, alloc);
         }
         enter(buckets - 1);
+        if (opt.wait) {
+          auto waits = ReplayWithWaits(sc, strategies[k], so);
+          if (!waits.ok()) return waits.status();
+          res.waits = std::move(waits).value();
+        }
         return Status::Ok();
       },
       opt.progress);
@@ -348,6 +355,9 @@ Result<bool> PlacesAll(const Scenario& sc, const PlanStrategy& strategy, uint64_
 Result<SizeReport> RunSize(const Scenario& sc, const std::vector<PlanStrategy>& strategies, const SizeOptions& opt) {
   if (!sc.fleet || sc.fleet->types.empty())
     return Status::InvalidParameter("size needs a fleet (--fleet FILE) listing the instance types to size");
+  if (opt.target_wait_p95_s && (opt.at_once || !sc.workload->HasTimes()))
+    return Status::InvalidParameter(
+        "--target-wait-p95 needs a workload with arrival and departure times, without --at-once");
   SizeReport report;
   report.timed = !opt.at_once && sc.workload->HasTimes();
   const std::vector<Event> events = BuildEvents(sc, report.timed);
@@ -408,9 +418,22 @@ Result<SizeReport> RunSize(const Scenario& sc, const std::vector<PlanStrategy>& 
         }
         // Doubling, then bisection. With one instance per arrival every task finds an empty instance, so
         // `arrivals` always suffices; the search assumes more instances never refuse more.
+        // Enough: no refusal, or with a wait target, every task started and the p95 wait within it.
+        auto enough = [&](int count) -> Result<bool> {
+          if (!opt.target_wait_p95_s) return PlacesAll(sc, strategy, opt.seed, type, count, events, skip);
+          Simulation::Options so;
+          so.seed = opt.seed;
+          so.type_counts.assign(sc.fleet->types.size(), 0);
+          so.type_counts[type] = count;
+          auto waits = ReplayWithWaits(sc, strategy, so, &skip);
+          if (!waits.ok()) return waits.status();
+          const bool ok = waits->all.never_started == 0 && waits->all.p95 <= *opt.target_wait_p95_s;
+          if (ok) res.wait_p95_s = waits->all.p95;
+          return ok;
+        };
         int lo = 0, hi = 1;
         while (true) {
-          auto ok = PlacesAll(sc, strategy, opt.seed, type, hi, events, skip);
+          auto ok = enough(hi);
           if (!ok.ok()) return ok.status();
           if (*ok) break;
           lo = hi;
@@ -419,7 +442,7 @@ Result<SizeReport> RunSize(const Scenario& sc, const std::vector<PlanStrategy>& 
         }
         while (hi - lo > 1) {
           int mid = lo + (hi - lo) / 2;
-          auto ok = PlacesAll(sc, strategy, opt.seed, type, mid, events, skip);
+          auto ok = enough(mid);
           if (!ok.ok()) return ok.status();
           (*ok ? hi : lo) = mid;
         }

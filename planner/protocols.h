@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "planner/simulation.h"
+#include "planner/waiting.h"
 
 namespace gpupack::plan {
 
@@ -77,6 +79,7 @@ Result<FgdReport> RunFgd(const Scenario& scenario, const std::vector<PlanStrateg
 
 struct ReplayOptions {
   bool at_once = false;  // ignore times: every copy arrives in workload order, nothing departs
+  bool wait = false;     // also replay with waiting (planner/waiting.h): wait-time percentiles per task shape
   int buckets = 12;      // timeline buckets over the replayed span
   uint64_t seed = 42;
   int jobs = 1;
@@ -103,6 +106,7 @@ struct ReplayStrategyResult {
   std::map<std::string, int> refusals;  // by reason
   std::map<std::string, int> refused_replicas;  // by service name; every service of the workload, 0 included
   std::vector<ReplayBucket> timeline;
+  std::optional<WaitResult> waits;  // with ReplayOptions::wait
 };
 
 struct ReplayReport {
@@ -118,6 +122,9 @@ struct SizeOptions {
   uint64_t seed = 42;
   int jobs = 1;
   std::vector<std::string> instance_types;  // only these (by name); empty: every type of the fleet
+  // With a value: refused tasks wait (planner/waiting.h), and the count is the smallest whose p95 wait over every
+  // arrival is at most this many seconds with none left waiting, instead of the smallest with no refusal.
+  std::optional<double> target_wait_p95_s;
   ProgressFn progress;
 };
 
@@ -127,6 +134,7 @@ struct SizeTypeResult {
   int count = 0;               // smallest count that places every task that can fit this type at all
   int unplaceable_tasks = 0;   // arrivals (copies at once) that fit no empty instance of this type (left out)
   std::vector<std::string> unplaceable_examples;  // up to 3 task names
+  std::optional<double> wait_p95_s;  // with SizeOptions::target_wait_p95_s: the p95 wait at `count`
 };
 
 struct SizeStrategyResult {

@@ -310,6 +310,14 @@ std::string Render(const PlanContext& ctx, const ReplayReport& r, Format format)
         for (const auto& [reason, n] : b.refusals) jb["refusals"][reason] = n;
         js["timeline"].push_back(std::move(jb));
       }
+      if (s.waits) {
+        auto figures = [](const WaitFigures& f) {
+          return Json{{"shape", f.shape}, {"tasks", f.tasks}, {"waited", f.waited}, {"neverStarted", f.never_started},
+                      {"p50", R4(f.p50)}, {"p95", R4(f.p95)}, {"p99", R4(f.p99)}, {"max", R4(f.max)}};
+        };
+        js["waits"] = {{"all", figures(s.waits->all)}, {"byShape", Json::array()}, {"lastEnd", s.waits->last_end}};
+        for (const auto& f : s.waits->by_shape) js["waits"]["byShape"].push_back(figures(f));
+      }
       j["strategies"].push_back(std::move(js));
     }
     return j.dump(2) + "\n";
@@ -366,6 +374,20 @@ std::string Render(const PlanContext& ctx, const ReplayReport& r, Format format)
     out += by.Str();
   }
   for (const auto& s : r.strategies) {
+    if (!s.waits) continue;
+    out += "\n" + s.name + " with waiting (refused tasks wait in line and start as departures free room; wait in "
+           "seconds from arrival to start; the last task ends at " + Count(s.waits->last_end) + "):\n";
+    TextTable w;
+    w.Row({"shape", "tasks", "waited", "never started", "p50", "p95", "p99", "max"});
+    auto row = [&w](const WaitFigures& f) {
+      w.Row({f.shape, Count(f.tasks), Count(f.waited), Count(f.never_started), Fixed(f.p50, 1), Fixed(f.p95, 1),
+             Fixed(f.p99, 1), Fixed(f.max, 1)});
+    };
+    row(s.waits->all);
+    for (size_t i = 0; i < s.waits->by_shape.size() && i < 20; ++i) row(s.waits->by_shape[i]);
+    out += w.Str();
+  }
+  for (const auto& s : r.strategies) {
     out += "\n" + s.name + " over time:\n";
     TextTable tl;
     tl.Row({"from", "to", "arrivals", "peak GPUs in use", "peak allocated", "refused (by reason)"});
@@ -395,7 +417,8 @@ std::string Render(const PlanContext& ctx, const SizeReport& r, Format format) {
                                        {"count", t.count},
                                        {"gpus", t.count * t.gpus_per_instance},
                                        {"unplaceableTasks", t.unplaceable_tasks},
-                                       {"unplaceableExamples", t.unplaceable_examples}});
+                                       {"unplaceableExamples", t.unplaceable_examples},
+                                       {"waitP95", t.wait_p95_s ? Json(R4(*t.wait_p95_s)) : Json()}});
       j["strategies"].push_back(std::move(js));
     }
     return j.dump(2) + "\n";
@@ -410,10 +433,20 @@ std::string Render(const PlanContext& ctx, const SizeReport& r, Format format) {
     return out;
   }
   std::string out = "size: " + Heading(ctx);
-  out += std::string("the smallest count of each instance type, alone, that places the workload with no refusal (") +
-         (r.timed ? "arrivals and departures in time order" : "every task at once") + ")\n\n";
+  const bool waits = std::any_of(r.strategies.begin(), r.strategies.end(), [](const SizeStrategyResult& s) {
+    return std::any_of(s.types.begin(), s.types.end(), [](const SizeTypeResult& t) { return t.wait_p95_s.has_value(); });
+  });
+  out += waits ? std::string("the smallest count of each instance type, alone, for which tasks that do not fit wait and "
+                             "the p95 wait stays within the target, none left waiting (arrivals and departures in time "
+                             "order)\n\n")
+               : std::string("the smallest count of each instance type, alone, that places the workload with no "
+                             "refusal (") + (r.timed ? "arrivals and departures in time order" : "every task at once") +
+                     ")\n\n";
   TextTable t;
-  t.Row({"strategy", "instance type", "count", "GPUs", "tasks that never fit"});
+  std::vector<std::string> head = {"strategy", "instance type", "count", "GPUs"};
+  if (waits) head.push_back("p95 wait (s)");
+  head.push_back("tasks that never fit");
+  t.Row(head);
   for (const auto& s : r.strategies)
     for (const auto& ty : s.types) {
       std::string never = Count(ty.unplaceable_tasks);
@@ -423,8 +456,11 @@ std::string Render(const PlanContext& ctx, const SizeReport& r, Format format) {
           never += (i ? ", " : "") + ty.unplaceable_examples[i];
         never += ty.unplaceable_tasks > static_cast<int>(ty.unplaceable_examples.size()) ? ", ...)" : ")";
       }
-      t.Row({s.name, ty.instance_type, Count(ty.count), Count(static_cast<int64_t>(ty.count) * ty.gpus_per_instance),
-             never});
+      std::vector<std::string> row = {s.name, ty.instance_type, Count(ty.count),
+                                      Count(static_cast<int64_t>(ty.count) * ty.gpus_per_instance)};
+      if (waits) row.push_back(ty.wait_p95_s ? Fixed(*ty.wait_p95_s, 1) : "-");
+      row.push_back(never);
+      t.Row(row);
     }
   out += t.Str();
   // Why spread and random need so many more GPUs than binpack: said wherever they appear (docs/planning.md).

@@ -77,8 +77,10 @@ void ClusterState::PutInstance(ContainerInstance instance) {
   auto it = instances_.find(instance.arn);
   if (it != instances_.end()) {
     IndexInstance(it->second, /*insert=*/false);
+    IndexProvider(it->second, /*insert=*/false);
     *it->second.instance = std::move(instance);
     IndexInstance(it->second, /*insert=*/true);
+    IndexProvider(it->second, /*insert=*/true);
     Touch(it->second);
     return;
   }
@@ -92,6 +94,7 @@ void ClusterState::PutInstance(ContainerInstance instance) {
   entries_by_cluster_[cluster].push_back({slot.instance.get(), &slot.load});
   by_pointer_[slot.instance.get()] = &slot;
   IndexInstance(slot, /*insert=*/true);
+  IndexProvider(slot, /*insert=*/true);
   Touch(slot);
 }
 
@@ -281,6 +284,7 @@ void ClusterState::ApplyReservation(const Task& task, int sign) {
   }
   IndexInstance(it->second, /*insert=*/true);
   Touch(it->second);
+  if (!task.capacity_provider_name.empty()) CountProviderUsage(task, inst, sign);
   if (sign > 0) {
     ++load.group_counts[task.group];
     load.task_arns.push_back(task.arn);
@@ -341,74 +345,6 @@ bool ClusterState::ReleaseTask(const std::string& task_arn) {
   IndexServiceTask(*it->second, /*insert=*/false);
   Own(it->second).resources_released = true;
   return true;
-}
-
-// ---- capacity providers and waiting tasks -------------------------------------------------------------------
-
-const CapacityProvider* ClusterState::FindCapacityProvider(const std::string& name) const {
-  auto it = capacity_providers_.find(name);
-  return it == capacity_providers_.end() ? nullptr : &it->second;
-}
-
-void ClusterState::PutCapacityProvider(CapacityProvider provider) {
-  std::string name = provider.name;
-  capacity_providers_[name] = std::move(provider);
-}
-
-void ClusterState::IndexWaiting(const Task& task, bool insert) {
-  WaitKey key{task.priority, task.wait_seq, task.arn};
-  if (insert) {
-    if (wait_lines_[task.cluster][task.capacity_provider_name].insert(std::move(key)).second) ++waiting_total_;
-    wait_starts_.emplace(task.created_at, task.arn);
-    return;
-  }
-  wait_starts_.erase({task.created_at, task.arn});
-  auto cluster = wait_lines_.find(task.cluster);
-  if (cluster == wait_lines_.end()) return;
-  auto line = cluster->second.find(task.capacity_provider_name);
-  if (line == cluster->second.end()) return;
-  waiting_total_ -= line->second.erase(key);
-  if (line->second.empty()) cluster->second.erase(line);
-  if (cluster->second.empty()) wait_lines_.erase(cluster);
-}
-
-const std::map<std::string, ClusterState::WaitLine>& ClusterState::WaitLines(const std::string& cluster) const {
-  static const std::map<std::string, WaitLine> kNone;
-  auto it = wait_lines_.find(cluster);
-  return it == wait_lines_.end() ? kNone : it->second;
-}
-
-size_t ClusterState::WaitingCount(const std::string& cluster) const {
-  size_t n = 0;
-  for (const auto& [_, line] : WaitLines(cluster)) n += line.size();
-  return n;
-}
-
-Status ClusterState::AddWaitingTask(Task task) {
-  if (tasks_.count(task.arn)) return Status::Conflict("task " + task.arn + " already exists");
-  task.last_status = TaskStatus::kProvisioning;
-  task.resources_released = true;  // it holds nothing until it is placed
-  task.container_instance_arn.clear();
-  last_wait_seq_ = std::max(last_wait_seq_, task.wait_seq);
-  IndexWaiting(task, /*insert=*/true);
-  std::string arn = task.arn;
-  tasks_[arn] = std::make_shared<Task>(std::move(task));
-  return Status::Ok();
-}
-
-Status ClusterState::PlaceWaitingTask(Task placed) {
-  auto it = tasks_.find(placed.arn);
-  if (it == tasks_.end() || it->second->last_status != TaskStatus::kProvisioning)
-    return Status::Server("task " + placed.arn + " is not waiting for capacity");
-  if (!FindInstance(placed.container_instance_arn))
-    return Status::Server("task " + placed.arn + " placed on unknown instance " + placed.container_instance_arn);
-  IndexWaiting(*it->second, /*insert=*/false);
-  placed.resources_released = false;
-  ApplyReservation(placed, +1);
-  IndexServiceTask(placed, /*insert=*/true);
-  superseded_.push_back(std::move(it->second));  // a view may still hold the waiting version
-  it->second = std::make_shared<Task>(std::move(placed));
-  return Status::Ok();
 }
 
 // ---- services ----------------------------------------------------------------------------------------------
@@ -508,6 +444,7 @@ void ClusterState::RebuildReservations() {
   group_ids_.clear();
   group_holders_.clear();
   free_group_ids_.clear();
+  provider_usage_.clear();
   for (auto& [_, slot] : instances_) {
     IndexInstance(slot, /*insert=*/true);
     Touch(slot);

@@ -240,6 +240,24 @@ class ClusterState {
     for (const auto& entry : capacity_providers_) f(entry.second);
   }
 
+  // ---- instances by capacity provider: the positions (EntriesOf) of the cluster's instances whose attribute
+  // kCapacityProviderAttribute names `provider`, ascending; kept by PutInstance. A provider's tasks are placed
+  // among these alone, so placing one costs the provider's instances, not the fleet's.
+  const std::vector<uint32_t>& ProviderEntries(const std::string& cluster, const std::string& provider) const;
+
+  // ---- GPU memory held by the tasks launched through each provider (placed and not yet released), in MiB:
+  // in all and by team (kTeamTag; "" = no team). Shared GPU: the declared memory; dedicated: the GPU's total.
+  // Kept by ReserveTask, ReleaseTask, PlaceWaitingTask and RebuildReservations; the quotas read it.
+  struct ProviderUsage {
+    MiB total = 0;
+    std::map<std::string, MiB> by_team;
+    MiB Team(const std::string& team) const {
+      auto it = by_team.find(team);
+      return it == by_team.end() ? 0 : it->second;
+    }
+  };
+  const ProviderUsage& UsageOf(const std::string& provider) const;
+
   // ---- tasks waiting for capacity (PROVISIONING), per (cluster, provider), head first
   // A waiting task is a Task whose last_status is PROVISIONING: no instance, nothing reserved
   // (resources_released is true, so nothing is released twice). AddWaitingTask and PutTask (at load) put it in its
@@ -259,6 +277,8 @@ class ClusterState {
   const std::map<std::string, WaitLine>& WaitLines(const std::string& cluster) const;
   size_t WaitingCount(const std::string& cluster) const;  // PROVISIONING tasks of the cluster, all providers
   size_t WaitingTotal() const { return waiting_total_; }
+  // AllWaitLines: every cluster's non-empty lines, cluster -> provider -> line.
+  const std::map<std::string, std::map<std::string, WaitLine>>& AllWaitLines() const { return wait_lines_; }
   // WaitStarts: (created_at, ARN) of every waiting task, oldest first: what the wait timeout looks at.
   const std::set<std::pair<EpochMs, std::string>>& WaitStarts() const { return wait_starts_; }
   // NextWaitSeq: the place in line of the next task acknowledged PROVISIONING (after every one ever loaded).
@@ -293,6 +313,8 @@ class ClusterState {
   void IndexInstance(const InstanceSlot& slot, bool insert);
   void IndexGpus(const InstanceSlot& slot, bool insert);
   void IndexHost(const InstanceSlot& slot, bool insert);
+  void IndexProvider(const InstanceSlot& slot, bool insert);  // ProviderEntries
+  void CountProviderUsage(const Task& task, const ContainerInstance& instance, int sign);  // UsageOf
 
   std::map<std::string, Cluster> clusters_;
   std::map<std::string, std::map<int, TaskDefinition>> task_definitions_;  // family -> revision -> td
@@ -324,6 +346,9 @@ class ClusterState {
   std::map<std::string, CapacityProvider> capacity_providers_;  // name -> provider
   std::map<std::string, std::map<std::string, WaitLine>> wait_lines_;  // cluster -> provider -> line
   std::set<std::pair<EpochMs, std::string>> wait_starts_;            // (created_at, ARN) (WaitStarts)
+  // cluster -> provider -> positions of its instances (ProviderEntries)
+  std::unordered_map<std::string, std::map<std::string, std::vector<uint32_t>>> provider_entries_;
+  std::map<std::string, ProviderUsage> provider_usage_;  // provider -> GPU memory held (UsageOf)
   size_t waiting_total_ = 0;
   int64_t last_wait_seq_ = 0;
   void IndexWaiting(const Task& task, bool insert);
@@ -340,6 +365,13 @@ class ClusterState {
   void Touch(InstanceSlot& slot);
   ClusterFragments& MutableFragments(const std::string& cluster);
 };
+
+// CapacityProviderOf: the provider an instance belongs to (its kCapacityProviderAttribute), or null.
+const std::string* CapacityProviderOf(const ContainerInstance& instance);
+// TeamOf: a task's team, its kTeamTag ("" when it has none).
+std::string TeamOf(const std::vector<KeyValuePair>& tags);
+// GpuMemoryOf: the GPU memory a placed task holds on `instance` (ProviderUsage's measure).
+MiB GpuMemoryOf(const Task& task, const ContainerInstance& instance);
 
 // DemandOf derives what a task needs from its definition and overrides (task-level cpu/memory win over the
 // containers' sums; container overrides of cpu/memory apply). Assumes a validated definition.

@@ -148,6 +148,12 @@ inline constexpr char kCapacityProviderAttribute[] = "ecs.capacity-provider-name
 // kPriorityTag: the task tag (ours) that orders a provider's waiting tasks: an integer -1000..1000, higher first,
 // 0 when absent; first come, first served within one priority.
 inline constexpr char kPriorityTag[] = "gpupack:priority";
+// kTeamTag: the task tag (ours) that names the team a task of a capacity provider counts against (its quota).
+inline constexpr char kTeamTag[] = "gpupack:team";
+// Quotas, as tags of the capacity provider (CreateCapacityProvider, TagResource): kQuotaTag caps the GPU memory
+// (MiB) that all tasks launched through the provider may hold at once, kQuotaTag + ":" + TEAM that of one team's
+// tasks (docs/operations.md). A task that would pass a quota waits in PROVISIONING.
+inline constexpr char kQuotaTag[] = "gpupack:quota-gpu-memory";
 
 // CapacityProviderStatus: ACTIVE, or INACTIVE once deleted (kept describable, as ECS keeps it for a while).
 enum class CapacityProviderStatus { kActive, kInactive };

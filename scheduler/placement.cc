@@ -186,6 +186,20 @@ bool RunFilters(const PlacementRequest& req, const std::vector<std::pair<std::st
     return false;
   };
   const TaskDemand& d = req.demand;
+  // CapacityProviderFilter: a provider's task goes only to the provider's instances, and never to one held for
+  // the head of the provider's line.
+  if (!req.capacity_provider.empty()) {
+    const std::string* provider = CapacityProviderOf(inst);
+    if (!provider || *provider != req.capacity_provider)
+      return fail(reason::kAttribute, [&] {
+        return "the instance does not belong to capacity provider " + req.capacity_provider;
+      });
+  }
+  if (!req.held_instance.empty() && inst.arn == req.held_instance)
+    return fail(reason::kAttribute, [&] {
+      return "the instance is held for the task at the head of capacity provider " + req.capacity_provider +
+             "'s line";
+    });
   // StatusFilter
   if (!IsActive(inst))
     return fail(reason::kStatus, [&] {
@@ -534,9 +548,18 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   const Compiled& c = *compiled_;
   const TaskDemand& demand = request_.demand;
   const uint64_t task_seed = Mix(request_.seed ^ Mix(static_cast<uint64_t>(task_index) + 1));
+  // A provider's task: its candidates are the provider's instances alone (the index walks below walk the whole
+  // cluster, so they run only when the provider has every instance of it).
+  const std::vector<uint32_t>* members =
+      request_.capacity_provider.empty() ? nullptr
+                                         : &state.ProviderEntries(request_.cluster, request_.capacity_provider);
+  if (members && members->size() == entries.size()) members = nullptr;  // the provider is the whole cluster
+  const size_t candidates = members ? members->size() : entries.size();
+  auto position = [&](size_t k) -> size_t { return members ? (*members)[k] : k; };
   // The first strategy's fast path, if it has one (StrategyKind::index_walk): it decides as the scan below would,
   // or leaves the decision to it.
-  if (c.first->index_walk && c.first->index_walk(IndexWalkArgs{request_, c, state, entries, task_seed}, result))
+  if (!members && c.first->index_walk &&
+      c.first->index_walk(IndexWalkArgs{request_, c, state, entries, task_seed}, result))
     return result;
   ScoreContext ctx = PrepareScorers(c, state, entries, request_);
   std::vector<double> floors(c.scorers.size());
@@ -552,7 +575,8 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
   GpuFit best_fit;
   bool any_candidate = false;
   FilterOutcome f;
-  for (size_t pos = 0; pos < entries.size(); ++pos) {
+  for (size_t k = 0; k < candidates; ++k) {
+    const size_t pos = position(k);
     const ContainerInstance& inst = *entries[pos].instance;
     if (IsInactive(inst) || (only_listed && !InOnlyList(request_, inst))) continue;
     any_candidate = true;
@@ -587,11 +611,16 @@ Placement Placer::PlaceOne(const ClusterState& state, int task_index) const {
     return result;
   }
   if (!any_candidate) {
-    result.failures.push_back({"", reason::kMissing, "the cluster has no container instances to place on"});
+    result.failures.push_back({"", reason::kMissing,
+                               request_.capacity_provider.empty()
+                                   ? "the cluster has no container instances to place on"
+                                   : "capacity provider " + request_.capacity_provider +
+                                         " has no container instances in the cluster to place on"});
     return result;
   }
   // Nothing fits: explain, one failure per rejected instance.
-  for (const InstanceEntry& e : entries) {
+  for (size_t k = 0; k < candidates; ++k) {
+    const InstanceEntry& e = entries[position(k)];
     if (IsInactive(*e.instance) || !InOnlyList(request_, *e.instance)) continue;
     FilterOutcome fail;
     RunFilters(request_, c.member_of, c.distinct_instance, c.prefer_emptiest, *e.instance, *e.load, true, fail);

@@ -52,6 +52,12 @@ struct PlacementRequest {
   // instance is still refused.
   bool place_on_disconnected = false;
   std::vector<std::string> only_instances;       // StartTask: the named instances (ARNs); empty = all
+  // capacity_provider: a task launched through a capacity provider: only the provider's instances are candidates
+  // (ClusterState::ProviderEntries; any other fails ATTRIBUTE). "" = any instance.
+  std::string capacity_provider;
+  // held_instance: an instance held for the head of a provider's line (engine/operations/capacity_queue.cc's
+  // reservation): it takes no task of this request (ATTRIBUTE). "" = none.
+  std::string held_instance;
 };
 
 struct PlacementFailure {

@@ -88,4 +88,31 @@ Task BuildWaitingTask(NewTaskFields fields, const TaskDefinition& td) {
   return t;
 }
 
+Task BuildPlacedTask(const Task& waiting, const TaskDefinition& td, const TaskDemand& demand,
+                     const ContainerInstance& instance, const std::vector<size_t>& gpu_indices) {
+  NewTaskFields fields;
+  fields.id = waiting.id;
+  fields.arn = waiting.arn;
+  fields.cluster = waiting.cluster;
+  fields.group = waiting.group;
+  fields.started_by = waiting.started_by;
+  fields.client_token = waiting.client_token;
+  fields.created_at = waiting.created_at;
+  fields.overrides = waiting.overrides;
+  fields.tags = waiting.tags;
+  fields.container_arn = [&waiting](const std::string& name) {
+    for (const auto& c : waiting.containers)
+      if (c.name == name) return c.container_arn;
+    return std::string();
+  };
+  Task placed = BuildTask(std::move(fields), td, demand, instance, gpu_indices);
+  placed.capacity_provider_name = waiting.capacity_provider_name;
+  placed.wait_seq = waiting.wait_seq;
+  placed.priority = waiting.priority;
+  placed.placement_constraints = waiting.placement_constraints;
+  placed.placement_strategy = waiting.placement_strategy;
+  placed.version = waiting.version;
+  return placed;
+}
+
 }  // namespace gpupack

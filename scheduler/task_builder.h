@@ -53,4 +53,11 @@ Task BuildTask(NewTaskFields fields, const TaskDemand& demand, int gpu_container
 // record once it is placed.
 Task BuildWaitingTask(NewTaskFields fields, const TaskDefinition& td);
 
+// BuildPlacedTask: the record of the waiting task `waiting` (BuildWaitingTask's) once placed: BuildTask with the
+// waiting task's own fields (id, ARN, cluster, group, startedBy, clientToken, createdAt, overrides, tags and each
+// container's ARN), keeping what only a waiting task has (its provider, place in line, priority, constraints,
+// strategies) and its version.
+Task BuildPlacedTask(const Task& waiting, const TaskDefinition& td, const TaskDemand& demand,
+                     const ContainerInstance& instance, const std::vector<size_t>& gpu_indices);
+
 }  // namespace gpupack

@@ -5,14 +5,15 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "api/console/waiting.h"
 #include "api/ecs/codec.h"
 #include "api/http/errors.h"
 #include "engine/core/fragmentation_figures.h"
 
 namespace gpupack::api {
 
-// ConsoleAssetBody: the bytes of the console file `name` ("index.html", "app.js", "services.js", "fragmentation.js",
-// "app.css"), empty when none.
+// ConsoleAssetBody: the bytes of the console file `name` ("index.html", "app.js", "services.js", "waiting.js",
+// "fragmentation.js", "app.css"), empty when none.
 // Generated at build time from api/console/ (api/console/embed.cmake).
 std::string_view ConsoleAssetBody(std::string_view name);
 
@@ -489,6 +490,7 @@ std::optional<HttpResponse> ConsoleStaticAnswer(const HttpRequest& req, const st
       {"/console/index.html", {"index.html", "text/html; charset=utf-8"}},
       {"/console/app.js", {"app.js", "text/javascript; charset=utf-8"}},
       {"/console/services.js", {"services.js", "text/javascript; charset=utf-8"}},
+      {"/console/waiting.js", {"waiting.js", "text/javascript; charset=utf-8"}},
       {"/console/fragmentation.js", {"fragmentation.js", "text/javascript; charset=utf-8"}},
       {"/console/app.css", {"app.css", "text/css; charset=utf-8"}},
   };
@@ -579,6 +581,12 @@ HttpResponse ConsoleHandler::Read(const HttpRequest& req, const std::string& pat
     out = Tasks(*view, q, used);
   } else if (path == "/console/api/services") {
     out = Services(*view, cp_.applier().arn(), q);
+  } else if (path == "/console/api/waiting") {
+    out = {{"lines", WaitingLines(*view, cp_.applier().arn(), Param(q, "cluster"), SizeParam(q, "shown", 100, 1000),
+                                  cp_.applier().Now(), cp_.applier().placement())}};
+    Json clusters = Json::array();
+    for (const Cluster* c : view->Clusters()) clusters.push_back(c->name);
+    out["clusters"] = std::move(clusters);
   } else if (path == "/console/api/refusals") {
     out = RefusalsJson(*refusals);
   } else {

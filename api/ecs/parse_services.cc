@@ -30,6 +30,11 @@ Status RefuseUnsupported(const Json& in, const char* operation) {
     if (!in.contains(key) || (create && std::string_view(key) == "capacityProviderStrategy")) continue;
     const Json& v = in[key];
     if (v.is_null() || (v.is_array() && v.empty())) continue;
+    if (std::string_view(key) == "capacityProviderStrategy")  // UpdateService
+      return Status::Unsupported(std::string(operation) +
+                                 ": capacityProviderStrategy is not supported: gpupack does not change a service's "
+                                 "capacity provider strategy; create a service with the new strategy, scale it up, "
+                                 "then delete the old one (docs/api.md, Capacity providers)");
     return Status::Unsupported(std::string(operation) + ": " + key + " is not supported: gpupack does not support " +
                                what + "; the supported fields are listed in docs/api.md (Services)");
   }

@@ -104,6 +104,9 @@ struct PlacementPolicy {
   // (`--provisioning-timeout`, then STOPPED with TaskFailedToStart).
   size_t max_provisioning_per_cluster = 500;
   EpochMs provisioning_timeout_ms = 30 * 60'000;
+  // Backfill: a task behind its line's head may start first when it fits; once the head has waited this long
+  // the instance where it will fit soonest is held for it (`--backfill-reservation-after`, docs/operations.md).
+  EpochMs reservation_after_ms = 5 * 60'000;
 };
 
 // RunTask and StartTask: StartTask names the instances and has no count.

@@ -1,5 +1,7 @@
 #include "engine/core/transaction.h"
 
+#include <algorithm>
+
 namespace gpupack::api {
 
 Transaction::Transaction(ClusterState& state, const ArnContext& arn, EpochMs now, std::mt19937_64& rng,
@@ -224,6 +226,28 @@ void Transaction::RecordRefusal(PlacementRefusal refusal) {
   // The published counters may share the log: change a copy then (only this thread ever changes a log).
   if (counters_.refusals.use_count() != 1) counters_.refusals = std::make_shared<RefusalLog>(*counters_.refusals);
   counters_.refusals->Add(std::move(refusal));
+  ++counters_.changes;
+}
+
+void Transaction::CountWaitEnded(const std::string& provider, EpochMs waited_ms) {
+  WaitHistogram& h = counters_.waits[provider];
+  const double seconds = static_cast<double>(std::max<EpochMs>(0, waited_ms)) / 1000.0;
+  size_t b = 0;
+  while (b < std::size(kWaitBucketsSeconds) && seconds > kWaitBucketsSeconds[b]) ++b;
+  ++h.buckets[b];
+  ++h.count;
+  h.sum_seconds += seconds;
+  ++counters_.changes;
+}
+
+void Transaction::CountWaiting() {
+  if (state_.WaitingTotal() == 0 && counters_.waiting.empty()) return;
+  std::map<std::pair<std::string, std::string>, uint64_t> now;
+  for (const auto& [key, n] : counters_.waiting) now[key] = 0;
+  for (const auto& [cluster, lines] : state_.AllWaitLines())
+    for (const auto& [provider, line] : lines) now[{cluster, provider}] = line.size();
+  if (now == counters_.waiting) return;
+  counters_.waiting = std::move(now);
   ++counters_.changes;
 }
 

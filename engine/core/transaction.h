@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
@@ -33,6 +34,15 @@ namespace gpupack::api {
 using AgentPush = std::variant<protocol::Assign, protocol::Stop>;
 
 // PlacementCounters: placements and refusals, for /metrics (kept by the applier). Keys are (cluster, reason).
+// WaitHistogram: how long the tasks placed from a capacity provider's line had waited (acknowledged PROVISIONING
+// to placed), as counts per bucket of kWaitBucketsSeconds (not cumulative; the last counts the longer ones).
+inline constexpr double kWaitBucketsSeconds[] = {1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600};
+struct WaitHistogram {
+  std::vector<uint64_t> buckets = std::vector<uint64_t>(std::size(kWaitBucketsSeconds) + 1, 0);
+  uint64_t count = 0;
+  double sum_seconds = 0;
+};
+
 struct PlacementCounters {
   uint64_t changes = 0;  // bumps with every count or refusal below (the applier publishes them when it moved)
   uint64_t placements = 0;
@@ -41,6 +51,9 @@ struct PlacementCounters {
   // refusals: the latest refused placements and the per-minute counts (never null). Shared between the working
   // counters and the published ones until the next refusal, which changes a copy (Transaction::RecordRefusal).
   std::shared_ptr<RefusalLog> refusals = std::make_shared<RefusalLog>();
+  std::map<std::string, WaitHistogram> waits;  // capacity provider -> the waits of the tasks placed from its lines
+  // (cluster, capacity provider) -> tasks waiting now (CountWaiting; a line that emptied stays, at 0)
+  std::map<std::pair<std::string, std::string>, uint64_t> waiting;
 };
 
 class Transaction {
@@ -134,6 +147,10 @@ class Transaction {
     counters_.tasks_not_placed[{cluster, reason}] += tasks;
     ++counters_.changes;
   }
+  // CountWaitEnded: a task waited `waited_ms` in `provider`'s line before it was placed.
+  void CountWaitEnded(const std::string& provider, EpochMs waited_ms);
+  // CountWaiting: the tasks waiting now per (cluster, provider), from the state (the applier, after the queue).
+  void CountWaiting();
   // RecordRefusal: a RunTask/StartTask left `refusal.tasks` tasks unplaced (the sum its CountTasksNotPlaced calls
   // counted), for the console (RefusalLog).
   void RecordRefusal(PlacementRefusal refusal);

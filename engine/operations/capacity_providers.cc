@@ -113,6 +113,8 @@ Status CreateCapacityProvider(const CreateCapacityProviderRequest& in, Transacti
   state.ForEachCapacityProvider([&](const CapacityProvider&) { ++held; });
   if (!existing && held >= kMaxCapacityProviders)
     return Status::LimitExceeded("The server already holds 500 capacity providers, the most it may hold.");
+  for (const auto& tag : in.tags)  // quotas (kQuotaTag, kQuotaTag:TEAM) are whole MiB
+    if (tag.name == kQuotaTag || tag.name.rfind(std::string(kQuotaTag) + ":", 0) == 0) GP_TRY(QuotaOf(tag).status());
   CapacityProvider p;
   p.name = in.name;
   p.arn = txn.arn().CapacityProviderArn(in.name);

@@ -53,7 +53,8 @@ PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinitio
                                      const std::vector<PlacementConstraint>& constraints,
                                      const std::vector<PlacementStrategy>& strategies,
                                      const std::optional<std::string>& group, uint64_t seed,
-                                     const PlacementPolicy& policy);
+                                     const PlacementPolicy& policy, const std::string& capacity_provider = "",
+                                     const std::string& held_instance = "");
 // kClientTokenRetentionMs: how long a RunTask/StartTask clientToken is remembered (docs/api.md): a repeat within
 // it answers the first request's tasks, later the token is new again.
 inline constexpr EpochMs kClientTokenRetentionMs = 24 * 3'600'000;
@@ -134,15 +135,37 @@ Result<std::vector<CapacityProviderStrategyItem>> StrategyFor(const ClusterState
 // `base` tasks, the rest go by weight (smooth weighted round robin: each provider's share is its weight over
 // the sum, in an interleaved order). `strategy` is checked (StrategyFor).
 std::vector<std::string> ProvidersForTasks(const std::vector<CapacityProviderStrategyItem>& strategy, int64_t count);
-// ProviderConstraint: the memberOf constraint that keeps a task on the instances of `provider`.
-PlacementConstraint ProviderConstraint(const std::string& provider);
 // PriorityOf: a task's kPriorityTag (0 when absent), or InvalidParameterException for a value that is not an
 // integer in -1000..1000.
 Result<int> PriorityOf(const std::vector<KeyValuePair>& tags);
 // PlaceWaitingTasks: the queue. The applier runs it after every write, in the same transaction: for each cluster
 // where the write may have freed capacity (a task released its reservations, an instance record changed), it
-// places each line's waiting tasks from the head until one does not fit.
+// places each line's waiting tasks from the head until one does not fit, then backfills behind the head
+// (capacity_queue.cc says how far, and what a head's reservation holds back).
 void PlaceWaitingTasks(Transaction& txn, const PlacementPolicy& policy);
+// HeldInstance: the instance held for the head of `provider`'s line in `cluster` ("" = none): once the head has
+// waited policy.reservation_after_ms (and its team is within its quotas), the provider's instance where it will
+// fit soonest. No task of the provider but the head is placed there.
+std::string HeldInstance(const ClusterState& state, const ArnContext& arn, const std::string& cluster,
+                         const std::string& provider, EpochMs now, const PlacementPolicy& policy);
+// kQuotaReason: failures[].reason of a task through a provider that fit an instance but would pass a quota (a
+// service's task; RunTask's wait instead).
+inline constexpr char kQuotaReason[] = "QUOTA:GPU_MEMORY";
+// QuotaOf: a quota tag's value (MiB of GPU memory), or InvalidParameterException.
+Result<MiB> QuotaOf(const KeyValuePair& tag);
+// QuotaExcess: why `more` MiB of GPU memory more for a task of `team` through `provider` would pass one of the
+// provider's quotas (kQuotaTag, kQuotaTag:TEAM), in words; "" when it stays within them.
+std::string QuotaExcess(const ClusterState& state, const std::string& provider, const std::string& team, MiB more);
+// QuotaExcessOf: the same for a provider record and the GPU memory its tasks hold (the console's read view).
+std::string QuotaExcessOf(const CapacityProvider& provider, const ClusterState::ProviderUsage& usage,
+                          const std::string& team, MiB more);
+// SoonestFitScore: how close `instance` is to taking a task of demand `d` (HeldInstance's rule; higher = sooner):
+// shared GPU: the most remaining memory on one GPU that can share and could ever hold it; dedicated: its idle
+// GPUs; no GPU: its free memory. -1 when it takes no tasks or could never hold the task.
+int64_t SoonestFitScore(const ContainerInstance& instance, const TaskDemand& d, bool place_on_disconnected);
+// ShapeKey: what decides whether a waiting task fits (definition, demand, group, team, constraints): two tasks of
+// one key fit, or do not, in the same places.
+std::string ShapeKey(const Task& task, const TaskDemand& demand);
 // ExpireWaitingTasks: waiting tasks older than policy.provisioning_timeout_ms stop (TaskFailedToStart). The
 // applier runs it before each write and when the oldest waiting task's time is up.
 void ExpireWaitingTasks(Transaction& txn, const PlacementPolicy& policy);

@@ -16,7 +16,8 @@ PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinitio
                                      const std::vector<PlacementConstraint>& constraints,
                                      const std::vector<PlacementStrategy>& strategies,
                                      const std::optional<std::string>& group, uint64_t seed,
-                                     const PlacementPolicy& policy) {
+                                     const PlacementPolicy& policy, const std::string& capacity_provider,
+                                     const std::string& held_instance) {
   PlacementRequest req;
   req.cluster = cluster.name;
   req.demand = DemandOf(td, overrides);
@@ -30,6 +31,8 @@ PlacementRequest PlacementRequestFor(const Cluster& cluster, const TaskDefinitio
   req.seed = seed;
   req.compute_aware = cluster.settings.compute_aware_placement;
   req.place_on_disconnected = policy.place_on_disconnected;
+  req.capacity_provider = capacity_provider;
+  req.held_instance = held_instance;
   return req;
 }
 
@@ -222,24 +225,38 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
     }
     const std::string provider = providers.empty() ? "" : providers[i];
     const Placer* use = placer.get();
-    bool behind = false;  // the provider's line is not empty and its head outranks (or ties) this task
     if (!provider.empty()) {
+      // A provider's task goes to the provider's instances; one behind a waiting head of its priority or higher
+      // backfills (capacity_queue.cc): it may start first, but never on the instance held for the head.
       std::unique_ptr<Placer>& pp = provider_placers[provider];
       if (!pp) {
+        const auto& lines = state.WaitLines(cluster->name);
+        const auto line = lines.find(provider);
+        const bool outranks = line == lines.end() || line->second.empty() || line->second.begin()->priority < priority;
         PlacementRequest r = placer->request();
-        r.constraints.push_back(ProviderConstraint(provider));
+        r.capacity_provider = provider;
+        if (!outranks) r.held_instance = HeldInstance(state, txn.arn(), cluster->name, provider, txn.now(), in.policy);
         GP_ASSIGN(made, Placer::Create(std::move(r)));
         pp = std::move(made);
       }
       use = pp.get();
-      const auto& lines = state.WaitLines(cluster->name);
-      const auto line = lines.find(provider);
-      behind = in.queue && line != lines.end() && !line->second.empty() && line->second.begin()->priority >= priority;
     }
-    Placement p = behind ? Placement{} : use->PlaceOne(state, i);
-    if (!p.placed() && !provider.empty() && in.queue) {
+    Placement p = use->PlaceOne(state, i);
+    std::optional<NewTaskFields> fields;  // made once, when the task is placed or waits (it takes an id)
+    auto fields_once = [&] {
+      if (!fields) fields = new_fields();
+      return *fields;
+    };
+    std::optional<Task> t;
+    std::string over_quota;
+    if (p.placed()) {
+      t = BuildTask(fields_once(), *td, placer->request().demand, *p.instance, p.gpu_indices);
+      t->capacity_provider_name = provider;
+      if (!provider.empty()) over_quota = QuotaExcess(state, provider, TeamOf(in.tags), GpuMemoryOf(*t, *p.instance));
+    }
+    if ((!p.placed() || !over_quota.empty()) && !provider.empty() && in.queue) {
       // Acknowledged PROVISIONING: it waits at the end of its provider's line (capacity_queue.cc places it).
-      Task w = BuildWaitingTask(new_fields(), *td);
+      Task w = BuildWaitingTask(fields_once(), *td);
       w.capacity_provider_name = provider;
       w.wait_seq = txn.NextWaitSeq();
       w.priority = priority;
@@ -251,6 +268,7 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
       out.tasks.push_back(state.SharedTask(task_arn));
       continue;
     }
+    if (!over_quota.empty()) p = Placement{nullptr, {}, {{p.instance->arn, kQuotaReason, over_quota}}};
     if (!p.placed()) {
       for (auto& f : p.failures) {
         if (f.arn.empty()) f.arn = txn.arn().ClusterArn(cluster->name);
@@ -270,10 +288,8 @@ Status PlaceTasks(const PlaceTasksRequest& in, Transaction& txn, TasksResult& ou
       }
       continue;
     }
-    Task t = BuildTask(new_fields(), *td, placer->request().demand, *p.instance, p.gpu_indices);
-    t.capacity_provider_name = provider;
-    const std::string task_arn = t.arn, instance_arn = t.container_instance_arn;
-    GP_TRY(txn.ReserveTask(std::move(t)));
+    const std::string task_arn = t->arn, instance_arn = t->container_instance_arn;
+    GP_TRY(txn.ReserveTask(std::move(*t)));
     auto placed = state.SharedTask(task_arn);  // shared with the state, which copies it before any change
     txn.CountPlacement();
     txn.Push(instance_arn, protocol::Assign{0, AssignmentFor(*placed, state, txn.arn())});

@@ -2,7 +2,11 @@
 // (process runtime, one simulated 10,000 MiB GPU each), one joined to capacity provider team-a and the other to
 // team-b, driven with the real AWS SDK for JavaScript: each provider's tasks run only on its own instance; a full
 // provider acknowledges tasks in PROVISIONING and runs them in order as tasks stop; the waiting limit is refused
-// with LimitExceededException; a server kill -9 with tasks waiting loses none and starts none twice.
+// with LimitExceededException; a server kill -9 with tasks waiting loses none and starts none twice; a smaller task
+// backfills past a head that does not fit, and once the head holds its reservation (the server restarted with
+// --backfill-reservation-after 0) a smaller one waits behind it and the head is not starved; a priority task passes
+// lower ones; a team's GPU-memory quota holds (a third agent, provider "shared" with a quota tag); a service runs
+// through a provider, and UpdateService of its strategy is refused by name.
 //
 // Every task writes its process id to a file named after its task definition family, so the test counts the
 // processes that ever ran and that run now.
@@ -17,6 +21,8 @@ import path from 'node:path';
 import {
   ClientException,
   CreateCapacityProviderCommand,
+  CreateServiceCommand,
+  DeleteServiceCommand,
   DeleteCapacityProviderCommand,
   CreateClusterCommand,
   DescribeCapacityProvidersCommand,
@@ -32,7 +38,9 @@ import {
   RegisterTaskDefinitionCommand,
   RunTaskCommand,
   StopTaskCommand,
+  UnsupportedFeatureException,
   UpdateCapacityProviderCommand,
+  UpdateServiceCommand,
 } from '@aws-sdk/client-ecs';
 
 import { gpupackBin, launch, removeTempDir, tempDir } from '../integration/harness.mjs';
@@ -63,9 +71,9 @@ function client() {
     credentials: { accessKeyId: 'gpupack', secretAccessKey: 'gpupack' }, maxAttempts: 1 });
 }
 
-async function startServer() {
+async function startServer(extra = []) {
   server = await launch(['server', '--listen', `127.0.0.1:${port ?? 0}`, '--db', path.join(dir, 'gpupack.db'),
-    '--max-provisioning-tasks', '3', '--log-level', 'warn'], { what: 'gpupack server' });
+    '--max-provisioning-tasks', '3', '--log-level', 'warn', ...extra], { what: 'gpupack server' });
   port ??= new URL(server.endpoint).port;
   ecs = client();
 }
@@ -94,13 +102,13 @@ async function instances() {
   return out;
 }
 
-// jobDef: one container that takes TASK_MIB of a shared GPU and writes its process id under <dir>/pids/<family>.
-function jobDef(family) {
+// jobDef: one container that takes `mib` of a shared GPU and writes its process id under <dir>/pids/<family>.
+function jobDef(family, mib = TASK_MIB) {
   const pids = path.join(dir, 'pids', family);
   fs.mkdirSync(pids, { recursive: true });
   return { family, containerDefinitions: [{ name: 'job', image: 'busybox', cpu: 64, memory: 64, essential: true,
     entryPoint: ['/bin/sh', '-c'], command: [`echo $$ > ${pids}/$$; exec sleep 600`],
-    resourceRequirements: [{ type: 'GPU', sharingStrategy: { nvidiaMps: { memory: TASK_MIB } } }] }] };
+    resourceRequirements: [{ type: 'GPU', sharingStrategy: { nvidiaMps: { memory: mib } } }] }] };
 }
 
 // pids: [ever started, running now] for a family.
@@ -110,8 +118,8 @@ function pids(family) {
   return [all.length, alive.length];
 }
 
-async function run(family, provider) {
-  const r = await ecs.send(new RunTaskCommand({ taskDefinition: family,
+async function run(family, provider, tags = []) {
+  const r = await ecs.send(new RunTaskCommand({ taskDefinition: family, tags,
     capacityProviderStrategy: [{ capacityProvider: provider, weight: 1 }] }));
   assert.equal(r.tasks.length, 1, JSON.stringify(r.failures));
   assert.equal(r.tasks[0].capacityProviderName, provider);
@@ -143,7 +151,8 @@ describe('capacity providers with the AWS SDK for JavaScript', () => {
       const i = await instances();
       return i['team-a'] && i['team-b'] ? i : null;
     });
-    for (const f of ['alpha', 'beta', 'queued']) await ecs.send(new RegisterTaskDefinitionCommand(jobDef(f)));
+    for (const f of ['alpha', 'beta', 'queued', 'big', 'high', 'low']) await ecs.send(new RegisterTaskDefinitionCommand(jobDef(f)));
+    await ecs.send(new RegisterTaskDefinitionCommand(jobDef('small', 3000)));
   });
 
   after(async () => {
@@ -240,5 +249,105 @@ describe('capacity providers with the AWS SDK for JavaScript', () => {
     // Four queued tasks were started (three in line before the restart, one after): four processes ever, one now.
     assert.deepEqual(pids('queued'), [4, 1], 'a queued task was started twice or not at all');
     await ecs.send(new StopTaskCommand({ task: holder }));
+  });
+  const running = (arn) => waitFor(`${arn} RUNNING`, async () => (await statusOf(arn)) === 'RUNNING');
+  const stop = async (arn) => {
+    await ecs.send(new StopTaskCommand({ task: arn }));
+    await waitFor(`${arn} STOPPED`, async () => (await statusOf(arn)) === 'STOPPED');
+  };
+  let big1, head, small;
+
+  test('a smaller task backfills past a head that does not fit', async () => {
+    await waitFor('the last holder STOPPED', async () => (await statusOf(holder)) === 'STOPPED');
+    big1 = (await run('big', 'team-a')).taskArn;  // 6,000 of 10,000 MiB
+    head = await run('big', 'team-a');             // another 6,000 does not fit: the head of the line
+    assert.equal(head.lastStatus, 'PROVISIONING');
+    head = head.taskArn;
+    const s = await run('small', 'team-a');        // 3,000 fits the 4,000 left: it starts past the head
+    assert.equal(s.lastStatus, 'PENDING');
+    assert.equal(s.containerInstanceArn, byProvider['team-a']);
+    small = s.taskArn;
+    await running(small);
+    assert.equal(await statusOf(head), 'PROVISIONING');
+  });
+
+  test('once the head holds its reservation a smaller task waits behind it, and the head is not starved', async () => {
+    await server.stop();
+    await startServer(['--backfill-reservation-after', '0']);  // the head has waited long enough at once
+    await waitFor('both agents back', async () => Object.keys(await instances()).length === 2);
+    const behind = await run('small', 'team-a');  // 1,000 MiB free: waits
+    assert.equal(behind.lastStatus, 'PROVISIONING');
+    await stop(small);  // 4,000 free: room for `behind`, but team-a's instance is held for the head
+    await sleep(300);
+    assert.equal(await statusOf(behind.taskArn), 'PROVISIONING');
+    assert.equal(await statusOf(head), 'PROVISIONING');
+    await stop(big1);  // 10,000 free: the head first, then the small task beside it
+    await running(head);
+    await running(behind.taskArn);
+    assert.equal((await task(head)).containerInstanceArn, byProvider['team-a']);
+    await stop(head);
+    await stop(behind.taskArn);
+  });
+
+  test('a priority task passes lower ones', async () => {
+    const holderB = (await run('big', 'team-b')).taskArn;
+    await running(holderB);
+    const low1 = (await run('low', 'team-b')).taskArn, low2 = (await run('low', 'team-b')).taskArn;
+    const high = await run('high', 'team-b', [{ key: 'gpupack:priority', value: '10' }]);
+    assert.equal(high.lastStatus, 'PROVISIONING');
+    await stop(holderB);
+    await running(high.taskArn);
+    assert.equal(await statusOf(low1), 'PROVISIONING');
+    assert.equal(await statusOf(low2), 'PROVISIONING');
+    await stop(high.taskArn);
+    await running(low1);
+    assert.equal(await statusOf(low2), 'PROVISIONING');
+    await stop(low1);
+    await running(low2);
+    await stop(low2);
+  });
+
+  test('a team\'s GPU-memory quota holds its tasks and not another team\'s', async () => {
+    await ecs.send(new CreateCapacityProviderCommand({ name: 'shared',
+      tags: [{ key: 'gpupack:quota-gpu-memory:ml', value: '6000' }] }));
+    await ecs.send(new PutClusterCapacityProvidersCommand({ cluster: 'default',
+      capacityProviders: ['team-a', 'team-b', 'shared'], defaultCapacityProviderStrategy: [] }));
+    startAgent('node-s', 'shared');
+    await waitFor('the shared agent', async () => (await instances()).shared);
+    const ml = [{ key: 'gpupack:team', value: 'ml' }];
+    const ml1 = (await run('small', 'shared', ml)).taskArn, ml2 = (await run('small', 'shared', ml)).taskArn;
+    const ml3 = await run('small', 'shared', ml);  // 9,000 would pass ml's 6,000 though the GPU has room
+    assert.equal(ml3.lastStatus, 'PROVISIONING');
+    const web = await run('small', 'shared', [{ key: 'gpupack:team', value: 'web' }]);
+    assert.equal(web.lastStatus, 'PENDING');
+    await running(ml1);
+    await running(ml2);
+    await running(web.taskArn);
+    await stop(web.taskArn);  // web's memory is not ml's: ml3 still waits
+    await sleep(300);
+    assert.equal(await statusOf(ml3.taskArn), 'PROVISIONING');
+    await stop(ml1);
+    await running(ml3.taskArn);
+    for (const arn of [ml2, ml3.taskArn]) await stop(arn);
+    await assert.rejects(ecs.send(new CreateCapacityProviderCommand({ name: 'bad',
+      tags: [{ key: 'gpupack:quota-gpu-memory', value: 'lots' }] })), (e) => e instanceof InvalidParameterException);
+  });
+
+  test('a service runs through a capacity provider; UpdateService of its strategy is refused by name', async () => {
+    const created = await ecs.send(new CreateServiceCommand({ serviceName: 'svc-b', taskDefinition: 'beta',
+      desiredCount: 1, capacityProviderStrategy: [{ capacityProvider: 'team-b', weight: 1 }] }));
+    assert.deepEqual(created.service.capacityProviderStrategy.map((i) => i.capacityProvider), ['team-b']);
+    const t = await waitFor('the replica', async () => {
+      const l = await ecs.send(new ListTasksCommand({ serviceName: 'svc-b' }));
+      return l.taskArns[0];
+    });
+    const replica = await task(t);
+    assert.equal(replica.capacityProviderName, 'team-b');
+    assert.equal(replica.containerInstanceArn, byProvider['team-b']);
+    await assert.rejects(ecs.send(new UpdateServiceCommand({ service: 'svc-b',
+      capacityProviderStrategy: [{ capacityProvider: 'team-a', weight: 1 }] })),
+    (e) => e instanceof UnsupportedFeatureException && /capacityProviderStrategy/.test(e.message));
+    await ecs.send(new DeleteServiceCommand({ service: 'svc-b', force: true }));
+    await waitFor('the replica stopped', async () => (await statusOf(t)) === 'STOPPED');
   });
 });

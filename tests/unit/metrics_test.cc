@@ -640,5 +640,40 @@ TEST(ServerMetricsTest, PromtoolAcceptsTheServerFamilies) {
   EXPECT_EQ(output, "");
 }
 
+TEST(ServerMetricsTest, CapacityProviderLinesShowTheirLengthAndWaitsAndPassPromtool) {
+  MetricsServer s;
+  s.Ok("CreateCapacityProvider", {{"name", "pool"}});
+  s.Ok("PutClusterCapacityProviders", {{"cluster", "default"},
+                                       {"capacityProviders", Json::array({"pool"})},
+                                       {"defaultCapacityProviderStrategy",
+                                        Json::array({{{"capacityProvider", "pool"}, {"weight", 1}}})}});
+  Json devices = Json::array({{{"id", "GPU-q"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 10000}}}}});
+  Json resources = Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 8192}},
+                                {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 32768}}});
+  s.Ok("RegisterContainerInstance",
+       {{"totalResources", resources},
+        {"platformDevices", devices},
+        {"attributes", Json::array({{{"name", kCapacityProviderAttribute}, {"value", "pool"}}})}});
+  RegisterShared(s, "big", 6000, 50);
+  Json run = s.Ok("RunTask", {{"taskDefinition", "big"}, {"count", 3}});  // one placed, two wait
+  ASSERT_EQ(run["tasks"].size(), 3u);
+  const std::string line = "{cluster=\"default\",capacity_provider=\"pool\"}";
+  EXPECT_EQ(s.Scrape().at("gpupack_capacity_provider_waiting_tasks" + line), 2);
+  s.Ok("SubmitTaskStateChange", {{"task", run["tasks"][0]["taskArn"]}, {"status", "STOPPED"}, {"reason", "done"}});
+  auto m = s.Scrape();
+  EXPECT_EQ(m.at("gpupack_capacity_provider_waiting_tasks" + line), 1);
+  EXPECT_EQ(m.at("gpupack_capacity_provider_wait_seconds_count{capacity_provider=\"pool\"}"), 1);
+  EXPECT_EQ(m.at("gpupack_capacity_provider_wait_seconds_bucket{capacity_provider=\"pool\",le=\"+Inf\"}"), 1);
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "promtool is not on PATH";
+  const testing_support::TempDir dir("gpupack-queue-metrics");
+  const std::string input = dir.Write("metrics.txt", s.Render());
+  const std::string report = dir.File("promtool.txt");
+  const int rc = std::system(("promtool check metrics < '" + input + "' > '" + report + "' 2>&1").c_str());
+  std::ifstream in(report);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << output;
+  EXPECT_EQ(output, "");
+}
+
 }  // namespace
 }  // namespace gpupack::api

@@ -799,5 +799,63 @@ TEST(PlannerReportTest, BoundsJsonKeys) {
   EXPECT_FALSE(j.contains("fleet"));
 }
 
+// ---- waiting (replay --wait, size --target-wait-p95) --------------------------------------------------------
+
+// WaitFixture: one node of 1 GPU (milli). a 600 [0,10); b a whole GPU at 1 for 10 s: does not fit, waits (the
+// head); c 300 at 2 for 2 s: backfills past b into the 400 left, at once. a leaves at 10: b starts, waited 9 s.
+struct WaitFixture {
+  Fleet fleet = ParseFleet(Nodes().Add(1, 1, "T4").Str(), "nodes.csv");
+  Workload w = ParseWorkload(Pods().Add("a", 1, 600, 0, 10).Add("b", 1, 1000, 1, 11).Add("c", 1, 300, 2, 4).Str(),
+                             "pods.csv");
+  Result<Scenario> sc = BuildScenario(&fleet, w, GpuUnits::kAuto);
+};
+
+TEST(WaitTest, RefusedTasksWaitBackfillAndReportPercentilesPerShape) {
+  WaitFixture f;
+  auto& sc = f.sc;
+  ASSERT_TRUE(sc.ok());
+  ReplayOptions o;
+  o.wait = true;
+  auto r = RunReplay(*sc, {*ParseStrategy("binpack:gpuMemory")}, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->strategies[0].waits.has_value());
+  const WaitResult& waits = *r->strategies[0].waits;
+  // Waits {0, 9, 0}: p50 is the 2nd of 3 (0), p95 and max the 3rd (9).
+  EXPECT_EQ(waits.all.tasks, 3);
+  EXPECT_EQ(waits.all.waited, 1);
+  EXPECT_EQ(waits.all.never_started, 0);
+  EXPECT_DOUBLE_EQ(waits.all.p50, 0);
+  EXPECT_DOUBLE_EQ(waits.all.p95, 9);
+  EXPECT_DOUBLE_EQ(waits.all.max, 9);
+  EXPECT_EQ(waits.last_end, 20);  // b: started at 10, stays its 10 s
+  ASSERT_EQ(waits.by_shape.size(), 3u);
+  for (const auto& f : waits.by_shape) EXPECT_DOUBLE_EQ(f.max, f.shape == ShapeLabel(sc->shapes[sc->tasks[1].shape], sc->units) ? 9 : 0) << f.shape;
+  // Without times there is nothing to wait for.
+  o.at_once = true;
+  EXPECT_EQ(RunReplay(*sc, {*ParseStrategy("binpack:gpuMemory")}, o).status().code(), ErrorCode::kInvalidParameter);
+}
+
+TEST(WaitTest, SizeFindsTheSmallestFleetWithinAP95WaitTarget) {
+  // WaitFixture: on one node b waits 9 s (p95 9); two nodes start everything at once.
+  WaitFixture f;
+  auto& sc = f.sc;
+  ASSERT_TRUE(sc.ok());
+  SizeOptions o;
+  const auto strategy = *ParseStrategy("binpack:gpuMemory");
+  o.target_wait_p95_s = 10;
+  auto ten = RunSize(*sc, {strategy}, o);
+  ASSERT_TRUE(ten.ok()) << ten.status().message();
+  EXPECT_EQ(ten->strategies[0].types[0].count, 1);
+  EXPECT_EQ(ten->strategies[0].types[0].wait_p95_s, 9.0);
+  o.target_wait_p95_s = 5;
+  auto five = RunSize(*sc, {strategy}, o);
+  ASSERT_TRUE(five.ok());
+  EXPECT_EQ(five->strategies[0].types[0].count, 2);
+  EXPECT_EQ(five->strategies[0].types[0].wait_p95_s, 0.0);
+  // Without waiting, no refusal at all needs the same two.
+  o.target_wait_p95_s.reset();
+  EXPECT_EQ(RunSize(*sc, {strategy}, o)->strategies[0].types[0].count, 2);
+}
+
 }  // namespace
 }  // namespace gpupack::plan
