@@ -197,6 +197,57 @@ TEST(Follow, AFollowerFedTheCommittedBatchesHoldsTheLeadersState) {
   EXPECT_EQ(free_mib(*follower.applier().View()), free_mib(*leader.applier().View()));
 }
 
+// A promoted follower, like a leader that loaded the state, keeps the instances the old leader had connected
+// placeable while their agents find it (agent_reconnect_grace_ms): RunTask places there (PENDING, for the agent's
+// hello), and the first write after the grace marks an agent that never came disconnected.
+TEST(Follow, APromotedFollowerKeepsTheLeadersConnectedInstancesPlaceableForTheGrace) {
+  EpochMs now = 1'700'000'000'000;
+  auto options = [&now](bool follow) {
+    ControlPlaneOptions o = Options(follow);
+    o.placement.place_on_disconnected = false;
+    o.clock = [&now] { return now; };
+    return o;
+  };
+  RecordingStore leader_store;
+  GroupCommitter leader_committer(leader_store);
+  ControlPlane leader(options(false), leader_store, leader_committer);
+  ASSERT_TRUE(leader.Load().ok());
+  MemoryStore empty;
+  GroupCommitter follower_committer(empty);
+  ControlPlane follower(options(true), empty, follower_committer);
+  ASSERT_TRUE(follower.Load().ok());
+
+  Ok(leader, "CreateCluster", Json::object());
+  const Json gpu = {{"id", "GPU-0"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 24576}}}};
+  const std::string inst = Ok(leader, "RegisterContainerInstance",
+                              {{"totalResources", Resources(8192, 32768)}, {"platformDevices", Json::array({gpu})}})
+                               ["containerInstance"]["containerInstanceArn"];
+  Ok(leader, "RegisterTaskDefinition",
+     {{"family", "mps"},
+      {"containerDefinitions",
+       Json::array({{{"name", "main"},
+                     {"image", "busybox"},
+                     {"memory", 64},
+                     {"resourceRequirements",
+                      Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
+  std::promise<Status> hello;
+  leader.AgentHello(inst, protocol::Hello{}, [&](Status s, protocol::Welcome) { hello.set_value(s); });
+  ASSERT_TRUE(hello.get_future().get().ok());
+  leader.applier().Drain();
+  leader_committer.Flush();
+  ASSERT_TRUE(follower.applier().Follow(leader_store.batches()).ok());
+
+  follower.applier().Promote();
+  Json r = Ok(follower, "RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_EQ(r["tasks"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["tasks"][0]["lastStatus"], "PENDING");
+  now += ApplierOptions{}.agent_reconnect_grace_ms + 1;  // the grace is over and the agent never came
+  r = Ok(follower, "RunTask", {{"taskDefinition", "mps"}});
+  EXPECT_TRUE(r["tasks"].empty()) << r.dump();
+  ASSERT_EQ(r["failures"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["failures"][0]["reason"], "AGENT");
+}
+
 TEST(Follow, ABatchThatReplacesEverythingAsksForALoad) {
   ClusterState state;
   FollowedChanges touched;
