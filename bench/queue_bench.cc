@@ -42,10 +42,18 @@ constexpr int kGpusPerInstance = 8;
 constexpr int kWaiting = 100'000;
 
 // StepMs: how far the clock moves per stop: $QUEUE_BENCH_STEP_MS, default 1000 (1 s). The server purges expired
-// STOPPED tasks at most once a minute of its clock, so at 1 s per stop one stop in 60 also pays for that scan.
+// STOPPED tasks at most once a minute of its clock, so at 1 s per stop one stop in 60 also runs the purge.
 EpochMs StepMs() {
   const char* v = std::getenv("QUEUE_BENCH_STEP_MS");
   return v ? std::atoll(v) : 1000;
+}
+
+// RetentionMs: how long a STOPPED task is kept: $QUEUE_BENCH_RETENTION_MS, default the server's hour. 2,000 stops
+// at 1 s last 33 minutes of the clock, so with the hour no task expires and the purge forgets nothing; a shorter
+// retention makes each purge after it forget the tasks stopped a retention before (60 a minute at 1 s a stop).
+EpochMs RetentionMs() {
+  const char* v = std::getenv("QUEUE_BENCH_RETENTION_MS");
+  return v ? std::atoll(v) : ControlPlaneOptions{}.stopped_task_retention_ms;
 }
 
 int64_t ProcessCpuNs() {
@@ -72,6 +80,7 @@ class QueueFixture {
     o.placement.place_on_disconnected = true;  // the benchmark plays the agents
     o.placement.max_provisioning_per_cluster = kWaiting + 1000;
     o.placement.provisioning_timeout_ms = 7 * 24 * 3'600'000;  // no waiting task expires during the run
+    o.stopped_task_retention_ms = RetentionMs();
     o.clock = [this] { return now_; };
     cp_ = std::make_unique<ControlPlane>(o, *store_, *committer_);
     if (Status s = cp_->Load(); !s.ok()) throw std::runtime_error(s.message());

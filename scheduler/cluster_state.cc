@@ -240,7 +240,9 @@ void ClusterState::PutTask(Task task) {
   if (auto old = tasks_.find(arn); old != tasks_.end() && old->second->last_status == TaskStatus::kProvisioning)
     IndexWaiting(*old->second, /*insert=*/false);
   if (task.last_status == TaskStatus::kProvisioning) IndexWaiting(task, /*insert=*/true);
-  tasks_[arn] = std::make_shared<Task>(std::move(task));
+  auto& slot = tasks_[arn];
+  slot = std::make_shared<Task>(std::move(task));
+  FileStopped(arn, slot.get());
 }
 
 Status ClusterState::EraseStoppedTask(const std::string& arn) {
@@ -248,8 +250,34 @@ Status ClusterState::EraseStoppedTask(const std::string& arn) {
   if (it == tasks_.end()) return Status::Ok();
   if (!it->second->resources_released)
     return Status::Server("task " + arn + " still holds resources and cannot be purged");
+  FileStopped(arn, nullptr);  // before the erase: `arn` may be the task's own string
   tasks_.erase(it);
   return Status::Ok();
+}
+
+void ClusterState::RefileStopped(const std::string& arn) {
+  auto it = tasks_.find(arn);
+  FileStopped(arn, it == tasks_.end() ? nullptr : it->second.get());
+}
+
+void ClusterState::FileStopped(const std::string& arn, const Task* task) {
+  const bool stopped = task && task->last_status == TaskStatus::kStopped && task->stopped_at != 0;
+  auto filed = stopped_filed_.find(arn);
+  if (filed == stopped_filed_.end()) {
+    if (!stopped) return;
+    auto entry = stopped_.emplace(task->stopped_at, arn).first;
+    stopped_filed_.emplace(entry->second, task->stopped_at);
+    return;
+  }
+  if (stopped && filed->second == task->stopped_at) return;  // filed already, under its stopped_at
+  // The entry's node moves to the new time or goes: nothing reads `arn` once it is out, so `arn` may be the
+  // entry's own string (an ARN taken from StoppedTasks).
+  auto node = stopped_.extract(stopped_.find({filed->second, arn}));
+  stopped_filed_.erase(filed);
+  if (!stopped) return;
+  node.value().first = task->stopped_at;
+  auto entry = stopped_.insert(std::move(node)).position;
+  stopped_filed_.emplace(entry->second, task->stopped_at);
 }
 
 // ApplyReservation adds (sign = +1) or returns (sign = -1) a task's holdings on its instance and GPUs.
@@ -334,7 +362,9 @@ Status ClusterState::ReserveTask(Task task) {
   ApplyReservation(task, +1);
   IndexServiceTask(task, /*insert=*/true);
   std::string arn = task.arn;
-  tasks_[arn] = std::make_shared<Task>(std::move(task));
+  auto& slot = tasks_[arn];
+  slot = std::make_shared<Task>(std::move(task));
+  FileStopped(arn, slot.get());
   return Status::Ok();
 }
 
@@ -403,16 +433,10 @@ void ClusterState::SetTaskLastStatus(const std::string& task_arn, TaskStatus las
   if (!task || task->last_status == last_status) return;
   if (task->last_status == TaskStatus::kProvisioning) {  // it leaves its line (only STOPPED may follow here)
     IndexWaiting(*task, /*insert=*/false);
-    task->last_status = last_status;
-    return;
-  }
-  if (last_status == TaskStatus::kStopped) {
+  } else if (last_status == TaskStatus::kStopped) {
     ReleaseTask(task_arn);
-    task->last_status = last_status;
-    return;
-  }
-  ContainerInstance* inst = task->resources_released ? nullptr : FindInstance(task->container_instance_arn);
-  if (inst) {
+  } else if (ContainerInstance* inst =
+                 task->resources_released ? nullptr : FindInstance(task->container_instance_arn)) {
     bool was_running = task->last_status == TaskStatus::kRunning, now_running = last_status == TaskStatus::kRunning;
     if (was_running != now_running) {
       inst->running_tasks_count += now_running ? 1 : -1;
@@ -420,6 +444,7 @@ void ClusterState::SetTaskLastStatus(const std::string& task_arn, TaskStatus las
     }
   }
   task->last_status = last_status;
+  FileStopped(task_arn, task);
 }
 
 void ResetHoldings(ContainerInstance& inst) {

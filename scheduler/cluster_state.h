@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -180,6 +181,16 @@ class ClusterState {
   void DropSuperseded() { superseded_.clear(); }
   // Drops a STOPPED task from memory (retention expired). Refuses tasks that still hold resources.
   Status EraseStoppedTask(const std::string& arn);
+  // StoppedTasks: (stopped_at, ARN) of every task whose last_status is STOPPED and whose stopped_at is set, each
+  // once, earliest first: the retention purge reads the expired ones at its head and never walks the tasks that
+  // did not stop (100,000 waiting ones, say). Kept by PutTask (the load, a follower), ReserveTask,
+  // PlaceWaitingTask, SetTaskLastStatus and EraseStoppedTask, each filing a task by its record as it leaves it.
+  // ListTasks' STOPPED order (ReadView::TaskOrderOf) cannot serve: it holds desiredStatus STOPPED (a task
+  // still running until its agent reports) by createdAt (a task created long ago may have stopped a second ago).
+  const std::set<std::pair<EpochMs, std::string>>& StoppedTasks() const { return stopped_; }
+  // RefileStopped: a task changed in place, through FindTask, is filed again by its record (Transaction::
+  // UpdateTask calls it, so that a stopped_at changed after the task stopped moves its entry, not adds one).
+  void RefileStopped(const std::string& arn);
 
   // ReserveTask adds a placed task and holds its reservations on its instance. The task's
   // container_instance_arn, reserved and gpu_reservations must be filled (the placement decision).
@@ -341,6 +352,13 @@ class ClusterState {
 
   std::unordered_map<std::string, std::shared_ptr<Task>> tasks_;
   std::vector<std::shared_ptr<Task>> superseded_;  // versions replaced by Own() since DropSuperseded()
+  std::set<std::pair<EpochMs, std::string>> stopped_;  // (stopped_at, ARN) (StoppedTasks)
+  // ARN (a view of the string in its stopped_ entry) -> the stopped_at it is filed under: a task leaves the entry
+  // it was filed under even when its record changed in place since.
+  std::unordered_map<std::string_view, EpochMs> stopped_filed_;
+  // FileStopped files the task `arn` by `task`, its record now (null: it is gone): in stopped_ when STOPPED with a
+  // stopped_at, else in no entry; an entry of an earlier record is dropped.
+  void FileStopped(const std::string& arn, const Task* task);
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
   std::map<std::string, Service> services_;  // ARN -> service
   std::map<std::string, CapacityProvider> capacity_providers_;  // name -> provider

@@ -138,6 +138,7 @@ Status ClusterState::PlaceWaitingTask(Task placed) {
   IndexServiceTask(placed, /*insert=*/true);
   superseded_.push_back(std::move(it->second));  // a view may still hold the waiting version
   it->second = std::make_shared<Task>(std::move(placed));
+  FileStopped(it->first, it->second.get());
   return Status::Ok();
 }
 

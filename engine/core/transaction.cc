@@ -109,6 +109,7 @@ void Transaction::UpdateTask(const std::string& arn, const std::function<void(Ta
   Task* task = state_.FindTask(arn);
   if (!task) return;
   change(*task);
+  state_.RefileStopped(arn);  // a change of a STOPPED task's stopped_at moves it in the purge's index
   TouchTask(*task);
 }
 

@@ -398,12 +398,13 @@ Status ExplainPlacement(const ExplainPlacementRequest& in, const ClusterState& s
 }
 
 void PurgeExpired(Transaction& txn, EpochMs retention_ms) {
+  // The STOPPED tasks earliest first: only the expired ones are read, however many tasks wait or run. (A STOPPED
+  // task still holding resources, which no operation leaves, would be refused by EraseStoppedTask and stay filed.)
   std::vector<std::string> expired;
-  txn.state().ForEachTask([&](const Task& t) {
-    if (t.last_status == TaskStatus::kStopped && t.resources_released && t.stopped_at &&
-        txn.now() - t.stopped_at > retention_ms)
-      expired.push_back(t.arn);
-  });
+  for (const auto& [stopped_at, arn] : txn.state().StoppedTasks()) {
+    if (txn.now() - stopped_at <= retention_ms) break;
+    expired.push_back(arn);
+  }
   for (const auto& arn : expired) (void)txn.EraseStoppedTask(arn);
   std::vector<std::pair<std::string, std::string>> tokens;
   txn.state().ForEachClientToken([&](const ClientTokenRecord& r) {

@@ -150,10 +150,19 @@ TEST_F(ApplierTest, ATaskChangedTwiceInOneCommitGroupIsListedOnceAndPurgedWhole)
   EXPECT_EQ(stopped.size(), 3u) << stopped.dump();
   EXPECT_EQ(std::set<std::string>(stopped.begin(), stopped.end()), (std::set<std::string>{a, b, c}));
   EXPECT_EQ(Ok("ListTasks", {{"desiredStatus", "RUNNING"}})["taskArns"].size(), 1u);  // the blocker
+  // The purge's index of STOPPED tasks (working state) holds each of the three once, too.
+  auto filed = [this] {
+    std::set<std::pair<EpochMs, std::string>> out;
+    cp_.applier().Inspect([&](const ClusterState& st) { out = st.StoppedTasks(); });
+    return out;
+  };
+  const EpochMs stopped_at = now_->load();
+  EXPECT_EQ(filed(), (std::set<std::pair<EpochMs, std::string>>{{stopped_at, a}, {stopped_at, b}, {stopped_at, c}}));
 
-  // Past the retention: the next write purges all three, and neither order keeps a trace of them.
+  // Past the retention: the next write purges all three, and neither order nor the index keeps a trace of them.
   now_->store(now_->load() + 3'600'000 + 120'000);
   Ok("CreateCluster", {{"clusterName", "other"}});
+  EXPECT_TRUE(filed().empty());
   EXPECT_TRUE(Ok("ListTasks", {{"desiredStatus", "STOPPED"}})["taskArns"].empty());
   const Json d = Ok("DescribeTasks", {{"tasks", {a, b, c}}});
   EXPECT_TRUE(d["tasks"].empty());

@@ -948,6 +948,79 @@ TEST_F(ControlPlaneTest, TaskGroupsAreForgottenWithTheirLastTask) {
   EXPECT_EQ(counts(), std::make_pair(size_t{1}, size_t{1}));
 }
 
+// The retention purge (once a minute of the server's clock) forgets exactly the tasks that stopped over an hour
+// before: not one that stopped later, not one that runs, not one asked to stop whose agent has not reported yet
+// (desiredStatus STOPPED: ListTasks lists it with the stopped ones). It reads them from the index of STOPPED tasks
+// by stopped_at (ClusterState::StoppedTasks), not from a walk of every task: a task reported STOPPED twice is in
+// it once, a restart files the loaded ones again, and nothing of a purged task is left anywhere (ListTasks,
+// DescribeTasks, the index).
+TEST_F(ControlPlaneTest, TheRetentionPurgeForgetsExactlyTheTasksStoppedOverAnHourAgoAcrossARestart) {
+  constexpr EpochMs kMinute = 60'000;
+  using Filed = std::set<std::pair<EpochMs, std::string>>;
+  auto filed = [](Server& s) {
+    Filed out;
+    s.Inspect([&](const ClusterState& st) { out = st.StoppedTasks(); });
+    return out;
+  };
+  auto listed_stopped = [](Server& s) {
+    const Json arns = s.Ok("ListTasks", {{"desiredStatus", "STOPPED"}})["taskArns"];
+    return std::set<std::string>(arns.begin(), arns.end());
+  };
+  auto described = [](Server& s, const std::vector<std::string>& arns) {
+    const Json d = s.Ok("DescribeTasks", {{"tasks", arns}});
+    std::map<std::string, std::string> out;  // ARN -> lastStatus, "MISSING" for a failure
+    for (const Json& t : d["tasks"]) out[t["taskArn"]] = t["lastStatus"];
+    for (const Json& f : d["failures"]) out[f["arn"]] = f["reason"];
+    return out;
+  };
+  std::string old_stop, reported, young, stopping, running;
+  EpochMs t0 = 0;
+  {
+    Server s(db_);
+    t0 = s.now_;
+    s.Ok("CreateCluster", Json::object());
+    RegisterInstance(s, {81920});
+    RegisterShared(s, "mps", 1000);
+    auto run = [&] { return s.Ok("RunTask", {{"taskDefinition", "mps"}})["tasks"][0]["taskArn"].get<std::string>(); };
+    old_stop = run(), reported = run(), young = run(), stopping = run(), running = run();
+    for (const auto& arn : {reported, young, stopping, running})
+      s.Ok("SubmitTaskStateChange", {{"task", arn}, {"status", "RUNNING"}});
+    s.Ok("StopTask", {{"task", old_stop}});  // PENDING: stopped at once
+    s.Ok("SubmitTaskStateChange", {{"task", reported}, {"status", "STOPPED"}});
+    s.Ok("SubmitTaskStateChange", {{"task", reported}, {"status", "STOPPED"}, {"reason", "again"}});
+    s.Ok("StopTask", {{"task", stopping}});  // RUNNING, no agent to stop it: still RUNNING until a report
+    EXPECT_EQ(filed(s), (Filed{{t0, old_stop}, {t0, reported}}));
+    s.now_ = t0 + 30 * kMinute;
+    s.Ok("SubmitTaskStateChange", {{"task", young}, {"status", "STOPPED"}});
+    s.Ok("SubmitTaskStateChange", {{"task", reported}, {"status", "STOPPED"}, {"reason", "late"}});  // stays at t0
+    EXPECT_EQ(filed(s), (Filed{{t0, old_stop}, {t0, reported}, {t0 + 30 * kMinute, young}}));
+    EXPECT_EQ(listed_stopped(s), (std::set<std::string>{old_stop, reported, young, stopping}));
+
+    s.now_ = t0 + 62 * kMinute;  // old_stop and reported stopped 62 minutes ago, young 32
+    s.Ok("CreateCluster", Json::object());
+    EXPECT_EQ(filed(s), (Filed{{t0 + 30 * kMinute, young}}));
+    EXPECT_EQ(listed_stopped(s), (std::set<std::string>{young, stopping}));
+    EXPECT_EQ(described(s, {old_stop, reported, young, stopping, running}),
+              (std::map<std::string, std::string>{{old_stop, "MISSING"}, {reported, "MISSING"}, {young, "STOPPED"},
+                                                  {stopping, "RUNNING"}, {running, "RUNNING"}}));
+  }
+  Server s(db_);
+  s.now_ = t0 + 62 * kMinute;
+  EXPECT_EQ(filed(s), (Filed{{t0 + 30 * kMinute, young}})) << "the load files the STOPPED tasks it reads";
+  s.now_ = t0 + 70 * kMinute;
+  s.Ok("SubmitTaskStateChange", {{"task", stopping}, {"status", "STOPPED"}});  // its agent reports at last
+  EXPECT_EQ(filed(s), (Filed{{t0 + 30 * kMinute, young}, {t0 + 70 * kMinute, stopping}}));
+  s.now_ = t0 + 91 * kMinute;  // young stopped 61 minutes ago, stopping 21
+  s.Ok("CreateCluster", Json::object());
+  EXPECT_EQ(filed(s), (Filed{{t0 + 70 * kMinute, stopping}}));
+  EXPECT_EQ(listed_stopped(s), (std::set<std::string>{stopping}));
+  EXPECT_EQ(described(s, {young, stopping, running}),
+            (std::map<std::string, std::string>{{young, "MISSING"}, {stopping, "STOPPED"}, {running, "RUNNING"}}));
+  size_t tasks = 0;
+  s.Inspect([&](const ClusterState& st) { tasks = st.TaskCount(); });
+  EXPECT_EQ(tasks, 2u);
+}
+
 // ListTasks pages through each cluster's tasks oldest first (createdAt, then ARN), with filters, across stops
 // that move tasks from the RUNNING list to the STOPPED one, and answers the same after a restart.
 TEST_F(ControlPlaneTest, ListTasksPagesOldestFirstThroughStopsFiltersAndARestart) {

@@ -3,8 +3,11 @@
 // reservations included, and places on it like the leader once promoted.
 #include "engine/core/follow.h"
 
+#include <atomic>
 #include <future>
+#include <memory>
 #include <mutex>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -257,6 +260,85 @@ TEST(Follow, ABatchThatReplacesEverythingAsksForALoad) {
   WriteBatch d;
   d.DeleteInstance("arn:aws:ecs:us-east-1:000000000000:container-instance/default/x");
   EXPECT_FALSE(ApplyCommitted(state, d, touched).ok());
+}
+
+// A hot standby files the STOPPED tasks of the batches it follows as the leader does (ClusterState::StoppedTasks:
+// the index the retention purge reads), a task reported STOPPED twice once; it drops the ones the leader's purge
+// deleted; promoted, it purges from its own index exactly the tasks whose hour is over.
+TEST(Follow, AFollowerKeepsTheIndexOfStoppedTasksAndPurgesFromItOncePromoted) {
+  constexpr EpochMs kMinute = 60'000;
+  const EpochMs t0 = 1'700'000'000'000;
+  auto now = std::make_shared<std::atomic<EpochMs>>(t0);
+  auto options = [now](bool follow) {
+    ControlPlaneOptions o = Options(follow);
+    o.clock = [now] { return now->load(); };
+    return o;
+  };
+  RecordingStore leader_store;
+  GroupCommitter leader_committer(leader_store);
+  ControlPlane leader(options(false), leader_store, leader_committer);
+  ASSERT_TRUE(leader.Load().ok());
+  MemoryStore empty;
+  GroupCommitter follower_committer(empty);
+  ControlPlane follower(options(true), empty, follower_committer);
+  ASSERT_TRUE(follower.Load().ok());
+  size_t followed = 0;  // the leader's batches the follower has applied
+  auto follow = [&] {
+    leader_committer.Flush();
+    const std::vector<WriteBatch> batches = leader_store.batches();
+    ASSERT_TRUE(follower.applier().Follow({batches.begin() + static_cast<long>(followed), batches.end()}).ok());
+    followed = batches.size();
+  };
+  using Filed = std::set<std::pair<EpochMs, std::string>>;
+  auto filed = [](ControlPlane& cp) {
+    Filed out;
+    cp.applier().Inspect([&](const ClusterState& st) { out = st.StoppedTasks(); });
+    return out;
+  };
+
+  Ok(leader, "CreateCluster", Json::object());
+  Ok(leader, "RegisterContainerInstance",
+     {{"totalResources", Resources(8192, 32768)},
+      {"platformDevices", Json::array({{{"id", "GPU-0"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 24576}}}}})}});
+  Ok(leader, "RegisterTaskDefinition",
+     {{"family", "mps"},
+      {"containerDefinitions",
+       Json::array({{{"name", "main"},
+                     {"image", "busybox"},
+                     {"memory", 64},
+                     {"resourceRequirements",
+                      Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
+  std::vector<std::string> arns;
+  const Json ran = Ok(leader, "RunTask", {{"taskDefinition", "mps"}, {"count", 4}});
+  for (const auto& t : ran["tasks"]) arns.push_back(t["taskArn"]);
+  ASSERT_EQ(arns.size(), 4u) << ran.dump();
+  Ok(leader, "SubmitTaskStateChange", {{"task", arns[0]}, {"status", "STOPPED"}});
+  Ok(leader, "StopTask", {{"task", arns[1]}});  // PENDING: stopped at once
+  follow();
+  Ok(leader, "SubmitTaskStateChange", {{"task", arns[0]}, {"status", "STOPPED"}, {"reason", "again"}});
+  now->store(t0 + 40 * kMinute);
+  Ok(leader, "SubmitTaskStateChange", {{"task", arns[2]}, {"status", "STOPPED"}});
+  follow();
+  const Filed all = {{t0, arns[0]}, {t0, arns[1]}, {t0 + 40 * kMinute, arns[2]}};
+  EXPECT_EQ(filed(leader), all);
+  EXPECT_EQ(filed(follower), all);
+
+  now->store(t0 + 70 * kMinute);  // the leader's next write purges the two stopped at t0
+  Ok(leader, "CreateCluster", {{"clusterName", "other"}});
+  follow();
+  EXPECT_EQ(filed(leader), (Filed{{t0 + 40 * kMinute, arns[2]}}));
+  EXPECT_EQ(filed(follower), (Filed{{t0 + 40 * kMinute, arns[2]}}));
+  ExpectSameViews(*leader.applier().View(), *follower.applier().View());
+
+  follower.applier().Promote();
+  now->store(t0 + 101 * kMinute);  // arns[2] stopped 61 minutes ago
+  Ok(follower, "CreateCluster", {{"clusterName", "third"}});
+  EXPECT_TRUE(filed(follower).empty());
+  EXPECT_TRUE(Ok(follower, "ListTasks", {{"desiredStatus", "STOPPED"}})["taskArns"].empty());
+  const Json d = Ok(follower, "DescribeTasks", {{"tasks", arns}});
+  ASSERT_EQ(d["tasks"].size(), 1u);
+  EXPECT_EQ(d["tasks"][0]["taskArn"], arns[3]);
+  EXPECT_EQ(d["failures"].size(), 3u);
 }
 
 }  // namespace
