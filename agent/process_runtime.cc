@@ -465,9 +465,8 @@ class ProcessRuntime final : public Runtime {
       return reserved_[task_arn] = uid;
     }
     return Status::Server("process runtime: no free uid in --task-uids " + std::to_string(uids_->first) + "-" +
-                          std::to_string(uids_->last) + ": all " + std::to_string(count) +
-                          " are held by this agent's tasks, by processes still running as them or by users of "
-                          "this host");
+                          std::to_string(uids_->last) + ": every one is held by a task of this agent, by a process "
+                          "still running as it or by a user of this host");
   }
 
   // NamedUser: the host's user database knows `uid` (a real user, never a task's).
