@@ -143,6 +143,7 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     process.monitor_program = BundledMonitorProgram();
     // Never root unless asked for: a root agent runs its tasks as nobody by default.
     process.task_user = !options.task_user.empty() ? options.task_user : geteuid() == 0 ? "nobody" : "";
+    process.task_uids = options.task_uids;
     auto rt = MakeProcessRuntime(std::move(process));
     if (!rt.ok()) return rt.status();
     impl->runtime = impl->metrics->TimeRuntime(std::move(*rt));

@@ -35,6 +35,9 @@ struct AgentOptions {
   // The process runtime's task user (ProcessRuntimeOptions::task_user); empty: `nobody` when the agent runs as
   // root, else the agent's own user.
   std::string task_user;
+  // The process runtime's range of task uids (ProcessRuntimeOptions::task_uids): a uid of its own for each task;
+  // empty: every task runs as the task user.
+  std::string task_uids;
   std::string docker_socket = "/var/run/docker.sock";
   // The docker runtime's GPU injection (agent/gpu_injection.h): auto | nvidia | cdi | devices; the driver root for
   // devices (empty: found); binds every GPU container also gets. An agent whose host can inject no GPU registers

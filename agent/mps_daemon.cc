@@ -69,6 +69,17 @@ Status MakeDirs(const std::string& path) {
   return Status::Ok();
 }
 
+// OpenToTaskUsers makes the pipe directory 1777, like /tmp, an existing one too: the control daemon starts each
+// MPS server as the uid of its first client, never root for a task, and that server must reach the daemon's socket
+// and make its own pipes here (search and write); the sticky bit keeps one user from removing or replacing
+// another's entries, the daemon's included.
+Status OpenToTaskUsers(const std::string& pipe_dir) {
+  if (chmod(pipe_dir.c_str(), 01777) != 0) {
+    return Status::Server("cannot open the MPS pipe directory " + pipe_dir + " to task users: " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
@@ -296,6 +307,7 @@ class MpsControlDaemon final : public MpsSupervisor {
                                       " characters: the daemon's unix sockets in it would not fit");
     }
     if (Status s = MakeDirs(options_.pipe_dir); !s.ok()) return s;
+    if (Status s = OpenToTaskUsers(options_.pipe_dir); !s.ok()) return s;
     if (Status s = MakeDirs(options_.log_dir); !s.ok()) return s;
     std::lock_guard lock(run_mu_);
     const MpsHealth first = ProbeLocked();

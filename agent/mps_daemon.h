@@ -71,7 +71,8 @@ class MpsSupervisor {
 };
 
 // MakeMpsControlDaemon: every control command runs `control_program` as a child in its own process group with
-// CUDA_MPS_PIPE_DIRECTORY/CUDA_MPS_LOG_DIRECTORY set (the directories are created 0755 by Start), the command on
+// CUDA_MPS_PIPE_DIRECTORY/CUDA_MPS_LOG_DIRECTORY set (Start creates the directories 0755, then makes the pipe
+// directory 1777, so that an MPS server started as a task's uid reaches the daemon and makes its pipes), the command on
 // its stdin and its answer read from stdout and stderr, all within probe_timeout; past it the child's process
 // group is killed. Probe sends `get_default_active_thread_percentage`: an answer is kServing, no answer in time
 // kHung, a non-zero exit or a "Cannot find MPS control daemon"-style answer kNotServing. Start refuses

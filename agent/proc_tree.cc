@@ -1,6 +1,7 @@
 #include "agent/proc_tree.h"
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -19,6 +20,20 @@ std::string ReadSmallFile(const std::string& path) {
 bool ToInt(const std::string& s, int& out) {
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+// StatusUids: the four uids of a /proc/<pid>/status text's Uid: line (real, effective, saved, file-system); none
+// for a zombie, which can no longer act as its uid (and waits for a reaper that may never come).
+std::vector<int64_t> StatusUids(const std::string& text) {
+  if (text.find("\nState:\tZ") != std::string::npos) return {};
+  size_t line = text.starts_with("Uid:") ? 0 : text.find("\nUid:");
+  if (line == std::string::npos) return {};
+  if (line != 0) ++line;
+  const size_t end = text.find('\n', line);
+  std::istringstream fields(text.substr(line + 4, end == std::string::npos ? std::string::npos : end - line - 4));
+  std::vector<int64_t> uids;
+  for (int64_t uid = 0; uids.size() < 4 && fields >> uid;) uids.push_back(uid);
+  return uids;
 }
 
 }  // namespace
@@ -42,6 +57,18 @@ std::optional<ProcIds> ReadProcIds(int pid) {
   std::string text = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat");
   if (text.empty()) return std::nullopt;
   return ParseProcStat(text);
+}
+
+std::set<int64_t> ProcessUids(int64_t first, int64_t last) {
+  std::set<int64_t> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    for (int64_t uid : StatusUids(ReadSmallFile("/proc/" + name + "/status")))
+      if (uid >= first && uid <= last) out.insert(uid);
+  }
+  return out;
 }
 
 std::string ReadProcCgroup(int pid) {

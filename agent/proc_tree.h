@@ -1,8 +1,10 @@
-// Reading /proc: which process belongs to which container. The watchdog gets pids from NVML and needs the task
-// behind each one.
+// Reading /proc: which process belongs to which container (the watchdog gets pids from NVML and needs the task
+// behind each one), and which uids processes run as (the process runtime's task uids).
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace gpupack::agent {
@@ -20,6 +22,10 @@ std::optional<ProcIds> ReadProcIds(int pid);
 
 // ParseProcStat parses the text of a /proc/<pid>/stat file (the command name may hold spaces and parentheses).
 std::optional<ProcIds> ParseProcStat(const std::string& text);
+
+// ProcessUids: the uids within [first, last] that some live process (not a zombie) on the host has, real,
+// effective, saved or file-system (the Uid: line of /proc/<pid>/status, which every user may read).
+std::set<int64_t> ProcessUids(int64_t first, int64_t last);
 
 // ReadProcCgroup returns /proc/<pid>/cgroup ("" when unreadable); a docker container's id appears in it.
 std::string ReadProcCgroup(int pid);

@@ -32,8 +32,10 @@
 // State on disk, <state_dir>/<id>.json, written only by the monitor, atomically (a temporary file, then
 // rename()); not fsync'ed, because the processes it describes do not outlive the host either:
 //   {"version":1,"id":...,"task_arn":...,"container_name":...,"argv0":...,"log_path":<the log directory>,
-//    "state":"running"|"exited","monitor_pid":M,"monitor_start_time":MT,"pid":P,"start_time":T
+//    ["uid":U,] "state":"running"|"exited","monitor_pid":M,"monitor_start_time":MT,"pid":P,"start_time":T
 //    [,"exit_code":C,"signal":S]}
+// uid is the task's own uid from ProcessRuntimeOptions::task_uids, when it has one: while the file is there that
+// uid is the task's.
 // start_time is field 22 of /proc/<pid>/stat (clock ticks since boot): a pid is the recorded process only if its
 // start time still matches, so a reused pid is never mistaken for (or signalled as) the container.
 //
@@ -43,12 +45,12 @@
 // The forked side (the middle process, the monitor, the workload's exec) is process_launch.cc.
 //
 // Thread-safe for different containers. It keeps no state in memory but a cache of which containers run (see
-// Inspect), and concurrent calls for different containers are independent: each Start has its own pipes and
-// files, every descriptor is CLOEXEC, and the monitor closes all it does not need at once, so a concurrent
-// Start's descriptors it inherited through fork are gone before the workload is forked. Calls for the same
-// container must not overlap (the agent runs each task's work one event at a time). A new instance on the same
-// state_dir (after the agent was killed, even with -9) lists, inspects and stops what an earlier one started and
-// reads its exit code once it exits.
+// Inspect) and the task uids of Starts in progress (ReserveUid), and concurrent calls for different containers are
+// independent: each Start has its own pipes and files, every descriptor is CLOEXEC, and the monitor closes all it
+// does not need at once, so a concurrent Start's descriptors it inherited through fork are gone before the
+// workload is forked. Calls for the same container must not overlap (the agent runs each task's work one event at
+// a time). A new instance on the same state_dir (after the agent was killed, even with -9) lists, inspects and
+// stops what an earlier one started and reads its exit code once it exits.
 #include <fcntl.h>
 #include <pwd.h>
 #include <poll.h>
@@ -67,6 +69,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -142,6 +145,7 @@ struct Record {
   unsigned long long start_time = 0;
   std::optional<int> exit_code;
   int signal_number = 0;
+  std::optional<int64_t> uid;  // the task's own uid (task_uids)
 };
 
 // Observation is a record together with the status read from it and from the processes it names.
@@ -152,12 +156,24 @@ struct Observation {
 
 class ProcessRuntime final : public Runtime {
  public:
-  ProcessRuntime(ProcessRuntimeOptions options, TaskIdentity identity)
-      : options_(std::move(options)), identity_(identity) {}
+  ProcessRuntime(ProcessRuntimeOptions options, TaskIdentity identity, std::optional<TaskUidRange> uids)
+      : options_(std::move(options)), identity_(identity), uids_(uids), next_uid_(uids ? uids->first : 0) {}
 
   std::string Name() const override { return "process"; }
 
   Result<std::string> Start(const ContainerSpec& spec) override {
+    if (!uids_ || !spec.mps_pipe_dir.empty()) return StartAs(spec, identity_, std::nullopt);
+    auto uid = ReserveUid(spec.task_arn);
+    if (!uid.ok()) return uid.status();
+    auto started = StartAs(spec, TaskIdentity{*uid, *uid}, *uid);
+    std::lock_guard lock(uid_mu_);
+    reserved_.erase(spec.task_arn);  // from here the state file holds it, or nothing started
+    return started;
+  }
+
+  // StartAs starts the container as `identity`; `own_uid` (the task's own uid) goes into its state file.
+  Result<std::string> StartAs(const ContainerSpec& spec, const TaskIdentity& identity,
+                              std::optional<int64_t> own_uid) {
     const std::string task_id = Sanitized(TaskIdOf(spec.task_arn));
     const std::string container = Sanitized(spec.container_name);
     const std::string id = Sanitized(task_id + "-" + container);
@@ -227,6 +243,7 @@ class ProcessRuntime final : public Runtime {
                  {"container_name", spec.container_name},
                  {"argv0", argv0},
                  {"log_path", log_path}};
+    if (own_uid) head["uid"] = *own_uid;
     l.json_prefix = head.dump();
     l.json_prefix.back() = ',';  // the monitor appends the rest of the object
     l.buffer.resize(l.json_prefix.size() + 512);
@@ -256,8 +273,8 @@ class ProcessRuntime final : public Runtime {
     l.data_send_fd = data[0];
     l.data_fd = data[1];
     l.exec_monitor = options_.exec_monitor;
-    l.run_uid = identity_.uid;
-    l.run_gid = identity_.gid;
+    l.run_uid = identity.uid;
+    l.run_gid = identity.gid;
     if (!options_.monitor_program.empty()) l.monitor_program = options_.monitor_program;
 
     const pid_t middle = StartMiddle(l);
@@ -344,18 +361,10 @@ class ProcessRuntime final : public Runtime {
   }
 
   Result<std::vector<RuntimeContainer>> List() override {
-    std::vector<std::string> ids;
-    std::error_code ec;
-    for (fs::directory_iterator it(options_.state_dir, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (name.size() > 5 && name.ends_with(".json") && ValidId(name.substr(0, name.size() - 5))) {
-        ids.push_back(name.substr(0, name.size() - 5));
-      }
-    }
-    if (ec) return Status::Server("process runtime: cannot list " + options_.state_dir + ": " + ec.message());
-    std::sort(ids.begin(), ids.end());
+    auto ids = Ids();
+    if (!ids.ok()) return ids.status();
     std::vector<RuntimeContainer> out;
-    for (const std::string& id : ids) {
+    for (const std::string& id : *ids) {
       auto seen = Observe(id);
       if (!seen.ok()) {
         spdlog::warn("process runtime: skipping {}: {}", id, seen.status().message());
@@ -414,6 +423,58 @@ class ProcessRuntime final : public Runtime {
 
   std::string StatePath(const std::string& id) const {
     return (fs::path(options_.state_dir) / (id + ".json")).string();
+  }
+
+  // Ids: the containers that have a state file, sorted.
+  Result<std::vector<std::string>> Ids() const {
+    std::vector<std::string> ids;
+    std::error_code ec;
+    for (fs::directory_iterator it(options_.state_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.size() > 5 && name.ends_with(".json") && ValidId(name.substr(0, name.size() - 5))) {
+        ids.push_back(name.substr(0, name.size() - 5));
+      }
+    }
+    if (ec) return Status::Server("process runtime: cannot list " + options_.state_dir + ": " + ec.message());
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+
+  // ReserveUid gives the task its uid (ProcessRuntimeOptions::task_uids): the one its other containers have, else
+  // the next free one after the last handed out, held in reserved_ until its Start ends. Reading every state file
+  // and /proc on each start is what lets a restarted agent, and processes that outlived their task, keep theirs.
+  Result<int64_t> ReserveUid(const std::string& task_arn) {
+    std::lock_guard lock(uid_mu_);
+    std::set<int64_t> taken;
+    auto ids = Ids();
+    if (!ids.ok()) return ids.status();
+    for (const std::string& id : *ids) {
+      auto record = ReadRecord(id);
+      if (!record.ok()) return record.status();  // an unreadable record could hold any uid
+      if (!record->has_value() || !(*record)->uid) continue;
+      if ((*record)->task_arn == task_arn) return reserved_[task_arn] = *(*record)->uid;
+      taken.insert(*(*record)->uid);
+    }
+    for (const auto& [arn, uid] : reserved_) taken.insert(uid);
+    const std::set<int64_t> running = ProcessUids(uids_->first, uids_->last);
+    const int64_t count = uids_->last - uids_->first + 1;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t uid = uids_->first + (next_uid_ - uids_->first + i) % count;
+      if (taken.count(uid) || running.count(uid) || NamedUser(uid)) continue;
+      next_uid_ = uid == uids_->last ? uids_->first : uid + 1;
+      return reserved_[task_arn] = uid;
+    }
+    return Status::Server("process runtime: no free uid in --task-uids " + std::to_string(uids_->first) + "-" +
+                          std::to_string(uids_->last) + ": every one is held by a task of this agent, by a process "
+                          "still running as it or by a user of this host");
+  }
+
+  // NamedUser: the host's user database knows `uid` (a real user, never a task's).
+  static bool NamedUser(int64_t uid) {
+    struct passwd pw {};
+    struct passwd* found = nullptr;
+    char buffer[4096];
+    return getpwuid_r(static_cast<uid_t>(uid), &pw, buffer, sizeof buffer, &found) == 0 && found != nullptr;
   }
 
   // AwaitStart reads the monitor's reports until the exec's outcome, for at most start_timeout.
@@ -507,6 +568,7 @@ class ProcessRuntime final : public Runtime {
       r.pid = json.value("pid", 0);
       r.start_time = json.value("start_time", 0ULL);
       if (json.contains("exit_code")) r.exit_code = json["exit_code"].get<int>();
+      if (json.contains("uid")) r.uid = json["uid"].get<int64_t>();
       r.signal_number = json.value("signal", 0);
     } catch (const Json::exception& e) {
       return Status::Server("process runtime: " + StatePath(id) + ": " + e.what());
@@ -581,6 +643,12 @@ class ProcessRuntime final : public Runtime {
   mutable std::mutex mu_;
   std::map<std::string, std::pair<pid_t, unsigned long long>> running_;
   const TaskIdentity identity_;
+  const std::optional<TaskUidRange> uids_;
+  // The task uids Starts in progress hold (by task ARN) and where the next search starts. Guarded by uid_mu_,
+  // which also makes each search and its reservation one step.
+  std::mutex uid_mu_;
+  std::map<std::string, int64_t> reserved_;
+  int64_t next_uid_;
 };
 
 // ParseId reads a decimal uid or gid (0..2^32-2); nullopt when `s` is not one.
@@ -620,6 +688,22 @@ Result<TaskIdentity> ResolveTaskUser(const std::string& task_user, int64_t agent
   return out;
 }
 
+Result<TaskUidRange> ParseTaskUids(const std::string& text) {
+  const auto refuse = [&text](const std::string& why) {
+    return Status::InvalidParameter("--task-uids '" + text + "': " + why);
+  };
+  const size_t dash = text.find('-');
+  if (dash == std::string::npos) return refuse("give a range FIRST-LAST, e.g. 70000-70999");
+  const auto first = ParseId(text.substr(0, dash));
+  const auto last = ParseId(text.substr(dash + 1));
+  if (!first || !last) return refuse("FIRST and LAST must be decimal uids, e.g. 70000-70999");
+  if (*first == 0) return refuse("the range must not hold uid 0 (root)");
+  if (*first > *last) return refuse("FIRST is above LAST");
+  if (*last > 2147483647) return refuse("uids above 2147483647 are read as negative by some programs");
+  if (*last - *first + 1 > kMaxTaskUids) return refuse("at most " + std::to_string(kMaxTaskUids) + " uids");
+  return TaskUidRange{*first, *last};
+}
+
 std::string ProcessImageNote(const std::string& image) {
   if (image == kHostImage) return "";
   return "image '" + image.substr(0, 150) + "' not used: the process runtime ran the command on the host";
@@ -630,6 +714,12 @@ Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions option
     return Status::InvalidParameter("process runtime: state_dir and log_dir are required");
   }
   GP_ASSIGN(identity, ResolveTaskUser(options.task_user, static_cast<int64_t>(geteuid())));
+  std::optional<TaskUidRange> uids;
+  if (!options.task_uids.empty()) {
+    GP_ASSIGN(range, ParseTaskUids(options.task_uids));
+    if (geteuid() != 0) return Status::InvalidParameter("--task-uids needs an agent running as root");
+    uids = range;
+  }
   for (const std::string& dir : {options.state_dir, options.log_dir}) {
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -637,7 +727,7 @@ Result<std::unique_ptr<Runtime>> MakeProcessRuntime(ProcessRuntimeOptions option
     if (!ec) fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
     if (ec) return Status::Server("process runtime: cannot create " + dir + ": " + ec.message());
   }
-  return std::unique_ptr<Runtime>(std::make_unique<ProcessRuntime>(std::move(options), identity));
+  return std::unique_ptr<Runtime>(std::make_unique<ProcessRuntime>(std::move(options), identity, uids));
 }
 
 std::string BundledMonitorProgram() {

@@ -25,7 +25,9 @@ struct ContainerSpec {
   std::vector<std::string> entry_point; // process: argv = entry_point + command (at least one element)
   std::vector<std::string> command;
   std::vector<KeyValuePair> environment;  // final environment (MPS variables already injected)
-  std::string mps_pipe_dir;             // docker: bind-mounted at the same path; empty for non-GPU containers
+  // Set for a shared (MPS) container, else empty. docker: bind-mounted at the same path; process: the container runs
+  // as the task user, never a uid of the task's own (ProcessRuntimeOptions::task_uids says why).
+  std::string mps_pipe_dir;
   int64_t cpu = 0;                      // CPU units (docker: CpuShares)
   std::optional<MiB> memory;            // hard limit (docker: Memory)
   std::optional<MiB> memory_reservation;
@@ -96,7 +98,29 @@ struct ProcessRuntimeOptions {
   // (root's are cleared by the change of uid) and no_new_privs; the state and log directories are 0700, so
   // it reads neither its own nor another task's state and logs, nor the agent's.
   std::string task_user;
+  // `gpupack agent --task-uids FIRST-LAST` (ParseTaskUids), root agents only; empty: none. Each task then runs as a
+  // uid of its own from this range (gid the same number, no supplementary groups, the same no-capability and
+  // no_new_privs treatment), so that no task reads another's /proc/PID/environ or signals it. All containers of a
+  // task share its uid. A uid is free once no container of this runtime holds it (a container's state file names
+  // its uid until Remove; a restarted agent reads them back), no process on the host runs as it (one that left
+  // its task's process group still holds it) and the host's user database does not name it; uids are handed out
+  // in turn through the range, not lowest first, so a freed uid waits as long as it can before its next task. A
+  // start that finds none free fails saying so.
+  // Shared (MPS) containers keep the task user: the MPS control daemon runs one server per uid and makes clients
+  // of another uid wait until every client of the running server has exited, so tasks of different uids would
+  // take turns on a GPU instead of sharing it.
+  std::string task_uids;
 };
+// TaskUidRange: the uids of `--task-uids` (first <= last).
+struct TaskUidRange {
+  int64_t first = 0;
+  int64_t last = -1;
+};
+// kMaxTaskUids bounds the size of a --task-uids range: far more than the tasks one agent runs at once.
+inline constexpr int64_t kMaxTaskUids = 65536;
+// ParseTaskUids reads `FIRST-LAST`, decimal uids with 1 <= FIRST <= LAST <= 2147483647 (higher uids are read as
+// negative by some tools) and at most kMaxTaskUids of them; InvalidParameter saying what is wrong.
+Result<TaskUidRange> ParseTaskUids(const std::string& text);
 // TaskIdentity: the uid and gid a ProcessRuntimeOptions::task_user names; -1, -1: keep the agent's.
 struct TaskIdentity {
   int64_t uid = -1;

@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "agent/host_check.h"
+#include "agent/runtime.h"
 #include "protocol/field_limits.h"
 #include "agent/task_executor.h"
 #include "protocol/sigv4.h"
@@ -33,6 +34,18 @@ void AddAgentFlags(CLI::App& app, AgentFlags& f) {
                  "process runtime: the user NAME or UID[:GID] every task runs as, with no capabilities, no "
                  "supplementary groups and no_new_privs (default: nobody when the agent runs as root, else the "
                  "agent's own user; root only when named)");
+  app.add_option("--task-uids", f.task_uids,
+                 "process runtime, root agent: FIRST-LAST, a range of uids no user has (e.g. 70000-70999); each "
+                 "task runs as a uid of its own from it (gid the same), so no task reads or signals another; shared "
+                 "(MPS) tasks keep --task-user (default: none, every task runs as --task-user)")
+      ->check(CLI::Validator(
+          [](std::string& text) {  // the refusal without its "--task-uids 'TEXT': ", which CLI11 says already
+            auto range = agent::ParseTaskUids(text);
+            if (range.ok()) return std::string();
+            const std::string& why = range.status().message();
+            return why.substr(why.find("': ") + 3);
+          },
+          "FIRST-LAST"));
   app.add_option("--docker-socket", f.docker_socket, "Docker Engine socket (docker runtime)")->capture_default_str();
   app.add_option("--docker-gpu", f.docker_gpu,
                  "how the docker runtime hands containers their GPU: auto (the first that works of:) nvidia (the "
@@ -131,6 +144,7 @@ Result<agent::AgentOptions> ToOptions(const AgentFlags& f) {
   o.gpus = f.gpus;
   o.runtime = f.runtime;
   o.task_user = f.task_user;
+  o.task_uids = f.task_uids;
   o.docker_socket = f.docker_socket;
   o.docker_gpu = f.docker_gpu;
   o.driver_root = f.driver_root;

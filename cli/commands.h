@@ -76,6 +76,7 @@ struct AgentFlags {
   std::string gpus = "nvml";
   std::string runtime = "process";
   std::string task_user;  // --task-user: who the process runtime runs tasks as (empty: nobody when root)
+  std::string task_uids;  // --task-uids FIRST-LAST: a uid of its own for each process task (empty: none)
   std::string docker_socket = "/var/run/docker.sock";
   std::string docker_gpu = "auto";            // --docker-gpu: auto | nvidia | cdi | devices
   std::string driver_root;                    // --driver-root (devices mode)

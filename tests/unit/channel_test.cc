@@ -77,6 +77,7 @@ class ChannelTest : public ::testing::Test {
     // The tasks' scripts write into this test's own directory (mode 0700): they run as the agent's user, named,
     // since a root agent otherwise runs them as nobody.
     o.task_user = geteuid() == 0 ? "root" : "";
+    o.task_uids = task_uids_;
     o.gpus = "fake:2x22587";
     o.name = "node-a";
     o.state_dir = (dir_ / "agent").string();
@@ -230,6 +231,7 @@ class ChannelTest : public ::testing::Test {
   std::chrono::milliseconds watchdog_interval_ = 20ms;
   std::chrono::milliseconds stop_grace_ = 300ms;
   bool stop_tasks_on_exit_ = true;
+  std::string task_uids_;  // the agent's --task-uids (none unless a test sets it)
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<agent::Agent> agent_;
 };
@@ -381,6 +383,31 @@ TEST_F(ChannelTest, ServerRestartWhileTasksRunReconciles) {
   EXPECT_EQ(total_remaining, 2 * 22587 - 4096);
   server_->Call("StopTask", {{"task", long_arn}});
   WaitTask(long_arn, [](const Json& t) { return t["lastStatus"] == "STOPPED"; });
+}
+
+// With --task-uids every task has a uid of its own: when the range is used up the next task fails to start, saying
+// why, as other start failures do, and once a task has ended its uid serves the next. Needs root.
+TEST_F(ChannelTest, ATaskThatFindsNoFreeTaskUidFailsToStartSayingSo) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run tasks as other users";
+  task_uids_ = "200030-200030";
+  StartAgent();
+  RegisterScript("cpu-only", "exec sleep 60", /*mps_memory=*/0);
+  const auto running = [](const Json& t) { return t["lastStatus"] == "RUNNING"; };
+  const auto stopped = [](const Json& t) { return t["lastStatus"] == "STOPPED"; };
+  const std::string holder = Run("cpu-only");
+  WaitTask(holder, running);
+  const Json refused = WaitTask(Run("cpu-only"), stopped);
+  EXPECT_EQ(refused["stopCode"], "TaskFailedToStart");
+  EXPECT_EQ(refused.value("stoppedReason", "").rfind(
+                "CannotStartContainerError: process runtime: no free uid in --task-uids 200030-200030", 0),
+            0u)
+      << refused.dump();
+  server_->Call("StopTask", {{"task", holder}});
+  WaitTask(holder, stopped);
+  const std::string next = Run("cpu-only");
+  WaitTask(next, running);
+  server_->Call("StopTask", {{"task", next}});
+  WaitTask(next, stopped);
 }
 
 TEST_F(ChannelTest, MpsDaemonDownRefusesSharedTasksAndImpairsTheInstance) {

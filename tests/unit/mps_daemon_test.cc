@@ -2,9 +2,12 @@
 // nvidia-cuda-mps-control), and FakeMps driven by its health file.
 #include "agent/mps_daemon.h"
 
+#include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -172,7 +175,10 @@ TEST_F(MpsControlDaemonTest, PassesItsOwnDirectoriesOverTheAgentsEnvironment) {
   EXPECT_GE(lines, 3);  // probe, -d, probe
 }
 
-TEST_F(MpsControlDaemonTest, CreatesItsDirectories0755WhateverTheUmask) {
+// The directories are created 0755 whatever the umask, but for the pipe directory, which is 1777: the daemon starts
+// each MPS server as the uid of its client (a task's, never root), and that server must reach the daemon's socket
+// and make its own pipes there.
+TEST_F(MpsControlDaemonTest, CreatesItsDirectories0755WhateverTheUmaskAndThePipeDirectory1777) {
   const mode_t old = umask(077);
   auto mps = Make();
   Status s = mps->Start();
@@ -182,8 +188,40 @@ TEST_F(MpsControlDaemonTest, CreatesItsDirectories0755WhateverTheUmask) {
     struct stat st {};
     ASSERT_EQ(stat(d.c_str(), &st), 0) << d;
     EXPECT_TRUE(S_ISDIR(st.st_mode));
-    EXPECT_EQ(st.st_mode & 0777, 0755u) << d;
+    EXPECT_EQ(st.st_mode & 07777, d == options_.pipe_dir ? 01777u : 0755u) << d;
   }
+}
+
+// A pipe directory made owner-only before (by an older agent, or by hand) is opened too, and a task's uid then makes
+// an entry in it but cannot remove the daemon's (the sticky bit). Needs root, to be that uid.
+TEST_F(MpsControlDaemonTest, ATaskUidMakesItsPipesInThePipeDirectoryButCannotRemoveTheDaemons) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to act as a task's uid";
+  fs::create_directories(options_.pipe_dir);
+  chmod(dir_.c_str(), 0755);
+  chmod((dir_ + "/run").c_str(), 0755);
+  chmod(options_.pipe_dir.c_str(), 0700);
+  auto mps = Make();
+  Status s = mps->Start();
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_TRUE(DaemonUp());  // <pipe_dir>/control, root's, standing for the daemon's socket
+  const std::string mine = options_.pipe_dir + "/server-pipe";
+  const std::string daemons = options_.pipe_dir + "/control";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // as the task: 1 when it cannot make its entry, 2 when it removed the daemon's
+    if (setgroups(0, nullptr) != 0 || setresgid(200000, 200000, 200000) != 0 || setresuid(200000, 200000, 200000) != 0)
+      _exit(3);
+    const int fd = open(mine.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+    if (fd < 0) _exit(1);
+    close(fd);
+    _exit(unlink(daemons.c_str()) == 0 ? 2 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the task's uid could not make its entry; 2: it removed the daemon's";
+  EXPECT_TRUE(fs::exists(mine));
+  EXPECT_TRUE(DaemonUp());
 }
 
 TEST_F(MpsControlDaemonTest, ProbeTellsServingNotServingAndHungApart) {

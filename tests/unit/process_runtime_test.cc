@@ -222,6 +222,204 @@ TEST_F(ProcessRuntimeTest, ATaskRunsAsTheTaskUserWithoutCapabilitiesAndCannotRea
     EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all) << dir;
 }
 
+// WorkloadPid: the workload's pid from a container's state file (its "pid" field), 0 when there is none.
+pid_t WorkloadPid(const ProcessRuntimeOptions& options, const std::string& id) {
+  const std::string state = ReadText(fs::path(options.state_dir) / (id + ".json"));
+  const size_t at = state.find("\"pid\":");
+  return at == std::string::npos ? 0 : std::atoi(state.c_str() + at + 6);
+}
+
+// PidsRunningAs: the live processes (not zombies) whose real uid is `uid`.
+std::vector<pid_t> PidsRunningAs(int64_t uid) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (!std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    const std::string status = ReadText(entry.path() / "status");
+    const size_t at = status.find("\nUid:\t");
+    if (at != std::string::npos && std::atoll(status.c_str() + at + 6) == uid &&
+        status.find("\nState:\tZ") == std::string::npos)
+      out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// Uids: the numbers after each "uid=" in a task's output, in order.
+std::vector<int64_t> Uids(const std::string& out) {
+  std::vector<int64_t> uids;
+  for (size_t at = out.find("uid="); at != std::string::npos; at = out.find("uid=", at + 1))
+    uids.push_back(std::atoll(out.c_str() + at + 4));
+  return uids;
+}
+
+// Process tasks all ran as the one task user, so each read the others' /proc/PID/environ (their secrets) and could
+// signal them. With --task-uids every task runs as a uid of its own (gid the same, no supplementary group, no
+// capability, no_new_privs): two tasks each try to read the other's environment and to signal it, and neither can,
+// while each reads its own. Needs root (CI runs as root), to change to other users.
+TEST_F(ProcessRuntimeTest, TasksOfARangeRunAsUidsOfTheirOwnAndNeitherReadsNorSignalsTheOther) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run tasks as other users";
+  const fs::perms open = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                         fs::perms::others_read | fs::perms::others_exec;
+  fs::permissions(root_, open);
+  const fs::path peers = root_ / "peers";  // where the test tells each task the other's pid
+  fs::create_directory(peers);
+  fs::permissions(peers, open);
+  options_.task_user = "nobody";
+  options_.task_uids = "200000-200009";
+  runtime_ = NewRuntime();
+  ASSERT_NE(runtime_, nullptr);
+  const auto prober = [&peers](const std::string& task) {
+    const std::string peer = (peers / task).string();
+    return Shell(task, "app",
+                 "echo uid=$(id -u) gid=$(id -g) groups=$(id -G); grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+                 "while [ ! -s " + peer + " ]; do sleep 0.05; done; p=$(cat " + peer + "); "
+                 "[ -d /proc/$p ] && echo PEER-SEEN; "
+                 "grep -q SECRET=of-" + task + " /proc/self/environ && echo READ-OWN; "
+                 "kill -0 $$ && echo SIGNALLED-OWN; cat /proc/$p/environ >/dev/null 2>&1 && echo READ-PEER; "
+                 "kill -0 $p 2>/dev/null && echo SIGNALLED-PEER; echo done; exec sleep 60",
+                 {{"PATH", "/usr/bin:/bin"}, {"SECRET", "of-" + task}});
+  };
+  const std::string a = StartOk(prober("task-a"));
+  const std::string b = StartOk(prober("task-b"));
+  ASSERT_NE(WorkloadPid(options_, a), 0);
+  ASSERT_NE(WorkloadPid(options_, b), 0);
+  std::ofstream(peers / "task-a") << WorkloadPid(options_, b) << "\n";
+  std::ofstream(peers / "task-b") << WorkloadPid(options_, a) << "\n";
+  ASSERT_TRUE(WaitForText(LogOf("task-a", "app"), "done")) << ReadText(LogOf("task-a", "app"));
+  ASSERT_TRUE(WaitForText(LogOf("task-b", "app"), "done")) << ReadText(LogOf("task-b", "app"));
+  std::vector<int64_t> uids;
+  for (const char* task : {"task-a", "task-b"}) {
+    const std::string out = ReadText(LogOf(task, "app"));
+    const std::vector<int64_t> ids = Uids(out);
+    ASSERT_FALSE(ids.empty()) << out;
+    const int64_t uid = ids.front();
+    EXPECT_GE(uid, 200000) << out;
+    EXPECT_LE(uid, 200009) << out;
+    EXPECT_NE(out.find("uid=" + std::to_string(uid) + " gid=" + std::to_string(uid) + " groups=" +
+                       std::to_string(uid) + "\n"),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("CapEff:\t0000000000000000"), std::string::npos) << out;
+    EXPECT_NE(out.find("NoNewPrivs:\t1"), std::string::npos) << out;
+    // The probes work: the peer is there, and its own environment the task reads and itself it signals.
+    for (const char* control : {"PEER-SEEN", "READ-OWN", "SIGNALLED-OWN"})
+      EXPECT_NE(out.find(control), std::string::npos) << control << " not in " << task << ":\n" << out;
+    for (const char* breach : {"READ-PEER", "SIGNALLED-PEER"})
+      EXPECT_EQ(out.find(breach), std::string::npos) << breach << " in " << task << ":\n" << out;
+    uids.push_back(uid);
+  }
+  EXPECT_NE(uids[0], uids[1]);
+  // The state file names the uid, for an agent started again.
+  EXPECT_NE(ReadText(fs::path(options_.state_dir) / (a + ".json")).find("\"uid\":" + std::to_string(uids[0])),
+            std::string::npos);
+}
+
+// A task's uid is its own until its task has ended: its containers share it, one that exited still holds it until
+// it is removed (also for an agent started again, which reads it from the state file), and a start that finds no
+// free uid fails, saying so, while a shared (MPS) container still starts, as the task user. Needs root.
+TEST_F(ProcessRuntimeTest, AUidIsReusedOnlyAfterItsTaskEndedAndARangeRunOutFailsTheStart) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run tasks as other users";
+  options_.task_user = "nobody";
+  options_.task_uids = "200010-200011";
+  runtime_ = NewRuntime();
+  ASSERT_NE(runtime_, nullptr);
+  const std::string ended = StartOk(Shell("task-a", "app", "echo uid=$(id -u)", {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_EQ(WaitExited(*runtime_, ended).exit_code, 0);
+  StartOk(Shell("task-b", "app", "echo uid=$(id -u); exec sleep 60", {{"PATH", "/usr/bin:/bin"}}));
+  StartOk(Shell("task-b", "sidecar", "echo uid=$(id -u); exec sleep 60", {{"PATH", "/usr/bin:/bin"}}));
+  ASSERT_TRUE(WaitForText(LogOf("task-b", "app"), "uid="));
+  ASSERT_TRUE(WaitForText(LogOf("task-b", "sidecar"), "uid="));
+  const std::vector<int64_t> a_uid = Uids(ReadText(LogOf("task-a", "app")));
+  const std::vector<int64_t> b_uid = Uids(ReadText(LogOf("task-b", "app")));
+  ASSERT_EQ(a_uid.size(), 1u);
+  ASSERT_EQ(b_uid.size(), 1u);
+  EXPECT_NE(a_uid[0], b_uid[0]);
+  EXPECT_EQ(Uids(ReadText(LogOf("task-b", "sidecar"))), b_uid);  // a uid per task, not per container
+
+  runtime_ = NewRuntime();  // the agent started again: task-a's uid is known from its state file alone
+  ASSERT_NE(runtime_, nullptr);
+  auto refused = runtime_->Start(Shell("task-c", "app", "echo uid=$(id -u)", {{"PATH", "/usr/bin:/bin"}}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("no free uid in --task-uids 200010-200011"));
+
+  ContainerSpec shared = Shell("task-m", "app", "echo uid=$(id -u)", {{"PATH", "/usr/bin:/bin"}});
+  shared.mps_pipe_dir = (root_ / "mps").string();
+  const std::string m = StartOk(shared);
+  EXPECT_EQ(WaitExited(*runtime_, m).exit_code, 0);
+  const struct passwd* nobody = getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  EXPECT_EQ(Uids(ReadText(LogOf("task-m", "app"))), std::vector<int64_t>{nobody->pw_uid});
+
+  ASSERT_TRUE(runtime_->Remove(ended).ok());  // task-a has ended: its uid is free
+  const std::string c = StartOk(Shell("task-c", "app", "echo uid=$(id -u)", {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_EQ(WaitExited(*runtime_, c).exit_code, 0);
+  EXPECT_EQ(Uids(ReadText(LogOf("task-c", "app"))), a_uid);
+}
+
+// A process that left its task's process group (setsid) outlives the task: its uid goes to no other task while it
+// runs, or that task could be signalled and read by it. Needs root.
+TEST_F(ProcessRuntimeTest, AProcessThatOutlivedItsTaskKeepsItsUidFromTheNextTask) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run tasks as other users";
+  options_.task_user = "nobody";
+  options_.task_uids = "200020-200020";
+  runtime_ = NewRuntime();
+  ASSERT_NE(runtime_, nullptr);
+  const std::string escaper =
+      StartOk(Shell("task-a", "app",
+                    // Exits only once the sleep has a session of its own (field 6 of stat), so the monitor's kill
+                    // of the task's process group cannot take it first.
+                    "setsid sleep 60 </dev/null >/dev/null 2>&1 & "
+                    "while [ \"$(cut -d' ' -f6 /proc/$!/stat)\" = \"$(cut -d' ' -f6 /proc/$$/stat)\" ]; do "
+                    "sleep 0.01; done",
+                    {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_EQ(WaitExited(*runtime_, escaper).exit_code, 0);
+  ASSERT_TRUE(runtime_->Remove(escaper).ok());
+  std::vector<pid_t> strays;
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while ((strays = PidsRunningAs(200020)).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_FALSE(strays.empty()) << "the setsid'd sleep is not running";
+  auto refused = runtime_->Start(Shell("task-b", "app", "id -u", {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("no free uid"));
+  for (pid_t pid : strays) kill(pid, SIGKILL);
+  const auto gone_by = std::chrono::steady_clock::now() + kDeadline;
+  while (!PidsRunningAs(200020).empty() && std::chrono::steady_clock::now() < gone_by)
+    std::this_thread::sleep_for(milliseconds(10));
+  const std::string next = StartOk(Shell("task-b", "app", "id -u", {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_EQ(WaitExited(*runtime_, next).exit_code, 0);
+  EXPECT_EQ(ReadText(LogOf("task-b", "app")), "200020\n");
+}
+
+TEST(TaskUidsTest, ParsesARangeAndRefusesBadOnesSayingWhy) {
+  auto range = ParseTaskUids("200000-200999");
+  ASSERT_TRUE(range.ok()) << range.status().message();
+  EXPECT_EQ(range->first, 200000);
+  EXPECT_EQ(range->last, 200999);
+  auto one = ParseTaskUids("300000-300000");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->first, one->last);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"200000", "FIRST-LAST"},
+      {"", "FIRST-LAST"},
+      {"200999-200000", "FIRST is above LAST"},
+      {"0-999", "uid 0"},
+      {"abc-def", "decimal"},
+      {"-5-10", "decimal"},
+      {"200000-", "decimal"},
+      {" 1-2", "decimal"},
+      {"1-2147483648", "above 2147483647"},
+      {"1-4294967295", "decimal"},
+      {"100000-165536", "at most 65536"},
+  };
+  for (const auto& [text, why] : refused) {
+    auto r = ParseTaskUids(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidParameter) << text;
+    EXPECT_THAT(r.status().message(), HasSubstr("--task-uids '" + text + "'")) << text;
+    EXPECT_THAT(r.status().message(), HasSubstr(why)) << text;
+  }
+}
+
 TEST(TaskUserTest, ResolvesNamesAndIdsAndRefusesUnknownUsers) {
   const struct passwd* nobody = getpwnam("nobody");
   ASSERT_NE(nobody, nullptr);
