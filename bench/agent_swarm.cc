@@ -60,6 +60,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -73,6 +74,7 @@
 #include "agent/channel_client.h"
 #include "bench/proc_stats.h"
 #include "bench/swarm_agent.h"
+#include "bench/swarm_follow.h"
 #include "bench/swarm_serve.h"
 #include "bench/swarm_setup.h"
 #include "protocol/messages.h"
@@ -133,8 +135,9 @@ int main(int argc, char** argv) {
     work = tmpl;
     server_pid = StartSwarmServer(o, work, &endpoint, &server_argv);
   }
-  auto server = ServerEndpoint::Parse(endpoint);
-  if (!server.ok()) Die(server.status().message());
+  // --server URL,URL,... (--follow): the first registers the agents and takes their first channels.
+  const std::vector<ServerEndpoint> servers = ParseServers(endpoint);
+  const std::optional<ServerEndpoint> server = servers[0];
   auto stop_server = [&] {
     if (!own_server) return;
     kill(server_pid, SIGTERM);
@@ -176,6 +179,12 @@ int main(int argc, char** argv) {
   // ---- register and connect
   Swarm swarm;
   swarm.no_ack = o.no_ack;
+  swarm.agent_offset = o.agent_offset;
+  std::optional<Follower> follower;  // --follow: agents whose channel closes walk the servers (bench/swarm_follow.h)
+  if (o.follow) {
+    follower.emplace(swarm, servers, o.follow_threads);
+    swarm.on_lost = [&follower](SimAgent* a) { follower->Lost(a); };
+  }
   std::vector<std::unique_ptr<SimAgent>> agents;
   for (int i = 0; i < o.agents; ++i) {
     agents.push_back(std::make_unique<SimAgent>());
@@ -235,6 +244,7 @@ int main(int argc, char** argv) {
   }
   if (o.serve_s > 0) {  // serve mode (bench/swarm_serve.h) instead of the idle, driven and check phases
     ServeUntilSignalled(o, swarm, server_pid, cluster, heartbeat_interval, stop_heartbeats, agents);
+    if (follower) follower->Stop();  // no attempt after this: the closes below are on purpose
     ParallelFor(o.agents, 8, [&](int i) { agents[i]->Disconnect(); });
     stop_server();
     return 0;
