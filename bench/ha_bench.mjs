@@ -252,6 +252,7 @@ function watchLog(replica, marks) {
       buf = buf.slice(nl + 1);
       if (/this server holds the lease/.test(line)) marks.lease ??= Date.now();
       if (/serving as the leader/.test(line)) marks.serving ??= Date.now();
+      if (/this server lost the lease/.test(line)) marks.lost = [...(marks.lost ?? []), Date.now()];
     }
   };
   replica.child.stderr.on('data', onData);
@@ -474,6 +475,13 @@ async function herd(pg) {
 
   const rows = [];
   let rounds = 0;
+  const writeLogs = () => {
+    if (!opt['log-dir']) return;
+    fs.mkdirSync(opt['log-dir'], { recursive: true });
+    everyReplica.forEach((r, i) => fs.writeFileSync(path.join(opt['log-dir'], `replica-${i}-port-${r.port}.log`), r.output));
+    swarms.forEach((w, i) => fs.writeFileSync(path.join(opt['log-dir'], `swarm-${i}.out`), w.output));
+  };
+  process.on('exit', writeLogs);  // also when the run fails
   for (let round = 0; round < roundsWanted; ++round) {
     if (deadline && Date.now() > deadline) break;
     const { leader: old, epoch } = await waitLeader(replicas, { all: true, timeoutMs: 600000 });
@@ -493,13 +501,22 @@ async function herd(pg) {
       }),
     ]);
     if (ready.epoch <= epoch) throw new Error(`round ${round}: the new epoch ${ready.epoch} is not above ${epoch}`);
-    // Every agent welcomed by the new leader (its epoch), bounded.
-    const back = new Map();
+    // Every agent welcomed by the leader: the new one's epoch, or a later one's when the new leader lost its lease
+    // meanwhile (then the agents count from their welcome by the latest leader, and the round says so). Bounded.
+    let back = new Map();
+    let herdEpoch = ready.epoch;
+    const epochs = new Set([ready.epoch]);
     const herdDeadline = Date.now() + 180000;
     for (let seen = 0; Date.now() < herdDeadline; await new Promise((r) => setTimeout(r, 50))) {
       for (; seen < returns.length; ++seen) {
         const r = returns[seen];
-        if (r.epoch === ready.epoch && r.welcome >= killed && !back.has(r.agent)) back.set(r.agent, r);
+        if (r.welcome < killed || r.epoch < herdEpoch) continue;
+        if (r.epoch > herdEpoch) {
+          herdEpoch = r.epoch;
+          epochs.add(r.epoch);
+          back = new Map();
+        }
+        if (!back.has(r.agent)) back.set(r.agent, r);
       }
       if (back.size >= herdAgents) break;
     }
@@ -519,7 +536,7 @@ async function herd(pg) {
     const row = {
       round, epoch, newEpoch: ready.epoch, lease: (marks.lease ?? ready.at) - killed, serving: (marks.serving ?? ready.at) - killed,
       ready: ready.at - killed, write: write - killed, back: back.size, last, sinceKill, sinceLoss, helloSinceKill, helloToWelcome,
-      attempts, before, during, gap, bad: badHere.length, load0, load1,
+      attempts, before, during, gap, bad: badHere.length, load0, load1, epochs: [...epochs], lost: (marks.lost ?? []).map((t) => t - killed),
     };
     rows.push(row);
     const q = (xs) => (xs.length ? `p50 ${pctl(xs, 50)} p99 ${pctl(xs, 99)} max ${Math.max(...xs)}` : 'none');
@@ -530,11 +547,15 @@ async function herd(pg) {
       `hello -> welcome ${q(helloToWelcome)} ms; attempts ${q(attempts)}`);
     console.log(`round ${round}: RunTask ms before (10 s) ${q(before)} (n=${before.length}); kill -> first 200 (sent in the gap) ` +
       `${q(gap)} (n=${gap.length}); during the herd ${q(during)} (n=${during.length}); bad answers ${badHere.length}`);
+    if (epochs.size > 1 || row.lost.length)
+      console.log(`round ${round}: the new leader did not keep the lease: epochs ${[...epochs].join(' -> ')}; ` +
+        `"lost the lease" logged ${row.lost.join(', ') || 'by no watched replica'} ms after the kill; the agents are counted ` +
+        `from their welcome by the leader of epoch ${herdEpoch}`);
+    replicas[replicas.indexOf(old)] = await replica(old.port);
     if (back.size < herdAgents) {
       console.log(`round ${round}: ${herdAgents - back.size} agents not back within 180 s; stopping the rounds`);
       break;
     }
-    replicas[replicas.indexOf(old)] = await replica(old.port);
     ++rounds;
     await new Promise((res) => setTimeout(res, 12000));  // the next round's "before" window, the standby following
   }
@@ -548,11 +569,6 @@ async function herd(pg) {
   await Promise.all(swarms.map((w) => w.exited));
   const swarmErrors = swarms.map((w) => /(\d+) error messages(.*)$/m.exec(w.output)).filter((m) => m && m[1] !== '0');
   const follow = swarms.map((w) => /^follow .*$/m.exec(w.output)?.[0] ?? '(no follow line)');
-  if (opt['log-dir']) {
-    fs.mkdirSync(opt['log-dir'], { recursive: true });
-    everyReplica.forEach((r, i) => fs.writeFileSync(path.join(opt['log-dir'], `replica-${i}-port-${r.port}.log`), r.output));
-    swarms.forEach((w, i) => fs.writeFileSync(path.join(opt['log-dir'], `swarm-${i}.out`), w.output));
-  }
   for (const r of replicas) await r.stop();
   removeTempDir(dir);
 
