@@ -28,7 +28,8 @@
 // held until SIGTERM (at most S seconds) while another program loads the server, and the measured window's
 // heartbeat send -> ack quantiles are printed (bench/write_path_compare.sh uses it); with --crash-per-min the agents
 // also crash some of their tasks on SIGUSR2 (bench/services_scale.mjs uses it, with several swarms on one server:
-// --agent-offset).
+// --agent-offset). With --follow (serve mode, --server naming several replicas) an agent whose channel closes
+// reconnects as the real agent does and reports its return (bench/swarm_follow.h; bench/ha_bench.mjs --only herd).
 // The server's CPU time (its threads' run time from /proc/PID/task/*/schedstat, in ns; utime + stime from
 // /proc/PID/stat, in 10 ms ticks, next to it) is taken over each phase; its VmRSS is sampled
 // every second and VmHWM read at the end (/proc/PID/status). The swarm's own CPU is printed too, because it
@@ -37,7 +38,7 @@
 // Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--agent-offset K]
 //                    [--baseline-s S] [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]
 //                    [--churn-down-ms MS] [--heartbeat-ms MS] [--serve-s S [--crash-per-min P]] [--dir DIR]
-//                    [--keep] [--no-ack]
+//                    [--keep] [--no-ack] [--server URL,URL,... --follow [--follow-threads N]]
 // Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
 // no churn (200 ms away when churning), the welcome's heartbeat interval, no serve mode.
 #include <signal.h>
