@@ -28,7 +28,8 @@
 // held until SIGTERM (at most S seconds) while another program loads the server, and the measured window's
 // heartbeat send -> ack quantiles are printed (bench/write_path_compare.sh uses it); with --crash-per-min the agents
 // also crash some of their tasks on SIGUSR2 (bench/services_scale.mjs uses it, with several swarms on one server:
-// --agent-offset).
+// --agent-offset). With --follow (serve mode, --server naming several replicas) an agent whose channel closes
+// reconnects as the real agent does and reports its return (bench/swarm_follow.h; bench/ha_bench.mjs --only herd).
 // The server's CPU time (its threads' run time from /proc/PID/task/*/schedstat, in ns; utime + stime from
 // /proc/PID/stat, in 10 ms ticks, next to it) is taken over each phase; its VmRSS is sampled
 // every second and VmHWM read at the end (/proc/PID/status). The swarm's own CPU is printed too, because it
@@ -37,7 +38,7 @@
 // Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--agent-offset K]
 //                    [--baseline-s S] [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]
 //                    [--churn-down-ms MS] [--heartbeat-ms MS] [--serve-s S [--crash-per-min P]] [--dir DIR]
-//                    [--keep] [--no-ack]
+//                    [--keep] [--no-ack] [--server URL,URL,... --follow [--follow-threads N]]
 // Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
 // no churn (200 ms away when churning), the welcome's heartbeat interval, no serve mode.
 #include <signal.h>
@@ -60,6 +61,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -73,6 +75,7 @@
 #include "agent/channel_client.h"
 #include "bench/proc_stats.h"
 #include "bench/swarm_agent.h"
+#include "bench/swarm_follow.h"
 #include "bench/swarm_serve.h"
 #include "bench/swarm_setup.h"
 #include "protocol/messages.h"
@@ -133,8 +136,9 @@ int main(int argc, char** argv) {
     work = tmpl;
     server_pid = StartSwarmServer(o, work, &endpoint, &server_argv);
   }
-  auto server = ServerEndpoint::Parse(endpoint);
-  if (!server.ok()) Die(server.status().message());
+  // --server URL,URL,... (--follow): the first registers the agents and takes their first channels.
+  const std::vector<ServerEndpoint> servers = ParseServers(endpoint);
+  const std::optional<ServerEndpoint> server = servers[0];
   auto stop_server = [&] {
     if (!own_server) return;
     kill(server_pid, SIGTERM);
@@ -176,6 +180,12 @@ int main(int argc, char** argv) {
   // ---- register and connect
   Swarm swarm;
   swarm.no_ack = o.no_ack;
+  swarm.agent_offset = o.agent_offset;
+  std::optional<Follower> follower;  // --follow: agents whose channel closes walk the servers (bench/swarm_follow.h)
+  if (o.follow) {
+    follower.emplace(swarm, servers, o.follow_threads);
+    swarm.on_lost = [&follower](SimAgent* a) { follower->Lost(a); };
+  }
   std::vector<std::unique_ptr<SimAgent>> agents;
   for (int i = 0; i < o.agents; ++i) {
     agents.push_back(std::make_unique<SimAgent>());
@@ -235,6 +245,7 @@ int main(int argc, char** argv) {
   }
   if (o.serve_s > 0) {  // serve mode (bench/swarm_serve.h) instead of the idle, driven and check phases
     ServeUntilSignalled(o, swarm, server_pid, cluster, heartbeat_interval, stop_heartbeats, agents);
+    if (follower) follower->Stop();  // no attempt after this: the closes below are on purpose
     ParallelFor(o.agents, 8, [&](int i) { agents[i]->Disconnect(); });
     stop_server();
     return 0;

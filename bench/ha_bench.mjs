@@ -18,19 +18,37 @@
 //             acknowledged nor preloaded, as a deposed leader's commit would); the agent started no task twice
 //             (its log says "task ARN RUNNING" once per start) and every task run on it is RUNNING. The count of
 //             violations is printed, and the exit status is 1 when there is any.
+//   herd      three replicas; --agents simulated agents (bench/agent_swarm in serve mode with --follow, at most
+//             --per-swarm agents a process, --agent-offset keeping their instances apart: 8 GPUs each) registered
+//             through the leader and holding its channel, each given the three replicas as the real agent is
+//             given --server. --load-clients clients keep sending RunTask (one shared-GPU task, cluster "swarm")
+//             with a clientToken to the replicas in turn, retried on the next one as long as the answer is a 5xx or
+//             no answer, and waiting --pause-ms between calls. Then --rounds times: SIGKILL of the leader, and the
+//             clock runs until a survivor took the lease, is the ready leader, answers the first RunTask 200 (as
+//             in takeover), and until every agent was welcomed by the new leader (a welcome of the new epoch: the
+//             agents reconnect as the real agent does, bench/swarm_follow.h, and each prints its loss, hello and
+//             welcome times). Per round: p50/p99/max of the agents' return (kill -> welcome, and their own loss
+//             -> welcome), the time the last one returned, and the RunTask latency of the calls sent in the 10 s
+//             before the kill against those sent while the herd came back (from the first RunTask 200 to the
+//             last agent's welcome); every RunTask answered with a 4xx or with a failure (AGENT, MISSING, ...)
+//             is counted and must be none. The killed replica is restarted as a standby each round. Safety after
+//             the rounds as takeover checks it (every acknowledged clientToken one task, GPU accounting, the
+//             database's rows). --log-dir DIR keeps every replica's log there.
 //   runtask   RunTask (count 1) from --clients concurrent HTTP clients for --seconds, against one server on
 //             PostgreSQL (fsync on: durable) and one on SQLite (WAL, synchronous=FULL), same cluster shape:
 //             calls/s, p50/p99 latency, and the PostgreSQL/SQLite ratio of calls/s.
 //
 // Usage: node bench/ha_bench.mjs [--rounds 20] [--instances 1000] [--tasks 0] [--workers 16] [--running-every 10]
 //                                [--load-clients 2] [--max-minutes 0] [--ttl-ms 2000] [--clients 32]
-//                                [--seconds 10] [--only takeover|runtask]
-// The binary: $GPUPACK_BIN, else build/gpupack. Loopback only. PostgreSQL runs with fsync on here (durable),
+//                                [--seconds 10] [--only takeover|runtask|herd] [--agents 500] [--per-swarm 2500]
+//                                [--pause-ms 100] [--follow-threads 16] [--log-dir DIR]
+// The binary: $GPUPACK_BIN, else build/gpupack; the swarm: $GPUPACK_SWARM_BIN, else build/bench/agent_swarm. Loopback only. PostgreSQL runs with fsync on here (durable),
 // unlike the tests.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { call, gpupackBin, ok, PLAY_AGENT, pool, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
@@ -49,6 +67,11 @@ const { values: opt } = parseArgs({
     clients: { type: 'string', default: '32' },
     seconds: { type: 'string', default: '10' },
     only: { type: 'string', default: '' },
+    agents: { type: 'string', default: '500' },
+    'per-swarm': { type: 'string', default: '2500' },
+    'pause-ms': { type: 'string', default: '100' },
+    'follow-threads': { type: 'string', default: '16' },
+    'log-dir': { type: 'string', default: '' },
   },
 });
 if (!postgresBinDir()) {
@@ -65,12 +88,15 @@ const deadline = Number(opt['max-minutes']) > 0 ? Date.now() + Number(opt['max-m
 const ttlMs = Number(opt['ttl-ms']);
 const clients = Number(opt.clients);
 const seconds = Number(opt.seconds);
+const herdAgents = Number(opt.agents);
+const perSwarm = Number(opt['per-swarm']);
+const pauseMs = Number(opt['pause-ms']);
 
 const pctl = (xs, p) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
 };
-const fmt = (xs) => `p50 ${pctl(xs, 50)} ms  p99 ${pctl(xs, 99)} ms  max ${Math.max(...xs)} ms  (n=${xs.length})`;
+const fmt = (xs) => !xs.length ? 'none' : `p50 ${pctl(xs, 50)} ms  p99 ${pctl(xs, 99)} ms  max ${xs.reduce((a, b) => Math.max(a, b))} ms  (n=${xs.length})`;
 
 async function setUpCluster(endpoint, cluster, count) {
   await ok(endpoint, 'CreateCluster', { clusterName: cluster });
@@ -226,6 +252,7 @@ function watchLog(replica, marks) {
       buf = buf.slice(nl + 1);
       if (/this server holds the lease/.test(line)) marks.lease ??= Date.now();
       if (/serving as the leader/.test(line)) marks.serving ??= Date.now();
+      if (/this server lost the lease/.test(line)) marks.lost = [...(marks.lost ?? []), Date.now()];
     }
   };
   replica.child.stderr.on('data', onData);
@@ -347,6 +374,224 @@ async function takeover(pg) {
   return violations.length;
 }
 
+// ---- herd: many simulated agents following the leader --------------------------------------------------------------
+
+const swarmBin = () => {
+  const bin = process.env.GPUPACK_SWARM_BIN
+    || path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'bench', 'agent_swarm');
+  if (!fs.existsSync(bin)) throw new Error(`agent_swarm not found at ${bin}: build it, or set GPUPACK_SWARM_BIN`);
+  return bin;
+};
+
+// startSwarm: one agent_swarm in serve mode with --follow, given `servers` (the leader first: it registers the
+// agents and takes their first channels). Its "returned AGENT LOST HELLO WELCOME EPOCH ATTEMPTS" lines go to
+// `returns` as they come; ready resolves once it printed "ready:".
+function startSwarm(servers, agents, offset, dir, index, returns) {
+  const args = ['--server', servers.join(','), '--follow', '--follow-threads', opt['follow-threads'], '--agents', String(agents),
+    '--agent-offset', String(offset), '--baseline-s', '0', '--serve-s', '3600', '--dir', dir];
+  const child = spawn(swarmBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  process.on('exit', () => child.kill('SIGKILL'));  // never left behind, whatever ends this run
+  const swarm = { child, output: '', exited: new Promise((resolve) => child.on('exit', resolve)) };
+  let buf = '';
+  child.stdout.setEncoding('utf8');
+  child.stderr.setEncoding('utf8');
+  child.stdout.on('data', (d) => {
+    buf += d;
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      const m = /^returned (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$/.exec(line);
+      if (m) returns.push({ agent: Number(m[1]), lost: Number(m[2]), hello: Number(m[3]), welcome: Number(m[4]), epoch: Number(m[5]), attempts: Number(m[6]) });
+      else swarm.output += line + '\n';
+    }
+  });
+  child.stderr.on('data', (d) => (swarm.output += d));
+  swarm.ready = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`swarm ${index} not ready within 600 s:\n${swarm.output}`)), 600000);
+    child.stdout.on('data', () => {
+      if (swarm.output.includes('ready:')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    swarm.exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`swarm ${index} exited (${code}) before it was ready:\n${swarm.output}`));
+    });
+  });
+  return swarm;
+}
+
+const loadavg = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+
+async function herd(pg) {
+  const db = pg.createDatabase('herd');
+  const replicas = [];
+  const everyReplica = [];
+  const replica = async (port) => {
+    const r = await startReplica({ db, port, ttlMs, extraArgs: ['--max-agent-channels', String(herdAgents + 100)], logLevel: 'info', startTimeoutMs: 120000 });
+    everyReplica.push(r);
+    return r;
+  };
+  for (let i = 0; i < 3; ++i) replicas.push(await replica(await freePort()));
+  const { leader } = await waitLeader(replicas, { all: true });
+  const dir = tempDir('gpupack-ha-herd-');
+  const returns = [];
+  const swarms = [];
+  const servers = [leader, ...replicas.filter((r) => r !== leader)].map((r) => r.endpoint);
+  let t0 = Date.now();
+  for (let offset = 0, i = 0; offset < herdAgents; offset += perSwarm, ++i)
+    swarms.push(startSwarm(servers, Math.min(perSwarm, herdAgents - offset), offset, dir, i, returns));
+  await Promise.all(swarms.map((s) => s.ready));
+  const connectMs = Date.now() - t0;
+  await waitLeader(replicas, { all: true, timeoutMs: 600000 });
+  console.log(`herd: ${herdAgents} agents (${swarms.length} agent_swarm processes, --follow, ${opt['follow-threads']} attempt threads each) ` +
+    `registered, connected and welcomed in ${connectMs} ms; lease TTL ${ttlMs} ms; ${loadClients} RunTask clients, ` +
+    `${pauseMs} ms between calls; load average ${loadavg()}`);
+
+  // RunTask clients: a clientToken (also startedBy) each, sent to the replicas in turn until something other than
+  // a 5xx or no answer comes (callAny); every call is kept with when it was sent, how long it took and how it
+  // was answered. A 4xx, or a 200 without the task (a failure: AGENT, MISSING, RESOURCE...), is a bad answer.
+  const acked = new Map();
+  const calls = [];
+  const bad = [];
+  let loading = true;
+  const clientLoop = async (w) => {
+    for (let n = 0; loading && n < 1000000; ++n) {
+      const token = `h${w}-${n}`;
+      const sent = Date.now();
+      const r = await callAny(replicas, 'RunTask', { cluster: 'swarm', taskDefinition: 'swarm-shared-2g', clientToken: token, startedBy: token },
+        { start: (w + n) % replicas.length, timeoutMs: 120000 });
+      const ms = Date.now() - sent;
+      calls.push({ sent, ms, status: r.status });
+      if (r.status === 200 && r.json.tasks.length === 1) acked.set(token, r.json.tasks[0].taskArn);
+      else bad.push({ sent, token, status: r.status, text: (r.status === 200 ? JSON.stringify(r.json.failures) : r.text).slice(0, 300) });
+      await new Promise((res) => setTimeout(res, pauseMs));
+    }
+  };
+  const clientsDone = Promise.all(Array.from({ length: loadClients }, (_, w) => clientLoop(w)));
+  await new Promise((res) => setTimeout(res, 12000));  // the "before" window fills
+
+  const rows = [];
+  let rounds = 0;
+  const writeLogs = () => {
+    if (!opt['log-dir']) return;
+    fs.mkdirSync(opt['log-dir'], { recursive: true });
+    everyReplica.forEach((r, i) => fs.writeFileSync(path.join(opt['log-dir'], `replica-${i}-port-${r.port}.log`), r.output));
+    swarms.forEach((w, i) => fs.writeFileSync(path.join(opt['log-dir'], `swarm-${i}.out`), w.output));
+  };
+  process.on('exit', writeLogs);  // also when the run fails
+  for (let round = 0; round < roundsWanted; ++round) {
+    if (deadline && Date.now() > deadline) break;
+    const { leader: old, epoch } = await waitLeader(replicas, { all: true, timeoutMs: 600000 });
+    const others = replicas.filter((r) => r !== old);
+    const marks = {};
+    const unwatch = others.map((r) => watchLog(r, marks));
+    const load0 = loadavg();
+    const killed = Date.now();
+    await old.kill9();
+    const token = `round-${round}`;
+    const [ready, write] = await Promise.all([
+      waitLeader(others, { timeoutMs: 600000 }).then((v) => ({ at: Date.now(), epoch: v.epoch })),
+      callAny(others, 'RunTask', { cluster: 'swarm', taskDefinition: 'swarm-shared-2g', clientToken: token, startedBy: token }, { timeoutMs: 600000 }).then((r) => {
+        if (r.status === 200 && r.json.tasks.length === 1) acked.set(token, r.json.tasks[0].taskArn);
+        else bad.push({ sent: killed, token, status: r.status, text: (r.status === 200 ? JSON.stringify(r.json.failures) : r.text).slice(0, 300) });
+        return Date.now();
+      }),
+    ]);
+    if (ready.epoch <= epoch) throw new Error(`round ${round}: the new epoch ${ready.epoch} is not above ${epoch}`);
+    // Every agent welcomed by the leader: the new one's epoch, or a later one's when the new leader lost its lease
+    // meanwhile (then the agents count from their welcome by the latest leader, and the round says so). Bounded.
+    let back = new Map();
+    let herdEpoch = ready.epoch;
+    const epochs = new Set([ready.epoch]);
+    const herdDeadline = Date.now() + 180000;
+    for (let seen = 0; Date.now() < herdDeadline; await new Promise((r) => setTimeout(r, 50))) {
+      for (; seen < returns.length; ++seen) {
+        const r = returns[seen];
+        if (r.welcome < killed || r.epoch < herdEpoch) continue;
+        if (r.epoch > herdEpoch) {
+          herdEpoch = r.epoch;
+          epochs.add(r.epoch);
+          back = new Map();
+        }
+        if (!back.has(r.agent)) back.set(r.agent, r);
+      }
+      if (back.size >= herdAgents) break;
+    }
+    unwatch.forEach((f) => f());
+    const load1 = loadavg();
+    const list = [...back.values()];
+    const sinceKill = list.map((r) => r.welcome - killed);
+    const sinceLoss = list.map((r) => r.welcome - r.lost);
+    const helloSinceKill = list.map((r) => r.hello - killed);
+    const helloToWelcome = list.map((r) => r.welcome - r.hello);
+    const attempts = list.map((r) => r.attempts);
+    const last = sinceKill.length ? Math.max(...sinceKill) : NaN;
+    const before = calls.filter((c) => c.sent >= killed - 10000 && c.sent < killed).map((c) => c.ms);
+    const during = calls.filter((c) => c.sent >= write && c.sent <= killed + last).map((c) => c.ms);
+    const gap = calls.filter((c) => c.sent >= killed && c.sent < write).map((c) => c.ms);
+    const badHere = bad.filter((b) => b.sent >= killed - 10000 && b.sent <= killed + (Number.isFinite(last) ? last : 180000));
+    const row = {
+      round, epoch, newEpoch: ready.epoch, lease: (marks.lease ?? ready.at) - killed, serving: (marks.serving ?? ready.at) - killed,
+      ready: ready.at - killed, write: write - killed, back: back.size, last, sinceKill, sinceLoss, helloSinceKill, helloToWelcome,
+      attempts, before, during, gap, bad: badHere.length, load0, load1, epochs: [...epochs], lost: (marks.lost ?? []).map((t) => t - killed),
+    };
+    rows.push(row);
+    const q = (xs) => (xs.length ? `p50 ${pctl(xs, 50)} p99 ${pctl(xs, 99)} max ${Math.max(...xs)}` : 'none');
+    console.log(`round ${round}: epoch ${epoch} -> ${ready.epoch}; load average ${load0} -> ${load1}; lease taken ${row.lease} ms, ` +
+      `serving ${row.serving} ms, ready ${row.ready} ms, first RunTask 200 ${row.write} ms after the kill`);
+    console.log(`round ${round}: ${back.size} of ${herdAgents} agents welcomed by the new leader; the last ${last} ms after the kill; ` +
+      `kill -> welcome ${q(sinceKill)} ms; loss -> welcome ${q(sinceLoss)} ms; kill -> hello ${q(helloSinceKill)} ms; ` +
+      `hello -> welcome ${q(helloToWelcome)} ms; attempts ${q(attempts)}`);
+    console.log(`round ${round}: RunTask ms before (10 s) ${q(before)} (n=${before.length}); kill -> first 200 (sent in the gap) ` +
+      `${q(gap)} (n=${gap.length}); during the herd ${q(during)} (n=${during.length}); bad answers ${badHere.length}`);
+    if (epochs.size > 1 || row.lost.length)
+      console.log(`round ${round}: the new leader did not keep the lease: epochs ${[...epochs].join(' -> ')}; ` +
+        `"lost the lease" logged ${row.lost.join(', ') || 'by no watched replica'} ms after the kill; the agents are counted ` +
+        `from their welcome by the leader of epoch ${herdEpoch}`);
+    replicas[replicas.indexOf(old)] = await replica(old.port);
+    if (back.size < herdAgents) {
+      console.log(`round ${round}: ${herdAgents - back.size} agents not back within 180 s; stopping the rounds`);
+      break;
+    }
+    ++rounds;
+    await new Promise((res) => setTimeout(res, 12000));  // the next round's "before" window, the standby following
+  }
+  loading = false;
+  await clientsDone;
+  await waitLeader(replicas, { all: true, timeoutMs: 600000 });
+
+  // Safety over the rounds, as takeover checks it (no preloaded task: every task is a clientToken's).
+  const s = await safety(pg, db, replicas, 'swarm', acked, 0);
+  for (const w of swarms) w.child.kill('SIGTERM');
+  await Promise.all(swarms.map((w) => w.exited));
+  const swarmErrors = swarms.map((w) => /(\d+) error messages(.*)$/m.exec(w.output)).filter((m) => m && m[1] !== '0');
+  const follow = swarms.map((w) => /^follow .*$/m.exec(w.output)?.[0] ?? '(no follow line)');
+  for (const r of replicas) await r.stop();
+  removeTempDir(dir);
+
+  const all = (k) => rows.flatMap((r) => r[k]);
+  const per = (k) => rows.map((r) => r[k]);
+  console.log(`herd      ${rounds} rounds (of ${roundsWanted} asked), ${herdAgents} agents, ${loadClients} RunTask clients`);
+  console.log(`herd      kill -> first RunTask 200                  ${fmt(per('write'))}`);
+  console.log(`herd      kill -> /readyz leader                     ${fmt(per('ready'))}`);
+  console.log(`herd      kill -> the last agent welcomed (per round) ${fmt(per('last'))}`);
+  console.log(`herd      kill -> each agent welcomed (all rounds)   ${fmt(all('sinceKill'))}`);
+  console.log(`herd      per round p99 of kill -> welcome          ${fmt(rows.map((r) => pctl(r.sinceKill, 99)))}`);
+  console.log(`herd      loss -> welcome (all rounds)               ${fmt(all('sinceLoss'))}`);
+  console.log(`herd      hello -> welcome (all rounds)              ${fmt(all('helloToWelcome'))}`);
+  console.log(`herd      RunTask before the kill (10 s windows)     ${fmt(all('before'))}`);
+  console.log(`herd      RunTask during the herd                    ${fmt(all('during'))}`);
+  console.log(`herd      bad RunTask answers (4xx or a failure)     ${bad.length}${bad.length ? `; first: ${JSON.stringify(bad[0])}` : ''}`);
+  console.log(`herd      swarms: ${follow.join(' | ')}; ${swarmErrors.length ? swarmErrors.map((m) => m[0]).join('; ') : 'no error messages'}`);
+  console.log(`safety    ${acked.size} RunTasks acknowledged (${calls.length} sent by the clients, ${rounds} rounds' first); ` +
+    `${s.tasks} tasks in the cluster (${s.rows} task rows in PostgreSQL), ${s.gpus} GPUs accounted; ${s.violations.length} violations`);
+  for (const v of s.violations.slice(0, 20)) console.log(`  violation: ${v}`);
+  return s.violations.length + bad.length;
+}
+
 async function load(endpoint, cluster) {
   const latencies = [];
   let errors = 0;
@@ -393,8 +638,9 @@ console.log(`uptime: ${fs.readFileSync('/proc/loadavg', 'utf8').trim()}`);
 let violations = 0;
 const pg = await startPostgres({ durable: true });
 try {
-  if (opt.only !== 'runtask') violations = await takeover(pg);
-  if (opt.only !== 'takeover') await runtask(pg);
+  if (opt.only === 'herd') violations = await herd(pg);
+  if (opt.only !== 'runtask' && opt.only !== 'herd') violations = await takeover(pg);
+  if (opt.only !== 'takeover' && opt.only !== 'herd') await runtask(pg);
 } finally {
   pg.close();
 }

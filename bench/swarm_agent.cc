@@ -123,9 +123,15 @@ bool SimAgent::Crash(const std::string& task_arn) {
   return true;
 }
 
-bool SimAgent::Connect(const ServerEndpoint& server, std::string* error) {
+bool SimAgent::Connect(const ServerEndpoint& server, std::string* error, DeclinedUpgrade* declined) {
+  const uint64_t gen = ++generation;
   auto c = ChannelClient::Connect(server, protocol::ChannelTarget(arn),
-                                  {[this](std::string m) { OnMessage(m); }, [this] { ++swarm->closes; }});
+                                  {[this](std::string m) { OnMessage(m); },
+                                   [this, gen] {
+                                     ++swarm->closes;
+                                     if (gen == generation && swarm->on_lost) swarm->on_lost(this);
+                                   }},
+                                  std::chrono::milliseconds(5000), declined);
   if (!c.ok()) {
     *error = c.status().message();
     return false;
@@ -133,6 +139,9 @@ bool SimAgent::Connect(const ServerEndpoint& server, std::string* error) {
   protocol::Hello hello;
   {
     std::lock_guard lock(mu);
+    if (lost_at != Clock::time_point{})
+      hello_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
     hello_reported = tasks;
     swarm->hello_tasks += static_cast<int64_t>(tasks.size());
     for (const auto& [task_arn, status] : tasks)
@@ -184,6 +193,17 @@ void SimAgent::OnMessage(const std::string& text) {
     std::map<std::string, std::string> reported;
     {
       std::lock_guard lock(mu);
+      if (lost_at != Clock::time_point{}) {  // back after a loss (bench/swarm_follow.h)
+        Return r{swarm->agent_offset + index, lost_unix_ms, hello_unix_ms,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch()).count(),
+                 welcome->epoch.value_or(0), attempts};
+        lost_at = {};
+        attempts = 0;
+        ++swarm->returned;
+        std::lock_guard swarm_lock(swarm->mu);
+        swarm->returns.push_back(r);
+      }
       reported.swap(hello_reported);
       for (const auto& [task_arn, status] : reported)
         if (status == "STOPPED" && tasks.count(task_arn) && tasks[task_arn] == "STOPPED") tasks.erase(task_arn);

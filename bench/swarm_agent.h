@@ -22,12 +22,15 @@
 #include <vector>
 
 #include "agent/channel_client.h"
+#include "agent/server_connection.h"
 #include "protocol/messages.h"
 
 namespace gpupack::bench {
 
 using Clock = std::chrono::steady_clock;
 using gpupack::agent::ChannelClient;
+using gpupack::agent::DeclinedUpgrade;
+using gpupack::agent::ReconnectPolicy;
 using gpupack::agent::ServerEndpoint;
 
 // TaskTimes: when each step of one task happened, stamped by the driver and the agents (Swarm::Stamp).
@@ -74,6 +77,17 @@ struct SimAgent {
   std::atomic<bool> welcomed{false};
   std::atomic<bool> churning{false};   // the churn thread has it down or is reconnecting it
   Clock::time_point next_heartbeat{};  // heartbeat thread only
+  // generation: bumped by every Connect and Disconnect; a channel's close counts as a loss (Swarm::on_lost) only
+  // while its generation is current, so closing a channel on purpose (Disconnect, churn, shutdown) is no loss.
+  std::atomic<uint64_t> generation{0};
+  // Following a takeover (bench/swarm_follow.h): when the channel was lost (zero when it is not lost, or since
+  // the welcome that ended the loss), and the attempts since; guarded by mu. The walk's state (the server the
+  // agent tries, its ReconnectPolicy) belongs to the Follower's worker that holds the agent.
+  Clock::time_point lost_at{};
+  int64_t lost_unix_ms = 0, hello_unix_ms = 0;
+  int attempts = 0;
+  size_t server = 0;                        // index into the Follower's servers
+  std::unique_ptr<ReconnectPolicy> policy;  // made by the Follower
 
   void OnMessage(const std::string& text);
   // SendHeartbeat sends a heartbeat (not impaired, no held GPUs: a heartbeat that changes nothing) and keeps its
@@ -90,14 +104,16 @@ struct SimAgent {
     std::lock_guard lock(chan_mu);
     if (client) client->Send(text);
   }
-  // Connect opens the channel and says hello with every task it has; false when the server refused.
-  bool Connect(const ServerEndpoint& server, std::string* error);
+  // Connect opens the channel and says hello with every task it has; false when the server refused (then
+  // `declined`, when given, holds the server's answer: ChannelClient::Connect).
+  bool Connect(const ServerEndpoint& server, std::string* error, DeclinedUpgrade* declined = nullptr);
   // Disconnect closes the channel (the io thread is joined when it returns); unacknowledged reports are
   // forgotten, as a real agent forgets them, and sent again in the next hello.
   void Disconnect() {
     std::unique_ptr<ChannelClient> old;
     {
       std::lock_guard lock(chan_mu);
+      ++generation;  // this close is on purpose: no loss
       old = std::move(client);
       connected = false;
     }
@@ -107,6 +123,16 @@ struct SimAgent {
     heartbeats_out.clear();
     welcomed = false;
   }
+};
+
+// Return: one agent back with a leader after it lost its channel (Swarm::returns): when it lost it, when it said
+// hello to the server that welcomed it and when the welcome came (ms since 1970, so that another process on the
+// same host can set them against its own clock), the welcome's leadership epoch (0: none) and the connection
+// attempts it took.
+struct Return {
+  int agent = 0;  // the instance number (--agent-offset + index)
+  int64_t lost_unix_ms = 0, hello_unix_ms = 0, welcome_unix_ms = 0, epoch = 0;
+  int attempts = 0;
 };
 
 struct Swarm {
@@ -122,6 +148,13 @@ struct Swarm {
   std::string first_error;                            // guarded by mu
   std::unordered_map<std::string, TaskTimes> times;   // guarded by mu
   std::set<std::string> running_acked, stopped_acked;  // reports the server acknowledged; guarded by mu
+  // Following a takeover (bench/swarm_follow.h): on_lost is called (on the channel's io thread) when an agent's
+  // current channel closes without the swarm closing it; set before any agent connects, or left empty. returns
+  // collects the agents welcomed back since the serve loop last printed them; guarded by mu.
+  std::function<void(SimAgent*)> on_lost;
+  int agent_offset = 0;
+  std::vector<Return> returns;
+  std::atomic<int64_t> lost{0}, returned{0};
 
   void Error(const std::string& message) {
     ++errors;

@@ -129,8 +129,22 @@ void ServeUntilSignalled(const SwarmOptions& o, Swarm& swarm, pid_t server_pid, 
   crasher.emplace(agents, o.crash_per_min);
   Clock::duration crashing{};  // how long crashing was on
   Clock::time_point crash_since{};
+  // --follow: the agents welcomed back since the last pass, one line each (bench/swarm_follow.h).
+  auto print_returns = [&] {
+    std::vector<Return> returns;
+    {
+      std::lock_guard lock(swarm.mu);
+      returns.swap(swarm.returns);
+    }
+    for (const Return& r : returns)
+      std::printf("returned %d %lld %lld %lld %lld %d\n", r.agent, static_cast<long long>(r.lost_unix_ms),
+                  static_cast<long long>(r.hello_unix_ms), static_cast<long long>(r.welcome_unix_ms),
+                  static_cast<long long>(r.epoch), r.attempts);
+    if (!returns.empty()) std::fflush(stdout);
+  };
   while (Clock::now() < deadline) {
-    timespec wait{0, 200'000'000};
+    print_returns();
+    timespec wait{0, o.follow ? 50'000'000 : 200'000'000};
     const int sig = sigtimedwait(&set, nullptr, &wait);
     if (sig == SIGUSR1) {
       const Counters c = Counters::Of(swarm);
@@ -210,6 +224,13 @@ void ServeUntilSignalled(const SwarmOptions& o, Swarm& swarm, pid_t server_pid, 
               static_cast<long long>(c1.assigns - c0.assigns), static_cast<long long>(c1.stops - c0.stops),
               static_cast<long long>(c1.state_acks - c0.state_acks), static_cast<long long>(swarm.closes.load()),
               static_cast<long long>(swarm.errors.load()), first_error.empty() ? "" : ", first: ", first_error.c_str());
+  print_returns();
+  if (o.follow)
+    std::printf("follow           %lld channels lost (the swarm did not close them), %lld agents welcomed back, "
+                "%lld reconnects, %lld failed attempts (%d worker threads)\n",
+                static_cast<long long>(swarm.lost.load()), static_cast<long long>(swarm.returned.load()),
+                static_cast<long long>(swarm.reconnects.load()), static_cast<long long>(swarm.reconnect_failures.load()),
+                o.follow_threads);
   if (o.crash_per_min > 0)
     std::printf("crashes          %lld tasks stopped on the agents' side (exit code 1), crashing on for %.1f s at "
                 "%.1f %% of the RUNNING tasks a minute\n",

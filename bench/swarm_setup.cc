@@ -50,11 +50,14 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
     else if (a == "--dir") o.dir = next();
     else if (a == "--keep") o.keep = true;
     else if (a == "--no-ack") o.no_ack = true;
+    else if (a == "--follow") o.follow = true;
+    else if (a == "--follow-threads") o.follow_threads = std::atoi(next().c_str());
     else if (a == "-h" || a == "--help") {
       std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N]\n"
                   "                   [--agent-offset K] [--baseline-s S] [--idle-s S] [--hold-s S] [--rate R]\n"
                   "                   [--task-life-s S] [--churn R] [--churn-down-ms MS] [--heartbeat-ms MS]\n"
                   "                   [--serve-s S [--crash-per-min P]] [--dir DIR] [--keep] [--no-ack]\n"
+                  "                   [--server URL,URL,... --follow [--follow-threads N]]\n"
                   "defaults: build-bench/gpupack, 200 agents, 10 s with no agent, 30 s idle, 60 s driven,\n"
                   "          10 RunTask/s, tasks live 5 s, no churn (--churn R: R agents a second drop their\n"
                   "          channel during the driven phase and reconnect --churn-down-ms later, 200 ms)\n"
@@ -72,6 +75,13 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
                   "--agent-offset K: agent i registers as instance K + i (instanceId swarm-(K+i)), so that several\n"
                   "          swarms can share one cluster (a process's descriptors bound a swarm: 4 per agent)\n"
                   "--no-ack: the agents ack no assign or stop (as older agents did not)\n"
+                  "--follow (with --server URL,URL,... of several replicas and --serve-s): an agent whose channel\n"
+                  "          closes reconnects as the real agent does (agent::ReconnectPolicy: the servers of the\n"
+                  "          list in turn, a standby's named leader at once, full jitter after a whole walk), says\n"
+                  "          hello again and prints \"returned AGENT LOST_MS HELLO_MS WELCOME_MS EPOCH ATTEMPTS\"\n"
+                  "          (ms since 1970) once welcomed; registration and the first channels go to the first URL;\n"
+                  "          --server-pid may be left out (no server figures). --follow-threads N: the worker\n"
+                  "          threads that make the attempts (default 16)\n"
                   "exit status 1 when the final check through the API finds a violation\n");
       std::exit(0);
     } else {
@@ -90,7 +100,10 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
   if (o.churn_down_ms < 0 || o.churn_down_ms > 60000) SwarmDie("--churn-down-ms must be 0..60000");
   if (o.heartbeat_ms != 0 && (o.heartbeat_ms < 10 || o.heartbeat_ms > 60000)) SwarmDie("--heartbeat-ms must be 10..60000");
   if (o.serve_s < 0 || o.serve_s > 3600) SwarmDie("--serve-s must be 1..3600 (0: the phases)");
-  if (!o.server.empty() && o.server_pid <= 0) SwarmDie("--server needs --server-pid (the process to measure)");
+  if (!o.server.empty() && o.server_pid <= 0 && !o.follow)
+    SwarmDie("--server needs --server-pid (the process to measure)");
+  if (o.follow && (o.server.empty() || o.serve_s == 0)) SwarmDie("--follow needs --server URL,... and --serve-s");
+  if (o.follow_threads < 1 || o.follow_threads > 256) SwarmDie("--follow-threads must be 1..256");
   return o;
 }
 

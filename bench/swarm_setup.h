@@ -17,7 +17,7 @@ namespace gpupack::bench {
 
 struct SwarmOptions {
   std::string gpupack = "build-bench/gpupack";
-  std::string server;  // attach instead of starting one
+  std::string server;  // attach instead of starting one; URL,URL,... with --follow (the first registers)
   pid_t server_pid = 0;
   int agents = 200;
   int agent_offset = 0;    // agent i registers as instance number agent_offset + i (several swarms, one cluster)
@@ -34,6 +34,10 @@ struct SwarmOptions {
   std::string dir;         // $TMPDIR or /tmp unless given
   bool keep = false;
   bool no_ack = false;  // the agents ack no push, as agents from before pushes were acked
+  // follow: an agent whose channel closes reconnects as the real agent does, walking the servers of --server
+  // URL,URL,... (bench/swarm_follow.h), on follow_threads worker threads.
+  bool follow = false;
+  int follow_threads = 16;
 };
 
 // ParseSwarmOptions reads the command line; --help prints the usage and exits 0, a bad argument exits 1.

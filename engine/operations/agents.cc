@@ -80,6 +80,15 @@ Status AgentHello(const std::string& instance_arn, const protocol::Hello& hello,
     }
   }
   const bool impaired = hello.impaired;
+  // A hello that changes nothing about the instance writes nothing: after a takeover the new leader keeps the
+  // instances the old one had connected connected for a grace (docs/ha.md), and the herd of hellos that follows
+  // then needs no instance write, no commit and nothing for the standbys to follow. Its welcome still waits for
+  // every commit before it (it may assign a task whose placement is still being committed).
+  const ContainerInstance* now = txn.state().FindInstance(instance_arn);  // the reports may have replaced it
+  if (now && now->agent_connected && now->impaired == impaired) {
+    txn.MarkWrite();
+    return Status::Ok();
+  }
   txn.UpdateInstance(instance_arn, [impaired](ContainerInstance& i) {
     i.agent_connected = true;
     i.impaired = impaired;

@@ -9,7 +9,8 @@ namespace gpupack::api {
 // FromProtocol: a channel report as the report ApplyTaskReport takes.
 TaskStateReport FromProtocol(const protocol::TaskReport& report);
 
-// AgentHello reconciles the agent's tasks with the server's and fills the welcome; the instance is connected.
+// AgentHello reconciles the agent's tasks with the server's and fills the welcome; the instance is connected
+// (written only when that changes it: a hello within the reconnect grace after a takeover writes no instance).
 Status AgentHello(const std::string& instance_arn, const protocol::Hello& hello, Transaction& txn,
                   protocol::Welcome& out);
 // AgentReport applies one state report about a task on the agent's instance.

@@ -146,6 +146,45 @@ TEST_F(ControlPlaneTest, AnInstanceConnectedBeforeALoadStaysPlaceableWhileItsAge
   EXPECT_EQ(connected(s, inst), true);
 }
 
+// A hello that changes nothing about its instance writes nothing: after a load (a takeover) an instance its agent
+// had connected is still connected within the grace, so its agent's hello commits nothing (a herd of 10,000
+// hellos after a takeover, docs/benchmarks.md section 15), still ends the grace, and still assigns the tasks
+// placed on it meanwhile. A hello that connects the instance writes it.
+TEST_F(ControlPlaneTest, AHelloWithinTheReconnectGraceWritesNothing) {
+  auto version = [](Server& s, const std::string& inst) {
+    return s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}})["containerInstances"][0]
+                                                                                          ["version"];
+  };
+  std::string inst;
+  {
+    Server s(db_, 7, /*place_on_disconnected=*/false);
+    s.Ok("CreateCluster", Json::object());
+    inst = RegisterInstance(s, {22587});
+    RegisterShared(s, "mps", 1024);
+    const Json registered = version(s, inst);
+    const uint64_t commits = s.commits();
+    s.Hello(inst);  // disconnected -> connected: written
+    EXPECT_NE(version(s, inst), registered);
+    EXPECT_EQ(s.commits(), commits + 1);
+  }
+  Server s(db_, 8, false);  // a new leader: the instance is in its grace
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_EQ(r["tasks"].size(), 1u) << r.dump();
+  const std::string task = r["tasks"][0]["taskArn"];
+  const Json before = version(s, inst);
+  const uint64_t commits = s.commits();
+  protocol::Welcome welcome = s.Hello(inst);
+  EXPECT_EQ(s.commits(), commits) << "the hello changed nothing: no commit";
+  EXPECT_EQ(version(s, inst), before);
+  ASSERT_EQ(welcome.assign.size(), 1u) << "the task placed within the grace is assigned by the hello";
+  EXPECT_EQ(welcome.assign[0].task_arn, task);
+  s.now_ += 60'000;  // past the grace: the hello ended it, so the instance stays connected and placeable
+  EXPECT_EQ(s.Ok("RunTask", {{"taskDefinition", "mps"}})["tasks"].size(), 1u);
+  EXPECT_EQ(s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}})["containerInstances"][0]
+                                                                                             ["agentConnected"],
+            true);
+}
+
 // --place-on-disconnected (benchmarks, simulations whose client plays the agent): the same instance takes tasks,
 // and still reads agentConnected false.
 TEST_F(ControlPlaneTest, PlaceOnDisconnectedPlacesOnInstancesWithoutAnAgent) {

@@ -68,11 +68,19 @@ class Server {
   }
 
   // Hello delivers an agent's hello for `instance_arn` reporting no tasks: its agent is connected from then on.
-  void Hello(const std::string& instance_arn) {
-    std::promise<Status> p;
-    cp_->AgentHello(instance_arn, protocol::Hello{}, [&](Status s, protocol::Welcome) { p.set_value(s); });
-    Status s = p.get_future().get();
+  // It answers the welcome.
+  protocol::Welcome Hello(const std::string& instance_arn) {
+    std::promise<std::pair<Status, protocol::Welcome>> p;
+    cp_->AgentHello(instance_arn, protocol::Hello{}, [&](Status s, protocol::Welcome w) { p.set_value({s, std::move(w)}); });
+    auto [s, welcome] = p.get_future().get();
     EXPECT_TRUE(s.ok()) << s.message();
+    return welcome;
+  }
+
+  // commits: the Store::Commit calls made so far (GroupCommitter::Stats), once every batch submitted is done.
+  uint64_t commits() {
+    committer_->Flush();
+    return committer_->stats().commits;
   }
 
   // Inspect runs `f` on the applier's working state (ClusterState).
