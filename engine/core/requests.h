@@ -25,6 +25,13 @@ enum class Access { kRead, kWrite };
 // credentials. Such a key acts only for the instances it registered (ContainerInstance::registered_by).
 using AgentKey = std::optional<std::string>;
 
+// Caller: who makes a call, as the router hands it to the requests that need it (never from the body): the agent
+// key, and the host that key is bound to (gpupack_host; empty: the first host that registers with it).
+struct Caller {
+  AgentKey agent_key;
+  std::string agent_host;
+};
+
 // Page: maxResults and nextToken of a List call (1..100, default 100; tokens this server issued).
 struct PageRequest {
   size_t limit = 100;
@@ -308,7 +315,8 @@ struct SubmitContainerStateChangeRequest {
 
 struct RegisterContainerInstanceRequest {
   static constexpr Access kAccess = Access::kWrite;
-  AgentKey agent_key;  // set by the router from the caller, never from the body
+  AgentKey agent_key;      // set by the router from the caller, never from the body
+  std::string agent_host;  // likewise: the one host agent_key may register, when its profile names one
   std::string cluster;
   std::optional<std::string> container_instance_arn;  // re-registration
   Resources total;
