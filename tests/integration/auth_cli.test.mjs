@@ -74,6 +74,18 @@ describe('gpupack server', () => {
     assert.doesNotMatch(r.stderr, /this is not a key/);
   });
 
+  test('refuses a gpupack_host that no agent could register, or on a key that is not an agent key', async () => {
+    const spaced = file('host-spaced', GOOD + 'gpupack_role = agent\ngpupack_host = two words\n');
+    const r = await run(['server', '--credentials', spaced, '--db', path.join(dir, 'h1.db')]);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, new RegExp(`credentials file ${spaced} line 5: gpupack_host must be the host's agent --name: 1 to 64 `));
+    const admin = file('host-admin', GOOD + 'gpupack_host = node-a\n');
+    const a = await run(['server', '--credentials', admin, '--db', path.join(dir, 'h2.db')]);
+    assert.equal(a.code, 2);
+    assert.match(a.stderr, /line 4: gpupack_host binds an agent key to its host, but profile \[default\] has gpupack_role admin/);
+    assert.equal(fs.existsSync(path.join(dir, 'h2.db')), false, 'nothing may be created before the refusal');
+  });
+
   test('refuses a missing credentials file and --credentials with --insecure-no-auth', async () => {
     const missing = await run(['server', '--credentials', path.join(dir, 'nope'), '--db', path.join(dir, 'e.db')]);
     assert.equal(missing.code, 2);
