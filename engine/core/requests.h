@@ -45,6 +45,7 @@ struct CreateClusterRequest {
   std::string cluster_name;  // as sent; "default" when absent
   std::vector<KeyValuePair> tags;
   std::optional<bool> compute_aware;  // settings: gpupack.computeAwarePlacement
+  std::optional<bool> manual_instance_acceptance;  // settings: gpupack.instanceAcceptance manual
 };
 struct DeleteClusterRequest {
   static constexpr Access kAccess = Access::kWrite;
@@ -54,6 +55,7 @@ struct UpdateClusterSettingsRequest {
   static constexpr Access kAccess = Access::kWrite;
   std::string cluster;
   std::optional<bool> compute_aware;
+  std::optional<bool> manual_instance_acceptance;
 };
 struct DescribeClustersRequest {
   static constexpr Access kAccess = Access::kRead;
@@ -342,7 +344,7 @@ struct ListContainerInstancesRequest {
   static constexpr Access kAccess = Access::kRead;
   std::string cluster;
   std::optional<std::string> filter;
-  // status: only instances in this status (ACTIVE or DRAINING). ECS's REGISTERING, DEREGISTERING and
+  // status: only instances in this status (ACTIVE, DRAINING or REGISTERING). ECS's DEREGISTERING and
   // REGISTRATION_FAILED are accepted and set status_matches_none instead: no instance here is ever in them.
   std::optional<InstanceStatus> status;
   bool status_matches_none = false;
@@ -352,7 +354,7 @@ struct UpdateContainerInstancesStateRequest {
   static constexpr Access kAccess = Access::kWrite;
   std::string cluster;
   std::vector<std::string> container_instances;
-  InstanceStatus status = InstanceStatus::kActive;  // ACTIVE or DRAINING
+  InstanceStatus status = InstanceStatus::kActive;  // ACTIVE (which also accepts a REGISTERING one) or DRAINING
 };
 
 // ---- attributes

@@ -159,7 +159,12 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
   inst.remaining = in.total;
   inst.gpus = in.gpus;
   inst.attributes = std::move(attrs);
-  inst.status = InstanceStatus::kActive;
+  // A new instance of a cluster that accepts instances manually waits, REGISTERING, for an administrator; one
+  // registering again stays so (re-registering must not accept it), any other becomes ACTIVE as before.
+  if (!existing)
+    inst.status = cluster->settings.manual_instance_acceptance ? InstanceStatus::kRegistering : InstanceStatus::kActive;
+  else if (existing->status != InstanceStatus::kRegistering)
+    inst.status = InstanceStatus::kActive;
   if (existing) {
     for (auto& g : inst.gpus)
       for (const auto& old : existing->gpus)
@@ -235,7 +240,8 @@ Status ListContainerInstances(const ListContainerInstancesRequest& in, const Rea
   return Status::Ok();
 }
 
-// UpdateContainerInstancesState: ACTIVE <-> DRAINING; unknown instances come back as MISSING failures.
+// UpdateContainerInstancesState: ACTIVE <-> DRAINING, and ACTIVE accepts a REGISTERING instance (the role check
+// keeps it to admin keys); unknown instances come back as MISSING failures.
 Status UpdateContainerInstancesState(const UpdateContainerInstancesStateRequest& in, Transaction& txn,
                                      InstancesResult& out) {
   GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
