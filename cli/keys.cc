@@ -1,8 +1,8 @@
 // `gpupack keys issue-agent --host NAME --credentials FILE`: a new agent key for one host. It appends a profile
-// [agent-NAME] (gpupack_role = agent, a random key id and secret) to the server's credentials file, checked whole
-// with the server's own reader before it replaces the file (atomically, mode 0600), and prints the credentials
-// file the host's agent signs with. The server binds an agent key to the first host that registers with it (one
-// container instance per agent key), and reads its file at start: restart it to use the key.
+// [agent-NAME] (gpupack_role = agent, gpupack_host = NAME, a random key id and secret) to the server's credentials
+// file, checked whole with the server's own reader before it replaces the file (atomically, mode 0600), and prints
+// the credentials file the host's agent signs with. The server lets the key register host NAME only (one
+// container instance, whose instanceId is NAME), and reads its file at start: restart it to use the key.
 #include <fcntl.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -107,7 +107,8 @@ int RunKeys(const KeysFlags& f) {
     return Failure(std::string("no random bytes from the kernel: ") + std::strerror(errno));
   id = "AKGP" + id;
   text += "\n# agent key for host " + f.host + " (gpupack keys issue-agent)\n[" + profile +
-          "]\naws_access_key_id = " + id + "\naws_secret_access_key = " + secret + "\ngpupack_role = agent\n";
+          "]\naws_access_key_id = " + id + "\naws_secret_access_key = " + secret +
+          "\ngpupack_role = agent\ngpupack_host = " + f.host + "\n";
   // The new file must read as the server reads it before it replaces the old one.
   if (auto check = protocol::ParseCredentials(text, f.credentials); !check.ok())
     return Usage(check.status().message());
@@ -126,8 +127,8 @@ int RunKeys(const KeysFlags& f) {
   if (f.out.empty()) std::fputs(agent_file.c_str(), stdout);
   std::fprintf(stderr,
                "gpupack: added agent key %s for host %s as profile [%s] of %s. Restart the server to use it (it "
-               "reads the file at start); on %s run: gpupack agent --name %s --credentials %s ... (the first host "
-               "that registers with the key is the one it is bound to)\n",
+               "reads the file at start); on %s run: gpupack agent --name %s --credentials %s ... (the key is bound "
+               "to that name: the server refuses it for any other host)\n",
                id.c_str(), f.host.c_str(), profile.c_str(), f.credentials.c_str(), f.host.c_str(), f.host.c_str(),
                f.out.empty() ? "FILE" : f.out.c_str());
   return 0;

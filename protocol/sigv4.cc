@@ -16,6 +16,7 @@
 #include <set>
 
 #include "base/percent.h"
+#include "protocol/field_limits.h"
 #include "protocol/sigv4_text.h"
 
 namespace gpupack::protocol {
@@ -59,6 +60,16 @@ std::optional<sys_seconds> MakeTime(int y, int mo, int d, int h, int mi, int se)
   // signed that far ahead.
   if (t > std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::time_point::max())) return std::nullopt;
   return t;
+}
+
+// ValidHost: a gpupack_host is what the agent of that host sends as its instanceId (its --name), so it is held to
+// the same bounds; anything else could never match a registration.
+bool ValidHost(std::string_view s) {
+  if (s.empty() || s.size() > kInstanceIdLimit.max_bytes) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    return alnum || c == '-' || c == '_' || c == '.' || c == ':' || c == '/';
+  });
 }
 
 bool ValidSecret(std::string_view s) {
@@ -304,8 +315,9 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
   const std::string where(origin);
   struct Profile {
     std::string name;
-    std::optional<std::string> id, secret, role;
+    std::optional<std::string> id, secret, role, host;
     int line = 0;
+    int host_line = 0;
   };
   std::vector<Profile> profiles;
   int line_no = 0;
@@ -328,7 +340,7 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
                                           std::to_string(p.line) + ")");
         }
       }
-      profiles.push_back({name, std::nullopt, std::nullopt, std::nullopt, line_no});
+      profiles.push_back({name, std::nullopt, std::nullopt, std::nullopt, std::nullopt, line_no, 0});
       continue;
     }
     // The line is never echoed: it may hold a secret.
@@ -344,6 +356,7 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
     if (key == "aws_access_key_id") slot = &p.id;
     if (key == "aws_secret_access_key") slot = &p.secret;
     if (key == "gpupack_role") slot = &p.role;
+    if (key == "gpupack_host") slot = &p.host;
     if (slot == nullptr) continue;  // region, aws_session_token, ...: not ours
     if (slot->has_value()) {
       return Status::InvalidParameter(at + key + " given twice in profile [" + Echo(p.name) + "]");
@@ -358,6 +371,14 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
     }
     if (slot == &p.role && value != "admin" && value != "agent" && value != "reader") {
       return Status::InvalidParameter(at + "gpupack_role must be admin, agent or reader, not '" + Echo(value) + "'");
+    }
+    if (slot == &p.host) {
+      if (!ValidHost(value)) {
+        return Status::InvalidParameter(at + "gpupack_host must be the host's agent --name: 1 to " +
+                                        std::to_string(kInstanceIdLimit.max_bytes) +
+                                        " letters, digits, '-', '_', '.', ':' or '/'");
+      }
+      p.host_line = line_no;
     }
     *slot = std::string(value);
   }
@@ -379,7 +400,13 @@ Result<std::vector<Credential>> ParseCredentials(std::string_view text, std::str
     const KeyRole role = p.role == "agent"    ? KeyRole::kAgent
                          : p.role == "reader" ? KeyRole::kReader
                                               : KeyRole::kAdmin;
-    out.push_back({std::move(*p.id), std::move(*p.secret), std::move(p.name), role});
+    // Only an agent key registers a host: a bound admin or reader key would read as a limit it is not.
+    if (p.host && role != KeyRole::kAgent) {
+      return Status::InvalidParameter(where + " line " + std::to_string(p.host_line) + ": gpupack_host binds an "
+                                      "agent key to its host, but profile [" + Echo(p.name) + "] has gpupack_role " +
+                                      KeyRoleName(role) + " (add gpupack_role = agent, or remove gpupack_host)");
+    }
+    out.push_back({std::move(*p.id), std::move(*p.secret), std::move(p.name), role, p.host.value_or("")});
   }
   return out;
 }

@@ -46,6 +46,9 @@ struct Credential {
   std::string secret_access_key;
   std::string profile;
   KeyRole role = KeyRole::kAdmin;
+  // host: for an agent key, the one host it may register (gpupack_host: that host's agent's --name); empty: the
+  // first host that registers with it. Braced so that keys written in code may leave it out.
+  std::string host{};
 };
 
 // SigningIdentity is what a client signs with: one key and the region (and service) its signatures are scoped
@@ -61,11 +64,13 @@ struct SigningIdentity {
 //   aws_access_key_id = AKID...
 //   aws_secret_access_key = ...
 //   gpupack_role = agent            ; optional: admin (default), agent or reader, see KeyRole
+//   gpupack_host = gpu-node-17      ; optional, agent keys only: the one host the key may register, see host
 // Other keys (region, aws_session_token, ...) are ignored. Refused with a message naming the file (and line):
 // a missing or unreadable file, a file readable or writable by group or others (st_mode & 077: run
 // `chmod 600`), not a regular file, larger than 1 MiB, no profile at all, a profile without either key, a
-// key given twice, a line that is neither a section, a comment nor key = value, and the same access key id
-// in two profiles.
+// key given twice, a line that is neither a section, a comment nor key = value, the same access key id in two
+// profiles, a gpupack_host that is not 1 to 64 of the characters an agent's --name may hold, and a gpupack_host
+// in a profile whose role is not agent.
 Result<std::vector<Credential>> LoadCredentialsFile(const std::string& path);
 
 // SelectProfile picks the key a client signs with: the profile named `profile` when not empty, else [default],

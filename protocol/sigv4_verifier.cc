@@ -329,7 +329,7 @@ SigV4Result SigV4Verifier::Authenticate(const SigV4Request& req, std::chrono::sy
     }
     return Refused(Invalid(std::move(message)));
   }
-  return {Status::Ok(), key->second.access_key_id, key->second.profile, key->second.role};
+  return {Status::Ok(), key->second.access_key_id, key->second.profile, key->second.role, key->second.host};
 }
 
 }  // namespace gpupack::protocol

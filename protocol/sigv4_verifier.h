@@ -40,6 +40,7 @@ struct SigV4Result {
   std::string access_key_id;  // set when ok
   std::string profile;        // set when ok
   KeyRole role = KeyRole::kAdmin;  // set when ok
+  std::string host{};              // set when ok: the key's gpupack_host (Credential::host), often empty
 };
 
 // SigV4Request is what the verifier reads of a request: the method and target as on the request line, the

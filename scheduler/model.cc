@@ -10,7 +10,7 @@ namespace {
 // order).
 constexpr const char* kTaskStatusNames[] = {"PENDING", "RUNNING", "STOPPED", "PROVISIONING"};
 constexpr const char* kCapacityProviderStatusNames[] = {"ACTIVE", "INACTIVE"};
-constexpr const char* kInstanceStatusNames[] = {"ACTIVE", "DRAINING", "INACTIVE"};
+constexpr const char* kInstanceStatusNames[] = {"ACTIVE", "DRAINING", "INACTIVE", "REGISTERING"};
 constexpr const char* kLifecycleStatusNames[] = {"ACTIVE", "INACTIVE"};
 constexpr const char* kServiceStatusNames[] = {"ACTIVE", "DRAINING", "INACTIVE"};
 constexpr const char* kRolloutStateNames[] = {"IN_PROGRESS", "COMPLETED", "FAILED"};
@@ -18,7 +18,7 @@ static_assert(std::size(kServiceStatusNames) == static_cast<size_t>(ServiceStatu
 static_assert(std::size(kRolloutStateNames) == static_cast<size_t>(RolloutState::kFailed) + 1);
 static_assert(std::size(kTaskStatusNames) == static_cast<size_t>(TaskStatus::kProvisioning) + 1);
 static_assert(std::size(kCapacityProviderStatusNames) == static_cast<size_t>(CapacityProviderStatus::kInactive) + 1);
-static_assert(std::size(kInstanceStatusNames) == static_cast<size_t>(InstanceStatus::kInactive) + 1);
+static_assert(std::size(kInstanceStatusNames) == static_cast<size_t>(InstanceStatus::kRegistering) + 1);
 static_assert(std::size(kLifecycleStatusNames) == static_cast<size_t>(LifecycleStatus::kInactive) + 1);
 
 // ParseName: the enum value whose name is `text`, or nullopt.

@@ -27,9 +27,11 @@ enum class TaskStatus { kPending, kRunning, kStopped, kProvisioning };
 const char* Name(TaskStatus status);  // "PENDING" | "RUNNING" | "STOPPED" | "PROVISIONING"
 std::optional<TaskStatus> ParseTaskStatus(std::string_view text);
 
-// InstanceStatus: ContainerInstance::status. DRAINING takes no new tasks; INACTIVE is deregistered.
-enum class InstanceStatus { kActive, kDraining, kInactive };
-const char* Name(InstanceStatus status);  // "ACTIVE" | "DRAINING" | "INACTIVE"
+// InstanceStatus: ContainerInstance::status. DRAINING takes no new tasks; INACTIVE is deregistered; REGISTERING
+// is a new instance of a cluster that accepts instances manually (ClusterSettings), which takes no tasks until an
+// administrator sets it ACTIVE. Last in the list: the values before it keep their numbers.
+enum class InstanceStatus { kActive, kDraining, kInactive, kRegistering };
+const char* Name(InstanceStatus status);  // "ACTIVE" | "DRAINING" | "INACTIVE" | "REGISTERING"
 std::optional<InstanceStatus> ParseInstanceStatus(std::string_view text);
 
 // LifecycleStatus: Cluster::status and TaskDefinition::status. INACTIVE is a deleted cluster or a deregistered
@@ -185,6 +187,9 @@ struct CapacityProviderStrategyItem {
 struct ClusterSettings {
   // Opt-in beyond ECS: the sum of maxComputePercent on one GPU stays <= 100 (RESOURCE:GPU_COMPUTE).
   bool compute_aware_placement = false;
+  // Opt-in (gpupack.instanceAcceptance manual): a new container instance is REGISTERING, out of placement, until
+  // an administrator accepts it (UpdateContainerInstancesState ACTIVE), so a host nobody expected draws no tasks.
+  bool manual_instance_acceptance = false;
   bool operator==(const ClusterSettings&) const = default;
 };
 

@@ -90,7 +90,10 @@ json Enc(const TaskDefinition& v) {
 }
 
 json Enc(const ClusterSettings& v) {
-  return ObjWriter().Put("compute_aware_placement", v.compute_aware_placement).Done();
+  return ObjWriter()
+      .Put("compute_aware_placement", v.compute_aware_placement)
+      .Put("manual_instance_acceptance", v.manual_instance_acceptance)
+      .Done();
 }
 
 json Enc(const Cluster& v) {
@@ -356,7 +359,9 @@ void Read(JsonFields& o, TaskDefinition& out) {
 }
 
 void Read(JsonFields& o, ClusterSettings& out) {
-  Members{o}.Get("compute_aware_placement", out.compute_aware_placement);
+  Members{o}
+      .Get("compute_aware_placement", out.compute_aware_placement)
+      .Get("manual_instance_acceptance", out.manual_instance_acceptance);  // absent before it existed: automatic
 }
 
 void Read(JsonFields& o, Cluster& out) {

@@ -295,7 +295,8 @@ Json ResourcesJson(const Resources& r) {
 Json ToJson(const ArnContext& ctx, const Cluster& c, const ClusterCounts& counts) {
   Json settings = Json::array(
       {{{"name", "containerInsights"}, {"value", "disabled"}},
-       {{"name", "gpupack.computeAwarePlacement"}, {"value", c.settings.compute_aware_placement ? "enabled" : "disabled"}}});
+       {{"name", "gpupack.computeAwarePlacement"}, {"value", c.settings.compute_aware_placement ? "enabled" : "disabled"}},
+       {{"name", "gpupack.instanceAcceptance"}, {"value", c.settings.manual_instance_acceptance ? "manual" : "automatic"}}});
   return {{"clusterArn", ctx.ClusterArn(c.name)},
           {"clusterName", c.name},
           {"status", Name(c.status)},

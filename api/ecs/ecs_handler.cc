@@ -33,9 +33,10 @@ void EcsHandler::Handle(const HttpRequest& req, const SigV4Result& who, const st
     respond(ErrorResponse(body.status(), request_id));
     return;
   }
-  // An agent-role key acts only for the instances it registered: the operations it may call check that.
-  AgentKey agent_key;
-  if (gate_.authenticator() != nullptr && who.role == KeyRole::kAgent) agent_key = who.access_key_id;
+  // An agent-role key acts only for the instances it registered (and registers only its bound host, when its
+  // profile names one): the operations it may call check that.
+  Caller caller;
+  if (gate_.authenticator() != nullptr && who.role == KeyRole::kAgent) caller = {who.access_key_id, who.host};
   router_.Dispatch(operation, *body,
                    [this, respond = std::move(respond), request_id, operation, start](OperationResult r) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -48,7 +49,7 @@ void EcsHandler::Handle(const HttpRequest& req, const SigV4Result& who, const st
                 "op={} status={} latency_ms={:.3f} request_id={}{}", operation, resp.status, secs * 1000, request_id,
                 r.status.ok() ? "" : " error=" + std::string(ToEcsError(r.status.code()).type));
     respond(std::move(resp));
-  }, agent_key);
+  }, caller);
 }
 
 }  // namespace gpupack::api

@@ -49,20 +49,25 @@ void CutUtf8(std::optional<std::string>& s, size_t max) {
 }
 
 
-// ParseComputeAware: the cluster settings gpupack understands (containerInsights is accepted and ignored).
-Result<std::optional<bool>> ParseComputeAware(const Json& settings) {
+// ParseClusterSettings: the cluster settings gpupack understands (containerInsights is accepted and ignored);
+// what a request leaves out stays nullopt.
+template <typename Req>
+Status ParseClusterSettings(const Json& settings, Req& r) {
   GP_ASSIGN(attrs, ParseAttributes(settings, "settings"));
-  std::optional<bool> out;
   for (const auto& a : attrs) {
     if (a.name == "gpupack.computeAwarePlacement") {
       if (a.value != "enabled" && a.value != "disabled")
         return Status::InvalidParameter("setting gpupack.computeAwarePlacement must be 'enabled' or 'disabled'");
-      out = a.value == "enabled";
+      r.compute_aware = a.value == "enabled";
+    } else if (a.name == "gpupack.instanceAcceptance") {
+      if (a.value != "automatic" && a.value != "manual")
+        return Status::InvalidParameter("setting gpupack.instanceAcceptance must be 'automatic' or 'manual'");
+      r.manual_instance_acceptance = a.value == "manual";
     } else if (a.name != "containerInsights") {
       return Status::InvalidParameter("unknown cluster setting '" + a.name + "'");
     }
   }
-  return out;
+  return Status::Ok();
 }
 
 // ParseOverrides: the overrides' JSON (compact, as sent) is at most 8,192 characters, ECS's limit and message.
@@ -178,10 +183,7 @@ Result<CreateClusterRequest> ParseCreateCluster(const Json& in) {
   GP_ASSIGN(tags, ParseTags(in));
   GP_TRY(CheckTags(tags));
   r.tags = std::move(tags);
-  if (in.contains("settings") && !in["settings"].is_null()) {
-    GP_ASSIGN(compute_aware, ParseComputeAware(in["settings"]));
-    r.compute_aware = compute_aware;
-  }
+  if (in.contains("settings") && !in["settings"].is_null()) GP_TRY(ParseClusterSettings(in["settings"], r));
   return r;
 }
 
@@ -197,8 +199,7 @@ Result<UpdateClusterSettingsRequest> ParseUpdateClusterSettings(const Json& in) 
   Fields f(in);
   GP_TRY(OptionalRef(f, "cluster", r.cluster));
   if (!in.contains("settings")) return Status::InvalidParameter("settings is required");
-  GP_ASSIGN(compute_aware, ParseComputeAware(in["settings"]));
-  r.compute_aware = compute_aware;
+  GP_TRY(ParseClusterSettings(in["settings"], r));
   return r;
 }
 
@@ -534,11 +535,11 @@ Result<ListContainerInstancesRequest> ParseListContainerInstances(const Json& in
   const auto status = f.Text("status");
   GP_TRY(f.status());
   if (status) {
-    // ECS's transitional statuses are accepted; no instance here is ever in them.
+    // ECS's other transitional statuses are accepted; no instance here is ever in them.
     const std::optional<InstanceStatus> parsed = ParseInstanceStatus(*status);
     if (parsed && *parsed != InstanceStatus::kInactive)
       r.status = parsed;
-    else if (*status == "REGISTERING" || *status == "DEREGISTERING" || *status == "REGISTRATION_FAILED")
+    else if (*status == "DEREGISTERING" || *status == "REGISTRATION_FAILED")
       r.status_matches_none = true;
     else
       return Status::InvalidParameter(
@@ -557,7 +558,7 @@ Result<UpdateContainerInstancesStateRequest> ParseUpdateContainerInstancesState(
   std::string status;
   GP_TRY(RequireString(f, "status", status));
   const std::optional<InstanceStatus> parsed = ParseInstanceStatus(status);
-  if (!parsed || *parsed == InstanceStatus::kInactive)
+  if (!parsed || (*parsed != InstanceStatus::kActive && *parsed != InstanceStatus::kDraining))
     return Status::InvalidParameter("status must be ACTIVE or DRAINING");
   r.status = *parsed;
   if (refs.empty() || refs.size() > 10) return Status::InvalidParameter("containerInstances must name 1 to 10 instances");

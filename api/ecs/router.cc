@@ -12,7 +12,7 @@ namespace {
 
 struct Route {
   Access access;
-  std::function<void(Applier&, const Json&, Router::Done, const AgentKey&)> run;
+  std::function<void(Applier&, const Json&, Router::Done, const Caller&)> run;
 };
 
 // Guarded runs a read; a bug that throws answers ServerException instead of ending the process (writes are
@@ -44,22 +44,24 @@ void WithPolicy(Req& req, const Applier& applier) {
   if constexpr (requires { req.policy = applier.placement(); }) req.policy = applier.placement();
 }
 
-// WithCaller: the calling agent key goes into the requests an agent makes (never from the body).
+// WithCaller: the calling agent key (and the host it is bound to) go into the requests an agent makes (never
+// from the body).
 template <typename Req>
-void WithCaller(Req& req, const AgentKey& agent_key) {
-  if constexpr (requires { req.agent_key = agent_key; }) req.agent_key = agent_key;
+void WithCaller(Req& req, const Caller& caller) {
+  if constexpr (requires { req.agent_key = caller.agent_key; }) req.agent_key = caller.agent_key;
+  if constexpr (requires { req.agent_host = caller.agent_host; }) req.agent_host = caller.agent_host;
 }
 
 // WriteRoute: parse, then run the operation in the applier; render once the commit is durable.
 template <typename Req, typename Res>
 Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)) {
   static_assert(Req::kAccess == Access::kWrite, "a write operation takes a write request");
-  return {Access::kWrite, [parse, op](Applier& applier, const Json& body, Router::Done done, const AgentKey& key) {
+  return {Access::kWrite, [parse, op](Applier& applier, const Json& body, Router::Done done, const Caller& caller) {
             auto req = GuardedParse(parse, body);
             if (!req.ok()) return done({req.status(), {}});
             auto request = std::make_shared<Req>(std::move(req).value());
             WithPolicy(*request, applier);
-            WithCaller(*request, key);
+            WithCaller(*request, caller);
             auto result = std::make_shared<Res>();
             applier.Write([request, result, op](Transaction& txn) { return op(*request, txn, *result); },
                           [&applier, result, done = std::move(done)](Status s) {
@@ -72,7 +74,7 @@ Route WriteRoute(Parser<Req> parse, Status (*op)(const Req&, Transaction&, Res&)
 template <typename Req, typename Res>
 Route ReadRoute(Parser<Req> parse, Status (*op)(const Req&, const ReadContext&, Res&)) {
   static_assert(Req::kAccess == Access::kRead, "a read operation takes a read request");
-  return {Access::kRead, [parse, op](Applier& applier, const Json& body, Router::Done done, const AgentKey&) {
+  return {Access::kRead, [parse, op](Applier& applier, const Json& body, Router::Done done, const Caller&) {
             auto req = GuardedParse(parse, body);
             if (!req.ok()) return done({req.status(), {}});
             std::shared_ptr<const ReadView> view = applier.View();
@@ -85,7 +87,7 @@ Route ReadRoute(Parser<Req> parse, Status (*op)(const Req&, const ReadContext&, 
 // ExplainRoute: the placement dry run reads the applier's working state (the placer needs a ClusterState), on
 // the writer thread between two writes; the caller's thread only queues it.
 Route ExplainRoute() {
-  return {Access::kRead, [](Applier& applier, const Json& body, Router::Done done, const AgentKey&) {
+  return {Access::kRead, [](Applier& applier, const Json& body, Router::Done done, const Caller&) {
             auto req = GuardedParse<ExplainPlacementRequest>(&ParseExplainPlacement, body);
             if (!req.ok()) return done({req.status(), {}});
             auto request = std::make_shared<ExplainPlacementRequest>(std::move(req).value());
@@ -187,7 +189,7 @@ std::optional<Access> Router::AccessOf(const std::string& operation) {
   return it->second.access;
 }
 
-void Router::Dispatch(const std::string& operation, const Json& body, Done done, const AgentKey& agent_key) const {
+void Router::Dispatch(const std::string& operation, const Json& body, Done done, const Caller& caller) const {
   auto it = Routes().find(operation);
   if (it == Routes().end()) {
     done({NotServed(operation), {}});
@@ -197,7 +199,7 @@ void Router::Dispatch(const std::string& operation, const Json& body, Done done,
     done({Status::Client("request body must be a JSON object"), {}});
     return;
   }
-  it->second.run(applier_, body, std::move(done), agent_key);
+  it->second.run(applier_, body, std::move(done), caller);
 }
 
 }  // namespace gpupack::api

@@ -29,9 +29,9 @@ class Router {
 
   explicit Router(Applier& applier) : applier_(applier) {}
 
-  // Dispatch runs one ECS operation (the part of X-Amz-Target after the dot) for `agent_key` (the calling key
-  // when it has the agent role, see AgentKey). `done` is called exactly once, possibly on the committer's thread.
-  void Dispatch(const std::string& operation, const Json& body, Done done, const AgentKey& agent_key = {}) const;
+  // Dispatch runs one ECS operation (the part of X-Amz-Target after the dot) for `caller` (the calling key when
+  // it has the agent role, see Caller). `done` is called exactly once, possibly on the committer's thread.
+  void Dispatch(const std::string& operation, const Json& body, Done done, const Caller& caller = {}) const;
 
   // Knows: is this an operation we serve? AccessOf: does it write (nullopt when unknown)?
   static bool Knows(const std::string& operation);
@@ -48,8 +48,8 @@ class Router {
 // Execute runs one ECS operation through a Router over the control plane's applier (see Router::Dispatch): the
 // entry point of the console, the tests and the fuzz targets.
 inline void Execute(ControlPlane& control_plane, const std::string& operation, const Json& body, Router::Done done,
-                    const AgentKey& agent_key = {}) {
-  Router(control_plane.applier()).Dispatch(operation, body, std::move(done), agent_key);
+                    const Caller& caller = {}) {
+  Router(control_plane.applier()).Dispatch(operation, body, std::move(done), caller);
 }
 
 }  // namespace gpupack::api

@@ -25,6 +25,13 @@ enum class Access { kRead, kWrite };
 // credentials. Such a key acts only for the instances it registered (ContainerInstance::registered_by).
 using AgentKey = std::optional<std::string>;
 
+// Caller: who makes a call, as the router hands it to the requests that need it (never from the body): the agent
+// key, and the host that key is bound to (gpupack_host; empty: the first host that registers with it).
+struct Caller {
+  AgentKey agent_key;
+  std::string agent_host;
+};
+
 // Page: maxResults and nextToken of a List call (1..100, default 100; tokens this server issued).
 struct PageRequest {
   size_t limit = 100;
@@ -38,6 +45,7 @@ struct CreateClusterRequest {
   std::string cluster_name;  // as sent; "default" when absent
   std::vector<KeyValuePair> tags;
   std::optional<bool> compute_aware;  // settings: gpupack.computeAwarePlacement
+  std::optional<bool> manual_instance_acceptance;  // settings: gpupack.instanceAcceptance manual
 };
 struct DeleteClusterRequest {
   static constexpr Access kAccess = Access::kWrite;
@@ -47,6 +55,7 @@ struct UpdateClusterSettingsRequest {
   static constexpr Access kAccess = Access::kWrite;
   std::string cluster;
   std::optional<bool> compute_aware;
+  std::optional<bool> manual_instance_acceptance;
 };
 struct DescribeClustersRequest {
   static constexpr Access kAccess = Access::kRead;
@@ -308,7 +317,8 @@ struct SubmitContainerStateChangeRequest {
 
 struct RegisterContainerInstanceRequest {
   static constexpr Access kAccess = Access::kWrite;
-  AgentKey agent_key;  // set by the router from the caller, never from the body
+  AgentKey agent_key;      // set by the router from the caller, never from the body
+  std::string agent_host;  // likewise: the one host agent_key may register, when its profile names one
   std::string cluster;
   std::optional<std::string> container_instance_arn;  // re-registration
   Resources total;
@@ -334,7 +344,7 @@ struct ListContainerInstancesRequest {
   static constexpr Access kAccess = Access::kRead;
   std::string cluster;
   std::optional<std::string> filter;
-  // status: only instances in this status (ACTIVE or DRAINING). ECS's REGISTERING, DEREGISTERING and
+  // status: only instances in this status (ACTIVE, DRAINING or REGISTERING). ECS's DEREGISTERING and
   // REGISTRATION_FAILED are accepted and set status_matches_none instead: no instance here is ever in them.
   std::optional<InstanceStatus> status;
   bool status_matches_none = false;
@@ -344,7 +354,7 @@ struct UpdateContainerInstancesStateRequest {
   static constexpr Access kAccess = Access::kWrite;
   std::string cluster;
   std::vector<std::string> container_instances;
-  InstanceStatus status = InstanceStatus::kActive;  // ACTIVE or DRAINING
+  InstanceStatus status = InstanceStatus::kActive;  // ACTIVE (which also accepts a REGISTERING one) or DRAINING
 };
 
 // ---- attributes

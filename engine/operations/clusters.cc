@@ -36,6 +36,7 @@ Status CreateCluster(const CreateClusterRequest& in, Transaction& txn, ClusterRe
   c.name = name;
   c.arn = txn.arn().ClusterArn(name);
   c.settings.compute_aware_placement = in.compute_aware.value_or(false);
+  c.settings.manual_instance_acceptance = in.manual_instance_acceptance.value_or(false);
   c.tags = in.tags;
   c.created_at = txn.now();
   txn.PutCluster(c);
@@ -47,6 +48,7 @@ Status UpdateClusterSettings(const UpdateClusterSettingsRequest& in, Transaction
   GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));
   Cluster c = *cluster;
   if (in.compute_aware) c.settings.compute_aware_placement = *in.compute_aware;
+  if (in.manual_instance_acceptance) c.settings.manual_instance_acceptance = *in.manual_instance_acceptance;
   txn.PutCluster(c);
   out = {c, CountsOf(txn.state(), c.name)};
   return Status::Ok();

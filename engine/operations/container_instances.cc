@@ -62,6 +62,19 @@ Result<const ContainerInstance*> BoundInstance(const ClusterState& state, const 
                 "host its own key (gpupack keys issue-agent --host NAME), or deregister " + bound->id + " first");
 }
 
+// CheckBoundHost: a key whose profile names its host (gpupack_host) registers that host only, from its first use
+// on: a key copied off a host before its agent ever ran cannot bring up a look-alike under another name. The
+// host is the registration's instanceId (the agent's --name), which is also what BoundInstance compares.
+Status CheckBoundHost(const RegisterContainerInstanceRequest& in) {
+  if (!in.agent_key || in.agent_host.empty() || in.ec2_instance_id == in.agent_host) return Status::Ok();
+  return Status(ErrorCode::kAccessDenied,
+                "User: " + in.agent_key->substr(0, 128) + " (gpupack_role agent) is not authorized to perform: "
+                "ecs:RegisterContainerInstance for host '" + in.ec2_instance_id.substr(0, 64) +
+                "': this agent key is bound to host '" + in.agent_host + "' (gpupack_host in the server's "
+                "credentials file), and registers that host only. Give each host its own key (gpupack keys "
+                "issue-agent --host NAME), or run this host's agent with --name " + in.agent_host);
+}
+
 }  // namespace
 
 // RegisterContainerInstance: a new instance, or (containerInstanceArn given) a re-registration that keeps the
@@ -77,6 +90,7 @@ Status CheckAgentKey(const ContainerInstance& inst, const AgentKey& agent_key, s
 Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Transaction& txn, InstanceResult& out) {
   const ClusterState& state = txn.state();
   GP_ASSIGN(cluster, ActiveCluster(state, txn.arn(), in.cluster));
+  GP_TRY(CheckBoundHost(in));
   ContainerInstance inst;
   const ContainerInstance* existing = nullptr;
   const ContainerInstance* bound = nullptr;
@@ -145,7 +159,12 @@ Status RegisterContainerInstance(const RegisterContainerInstanceRequest& in, Tra
   inst.remaining = in.total;
   inst.gpus = in.gpus;
   inst.attributes = std::move(attrs);
-  inst.status = InstanceStatus::kActive;
+  // A new instance of a cluster that accepts instances manually waits, REGISTERING, for an administrator; one
+  // registering again stays so (re-registering must not accept it), any other becomes ACTIVE as before.
+  if (!existing)
+    inst.status = cluster->settings.manual_instance_acceptance ? InstanceStatus::kRegistering : InstanceStatus::kActive;
+  else if (existing->status != InstanceStatus::kRegistering)
+    inst.status = InstanceStatus::kActive;
   if (existing) {
     for (auto& g : inst.gpus)
       for (const auto& old : existing->gpus)
@@ -221,7 +240,8 @@ Status ListContainerInstances(const ListContainerInstancesRequest& in, const Rea
   return Status::Ok();
 }
 
-// UpdateContainerInstancesState: ACTIVE <-> DRAINING; unknown instances come back as MISSING failures.
+// UpdateContainerInstancesState: ACTIVE <-> DRAINING, and ACTIVE accepts a REGISTERING instance (the role check
+// keeps it to admin keys); unknown instances come back as MISSING failures.
 Status UpdateContainerInstancesState(const UpdateContainerInstancesStateRequest& in, Transaction& txn,
                                      InstancesResult& out) {
   GP_ASSIGN(cluster, ActiveCluster(txn.state(), txn.arn(), in.cluster));

@@ -74,6 +74,18 @@ describe('gpupack server', () => {
     assert.doesNotMatch(r.stderr, /this is not a key/);
   });
 
+  test('refuses a gpupack_host that no agent could register, or on a key that is not an agent key', async () => {
+    const spaced = file('host-spaced', GOOD + 'gpupack_role = agent\ngpupack_host = two words\n');
+    const r = await run(['server', '--credentials', spaced, '--db', path.join(dir, 'h1.db')]);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, new RegExp(`credentials file ${spaced} line 5: gpupack_host must be the host's agent --name: 1 to 64 `));
+    const admin = file('host-admin', GOOD + 'gpupack_host = node-a\n');
+    const a = await run(['server', '--credentials', admin, '--db', path.join(dir, 'h2.db')]);
+    assert.equal(a.code, 2);
+    assert.match(a.stderr, /line 4: gpupack_host binds an agent key to its host, but profile \[default\] has gpupack_role admin/);
+    assert.equal(fs.existsSync(path.join(dir, 'h2.db')), false, 'nothing may be created before the refusal');
+  });
+
   test('refuses a missing credentials file and --credentials with --insecure-no-auth', async () => {
     const missing = await run(['server', '--credentials', path.join(dir, 'nope'), '--db', path.join(dir, 'e.db')]);
     assert.equal(missing.code, 2);
@@ -116,15 +128,16 @@ describe('gpupack agent and gpupack up', () => {
   });
 });
 
-// `gpupack keys issue-agent`: an agent key for one host, added to the server's credentials file; the server then
-// binds the key to the first host that registers with it (docs/security.md "Keys bound to a host").
+// `gpupack keys issue-agent`: an agent key for one host, added to the server's credentials file with that host's
+// name (gpupack_host); the server then lets the key register that host only, from its first use on
+// (docs/security.md "Keys bound to a host").
 describe('gpupack keys issue-agent', () => {
   let server;
   after(async () => {
     await server?.stop();
   });
 
-  test('keys issue-agent adds a key for a host, and the server lets that key register one host only', { timeout: 60000 }, async () => {
+  test('keys issue-agent adds a key bound to a host, and the server lets that key register that host only', { timeout: 60000 }, async () => {
     const creds = file('keys-server', GOOD);  // an admin key already there
     const r = await run(['keys', 'issue-agent', '--host', 'node-a', '--credentials', creds]);
     assert.equal(r.code, 0, r.stderr);
@@ -132,7 +145,7 @@ describe('gpupack keys issue-agent', () => {
     assert.match(r.stderr, /Restart the server to use it/);
     const text = fs.readFileSync(creds, 'utf8');
     assert.ok(text.startsWith(GOOD), 'the keys already there are kept');
-    assert.match(text, /\n# agent key for host node-a \(gpupack keys issue-agent\)\n\[agent-node-a\]\naws_access_key_id = AKGP\w+\naws_secret_access_key = \S+\ngpupack_role = agent\n$/);
+    assert.match(text, /\n# agent key for host node-a \(gpupack keys issue-agent\)\n\[agent-node-a\]\naws_access_key_id = AKGP\w+\naws_secret_access_key = \S+\ngpupack_role = agent\ngpupack_host = node-a\n$/);
     assert.equal(fs.statSync(creds).mode & 0o777, 0o600);
 
     const again = await run(['keys', 'issue-agent', '--host', 'node-a', '--credentials', creds]);
@@ -147,6 +160,7 @@ describe('gpupack keys issue-agent', () => {
     assert.equal(b.code, 0, b.stderr);
     assert.equal(b.stdout, '');
     assert.equal(fs.statSync(out).mode & 0o777, 0o600);
+    assert.match(fs.readFileSync(creds, 'utf8'), /\n\[agent-node-b\]\n.*\n.*\ngpupack_role = agent\ngpupack_host = node-b\n$/);
     const nodeA = path.join(dir, 'node-a.credentials');
     fs.writeFileSync(nodeA, r.stdout, { mode: 0o600 });
 
@@ -169,6 +183,10 @@ describe('gpupack keys issue-agent', () => {
     const refused = await run(agentArgs('node-c', nodeA));
     assert.equal(refused.code, 1, refused.stderr);
     assert.match(refused.stdout + refused.stderr, /refused to register this host \(node-c\)/);  // its log
-    assert.match(refused.stderr, /^gpupack: agent: .*this agent key is bound to container instance arn:\S+ \(host 'node-a'\)/m);
+    assert.match(refused.stderr, /^gpupack: agent: .*for host 'node-c': this agent key is bound to host 'node-a'/m);
+    // node-b's key, never used yet, on another host: refused too (the key is bound before its first use).
+    const first = await run(agentArgs('node-d', out));
+    assert.equal(first.code, 1, first.stderr);
+    assert.match(first.stderr, /^gpupack: agent: .*for host 'node-d': this agent key is bound to host 'node-b'/m);
   });
 });

@@ -45,6 +45,9 @@ using std::chrono::system_clock;
 const Credential kAdmin{"AKIDADMIN0000000001", "admin/Secret+0123456789abcdef", "default", KeyRole::kAdmin};
 const Credential kAgentKey{"AKIDAGENT0000000002", "agent-secret-0123456789", "agent", KeyRole::kAgent};
 const Credential kOtherAgentKey{"AKIDAGENT0000000003", "other-agent-secret-0123", "other-agent", KeyRole::kAgent};
+// A key whose profile names its host (gpupack_host), as gpupack keys issue-agent --host host-d writes it.
+const Credential kBoundAgentKey{"AKIDAGENT0000000004", "bound-agent-secret-0123", "agent-host-d", KeyRole::kAgent,
+                                "host-d"};
 constexpr char kRegion[] = "us-east-1";
 constexpr char kTargetPrefix[] = "AmazonEC2ContainerServiceV20141113.";
 
@@ -149,7 +152,7 @@ HeaderList Signed(HeaderList headers, const Credential& cred, system_clock::time
 class AuthServer {
  public:
   explicit AuthServer(const std::string& db)
-      : auth_(std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier({kAdmin, kAgentKey, kOtherAgentKey}, kRegion),
+      : auth_(std::make_unique<api::RequestAuthenticator>(api::SigV4Verifier({kAdmin, kAgentKey, kOtherAgentKey, kBoundAgentKey}, kRegion),
                                                           [this] {
                                                             const int64_t fixed = fixed_seconds.load();
                                                             return fixed == 0 ? system_clock::now()
@@ -218,6 +221,14 @@ class AuthTest : public ::testing::Test {
     auto r = agent::CallEcs(server_->Endpoint(key), "RegisterContainerInstance", RegistrationBody());
     EXPECT_TRUE(r.ok()) << r.status().message();
     return r.ok() ? (*r)["containerInstance"]["containerInstanceArn"].get<std::string>() : "";
+  }
+  // RegisterHost registers a new instance for `host` (its instanceId, the agent's --name) with one GPU, signed by
+  // `key`, in the cluster "default" (which must exist).
+  Result<Json> RegisterHost(const Credential& key, const std::string& host) {
+    Json body = RegistrationBody();
+    body["instanceIdentityDocument"] = Json{{"instanceId", host}}.dump();
+    body["platformDevices"] = Json::array({{{"id", "GPU-" + host}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 81920}}}}});
+    return agent::CallEcs(server_->Endpoint(key), "RegisterContainerInstance", body);
   }
   static Json RegistrationBody() {
     return {{"cluster", "default"},
@@ -641,12 +652,7 @@ TEST_F(AuthTest, AnAgentKeyActsOnlyForTheInstancesItRegistered) {
 // again.
 TEST_F(AuthTest, AnAgentKeyRegistersOneContainerInstanceTheFirstHostThatUsesIt) {
   server_->Call("CreateCluster", {{"clusterName", "default"}});
-  auto reg = [&](const Credential& key, const std::string& host) {
-    Json body = RegistrationBody();
-    body["instanceIdentityDocument"] = Json{{"instanceId", host}}.dump();
-    body["platformDevices"] = Json::array({{{"id", "GPU-" + host}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 81920}}}}});
-    return agent::CallEcs(server_->Endpoint(key), "RegisterContainerInstance", body);
-  };
+  auto reg = [&](const Credential& key, const std::string& host) { return RegisterHost(key, host); };
   auto first = reg(kAgentKey, "host-a");
   ASSERT_TRUE(first.ok()) << first.status().message();
   const std::string arn = (*first)["containerInstance"]["containerInstanceArn"];
@@ -672,6 +678,44 @@ TEST_F(AuthTest, AnAgentKeyRegistersOneContainerInstanceTheFirstHostThatUsesIt) 
   auto moved = reg(kAgentKey, "host-b");
   ASSERT_TRUE(moved.ok()) << moved.status().message();
   EXPECT_NE((*moved)["containerInstance"]["containerInstanceArn"], arn);
+}
+
+// A key whose profile names its host (gpupack_host) registers that host only, from its first use on: a key copied
+// off a host before its agent ever ran cannot bring up a look-alike under another name. Its own host registers,
+// and registers again (with or without its containerInstanceArn) as the same instance.
+TEST_F(AuthTest, AnAgentKeyBoundToAHostRegistersThatHostOnlyEvenOnFirstUse) {
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  auto elsewhere = RegisterHost(kBoundAgentKey, "host-e");  // the key's first use
+  ASSERT_FALSE(elsewhere.ok()) << "a key bound to host-d registered host-e";
+  EXPECT_EQ(elsewhere.status().code(), ErrorCode::kAccessDenied);
+  EXPECT_NE(elsewhere.status().message().find("AKIDAGENT0000000004 (gpupack_role agent) is not authorized to perform: "
+                                              "ecs:RegisterContainerInstance for host 'host-e': this agent key is "
+                                              "bound to host 'host-d'"),
+            std::string::npos)
+      << elsewhere.status().message();
+  EXPECT_TRUE(server_->Call("ListContainerInstances", Json::object())["containerInstanceArns"].empty());
+
+  auto own = RegisterHost(kBoundAgentKey, "host-d");
+  ASSERT_TRUE(own.ok()) << own.status().message();
+  const std::string arn = (*own)["containerInstance"]["containerInstanceArn"];
+  auto again = RegisterHost(kBoundAgentKey, "host-d");  // an agent that lost its --state-dir
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ((*again)["containerInstance"]["containerInstanceArn"], arn);
+
+  // Naming its own instance does not let the key rename it to another host.
+  Json renamed = RegistrationBody();
+  renamed["containerInstanceArn"] = arn;
+  renamed["instanceIdentityDocument"] = Json{{"instanceId", "host-e"}}.dump();
+  auto moved = agent::CallEcs(server_->Endpoint(kBoundAgentKey), "RegisterContainerInstance", renamed);
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().code(), ErrorCode::kAccessDenied);
+  EXPECT_EQ(server_->Call("DescribeContainerInstances", {{"containerInstances", {arn}}})["containerInstances"][0]
+                ["ec2InstanceId"],
+            "host-d");
+
+  // Another host's unbound key still follows the first-use rule, and an admin key registers any host.
+  EXPECT_TRUE(RegisterHost(kAgentKey, "host-e").ok());
+  EXPECT_TRUE(RegisterHost(kAdmin, "host-f").ok());
 }
 
 TEST_F(AuthTest, AnAgentWithAWrongSecretDoesNotStartAndSaysWhy) {
@@ -719,6 +763,43 @@ TEST(KeyRoles, TheCredentialsFileSaysWhichRoleAKeyHas) {
       "[x]\naws_access_key_id = A\naws_secret_access_key = s\ngpupack_role = agent\ngpupack_role = agent\n", "f");
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.status().message().find("line 5: gpupack_role given twice"), std::string::npos);
+}
+
+TEST(KeyRoles, TheCredentialsFileBindsAnAgentKeyToItsHost) {
+  auto keys = api::ParseCredentials(
+      "[agent-gpu-node-17]\naws_access_key_id = A1\naws_secret_access_key = s1\ngpupack_role = agent\n"
+      "gpupack_host = gpu-node-17\n"
+      "[node]\naws_access_key_id = A2\naws_secret_access_key = s2\ngpupack_role = agent\n",
+      "test");
+  ASSERT_TRUE(keys.ok()) << keys.status().message();
+  ASSERT_EQ(keys->size(), 2u);
+  EXPECT_EQ((*keys)[0].host, "gpu-node-17");
+  EXPECT_EQ((*keys)[1].host, "");  // not bound: the first host that registers with it
+
+  auto bad = api::ParseCredentials(
+      "[x]\naws_access_key_id = A\naws_secret_access_key = s\ngpupack_role = agent\ngpupack_host = two words\n", "f");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "f line 5: gpupack_host must be the host's agent --name: 1 to 64 letters, digits, '-', '_', '.', ':' or '/'");
+  EXPECT_FALSE(api::ParseCredentials("[x]\naws_access_key_id = A\naws_secret_access_key = s\ngpupack_role = agent\n"
+                                     "gpupack_host = " + std::string(65, 'h') + "\n", "f")
+                   .ok());
+  auto twice = api::ParseCredentials(
+      "[x]\naws_access_key_id = A\naws_secret_access_key = s\ngpupack_role = agent\ngpupack_host = a\ngpupack_host = b\n",
+      "f");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("line 6: gpupack_host given twice"), std::string::npos);
+
+  // Only an agent key registers a host: on an admin key (the default role) or a reader key it is refused.
+  auto admin = api::ParseCredentials("[ops]\ngpupack_host = gpu-node-17\naws_access_key_id = A\naws_secret_access_key = s\n", "f");
+  ASSERT_FALSE(admin.ok());
+  EXPECT_EQ(admin.status().message(),
+            "f line 2: gpupack_host binds an agent key to its host, but profile [ops] has gpupack_role admin (add "
+            "gpupack_role = agent, or remove gpupack_host)");
+  auto reader = api::ParseCredentials(
+      "[r]\naws_access_key_id = A\naws_secret_access_key = s\ngpupack_role = reader\ngpupack_host = h\n", "f");
+  ASSERT_FALSE(reader.ok());
+  EXPECT_NE(reader.status().message().find("has gpupack_role reader"), std::string::npos);
 }
 
 TEST(KeyRoles, SelectProfileFollowsTheAwsCli) {

@@ -1302,6 +1302,72 @@ TEST_F(ControlPlaneTest, DrainingInstancesTakeNoNewTasks) {
   EXPECT_EQ(r["failures"][0]["reason"], "STATUS");
 }
 
+// gpupack.instanceAcceptance manual (opt-in): a new instance is REGISTERING and takes no task (RunTask answers
+// STATUS, as for DRAINING) until an administrator sets it ACTIVE; its agent works meanwhile; re-registering keeps
+// its status, REGISTERING or ACTIVE; a restart keeps both the setting and the status. Automatic, the default,
+// registers ACTIVE as ever.
+TEST_F(ControlPlaneTest, ManualAcceptanceHoldsNewInstancesOutOfPlacementUntilAnAdministratorAcceptsThem) {
+  auto status = [](Server& s, const std::string& arn) {
+    return s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({arn})}})["containerInstances"][0]
+                                                                                            ["status"];
+  };
+  auto acceptance = [](const Json& cluster) {
+    for (const Json& setting : cluster["settings"])
+      if (setting["name"] == "gpupack.instanceAcceptance") return setting["value"].get<std::string>();
+    return std::string("(absent)");
+  };
+  auto reregister = [](Server& s, const std::string& arn) {
+    Json devices = Json::array();
+    for (const Json& g : Gpus(s, arn))
+      devices.push_back({{"id", g["gpuId"]}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", g["totalMemoryInMiB"]}}}});
+    return s.Ok("RegisterContainerInstance", {{"containerInstanceArn", arn},
+                                              {"totalResources", Resources(8192, 32768)},
+                                              {"platformDevices", devices}})["containerInstance"]["status"];
+  };
+  std::string inst;
+  {
+    Server s(db_);
+    EXPECT_EQ(acceptance(s.Ok("CreateCluster", {{"clusterName", "auto"}})["cluster"]), "automatic");
+    const Json created = s.Ok("CreateCluster", {{"settings", Json::array({{{"name", "gpupack.instanceAcceptance"},
+                                                                             {"value", "manual"}}})}});
+    EXPECT_EQ(acceptance(created["cluster"]), "manual");
+    RegisterShared(s, "mps", 4096);
+    inst = RegisterInstance(s, {22587});
+    EXPECT_EQ(status(s, inst), "REGISTERING");
+    s.Hello(inst);  // its agent's channel and heartbeats work meanwhile
+    s.Heartbeat(inst, {});
+    EXPECT_EQ(s.Ok("ListContainerInstances", {{"status", "REGISTERING"}})["containerInstanceArns"], Json::array({inst}));
+    EXPECT_EQ(s.Ok("ListContainerInstances", {{"status", "ACTIVE"}})["containerInstanceArns"], Json::array());
+    Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+    EXPECT_TRUE(r["tasks"].empty());
+    ASSERT_GE(r["failures"].size(), 1u) << r.dump();
+    EXPECT_EQ(r["failures"][0]["arn"], inst);
+    EXPECT_EQ(r["failures"][0]["reason"], "STATUS");
+    EXPECT_NE(r["failures"][0]["detail"].get<std::string>().find("container instance is REGISTERING"), std::string::npos)
+        << r.dump();
+    EXPECT_EQ(reregister(s, inst), "REGISTERING");  // re-registering does not accept it
+    OperationResult set = s.Call("UpdateContainerInstancesState",
+                                 {{"containerInstances", Json::array({inst})}, {"status", "REGISTERING"}});
+    EXPECT_EQ(set.status.message(), "status must be ACTIVE or DRAINING");
+  }
+  Server s(db_, 8);  // a restart: the setting and the status were stored
+  EXPECT_EQ(acceptance(s.Ok("DescribeClusters", {{"clusters", Json::array({"default"})}})["clusters"][0]), "manual");
+  EXPECT_EQ(status(s, inst), "REGISTERING");
+  s.Ok("UpdateContainerInstancesState", {{"containerInstances", Json::array({inst})}, {"status", "ACTIVE"}});
+  EXPECT_EQ(status(s, inst), "ACTIVE");
+  Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
+  ASSERT_EQ(r["tasks"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["tasks"][0]["containerInstanceArn"], inst);
+  EXPECT_EQ(reregister(s, inst), "ACTIVE");  // the same host again keeps ACTIVE
+
+  s.Ok("UpdateClusterSettings", {{"settings", Json::array({{{"name", "gpupack.instanceAcceptance"},
+                                                             {"value", "automatic"}}})}});
+  EXPECT_EQ(status(s, RegisterInstance(s, {22587})), "ACTIVE");
+  OperationResult bad = s.Call("UpdateClusterSettings", {{"settings", Json::array({{{"name", "gpupack.instanceAcceptance"},
+                                                                                    {"value", "yes"}}})}});
+  EXPECT_EQ(bad.status.message(), "setting gpupack.instanceAcceptance must be 'automatic' or 'manual'");
+}
+
 // The status filters of the List calls keep ECS's meaning, including the values ECS accepts that no record here
 // is ever in, and a status that is not one of ECS's is refused with the same message as ever.
 TEST_F(ControlPlaneTest, StatusFiltersAndStatusErrorsOfRequests) {

@@ -105,7 +105,8 @@ TEST(ModelStatus, NamesAreEcsSpellingsAndParseBack) {
   }
   const std::pair<InstanceStatus, std::string_view> instances[] = {{InstanceStatus::kActive, "ACTIVE"},
                                                                    {InstanceStatus::kDraining, "DRAINING"},
-                                                                   {InstanceStatus::kInactive, "INACTIVE"}};
+                                                                   {InstanceStatus::kInactive, "INACTIVE"},
+                                                                   {InstanceStatus::kRegistering, "REGISTERING"}};
   for (const auto& [status, name] : instances) {
     EXPECT_EQ(Name(status), name);
     EXPECT_EQ(ParseInstanceStatus(name), status) << name;
@@ -121,7 +122,7 @@ TEST(ModelStatus, NamesAreEcsSpellingsAndParseBack) {
     EXPECT_EQ(ParseInstanceStatus(other), std::nullopt) << other;
     EXPECT_EQ(ParseLifecycleStatus(other), std::nullopt) << other;
   }
-  EXPECT_EQ(ParseInstanceStatus("REGISTERING"), std::nullopt);
+  EXPECT_EQ(ParseInstanceStatus("DEREGISTERING"), std::nullopt);  // ECS's, never a status here
   EXPECT_EQ(ParseLifecycleStatus("DRAINING"), std::nullopt);
   // The model's defaults are what a new record is in.
   EXPECT_EQ(Task().last_status, TaskStatus::kPending);

@@ -58,6 +58,7 @@ Cluster FullCluster(const std::string& name) {
   c.arn = "arn:aws:ecs:us-east-1:000000000000:cluster/" + name;
   c.status = LifecycleStatus::kInactive;
   c.settings.compute_aware_placement = true;
+  c.settings.manual_instance_acceptance = true;
   c.tags = {{"team", "ml"}, {"cost-center", "42"}};
   c.created_at = 1'700'000'000'123;
   c.capacity_providers = {"team-a", "team-b"};
@@ -238,7 +239,7 @@ TEST(SerializeTripwireTest, EveryModelFieldIsAccountedFor) {
   EXPECT_EQ(FieldCount<ContainerDefinition>(), 11u);
   EXPECT_EQ(FieldCount<PlacementConstraint>(), 2u);
   EXPECT_EQ(FieldCount<TaskDefinition>(), 14u);
-  EXPECT_EQ(FieldCount<ClusterSettings>(), 1u);
+  EXPECT_EQ(FieldCount<ClusterSettings>(), 2u);
   EXPECT_EQ(FieldCount<Cluster>(), 8u);
   EXPECT_EQ(FieldCount<Gpu>(), 7u);
   EXPECT_EQ(FieldCount<Resources>(), 2u);
@@ -1072,9 +1073,9 @@ TEST_F(SqliteStoreTest, CorruptDocIsReportedWithTableAndKey) {
       {"UPDATE tasks SET doc = json_set(doc, '$.containers[1].last_status', 'DELETED') "
        "WHERE arn = 'arn:task/gpu/broken'",
        "table tasks, key 'arn:task/gpu/broken'", "field 'containers[1].last_status': unknown task status 'DELETED'"},
-      {"UPDATE container_instances SET doc = json_set(doc, '$.status', 'REGISTERING') WHERE arn = 'arn:ci/gpu/typed'",
+      {"UPDATE container_instances SET doc = json_set(doc, '$.status', 'DEREGISTERING') WHERE arn = 'arn:ci/gpu/typed'",
        "table container_instances, key 'arn:ci/gpu/typed'",
-       "field 'status': unknown container instance status 'REGISTERING'"},
+       "field 'status': unknown container instance status 'DEREGISTERING'"},
       {"UPDATE tasks SET doc = json_set(doc, '$.desired_status', 7) WHERE arn = 'arn:task/gpu/broken'",
        "table tasks, key 'arn:task/gpu/broken'", "field 'desired_status': expected string, got integer"},
   };
