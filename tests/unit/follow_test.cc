@@ -66,6 +66,18 @@ Json Ok(ControlPlane& cp, const std::string& op, const Json& body) {
   return r.body;
 }
 
+// RegisterMps registers the family "mps": one container sharing a GPU through MPS with 4,096 MiB.
+void RegisterMps(ControlPlane& cp) {
+  Ok(cp, "RegisterTaskDefinition",
+     {{"family", "mps"},
+      {"containerDefinitions",
+       Json::array({{{"name", "main"},
+                     {"image", "busybox"},
+                     {"memory", 64},
+                     {"resourceRequirements",
+                      Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
+}
+
 // Same: both views hold the same tasks and instances, field for field (their stored documents), and the same
 // group counts on each instance.
 void ExpectSameViews(const ReadView& a, const ReadView& b) {
@@ -150,14 +162,7 @@ TEST(Follow, AFollowerFedTheCommittedBatchesHoldsTheLeadersState) {
   for (int i = 0; i < 2; ++i)
     Ok(leader, "RegisterContainerInstance",
        {{"totalResources", Resources(8192, 32768)}, {"platformDevices", Json::array({gpu})}});
-  Ok(leader, "RegisterTaskDefinition",
-     {{"family", "mps"},
-      {"containerDefinitions",
-       Json::array({{{"name", "main"},
-                     {"image", "busybox"},
-                     {"memory", 64},
-                     {"resourceRequirements",
-                      Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
+  RegisterMps(leader);
   std::vector<std::string> arns;
   for (int i = 0; i < 4; ++i) {
     Json r = Ok(leader, "RunTask", {{"taskDefinition", "mps"}, {"count", 2}, {"group", "g" + std::to_string(i % 2)}});
@@ -225,14 +230,7 @@ TEST(Follow, APromotedFollowerKeepsTheLeadersConnectedInstancesPlaceableForTheGr
   const std::string inst = Ok(leader, "RegisterContainerInstance",
                               {{"totalResources", Resources(8192, 32768)}, {"platformDevices", Json::array({gpu})}})
                                ["containerInstance"]["containerInstanceArn"];
-  Ok(leader, "RegisterTaskDefinition",
-     {{"family", "mps"},
-      {"containerDefinitions",
-       Json::array({{{"name", "main"},
-                     {"image", "busybox"},
-                     {"memory", 64},
-                     {"resourceRequirements",
-                      Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
+  RegisterMps(leader);
   std::promise<Status> hello;
   leader.AgentHello(inst, protocol::Hello{}, [&](Status s, protocol::Welcome) { hello.set_value(s); });
   ASSERT_TRUE(hello.get_future().get().ok());
@@ -300,14 +298,7 @@ TEST(Follow, AFollowerKeepsTheIndexOfStoppedTasksAndPurgesFromItOncePromoted) {
   Ok(leader, "RegisterContainerInstance",
      {{"totalResources", Resources(8192, 32768)},
       {"platformDevices", Json::array({{{"id", "GPU-0"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 24576}}}}})}});
-  Ok(leader, "RegisterTaskDefinition",
-     {{"family", "mps"},
-      {"containerDefinitions",
-       Json::array({{{"name", "main"},
-                     {"image", "busybox"},
-                     {"memory", 64},
-                     {"resourceRequirements",
-                      Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
+  RegisterMps(leader);
   std::vector<std::string> arns;
   const Json ran = Ok(leader, "RunTask", {{"taskDefinition", "mps"}, {"count", 4}});
   for (const auto& t : ran["tasks"]) arns.push_back(t["taskArn"]);
