@@ -4,6 +4,7 @@
 // The binary comes from $GPUPACK_BIN (ctest sets it), else build/gpupack from the repository root. The server
 // listens on 127.0.0.1:0 and the endpoint is read from its banner line "ECS API   http://127.0.0.1:NNNN".
 import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -195,6 +196,47 @@ export async function call(endpoint, operation, body = {}, { raw = false, target
     json = undefined;
   }
   return { status: res.status, headers: res.headers, text, json };
+}
+
+// signedCall sends one ECS operation as call() does, signed with AWS Signature Version 4 (service ecs) by the key
+// `key` ({accessKeyId, secretAccessKey}) for `region`, as the AWS SDKs sign it: Content-Type, Host (the endpoint's
+// HOST:PORT, which fetch sends), X-Amz-Date and X-Amz-Target are signed, with the hex SHA-256 of the body. For a
+// server started with --credentials (docs/security.md).
+export async function signedCall(endpoint, operation, body = {}, key, { region = REGION, timeoutMs = 30000 } = {}) {
+  const text = JSON.stringify(body);
+  const url = new URL(endpoint);
+  const amzDate = new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d{3}/, '');  // 20260101T000000Z
+  const date = amzDate.slice(0, 8);
+  const headers = {
+    'content-type': 'application/x-amz-json-1.1',
+    host: url.host,
+    'x-amz-date': amzDate,
+    'x-amz-target': TARGET_PREFIX + operation,
+  };
+  const names = Object.keys(headers).sort();
+  const sha256 = (s) => crypto.createHash('sha256').update(s).digest('hex');
+  const hmac = (k, s) => crypto.createHmac('sha256', k).update(s).digest();
+  const canonical = ['POST', '/', '', ...names.map((n) => `${n}:${headers[n]}`), '', names.join(';'), sha256(text)].join('\n');
+  const scope = `${date}/${region}/ecs/aws4_request`;
+  const toSign = ['AWS4-HMAC-SHA256', amzDate, scope, sha256(canonical)].join('\n');
+  let signingKey = hmac(`AWS4${key.secretAccessKey}`, date);
+  for (const part of [region, 'ecs', 'aws4_request']) signingKey = hmac(signingKey, part);
+  const signature = crypto.createHmac('sha256', signingKey).update(toSign).digest('hex');
+  return call(endpoint, operation, text, {
+    raw: true,
+    timeoutMs,
+    headers: {
+      'X-Amz-Date': amzDate,
+      Authorization: `AWS4-HMAC-SHA256 Credential=${key.accessKeyId}/${scope}, SignedHeaders=${names.join(';')}, Signature=${signature}`,
+    },
+  });
+}
+
+// signedOk: signedCall that throws with the server's answer unless it returned 200; resolves the parsed answer.
+export async function signedOk(endpoint, operation, body, key) {
+  const r = await signedCall(endpoint, operation, body, key);
+  if (r.status !== 200) throw new Error(`${operation} signed by ${key.accessKeyId} answered ${r.status}: ${r.text}`);
+  return r.json;
 }
 
 // ok calls an operation and throws with the server's answer unless it returned 200.
