@@ -129,11 +129,14 @@ describe('day two', { skip }, () => {
       const families = (await ok(endpoint, 'ListTaskDefinitionFamilies', {})).families;
       assert.deepEqual(families, ['infer']);
       assert.deepEqual((await describe()).map((t) => t.lastStatus), ['RUNNING', 'RUNNING']);
-      // Done: the tasks go (the process runtime's tasks would outlive the agent).
+      // Done: the tasks go (the process runtime's tasks would outlive the agent). ListTasks lists the tasks whose
+      // desired status is RUNNING, so it is empty once StopTask is recorded, before the agent has stopped them:
+      // wait for each one's lastStatus instead.
+      const every = (await ok(endpoint, 'ListTasks', { cluster: CLUSTER })).taskArns;
       await ok(endpoint, 'UpdateService', { cluster: CLUSTER, service: 'web', desiredCount: 0 });
-      for (const t of (await ok(endpoint, 'ListTasks', { cluster: CLUSTER })).taskArns)
-        await ok(endpoint, 'StopTask', { cluster: CLUSTER, task: t });
-      await wait('every task STOPPED', async () => (await ok(endpoint, 'ListTasks', { cluster: CLUSTER })).taskArns.length === 0);
+      for (const t of every) await ok(endpoint, 'StopTask', { cluster: CLUSTER, task: t });
+      await wait('every task STOPPED', async () =>
+        (await ok(endpoint, 'DescribeTasks', { cluster: CLUSTER, tasks: every })).tasks.every((t) => t.lastStatus === 'STOPPED'));
     } finally {
       await agent.stop();
       await server?.stop();
