@@ -30,7 +30,7 @@ Json InProvider(const std::string& provider) {
 Json Tag(const std::string& key, const std::string& value) { return {{"key", key}, {"value", value}}; }
 
 // SetUpPool: cluster "default" with provider "pool" (its tags: `provider_tags`) associated.
-void SetUpPool(Server& s, Json provider_tags = Json::array()) {
+void SetUpPool(EcsServer& s, Json provider_tags = Json::array()) {
   s.Ok("CreateCluster", Json::object());
   s.Ok("CreateCapacityProvider", {{"name", "pool"}, {"tags", provider_tags}});
   s.Ok("PutClusterCapacityProviders", {{"cluster", "default"},
@@ -38,7 +38,7 @@ void SetUpPool(Server& s, Json provider_tags = Json::array()) {
                                        {"defaultCapacityProviderStrategy", Json::array()}});
 }
 
-std::string RunInPool(Server& s, const std::string& family, Json tags = Json::array()) {
+std::string RunInPool(EcsServer& s, const std::string& family, Json tags = Json::array()) {
   Json r = s.Ok("RunTask", {{"taskDefinition", family},
                             {"capacityProviderStrategy", Json::array({{{"capacityProvider", "pool"}, {"weight", 1}}})},
                             {"tags", tags}});
@@ -46,19 +46,19 @@ std::string RunInPool(Server& s, const std::string& family, Json tags = Json::ar
   return r["tasks"].empty() ? "" : r["tasks"][0]["taskArn"].get<std::string>();
 }
 
-Json Described(Server& s, const std::string& arn) {
+Json Described(EcsServer& s, const std::string& arn) {
   Json d = s.Ok("DescribeTasks", {{"tasks", Json::array({arn})}});
   return d["tasks"].empty() ? Json::object() : d["tasks"][0];
 }
-std::string StatusOf(Server& s, const std::string& arn) { return Described(s, arn)["lastStatus"]; }
-std::string InstanceOf(Server& s, const std::string& arn) { return Described(s, arn).value("containerInstanceArn", ""); }
+std::string StatusOf(EcsServer& s, const std::string& arn) { return Described(s, arn)["lastStatus"]; }
+std::string InstanceOf(EcsServer& s, const std::string& arn) { return Described(s, arn).value("containerInstanceArn", ""); }
 
-void Stop(Server& s, const std::string& arn) {
+void Stop(EcsServer& s, const std::string& arn) {
   s.Ok("SubmitTaskStateChange", {{"task", arn}, {"status", "STOPPED"}, {"reason", "done"}});
 }
 
 TEST_F(CapacityOrderTest, ASmallerTaskBackfillsPastAHeadThatDoesNotFit) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpPool(s);
   RegisterInstance(s, {10000}, 8192, 32768, InProvider("pool"));
   RegisterShared(s, "big", 6000);
@@ -79,7 +79,7 @@ TEST_F(CapacityOrderTest, ASmallerTaskBackfillsPastAHeadThatDoesNotFit) {
 }
 
 TEST_F(CapacityOrderTest, BackfillFromTheLineWhenCapacityFreesTriesEachShapeOnce) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpPool(s);
   const std::string a = RegisterInstance(s, {10000}, 8192, 32768, InProvider("pool"));
   RegisterShared(s, "full", 10000);
@@ -103,7 +103,7 @@ TEST_F(CapacityOrderTest, BackfillFromTheLineWhenCapacityFreesTriesEachShapeOnce
 }
 
 TEST_F(CapacityOrderTest, AHeadThatHasWaitedHoldsTheInstanceWhereItFitsSoonest) {
-  Server s(db_, 7, true, std::nullopt, [](PlacementPolicy& p) { p.reservation_after_ms = 5 * kMinute; });
+  EcsServer s(db_, 7, true, std::nullopt, [](PlacementPolicy& p) { p.reservation_after_ms = 5 * kMinute; });
   SetUpPool(s);
   const std::string a = RegisterInstance(s, {10000}, 8192, 32768, InProvider("pool"));
   const std::string b = RegisterInstance(s, {10000}, 8192, 32768, InProvider("pool"));
@@ -129,7 +129,7 @@ TEST_F(CapacityOrderTest, AHeadThatHasWaitedHoldsTheInstanceWhereItFitsSoonest) 
 }
 
 TEST_F(CapacityOrderTest, AStreamOfSmallTasksCannotStarveTheHeadOnceItHoldsItsReservation) {
-  Server s(db_, 7, true, std::nullopt, [](PlacementPolicy& p) { p.reservation_after_ms = 5 * kMinute; });
+  EcsServer s(db_, 7, true, std::nullopt, [](PlacementPolicy& p) { p.reservation_after_ms = 5 * kMinute; });
   SetUpPool(s);
   RegisterInstance(s, {10000}, 8192, 32768, InProvider("pool"));
   RegisterShared(s, "big", 8000);
@@ -157,7 +157,7 @@ TEST_F(CapacityOrderTest, AStreamOfSmallTasksCannotStarveTheHeadOnceItHoldsItsRe
 }
 
 TEST_F(CapacityOrderTest, ATeamQuotaHoldsItsTasksWithoutBlockingOtherTeams) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpPool(s, Json::array({Tag(std::string(kQuotaTag) + ":ml", "8000")}));
   RegisterInstance(s, {20000, 20000}, 8192, 32768, InProvider("pool"));
   RegisterShared(s, "job", 3000);
@@ -181,7 +181,7 @@ TEST_F(CapacityOrderTest, ATeamQuotaHoldsItsTasksWithoutBlockingOtherTeams) {
 }
 
 TEST_F(CapacityOrderTest, AProviderQuotaCapsAllItsTasksAndBadQuotasAreRefused) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpPool(s, Json::array({Tag(kQuotaTag, "5000")}));
   RegisterInstance(s, {20000}, 8192, 32768, InProvider("pool"));
   RegisterShared(s, "job", 2000);
@@ -198,7 +198,7 @@ TEST_F(CapacityOrderTest, AProviderQuotaCapsAllItsTasksAndBadQuotasAreRefused) {
 }
 
 TEST_F(CapacityOrderTest, QueueLengthAndWaitTimesAreCountedPerProvider) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpPool(s);
   RegisterInstance(s, {10000}, 8192, 32768, InProvider("pool"));
   RegisterShared(s, "big", 6000);

@@ -29,7 +29,7 @@ Json Strategy(const std::string& provider, int weight = 1, int base = 0) {
 }
 
 // SetUpProviders: cluster "default" with providers "team-a" and "team-b" associated; no default strategy.
-void SetUpProviders(Server& s) {
+void SetUpProviders(EcsServer& s) {
   s.Ok("CreateCluster", Json::object());
   s.Ok("CreateCapacityProvider", {{"name", "team-a"}});
   s.Ok("CreateCapacityProvider", {{"name", "team-b"}});
@@ -38,13 +38,13 @@ void SetUpProviders(Server& s) {
                                        {"defaultCapacityProviderStrategy", Json::array()}});
 }
 
-Json Described(Server& s, const std::string& arn) {
+Json Described(EcsServer& s, const std::string& arn) {
   Json d = s.Ok("DescribeTasks", {{"tasks", Json::array({arn})}});
   EXPECT_EQ(d["tasks"].size(), 1u) << d.dump();
   return d["tasks"].empty() ? Json::object() : d["tasks"][0];
 }
 
-std::string RunThrough(Server& s, const std::string& family, const std::string& provider, Json tags = Json::array()) {
+std::string RunThrough(EcsServer& s, const std::string& family, const std::string& provider, Json tags = Json::array()) {
   Json r = s.Ok("RunTask", {{"taskDefinition", family}, {"capacityProviderStrategy", Strategy(provider)},
                             {"tags", tags}});
   EXPECT_EQ(r["tasks"].size(), 1u) << r.dump();
@@ -52,12 +52,12 @@ std::string RunThrough(Server& s, const std::string& family, const std::string& 
   return r["tasks"].empty() ? "" : r["tasks"][0]["taskArn"].get<std::string>();
 }
 
-void Stopped(Server& s, const std::string& task) {
+void Stopped(EcsServer& s, const std::string& task) {
   s.Ok("SubmitTaskStateChange", {{"task", task}, {"status", "STOPPED"}, {"reason", "done"}});
 }
 
 TEST_F(CapacityProvidersTest, ProvidersAreCreatedDescribedAssociatedAndDeletedAsEcsDoes) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpProviders(s);
   Json d = s.Ok("DescribeCapacityProviders", {{"capacityProviders", Json::array({"team-a", "nope"})}});
   ASSERT_EQ(d["capacityProviders"].size(), 1u);
@@ -100,7 +100,7 @@ TEST_F(CapacityProvidersTest, ProvidersAreCreatedDescribedAssociatedAndDeletedAs
 }
 
 TEST_F(CapacityProvidersTest, TasksOfEachProviderArePlacedOnlyOnItsOwnInstances) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpProviders(s);
   const std::string a = RegisterInstance(s, {20000}, 8192, 32768, ProviderAttribute("team-a"));
   const std::string b = RegisterInstance(s, {20000}, 8192, 32768, ProviderAttribute("team-b"));
@@ -124,7 +124,7 @@ TEST_F(CapacityProvidersTest, TasksOfEachProviderArePlacedOnlyOnItsOwnInstances)
 }
 
 TEST_F(CapacityProvidersTest, AFullProviderQueuesTasksInProvisioningAndPlacesThemInOrderAsTasksStop) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpProviders(s);
   RegisterInstance(s, {10000}, 8192, 32768, ProviderAttribute("team-a"));
   RegisterShared(s, "big", 6000);  // one at a time on the 10,000 MiB GPU
@@ -152,7 +152,7 @@ TEST_F(CapacityProvidersTest, AFullProviderQueuesTasksInProvisioningAndPlacesThe
 }
 
 TEST_F(CapacityProvidersTest, AnInstanceThatJoinsTheProviderTakesTheWaitingTasks) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpProviders(s);
   RegisterShared(s, "job", 4000);
   const std::string t1 = RunThrough(s, "job", "team-b"), t2 = RunThrough(s, "job", "team-b");
@@ -166,7 +166,7 @@ TEST_F(CapacityProvidersTest, AnInstanceThatJoinsTheProviderTakesTheWaitingTasks
 
 TEST_F(CapacityProvidersTest, TheWaitingLimitRefusesWithLimitExceededAndPlacesNothing) {
   testing_support::TempDir tmp{"gpupack-cp-limit"};
-  Server s(tmp.path() + "/state.db", 7, true, std::nullopt,
+  EcsServer s(tmp.path() + "/state.db", 7, true, std::nullopt,
            [](PlacementPolicy& p) { p.max_provisioning_per_cluster = 2; });
   SetUpProviders(s);
   RegisterShared(s, "job", 4000);
@@ -183,7 +183,7 @@ TEST_F(CapacityProvidersTest, TheWaitingLimitRefusesWithLimitExceededAndPlacesNo
 }
 
 TEST_F(CapacityProvidersTest, AWaitingTaskStopsAfterTheTimeoutWithTaskFailedToStart) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpProviders(s);
   RegisterShared(s, "job", 4000);
   const std::string t = RunThrough(s, "job", "team-a");
@@ -200,7 +200,7 @@ TEST_F(CapacityProvidersTest, AWaitingTaskStopsAfterTheTimeoutWithTaskFailedToSt
 }
 
 TEST_F(CapacityProvidersTest, StopTaskOfAWaitingTaskRemovesItFromTheLine) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpProviders(s);
   RegisterShared(s, "job", 6000);
   const std::string t1 = RunThrough(s, "job", "team-a"), t2 = RunThrough(s, "job", "team-a");
@@ -214,7 +214,7 @@ TEST_F(CapacityProvidersTest, StopTaskOfAWaitingTaskRemovesItFromTheLine) {
 }
 
 TEST_F(CapacityProvidersTest, AHigherPriorityTaskPassesTheLineFirstComeFirstServedWithinAPriority) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpProviders(s);
   RegisterInstance(s, {10000}, 8192, 32768, ProviderAttribute("team-a"));
   RegisterShared(s, "big", 6000);
@@ -238,14 +238,14 @@ TEST_F(CapacityProvidersTest, WaitingTasksSurviveARestartAndStartOnceInOrder) {
   std::vector<std::string> waiting;
   std::string running;
   {
-    Server s(db_);
+    EcsServer s(db_);
     SetUpProviders(s);
     RegisterInstance(s, {10000}, 8192, 32768, ProviderAttribute("team-a"));
     RegisterShared(s, "big", 6000);
     running = RunThrough(s, "big", "team-a");
     for (int i = 0; i < 3; ++i) waiting.push_back(RunThrough(s, "big", "team-a"));
   }
-  Server s(db_);  // the same file, a new server
+  EcsServer s(db_);  // the same file, a new server
   for (const auto& t : waiting) EXPECT_EQ(Described(s, t)["lastStatus"], "PROVISIONING");
   s.Inspect([](const ClusterState& st) { EXPECT_EQ(st.WaitingCount("default"), 3u); });
   // New tasks join the end of the line, behind the ones loaded.
@@ -262,7 +262,7 @@ TEST_F(CapacityProvidersTest, WaitingTasksSurviveARestartAndStartOnceInOrder) {
 }
 
 TEST_F(CapacityProvidersTest, StrategyRulesLaunchTypeExclusionAndTheClusterDefault) {
-  Server s(db_);
+  EcsServer s(db_);
   SetUpProviders(s);
   RegisterShared(s, "job", 4000);
   OperationResult both = s.Call("RunTask", {{"taskDefinition", "job"}, {"launchType", "EC2"},

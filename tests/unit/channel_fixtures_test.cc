@@ -119,7 +119,7 @@ TEST(ChannelFixturesTest, AnOldAgentsRegistrationRegistersOnThisServer) {
   for (const fs::path& v : Versions()) {
     SCOPED_TRACE(v.string());
     testing_support::TempDir dir;
-    Server server(dir.File("gpupack.db"));
+    EcsServer server(dir.File("gpupack.db"));
     const Json body = Json::parse(ReadFile(v / "registration.json"));
     server.Ok("CreateCluster", {{"clusterName", body["cluster"]}});
     const Json r = server.Ok("RegisterContainerInstance", body);

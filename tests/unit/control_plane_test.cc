@@ -39,7 +39,7 @@ class ControlPlaneTest : public ::testing::Test {
 // An instance holds at most kMaxInstanceAttributes attributes: a registration or a PutAttributes past it is
 // refused whole (nothing of it applied), so no instance, and no answer that lists it, grows without bound.
 TEST_F(ControlPlaneTest, AnInstanceHoldsABoundedNumberOfAttributes) {
-  Server s(db_, 7);
+  EcsServer s(db_, 7);
   s.Ok("CreateCluster", Json::object());
   auto named = [](int from, int n) {
     Json list = Json::array();
@@ -78,7 +78,7 @@ TEST_F(ControlPlaneTest, AnInstanceHoldsABoundedNumberOfAttributes) {
 TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault) {
   std::string inst;
   {
-    Server s(db_, 7, /*place_on_disconnected=*/false);
+    EcsServer s(db_, 7, /*place_on_disconnected=*/false);
     s.Ok("CreateCluster", Json::object());
     inst = RegisterInstance(s, {22587});
     RegisterShared(s, "mps", 4096);
@@ -97,7 +97,7 @@ TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault)
     EXPECT_FALSE(e.contains("chosenContainerInstanceArn"));
   }
   // The instance still reads disconnected after a restart (once the first server is gone: one server per file).
-  Server again(db_, 7, false);
+  EcsServer again(db_, 7, false);
   Json after = again.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}});
   EXPECT_EQ(after["containerInstances"][0]["agentConnected"], false);
 }
@@ -107,14 +107,14 @@ TEST_F(ControlPlaneTest, AnInstanceWithoutAConnectedAgentIsNotPlacedOnByDefault)
 // RunTask is not refused as AGENT meanwhile. An agent that says hello ends its grace; one that does not is marked
 // disconnected by the first write after the grace, and a later load starts it disconnected.
 TEST_F(ControlPlaneTest, AnInstanceConnectedBeforeALoadStaysPlaceableWhileItsAgentReconnects) {
-  auto run = [](Server& s) { return s.Ok("RunTask", {{"taskDefinition", "mps"}}); };
-  auto connected = [](Server& s, const std::string& inst) {
+  auto run = [](EcsServer& s) { return s.Ok("RunTask", {{"taskDefinition", "mps"}}); };
+  auto connected = [](EcsServer& s, const std::string& inst) {
     return s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}})["containerInstances"][0]
                                                                                             ["agentConnected"];
   };
   std::string inst;
   {
-    Server s(db_, 7, /*place_on_disconnected=*/false);
+    EcsServer s(db_, 7, /*place_on_disconnected=*/false);
     s.Ok("CreateCluster", Json::object());
     inst = RegisterInstance(s, {22587});
     RegisterShared(s, "mps", 1024);
@@ -122,7 +122,7 @@ TEST_F(ControlPlaneTest, AnInstanceConnectedBeforeALoadStaysPlaceableWhileItsAge
     ASSERT_EQ(run(s)["tasks"].size(), 1u);
   }
   {
-    Server s(db_, 8, false);  // the agent has not found this server yet
+    EcsServer s(db_, 8, false);  // the agent has not found this server yet
     Json r = run(s);
     ASSERT_EQ(r["tasks"].size(), 1u) << r.dump();
     EXPECT_EQ(r["tasks"][0]["lastStatus"], "PENDING");
@@ -135,11 +135,11 @@ TEST_F(ControlPlaneTest, AnInstanceConnectedBeforeALoadStaysPlaceableWhileItsAge
     EXPECT_EQ(connected(s, inst), false);
   }
   {
-    Server s(db_, 9, false);  // loaded disconnected, as the last server left it: no grace
+    EcsServer s(db_, 9, false);  // loaded disconnected, as the last server left it: no grace
     EXPECT_EQ(run(s)["failures"][0]["reason"], "AGENT");
     s.Hello(inst);
   }
-  Server s(db_, 10, false);  // each server its own seed: no task ARN repeats
+  EcsServer s(db_, 10, false);  // each server its own seed: no task ARN repeats
   s.Hello(inst);  // back within the grace: its end does not disconnect it
   s.now_ += 60'000;
   EXPECT_EQ(run(s)["tasks"].size(), 1u);
@@ -151,13 +151,13 @@ TEST_F(ControlPlaneTest, AnInstanceConnectedBeforeALoadStaysPlaceableWhileItsAge
 // hellos after a takeover, docs/benchmarks.md section 15), still ends the grace, and still assigns the tasks
 // placed on it meanwhile. A hello that connects the instance writes it.
 TEST_F(ControlPlaneTest, AHelloWithinTheReconnectGraceWritesNothing) {
-  auto version = [](Server& s, const std::string& inst) {
+  auto version = [](EcsServer& s, const std::string& inst) {
     return s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({inst})}})["containerInstances"][0]
                                                                                           ["version"];
   };
   std::string inst;
   {
-    Server s(db_, 7, /*place_on_disconnected=*/false);
+    EcsServer s(db_, 7, /*place_on_disconnected=*/false);
     s.Ok("CreateCluster", Json::object());
     inst = RegisterInstance(s, {22587});
     RegisterShared(s, "mps", 1024);
@@ -167,7 +167,7 @@ TEST_F(ControlPlaneTest, AHelloWithinTheReconnectGraceWritesNothing) {
     EXPECT_NE(version(s, inst), registered);
     EXPECT_EQ(s.commits(), commits + 1);
   }
-  Server s(db_, 8, false);  // a new leader: the instance is in its grace
+  EcsServer s(db_, 8, false);  // a new leader: the instance is in its grace
   Json r = s.Ok("RunTask", {{"taskDefinition", "mps"}});
   ASSERT_EQ(r["tasks"].size(), 1u) << r.dump();
   const std::string task = r["tasks"][0]["taskArn"];
@@ -188,7 +188,7 @@ TEST_F(ControlPlaneTest, AHelloWithinTheReconnectGraceWritesNothing) {
 // --place-on-disconnected (benchmarks, simulations whose client plays the agent): the same instance takes tasks,
 // and still reads agentConnected false.
 TEST_F(ControlPlaneTest, PlaceOnDisconnectedPlacesOnInstancesWithoutAnAgent) {
-  Server s(db_, 7, /*place_on_disconnected=*/true);
+  EcsServer s(db_, 7, /*place_on_disconnected=*/true);
   s.Ok("CreateCluster", Json::object());
   std::string inst = RegisterInstance(s, {22587});
   RegisterShared(s, "mps", 4096);
@@ -203,7 +203,7 @@ TEST_F(ControlPlaneTest, PlaceOnDisconnectedPlacesOnInstancesWithoutAnAgent) {
 // the GPU that already holds one, though an empty GPU on another instance is as good a fit; random placement
 // (ECS's default) would spread them.
 TEST_F(ControlPlaneTest, SharedTasksWithoutAStrategyArePackedByDefault) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string a = RegisterInstance(s, {22587});
   std::string b = RegisterInstance(s, {22587});
@@ -228,7 +228,7 @@ TEST_F(ControlPlaneTest, SharedTasksWithoutAStrategyArePackedByDefault) {
 
 // Tasks that share no GPU keep ECS's default, random: ten CPU-only tasks on two equal instances land on both.
 TEST_F(ControlPlaneTest, TasksThatShareNoGpuArePlacedAtRandomByDefault) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string a = RegisterInstance(s, {22587});
   std::string b = RegisterInstance(s, {22587});
@@ -243,7 +243,7 @@ TEST_F(ControlPlaneTest, TasksThatShareNoGpuArePlacedAtRandomByDefault) {
 
 // The server's --default-strategy chooses another default for shared tasks (here spread on instanceId).
 TEST_F(ControlPlaneTest, TheServerChoosesAnotherDefaultForSharedTasks) {
-  Server s(db_, 7, true, std::vector<PlacementStrategy>{{"spread", "instanceId"}});
+  EcsServer s(db_, 7, true, std::vector<PlacementStrategy>{{"spread", "instanceId"}});
   s.Ok("CreateCluster", Json::object());
   std::string a = RegisterInstance(s, {22587});
   std::string b = RegisterInstance(s, {22587});
@@ -258,7 +258,7 @@ TEST_F(ControlPlaneTest, TheServerChoosesAnotherDefaultForSharedTasks) {
 // every GPU is told it can never fit and which GPU is the largest; ExplainPlacement's random scores read as
 // draws in [0, 1), with the placer's number kept under rawScores.
 TEST_F(ControlPlaneTest, RefusalsSayHowManyWereNotPlacedAndWhatCanNeverFit) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string a = RegisterInstance(s, {22587});
   RegisterShared(s, "quarter", 5000);   // 4 fit on one 22,587 MiB GPU
@@ -302,7 +302,7 @@ TEST_F(ControlPlaneTest, RefusalsSayHowManyWereNotPlacedAndWhatCanNeverFit) {
 // tasks as gpupack_placement_failures_total (tasks_not_placed), and nothing else (a placed task, a Describe
 // failure, a refused request) is recorded.
 TEST_F(ControlPlaneTest, RefusalsAreRecordedOnceWherePlacementDecidesThem) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   s.Ok("CreateCluster", {{"clusterName", "b"}});
   const std::string a = RegisterInstance(s, {22587});
@@ -362,7 +362,7 @@ TEST_F(ControlPlaneTest, RefusalsAreRecordedOnceWherePlacementDecidesThem) {
 
 // The public ECS test: one GPU of 22,587 MiB.
 TEST_F(ControlPlaneTest, PublicEcsTestOnOneGpu) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string inst = RegisterInstance(s, {22587});
   RegisterShared(s, "mps-25", 4096, 25);
@@ -413,7 +413,7 @@ TEST_F(ControlPlaneTest, PublicEcsTestOnOneGpu) {
 }
 
 TEST_F(ControlPlaneTest, SharedAndDedicatedShareAnInstanceOnDifferentGpus) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string inst = RegisterInstance(s, {22587, 22587});
   RegisterShared(s, "mps", 4096);
@@ -434,7 +434,7 @@ TEST_F(ControlPlaneTest, SharedAndDedicatedShareAnInstanceOnDifferentGpus) {
 // A GPU requirement in the RunTask overrides replaces the definition's: here a container without a GPU asks
 // for two dedicated GPUs, and a one-GPU definition for none more than the instance has.
 TEST_F(ControlPlaneTest, GpuOverrideIsWhatGetsPlaced) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string inst = RegisterInstance(s, {22587, 22587, 22587});
   s.Ok("RegisterTaskDefinition", {{"family", "cpu-only"},
@@ -466,7 +466,7 @@ TEST_F(ControlPlaneTest, GpuOverrideIsWhatGetsPlaced) {
 }
 
 TEST_F(ControlPlaneTest, TwoGpuContainersLandOnOneGpu) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string inst = RegisterInstance(s, {8000, 8000});
   s.Ok("RegisterTaskDefinition", {{"family", "pair"},
@@ -482,7 +482,7 @@ TEST_F(ControlPlaneTest, TwoGpuContainersLandOnOneGpu) {
 }
 
 TEST_F(ControlPlaneTest, SumThatFitsNoSingleGpuFailsEvenIfInstanceTotalWould) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string inst = RegisterInstance(s, {5000, 5000});
   // 4,000 + 2,000 = 6,000 > 5,000 on either GPU, although 10,000 MiB are free on the instance.
@@ -499,7 +499,7 @@ TEST_F(ControlPlaneTest, SumThatFitsNoSingleGpuFailsEvenIfInstanceTotalWould) {
 }
 
 TEST_F(ControlPlaneTest, ValidationRefusalsAreEcsErrors) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterShared(s, "mps", 4096);
   // Both value and sharingStrategy.
@@ -544,7 +544,7 @@ TEST_F(ControlPlaneTest, ValidationRefusalsAreEcsErrors) {
 // What gpupack leaves out is refused in ECS's shape, never ignored: an ECS operation it does not serve names
 // itself and the list in docs/api.md; a ListTasks filter it cannot apply is refused rather than answer every task.
 TEST_F(ControlPlaneTest, UnsupportedOperationsAndFiltersAreRefusedNotIgnored) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   OperationResult task_set = s.Call("CreateTaskSet", {{"service", "web"}, {"taskDefinition", "x"}});
   EXPECT_EQ(task_set.status.code(), ErrorCode::kUnsupportedFeature);
@@ -564,7 +564,7 @@ TEST_F(ControlPlaneTest, RestartRestoresTasksAndGpuMemoryExactly) {
   Json before_gpus;
   std::vector<Json> tasks;
   {
-    Server s(db_);
+    EcsServer s(db_);
     s.Ok("CreateCluster", Json::object());
     inst = RegisterInstance(s, {22587, 16000});
     RegisterShared(s, "small", 1000);
@@ -576,7 +576,7 @@ TEST_F(ControlPlaneTest, RestartRestoresTasksAndGpuMemoryExactly) {
     s.Ok("StopTask", {{"task", tasks[0]["taskArn"]}});
     before_gpus = Gpus(s, inst);
   }  // the store is closed without any shutdown step beyond what a crash would leave (WAL, synchronous=FULL)
-  Server s(db_);
+  EcsServer s(db_);
   EXPECT_EQ(Gpus(s, inst), before_gpus);
   for (size_t i = 0; i < tasks.size(); ++i) {
     Json d = s.Ok("DescribeTasks", {{"tasks", Json::array({tasks[i]["taskArn"]})}});
@@ -602,7 +602,7 @@ TEST_F(ControlPlaneTest, InconsistentRecordsAreRefusedOnLoadNamingTheRecord) {
   const std::string good = (dir_ / "good.db").string();
   std::string inst, shared, dedicated;
   {
-    Server s(good);
+    EcsServer s(good);
     s.Ok("CreateCluster", Json::object());
     inst = RegisterInstance(s, {22587, 16000});
     RegisterShared(s, "mps", 4000);
@@ -739,7 +739,7 @@ TEST_F(ControlPlaneTest, StreamedLoadGivesTheSameStateAsCollectedLoad) {
   std::vector<std::string> insts;
   Json task_arns = Json::array();
   {
-    Server s(db_);
+    EcsServer s(db_);
     s.Ok("CreateCluster", Json::object());
     insts.push_back(RegisterInstance(s, {22587, 16000}));
     insts.push_back(RegisterInstance(s, {40000}));
@@ -787,7 +787,7 @@ TEST_F(ControlPlaneTest, FailedStreamedLoadLeavesNoTaskBehind) {
   std::string inst, task;
   Json empty_gpus;
   {
-    Server s(db_);
+    EcsServer s(db_);
     s.Ok("CreateCluster", Json::object());
     inst = RegisterInstance(s, {22587});
     empty_gpus = Gpus(s, inst);
@@ -813,7 +813,7 @@ TEST_F(ControlPlaneTest, FailedStreamedLoadLeavesNoTaskBehind) {
 }
 
 TEST_F(ControlPlaneTest, StoppedTaskReleasesMemoryExactlyOnce) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string inst = RegisterInstance(s, {10000});
   RegisterShared(s, "mps", 4000);
@@ -838,7 +838,7 @@ TEST_F(ControlPlaneTest, StoppedTaskReleasesMemoryExactlyOnce) {
 }
 
 // Remaining: an instance's remainingResources as {CPU, MEMORY}.
-std::pair<int64_t, int64_t> Remaining(Server& s, const std::string& instance_arn) {
+std::pair<int64_t, int64_t> Remaining(EcsServer& s, const std::string& instance_arn) {
   Json body = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
   std::pair<int64_t, int64_t> out{-1, -1};
   for (const auto& r : body["containerInstances"][0]["remainingResources"]) {
@@ -855,7 +855,7 @@ std::pair<int64_t, int64_t> Remaining(Server& s, const std::string& instance_arn
 TEST_F(ControlPlaneTest, ReRegistrationCannotShrinkCpuOrMemoryBelowWhatTasksHold) {
   std::string inst;
   {
-    Server s(db_);
+    EcsServer s(db_);
     s.Ok("CreateCluster", Json::object());
     inst = RegisterInstance(s, {}, 8192, 32768);
     s.Ok("RegisterTaskDefinition",
@@ -879,12 +879,12 @@ TEST_F(ControlPlaneTest, ReRegistrationCannotShrinkCpuOrMemoryBelowWhatTasksHold
     EXPECT_TRUE(exact.status.ok()) << exact.status.message();
     EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{0}, int64_t{0}));
   }
-  Server s(db_);
+  EcsServer s(db_);
   EXPECT_EQ(Remaining(s, inst), std::make_pair(int64_t{0}, int64_t{0}));
 }
 
 TEST_F(ControlPlaneTest, ClientTokenIsIdempotent) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {22587});
   RegisterShared(s, "mps", 1000);
@@ -909,7 +909,7 @@ TEST_F(ControlPlaneTest, ClientTokensExpireAfter24HoursAndARepeatNamesPurgedTask
   const Json request = {{"taskDefinition", "mps"}, {"clientToken", "tok"}};
   std::string first_arn;
   {
-    Server s(db_);
+    EcsServer s(db_);
     s.Ok("CreateCluster", Json::object());
     RegisterInstance(s, {22587});
     RegisterShared(s, "mps", 1000);
@@ -941,7 +941,7 @@ TEST_F(ControlPlaneTest, ClientTokensExpireAfter24HoursAndARepeatNamesPurgedTask
     EXPECT_NE(later["tasks"][0]["taskArn"], first_arn);
   }
   // The purge reached the store: after a restart only the new use of "tok" is known.
-  Server s(db_);
+  EcsServer s(db_);
   size_t tokens = 99;
   bool forgotten_known = true;
   s.Inspect([&](const ClusterState& st) {
@@ -955,7 +955,7 @@ TEST_F(ControlPlaneTest, ClientTokensExpireAfter24HoursAndARepeatNamesPurgedTask
 // Task groups are interned as dense ids for placement (spread by instance); an id and its group index entries
 // are freed once the group's last task releases its resources, so distinct `group` strings do not accumulate.
 TEST_F(ControlPlaneTest, TaskGroupsAreForgottenWithTheirLastTask) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {22587});
   RegisterInstance(s, {22587});
@@ -996,16 +996,16 @@ TEST_F(ControlPlaneTest, TaskGroupsAreForgottenWithTheirLastTask) {
 TEST_F(ControlPlaneTest, TheRetentionPurgeForgetsExactlyTheTasksStoppedOverAnHourAgoAcrossARestart) {
   constexpr EpochMs kMinute = 60'000;
   using Filed = std::set<std::pair<EpochMs, std::string>>;
-  auto filed = [](Server& s) {
+  auto filed = [](EcsServer& s) {
     Filed out;
     s.Inspect([&](const ClusterState& st) { out = st.StoppedTasks(); });
     return out;
   };
-  auto listed_stopped = [](Server& s) {
+  auto listed_stopped = [](EcsServer& s) {
     const Json arns = s.Ok("ListTasks", {{"desiredStatus", "STOPPED"}})["taskArns"];
     return std::set<std::string>(arns.begin(), arns.end());
   };
-  auto described = [](Server& s, const std::vector<std::string>& arns) {
+  auto described = [](EcsServer& s, const std::vector<std::string>& arns) {
     const Json d = s.Ok("DescribeTasks", {{"tasks", arns}});
     std::map<std::string, std::string> out;  // ARN -> lastStatus, "MISSING" for a failure
     for (const Json& t : d["tasks"]) out[t["taskArn"]] = t["lastStatus"];
@@ -1015,7 +1015,7 @@ TEST_F(ControlPlaneTest, TheRetentionPurgeForgetsExactlyTheTasksStoppedOverAnHou
   std::string old_stop, reported, young, stopping, running;
   EpochMs t0 = 0;
   {
-    Server s(db_);
+    EcsServer s(db_);
     t0 = s.now_;
     s.Ok("CreateCluster", Json::object());
     RegisterInstance(s, {81920});
@@ -1043,7 +1043,7 @@ TEST_F(ControlPlaneTest, TheRetentionPurgeForgetsExactlyTheTasksStoppedOverAnHou
               (std::map<std::string, std::string>{{old_stop, "MISSING"}, {reported, "MISSING"}, {young, "STOPPED"},
                                                   {stopping, "RUNNING"}, {running, "RUNNING"}}));
   }
-  Server s(db_);
+  EcsServer s(db_);
   s.now_ = t0 + 62 * kMinute;
   EXPECT_EQ(filed(s), (Filed{{t0 + 30 * kMinute, young}})) << "the load files the STOPPED tasks it reads";
   s.now_ = t0 + 70 * kMinute;
@@ -1065,7 +1065,7 @@ TEST_F(ControlPlaneTest, TheRetentionPurgeForgetsExactlyTheTasksStoppedOverAnHou
 TEST_F(ControlPlaneTest, ListTasksPagesOldestFirstThroughStopsFiltersAndARestart) {
   std::vector<std::string> all, by_ci;
   {
-    Server s(db_);
+    EcsServer s(db_);
     s.Ok("CreateCluster", Json::object());
     RegisterInstance(s, {81920}, 1 << 20, 1 << 20);
     RegisterShared(s, "mps", 256);
@@ -1079,7 +1079,7 @@ TEST_F(ControlPlaneTest, ListTasksPagesOldestFirstThroughStopsFiltersAndARestart
       }
     }
   }
-  Server s(db_);
+  EcsServer s(db_);
   // Oldest first: createdAt, then ARN, as DescribeTasks reports them.
   auto oldest_first = [&](std::vector<std::string> arns) {
     std::map<std::string, double> created;
@@ -1196,7 +1196,7 @@ TEST(ControlPlaneDurability, RepeatedWritesAreAnsweredOnlyOnceTheWriteTheyRepeat
 }
 
 TEST_F(ControlPlaneTest, ComputeAwarePlacementIsOptIn) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", {{"clusterName", "c"}});
   Json devices = Json::array({{{"id", "GPU-compute"}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", 22587}}}}});
   s.Ok("RegisterContainerInstance", {{"cluster", "c"}, {"totalResources", Resources(8192, 32768)}, {"platformDevices", devices}});
@@ -1210,7 +1210,7 @@ TEST_F(ControlPlaneTest, ComputeAwarePlacementIsOptIn) {
 }
 
 TEST_F(ControlPlaneTest, ConstraintsAndExplain) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string a100 = RegisterInstance(s, {40000}, 8192, 32768, Json::array({{{"name", "gpu-model"}, {"value", "A100"}}}));
   std::string a10 = RegisterInstance(s, {22587}, 8192, 32768, Json::array({{{"name", "gpu-model"}, {"value", "A10G"}}}));
@@ -1245,7 +1245,7 @@ TEST_F(ControlPlaneTest, ConstraintsAndExplain) {
 // six 6,000 MiB requests, a 3,000 MiB task leaves the 6,000 MiB free on a's first GPU whole and opens a's second
 // GPU, where binpack(gpuMemory) fills the first. Alone or after another strategy; failures keep their reasons.
 TEST_F(ControlPlaneTest, BinpackFragmentationLearnsFromRunTask) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterShared(s, "six", 6000);
   RegisterShared(s, "four", 4000);
@@ -1292,7 +1292,7 @@ TEST_F(ControlPlaneTest, BinpackFragmentationLearnsFromRunTask) {
 }
 
 TEST_F(ControlPlaneTest, DrainingInstancesTakeNoNewTasks) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   std::string inst = RegisterInstance(s, {22587});
   RegisterShared(s, "mps", 4096);
@@ -1307,7 +1307,7 @@ TEST_F(ControlPlaneTest, DrainingInstancesTakeNoNewTasks) {
 // its status, REGISTERING or ACTIVE; a restart keeps both the setting and the status. Automatic, the default,
 // registers ACTIVE as ever.
 TEST_F(ControlPlaneTest, ManualAcceptanceHoldsNewInstancesOutOfPlacementUntilAnAdministratorAcceptsThem) {
-  auto status = [](Server& s, const std::string& arn) {
+  auto status = [](EcsServer& s, const std::string& arn) {
     return s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({arn})}})["containerInstances"][0]
                                                                                             ["status"];
   };
@@ -1316,7 +1316,7 @@ TEST_F(ControlPlaneTest, ManualAcceptanceHoldsNewInstancesOutOfPlacementUntilAnA
       if (setting["name"] == "gpupack.instanceAcceptance") return setting["value"].get<std::string>();
     return std::string("(absent)");
   };
-  auto reregister = [](Server& s, const std::string& arn) {
+  auto reregister = [](EcsServer& s, const std::string& arn) {
     Json devices = Json::array();
     for (const Json& g : Gpus(s, arn))
       devices.push_back({{"id", g["gpuId"]}, {"type", "GPU"}, {"gpuInfo", {{"memoryInMiB", g["totalMemoryInMiB"]}}}});
@@ -1326,7 +1326,7 @@ TEST_F(ControlPlaneTest, ManualAcceptanceHoldsNewInstancesOutOfPlacementUntilAnA
   };
   std::string inst;
   {
-    Server s(db_);
+    EcsServer s(db_);
     EXPECT_EQ(acceptance(s.Ok("CreateCluster", {{"clusterName", "auto"}})["cluster"]), "automatic");
     const Json created = s.Ok("CreateCluster", {{"settings", Json::array({{{"name", "gpupack.instanceAcceptance"},
                                                                              {"value", "manual"}}})}});
@@ -1350,7 +1350,7 @@ TEST_F(ControlPlaneTest, ManualAcceptanceHoldsNewInstancesOutOfPlacementUntilAnA
                                  {{"containerInstances", Json::array({inst})}, {"status", "REGISTERING"}});
     EXPECT_EQ(set.status.message(), "status must be ACTIVE or DRAINING");
   }
-  Server s(db_, 8);  // a restart: the setting and the status were stored
+  EcsServer s(db_, 8);  // a restart: the setting and the status were stored
   EXPECT_EQ(acceptance(s.Ok("DescribeClusters", {{"clusters", Json::array({"default"})}})["clusters"][0]), "manual");
   EXPECT_EQ(status(s, inst), "REGISTERING");
   s.Ok("UpdateContainerInstancesState", {{"containerInstances", Json::array({inst})}, {"status", "ACTIVE"}});
@@ -1371,7 +1371,7 @@ TEST_F(ControlPlaneTest, ManualAcceptanceHoldsNewInstancesOutOfPlacementUntilAnA
 // The status filters of the List calls keep ECS's meaning, including the values ECS accepts that no record here
 // is ever in, and a status that is not one of ECS's is refused with the same message as ever.
 TEST_F(ControlPlaneTest, StatusFiltersAndStatusErrorsOfRequests) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterShared(s, "live", 1024);  // live:1, deregistered below, and live:2
   RegisterShared(s, "live", 1024);
@@ -1473,7 +1473,7 @@ Json Tags(size_t count, size_t key_length, size_t value_length) {
 }
 
 TEST_F(ControlPlaneTest, InputLimitsAreEcsLimits) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {22587});
   RegisterShared(s, "mps", 256);
@@ -1542,7 +1542,7 @@ TEST_F(ControlPlaneTest, InputLimitsAreEcsLimits) {
 // cut to 255 bytes. Before the limits one such answer could be 90 MB; docs/reliability.md quotes this figure.
 TEST_F(ControlPlaneTest, TheLargestDescribeTasksAnswerIsBounded) {
   constexpr size_t kLargestAnswer = 8 << 20;
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {}, 8192, 1 << 20);
   Json containers = Json::array();

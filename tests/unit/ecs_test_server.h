@@ -18,13 +18,15 @@
 
 namespace gpupack::api {
 
-// Server wires a store, a committer and a control plane on a database file, like `gpupack server` does. These
+// (Not `Server`: that is the real server's class in this namespace, api/server.h. Two classes of one name break the
+// one-definition rule: linked with lld, a test's EcsServer was destroyed by the real server's destructor.)
+// EcsServer wires a store, a committer and a control plane on a database file, like `gpupack server` does. These
 // tests play the agent themselves (SubmitTaskStateChange over the ECS API), so the server places on instances
 // without a connected agent, as `gpupack server --place-on-disconnected` does; `place_on_disconnected = false`
 // is the server's default.
-class Server {
+class EcsServer {
  public:
-  explicit Server(const std::string& db, uint64_t seed = 7, bool place_on_disconnected = true,
+  explicit EcsServer(const std::string& db, uint64_t seed = 7, bool place_on_disconnected = true,
                   std::optional<std::vector<PlacementStrategy>> shared_default = std::nullopt,
                   std::function<void(PlacementPolicy&)> tune = nullptr) {
     auto store = SqliteStore::Open(db);
@@ -100,7 +102,7 @@ inline Json Resources(int cpu, int mem) {
 }
 
 // RegisterInstance registers an instance with GPUs of the given sizes and returns its ARN.
-inline std::string RegisterInstance(Server& s, std::vector<int> gpu_mib, int cpu = 8192, int mem = 32768,
+inline std::string RegisterInstance(EcsServer& s, std::vector<int> gpu_mib, int cpu = 8192, int mem = 32768,
                              Json attributes = Json::array()) {
   static int n = 0;
   Json devices = Json::array();
@@ -119,11 +121,11 @@ inline Json MpsContainer(const std::string& name, int memory, int compute = 0) {
           {"resourceRequirements", Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", mps}}}}})}};
 }
 
-inline void RegisterShared(Server& s, const std::string& family, int memory, int compute = 0) {
+inline void RegisterShared(EcsServer& s, const std::string& family, int memory, int compute = 0) {
   s.Ok("RegisterTaskDefinition", {{"family", family}, {"containerDefinitions", Json::array({MpsContainer("c", memory, compute)})}});
 }
 
-inline void RegisterDedicated(Server& s, const std::string& family, int gpus) {
+inline void RegisterDedicated(EcsServer& s, const std::string& family, int gpus) {
   s.Ok("RegisterTaskDefinition",
        {{"family", family},
         {"containerDefinitions",
@@ -132,7 +134,7 @@ inline void RegisterDedicated(Server& s, const std::string& family, int gpus) {
 }
 
 // Gpus: the instance's gpuDevices as DescribeContainerInstances answers them.
-inline Json Gpus(Server& s, const std::string& instance_arn) {
+inline Json Gpus(EcsServer& s, const std::string& instance_arn) {
   Json body = s.Ok("DescribeContainerInstances", {{"containerInstances", Json::array({instance_arn})}});
   return body["containerInstances"][0]["gpuDevices"];
 }

@@ -21,14 +21,14 @@ class ServicesTest : public ::testing::Test {
   std::string db_ = tmp_.path() + "/state.db";
 };
 
-Json Describe(Server& s, const std::string& service) {
+Json Describe(EcsServer& s, const std::string& service) {
   Json d = s.Ok("DescribeServices", {{"services", Json::array({service})}, {"include", Json::array({"TAGS"})}});
   EXPECT_EQ(d["services"].size(), 1u) << d.dump();
   return d["services"].empty() ? Json::object() : d["services"][0];
 }
 
 // Tasks: every task of the service not yet STOPPED, by ARN.
-std::map<std::string, Json> Tasks(Server& s, const std::string& service) {
+std::map<std::string, Json> Tasks(EcsServer& s, const std::string& service) {
   std::map<std::string, Json> out;
   for (const char* desired : {"RUNNING", "STOPPED"}) {  // tasks being stopped are listed as desired STOPPED
     Json list = s.Ok("ListTasks", {{"serviceName", service}, {"desiredStatus", desired}});
@@ -46,7 +46,7 @@ bool HasEvent(const Json& svc, const std::string& part) {
   return false;
 }
 
-void Report(Server& s, const std::string& task, const std::string& status, const std::string& reason = "") {
+void Report(EcsServer& s, const std::string& task, const std::string& status, const std::string& reason = "") {
   Json body = {{"task", task}, {"status", status}};
   if (!reason.empty()) body["reason"] = reason;
   s.Ok("SubmitTaskStateChange", body);
@@ -69,7 +69,7 @@ Counts CountOf(const std::map<std::string, Json>& tasks) {
 // Settle plays the agents one report at a time (a task asked to stop reports STOPPED first, else a PENDING
 // task reports RUNNING), calling `check` after each, until the service has nothing left to do. Returns the
 // number of reports.
-int Settle(Server& s, const std::string& service, const std::function<void(const Counts&)>& check, int limit = 200) {
+int Settle(EcsServer& s, const std::string& service, const std::function<void(const Counts&)>& check, int limit = 200) {
   for (int step = 0; step < limit; ++step) {
     auto tasks = Tasks(s, service);
     check(CountOf(tasks));
@@ -87,7 +87,7 @@ int Settle(Server& s, const std::string& service, const std::function<void(const
 }
 
 TEST_F(ServicesTest, ACreatedServiceReachesSteadyStateAndReplacesAStoppedTask) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {20000});
   RegisterShared(s, "web", 2000);
@@ -146,7 +146,7 @@ TEST_F(ServicesTest, ACreatedServiceReachesSteadyStateAndReplacesAStoppedTask) {
 }
 
 TEST_F(ServicesTest, ADrainedInstanceHasItsReplicasMovedWithoutDroppingBelowMinimumHealthy) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   const std::string a = RegisterInstance(s, {10000});
   RegisterShared(s, "web", 4000);
@@ -171,7 +171,7 @@ TEST_F(ServicesTest, ADrainedInstanceHasItsReplicasMovedWithoutDroppingBelowMini
 }
 
 TEST_F(ServicesTest, ReplicasOnAGpuHeldAfterAFaultAreReplacedElsewhere) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   const std::string a = RegisterInstance(s, {10000});
   RegisterShared(s, "web", 4000);
@@ -189,7 +189,7 @@ TEST_F(ServicesTest, ReplicasOnAGpuHeldAfterAFaultAreReplacedElsewhere) {
 }
 
 TEST_F(ServicesTest, ARollingDeploymentKeepsWithinItsPercentsAndCompletes) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {40000});
   RegisterShared(s, "web", 2000);
@@ -219,7 +219,7 @@ TEST_F(ServicesTest, ARollingDeploymentKeepsWithinItsPercentsAndCompletes) {
 }
 
 TEST_F(ServicesTest, MissingReplicasWaitForCapacityAndArePlacedWhenItFrees) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   const std::string inst = RegisterInstance(s, {10000});
   RegisterShared(s, "big", 8000);
@@ -241,7 +241,7 @@ TEST_F(ServicesTest, MissingReplicasWaitForCapacityAndArePlacedWhenItFrees) {
 }
 
 TEST_F(ServicesTest, ScaledToZeroAndDeletedTheServiceStopsItsTasksAndTurnsInactive) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {20000});
   RegisterShared(s, "web", 2000);
@@ -275,7 +275,7 @@ TEST_F(ServicesTest, ScaledToZeroAndDeletedTheServiceStopsItsTasksAndTurnsInacti
 TEST_F(ServicesTest, ARestartInTheMiddleOfADeploymentGoesOnWithoutStartingATaskTwice) {
   std::set<std::string> seen;
   {
-    Server s(db_);
+    EcsServer s(db_);
     s.Ok("CreateCluster", Json::object());
     RegisterInstance(s, {40000});
     RegisterShared(s, "web", 2000);
@@ -287,7 +287,7 @@ TEST_F(ServicesTest, ARestartInTheMiddleOfADeploymentGoesOnWithoutStartingATaskT
     for (const auto& [arn, t] : Tasks(s, "web")) seen.insert(arn);
     EXPECT_EQ(seen.size(), 6u);
   }  // no shutdown beyond what a crash leaves
-  Server s(db_);
+  EcsServer s(db_);
   for (const auto& [arn, t] : Tasks(s, "web")) EXPECT_TRUE(seen.count(arn)) << "started again after the restart: " << arn;
   Settle(s, "web", [](const Counts& c) { EXPECT_LE(c.live - c.stopping, 6); });
   auto tasks = Tasks(s, "web");
@@ -300,7 +300,7 @@ TEST_F(ServicesTest, ARestartInTheMiddleOfADeploymentGoesOnWithoutStartingATaskT
 }
 
 TEST_F(ServicesTest, ATaskThatKeepsFailingIsRestartedWithABackOff) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {20000});
   RegisterShared(s, "web", 2000);
@@ -324,7 +324,7 @@ TEST_F(ServicesTest, ATaskThatKeepsFailingIsRestartedWithABackOff) {
 }
 
 TEST_F(ServicesTest, TheCircuitBreakerFailsADeploymentAndRollsBack) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterInstance(s, {20000});
   RegisterShared(s, "web", 2000);
@@ -359,7 +359,7 @@ TEST_F(ServicesTest, TheCircuitBreakerFailsADeploymentAndRollsBack) {
 }
 
 TEST_F(ServicesTest, ADaemonServiceRunsOneTaskPerActiveInstance) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   const std::string a = RegisterInstance(s, {10000});
   RegisterInstance(s, {10000});
@@ -385,7 +385,7 @@ TEST_F(ServicesTest, ADaemonServiceRunsOneTaskPerActiveInstance) {
 }
 
 TEST_F(ServicesTest, RequestsAreCheckedAsEcsChecksThem) {
-  Server s(db_);
+  EcsServer s(db_);
   s.Ok("CreateCluster", Json::object());
   RegisterShared(s, "web", 2000);
   auto code = [&](const Json& body) { return s.Call("CreateService", body).status; };
