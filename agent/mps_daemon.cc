@@ -277,7 +277,8 @@ std::string Ms(milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
 std::string Shorten(const std::string& s) {
   std::string t = Trim(s);
-  return t.size() > 300 ? t.substr(0, 300) + "..." : t;
+  if (t.size() > 300) t.replace(300, std::string::npos, "...");
+  return t;
 }
 
 Status ValidateOptions(const MpsOptions& o) {

@@ -26,10 +26,11 @@ for arg in "$@"; do
   esac
 done
 
-# pkg-config finds libpq (storage/CMakeLists.txt). systemd (systemd-analyze, -sysusers, -tmpfiles), dpkg-dev and
-# file (cpack's dpkg-shlibdeps step) are for the install test (tests/install/install_test.sh).
+# pkg-config finds libpq (storage/CMakeLists.txt); lld is the linker (CMakeLists.txt, GPUPACK_USE_LLD).
+# systemd (systemd-analyze, -sysusers, -tmpfiles), dpkg-dev and file (cpack's dpkg-shlibdeps step) are for the
+# install test (tests/install/install_test.sh).
 build_packages=(cmake ninja-build g++ libboost-dev nlohmann-json3-dev libsqlite3-dev libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libcli11-dev ccache libpq-dev pkg-config
+  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libcli11-dev ccache lld libpq-dev pkg-config
   systemd dpkg-dev file)
 
 installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]; }

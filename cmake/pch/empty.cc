@@ -1,0 +1,1 @@
+// The one source of the targets that hold the precompiled headers (CMakeLists.txt, GPUPACK_PCH).
