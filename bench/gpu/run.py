@@ -19,6 +19,7 @@ import argparse
 import calendar
 import json
 import os
+import shutil
 import signal
 import http.client
 import io
@@ -97,6 +98,9 @@ class Run:
         self.task_logs = os.path.join(self.work, "task-logs")  # docker: <tag>.log of each task, bound in
         self.tags = {}  # docker: task ARN -> the tag its workload writes its lines under
         self.image = "gpupack-bench/workload:1"
+        # The process runtime runs tasks as an unprivileged user (the agent's --task-user, nobody for a root agent,
+        # or a uid of --task-uids), which may not reach this checkout: the workload goes to the work folder.
+        self.workload = WORKLOAD if self.docker else os.path.join(self.work, "workload.py")
 
     # ---- plumbing
 
@@ -138,6 +142,7 @@ class Run:
                "--runtime", self.args.runtime, "--mps-pipe-dir", self.pipe, "--state-dir", self.state,
                "--name", "gpu-node", "--stop-grace-ms", "2000", "--watchdog-ms", str(watchdog_ms),
                "--mps-probe-ms", "1000", "--log-level", "info"]
+        cmd += self.args.agent_arg
         if self.docker:
             cmd += ["--docker-socket", self.args.docker_socket, "--docker-gpu", self.args.docker_gpu]
             if self.args.driver_root:
@@ -183,7 +188,7 @@ class Run:
                 mps["maxComputePercent"] = compute
             gpu["sharingStrategy"] = {"nvidiaMps": mps}
         c = {"name": "main", "image": "gpupack/workload", "cpu": 512, "memory": 4096, "essential": True,
-             "entryPoint": [sys.executable, WORKLOAD], "command": command or ["mem"], "resourceRequirements": [gpu]}
+             "entryPoint": [sys.executable, self.workload], "command": command or ["mem"], "resourceRequirements": [gpu]}
         if self.docker:
             # The container's memory limit is real here: room for PyTorch and the CUDA libraries it maps.
             c.update(image=self.image, memory=16384,
@@ -654,6 +659,10 @@ class Run:
 
     def main(self):
         os.makedirs(self.work, exist_ok=True)
+        os.chmod(self.work, 0o755)
+        if not self.docker:
+            shutil.copyfile(WORKLOAD, self.workload)
+            os.chmod(self.workload, 0o644)
         self.setup_facts()
         self.save()
         self.start_server()
@@ -708,6 +717,8 @@ def main():
     p.add_argument("--barrier", type=float, default=20.0, help="seconds from RunTask to a group's common start")
     p.add_argument("--only", default="", help="comma list: bypass0,used,memory,compute,neighbours,bypass,fault,service,mps")
     p.add_argument("--runtime", choices=["process", "docker"], default="process")
+    p.add_argument("--agent-arg", action="append", default=[],
+                   help="one more argument for `gpupack agent`, e.g. --agent-arg=--task-uids=61000-61099 (repeatable)")
     p.add_argument("--docker-socket", default=os.environ.get("GPUPACK_DOCKER_SOCKET", "/var/run/docker.sock"))
     p.add_argument("--docker-gpu", default="auto", help="the agent's --docker-gpu: auto, nvidia, cdi or devices")
     p.add_argument("--driver-root", default="", help="the agent's --driver-root (devices mode)")

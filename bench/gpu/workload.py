@@ -2,7 +2,8 @@
 """gpupack's GPU measurement workload, run as a gpupack task (process or docker runtime) or by hand.
 
 Prints exactly one JSON line of results on stdout (flushed), plus, for the modes that hold the GPU, earlier
-"progress" lines that also are JSON (each with "event"). Every line carries "mode" and "t" (Unix time).
+"progress" lines that also are JSON (each with "event"). Every line carries "mode", "t" (Unix time), "pid" and
+"uid" (the user the task ran as: the agent's --task-user, or a uid of its --task-uids).
 
 Modes:
   mem      allocate --step-mib chunks until the allocation fails; report what was allocatable, what CUDA said
@@ -31,7 +32,7 @@ MIB = 1 << 20
 
 
 def emit(mode, **fields):
-    fields = {"mode": mode, "t": round(time.time(), 3), "pid": os.getpid(), **fields}
+    fields = {"mode": mode, "t": round(time.time(), 3), "pid": os.getpid(), "uid": os.getuid(), **fields}
     line = json.dumps(fields, sort_keys=True) + "\n"
     sys.stdout.write(line)
     sys.stdout.flush()
