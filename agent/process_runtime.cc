@@ -158,7 +158,7 @@ class ProcessRuntime final : public Runtime {
  public:
   ProcessRuntime(ProcessRuntimeOptions options, TaskIdentity identity, std::optional<TaskUidRange> uids)
       : options_(std::move(options)), identity_(identity) {
-    if (uids) uids_.emplace(*uids, [this] { return UidHolders(); });
+    if (uids) uids_.emplace(*uids, [this] { return UidHolders(); }, options_.scratch_dirs);
   }
 
   std::string Name() const override { return "process"; }
