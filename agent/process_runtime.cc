@@ -45,12 +45,12 @@
 // The forked side (the middle process, the monitor, the workload's exec) is process_launch.cc.
 //
 // Thread-safe for different containers. It keeps no state in memory but a cache of which containers run (see
-// Inspect) and the task uids of Starts in progress (ReserveUid), and concurrent calls for different containers are
-// independent: each Start has its own pipes and files, every descriptor is CLOEXEC, and the monitor closes all it
-// does not need at once, so a concurrent Start's descriptors it inherited through fork are gone before the
-// workload is forked. Calls for the same container must not overlap (the agent runs each task's work one event at
-// a time). A new instance on the same state_dir (after the agent was killed, even with -9) lists, inspects and
-// stops what an earlier one started and reads its exit code once it exits.
+// Inspect) and the task uids of Starts in progress (agent/task_uids.h), and concurrent calls for different
+// containers are independent: each Start has its own pipes and files, every descriptor is CLOEXEC, and the monitor
+// closes all it does not need at once, so a concurrent Start's descriptors it inherited through fork are gone
+// before the workload is forked. Calls for the same container must not overlap (the agent runs each task's work
+// one event at a time). A new instance on the same state_dir (after the agent was killed, even with -9) lists,
+// inspects and stops what an earlier one started and reads its exit code once it exits.
 #include <fcntl.h>
 #include <pwd.h>
 #include <poll.h>
@@ -69,7 +69,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -80,6 +79,7 @@
 #include "agent/proc_tree.h"
 #include "agent/process_launch.h"
 #include "agent/runtime.h"
+#include "agent/task_uids.h"
 
 namespace gpupack::agent {
 namespace {
@@ -157,17 +157,17 @@ struct Observation {
 class ProcessRuntime final : public Runtime {
  public:
   ProcessRuntime(ProcessRuntimeOptions options, TaskIdentity identity, std::optional<TaskUidRange> uids)
-      : options_(std::move(options)), identity_(identity), uids_(uids), next_uid_(uids ? uids->first : 0) {}
+      : options_(std::move(options)), identity_(identity) {
+    if (uids) uids_.emplace(*uids, [this] { return UidHolders(); }, options_.scratch_dirs);
+  }
 
   std::string Name() const override { return "process"; }
 
   Result<std::string> Start(const ContainerSpec& spec) override {
     if (!uids_ || !spec.mps_pipe_dir.empty()) return StartAs(spec, identity_, std::nullopt);
-    auto uid = ReserveUid(spec.task_arn);
-    if (!uid.ok()) return uid.status();
-    auto started = StartAs(spec, TaskIdentity{*uid, *uid}, *uid);
-    std::lock_guard lock(uid_mu_);
-    reserved_.erase(spec.task_arn);  // from here the state file holds it, or nothing started
+    GP_ASSIGN(uid, uids_->Acquire(spec.task_arn));
+    auto started = StartAs(spec, TaskIdentity{uid, uid}, uid);
+    uids_->Release(spec.task_arn);  // from here the state file holds it, or nothing started
     return started;
   }
 
@@ -440,41 +440,15 @@ class ProcessRuntime final : public Runtime {
     return ids;
   }
 
-  // ReserveUid gives the task its uid (ProcessRuntimeOptions::task_uids): the one its other containers have, else
-  // the next free one after the last handed out, held in reserved_ until its Start ends. Reading every state file
-  // and /proc on each start is what lets a restarted agent, and processes that outlived their task, keep theirs.
-  Result<int64_t> ReserveUid(const std::string& task_arn) {
-    std::lock_guard lock(uid_mu_);
-    std::set<int64_t> taken;
-    auto ids = Ids();
-    if (!ids.ok()) return ids.status();
-    for (const std::string& id : *ids) {
-      auto record = ReadRecord(id);
-      if (!record.ok()) return record.status();  // an unreadable record could hold any uid
-      if (!record->has_value() || !(*record)->uid) continue;
-      if ((*record)->task_arn == task_arn) return reserved_[task_arn] = *(*record)->uid;
-      taken.insert(*(*record)->uid);
+  // UidHolders: the task uid each container record names (TaskUids reads them on each Acquire).
+  Result<std::vector<UidHolder>> UidHolders() const {
+    GP_ASSIGN(ids, Ids());
+    std::vector<UidHolder> out;
+    for (const std::string& id : ids) {
+      GP_ASSIGN(record, ReadRecord(id));
+      if (record && record->uid) out.push_back(UidHolder{record->task_arn, *record->uid});
     }
-    for (const auto& [arn, uid] : reserved_) taken.insert(uid);
-    const std::set<int64_t> running = ProcessUids(uids_->first, uids_->last);
-    const int64_t count = uids_->last - uids_->first + 1;
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t uid = uids_->first + (next_uid_ - uids_->first + i) % count;
-      if (taken.count(uid) || running.count(uid) || NamedUser(uid)) continue;
-      next_uid_ = uid == uids_->last ? uids_->first : uid + 1;
-      return reserved_[task_arn] = uid;
-    }
-    return Status::Server("process runtime: no free uid in --task-uids " + std::to_string(uids_->first) + "-" +
-                          std::to_string(uids_->last) + ": every one is held by a task of this agent, by a process "
-                          "still running as it or by a user of this host");
-  }
-
-  // NamedUser: the host's user database knows `uid` (a real user, never a task's).
-  static bool NamedUser(int64_t uid) {
-    struct passwd pw {};
-    struct passwd* found = nullptr;
-    char buffer[4096];
-    return getpwuid_r(static_cast<uid_t>(uid), &pw, buffer, sizeof buffer, &found) == 0 && found != nullptr;
+    return out;
   }
 
   // AwaitStart reads the monitor's reports until the exec's outcome, for at most start_timeout.
@@ -643,22 +617,8 @@ class ProcessRuntime final : public Runtime {
   mutable std::mutex mu_;
   std::map<std::string, std::pair<pid_t, unsigned long long>> running_;
   const TaskIdentity identity_;
-  const std::optional<TaskUidRange> uids_;
-  // The task uids Starts in progress hold (by task ARN) and where the next search starts. Guarded by uid_mu_,
-  // which also makes each search and its reservation one step.
-  std::mutex uid_mu_;
-  std::map<std::string, int64_t> reserved_;
-  int64_t next_uid_;
+  std::optional<TaskUids> uids_;  // with --task-uids
 };
-
-// ParseId reads a decimal uid or gid (0..2^32-2); nullopt when `s` is not one.
-std::optional<int64_t> ParseId(const std::string& s) {
-  if (s.empty() || s.size() > 10 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return std::nullopt;
-  const int64_t v = std::stoll(s);
-  if (v > 4294967294LL) return std::nullopt;
-  return v;
-}
 
 }  // namespace
 
@@ -668,7 +628,7 @@ Result<TaskIdentity> ResolveTaskUser(const std::string& task_user, int64_t agent
   const size_t colon = user.find(':');
   const std::string name = user.substr(0, colon);
   TaskIdentity out;
-  if (auto uid = ParseId(name)) {
+  if (auto uid = ParseNumericId(name)) {
     out.uid = *uid;
     out.gid = *uid;
     if (struct passwd* pw = getpwuid(static_cast<uid_t>(*uid))) out.gid = pw->pw_gid;
@@ -680,28 +640,12 @@ Result<TaskIdentity> ResolveTaskUser(const std::string& task_user, int64_t agent
                                     "UID[:GID])");
   }
   if (colon != std::string::npos) {
-    auto gid = ParseId(user.substr(colon + 1));
+    auto gid = ParseNumericId(user.substr(colon + 1));
     if (!gid) return Status::InvalidParameter("task user '" + user + "': the group must be a numeric GID");
     out.gid = *gid;
   }
   if (out.uid == agent_uid && out.gid == static_cast<int64_t>(getegid())) return TaskIdentity{};  // the agent's
   return out;
-}
-
-Result<TaskUidRange> ParseTaskUids(const std::string& text) {
-  const auto refuse = [&text](const std::string& why) {
-    return Status::InvalidParameter("--task-uids '" + text + "': " + why);
-  };
-  const size_t dash = text.find('-');
-  if (dash == std::string::npos) return refuse("give a range FIRST-LAST, e.g. 70000-70999");
-  const auto first = ParseId(text.substr(0, dash));
-  const auto last = ParseId(text.substr(dash + 1));
-  if (!first || !last) return refuse("FIRST and LAST must be decimal uids, e.g. 70000-70999");
-  if (*first == 0) return refuse("the range must not hold uid 0 (root)");
-  if (*first > *last) return refuse("FIRST is above LAST");
-  if (*last > 2147483647) return refuse("uids above 2147483647 are read as negative by some programs");
-  if (*last - *first + 1 > kMaxTaskUids) return refuse("at most " + std::to_string(kMaxTaskUids) + " uids");
-  return TaskUidRange{*first, *last};
 }
 
 std::string ProcessImageNote(const std::string& image) {

@@ -110,6 +110,10 @@ struct ProcessRuntimeOptions {
   // of another uid wait until every client of the running server has exited, so tasks of different uids would
   // take turns on a GPU instead of sharing it.
   std::string task_uids;
+  // With task_uids: the directories where any uid may write, so a task's files outlive it there. Each time a uid
+  // goes to a task, what it owns under these is removed first (agent/task_uids.h, SweepUid), so nothing an
+  // earlier task of that uid left passes to the next. Empty: no sweep.
+  std::vector<std::string> scratch_dirs = {"/tmp", "/var/tmp", "/dev/shm"};
 };
 // TaskUidRange: the uids of `--task-uids` (first <= last).
 struct TaskUidRange {

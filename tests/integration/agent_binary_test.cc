@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -122,12 +124,15 @@ class AgentBinaryTest : public ::testing::Test {
     FAIL() << "server did not come up";
   }
 
-  void StartAgent(const std::string& runtime = "process") {
+  // StartAgent starts the agent with `extra` flags after the usual ones; a process agent runs its tasks as root
+  // unless `extra` names --task-uids.
+  void StartAgent(const std::string& runtime = "process", const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {GPUPACK_BIN, "agent", "--server", url_, "--gpus", "fake:2x22587", "--runtime",
                                      runtime, "--state-dir", (dir_ / "agent").string(), "--mps-pipe-dir",
                                      (dir_ / "mps").string(), "--name", "node-a", "--cpu", "4096", "--memory", "8192",
                                      "--stop-grace-ms", "500", "--log-level", "warn"};
-    if (runtime == "process") {
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    if (runtime == "process" && std::find(extra.begin(), extra.end(), "--task-uids") == extra.end()) {
       // These tests record what their tasks did in files under the test's own directory, and check restarts
       // and reconciling, not confinement (ProcessRuntimeTest checks that): the tasks run as the agent's user.
       argv.push_back("--task-user");
@@ -212,6 +217,28 @@ class AgentBinaryTest : public ::testing::Test {
                           Json::array({{{"type", "GPU"}, {"sharingStrategy", {{"nvidiaMps", {{"memory", 4096}}}}}}})}}})}});
   }
 
+  // RegisterPlainScript registers a task of one container without a GPU (a shared GPU's container would keep the
+  // task user: ProcessRuntimeOptions::task_uids says why).
+  void RegisterPlainScript(const std::string& family, const std::string& script) {
+    Call("RegisterTaskDefinition",
+         {{"family", family},
+          {"containerDefinitions",
+           Json::array({{{"name", "main"}, {"image", "host"}, {"memory", 64}, {"entryPoint", {"/bin/sh", "-c"}},
+                         {"command", {script}}}})}});
+  }
+
+  // TaskUid: the real uid of the process runtime's workload of task `arn`'s container main (its state record names
+  // the pid; /proc/PID/status its uids), or -1 when there is none.
+  int64_t TaskUid(const std::string& arn) {
+    const std::string id = arn.substr(arn.rfind('/') + 1) + "-main";
+    Json record = Json::parse(std::ifstream(dir_ / "agent" / "runtime" / (id + ".json")), nullptr, false);
+    if (!record.is_object() || !record.contains("pid")) return -1;
+    std::ifstream status("/proc/" + std::to_string(record["pid"].get<int>()) + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Uid:", 0) == 0) return std::atoll(line.c_str() + 4);
+    return -1;
+  }
+
   std::string Run(const std::string& family) {
     Json r = Call("RunTask", {{"taskDefinition", family}});
     EXPECT_EQ(r["tasks"].size(), 1u) << r.dump();
@@ -252,6 +279,40 @@ TEST_F(AgentBinaryTest, AgentKilledWithSigkillRestartsWithoutStartingTasksTwice)
   std::string metrics = Metrics();
   EXPECT_NE(metrics.find("\ngpupack_agent_push_unacked_closes_total 0\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("\ngpupack_agent_push_retries_total "), std::string::npos) << metrics;
+}
+
+// --task-uids across an agent killed with SIGKILL: the agent started again adopts the task that still runs, and
+// the uid that task runs as goes to no new task, which could otherwise read the adopted task's environment and
+// signal it, and whose start would sweep the adopted task's files from /tmp. Needs root (tasks change to uids of
+// the range).
+TEST_F(AgentBinaryTest, AnAgentKilledWithSigkillGivesNoNewTaskTheUidOfATaskItAdopts) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run tasks as the uids of --task-uids";
+  const std::vector<std::string> uids = {"--task-uids", "200040-200049"};
+  const fs::path scratch = fs::path("/tmp") / ("gpupack-adopted-" + std::to_string(getpid()));
+  StartServer();
+  StartAgent("process", uids);
+  RegisterPlainScript("own-uid", "echo mine > " + scratch.string() + "; exec sleep 60");
+  const std::string adopted = Run("own-uid");
+  WaitTask(adopted, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  const int64_t adopted_uid = TaskUid(adopted);
+  EXPECT_GE(adopted_uid, 200040);
+  EXPECT_LE(adopted_uid, 200049);
+  for (int i = 0; i < 250 && !fs::exists(scratch); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(fs::exists(scratch)) << "the task wrote no " << scratch;
+  agent_->Kill(SIGKILL);
+  WaitInstance([](const Json& ci) { return ci["agentConnected"] == false; });
+  StartAgent("process", uids);
+  const std::string next = Run("own-uid");
+  WaitTask(next, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  WaitTask(adopted, [](const Json& t) { return t["lastStatus"] == "RUNNING"; });
+  EXPECT_EQ(TaskUid(adopted), adopted_uid) << "the adopted task no longer runs as its uid";
+  const int64_t next_uid = TaskUid(next);
+  EXPECT_GE(next_uid, 200040);
+  EXPECT_LE(next_uid, 200049);
+  EXPECT_NE(next_uid, adopted_uid) << "a new task got the uid of the task the restarted agent adopted";
+  EXPECT_TRUE(fs::exists(scratch)) << "the new task's start swept the adopted task's file";
+  std::error_code ec;
+  fs::remove(scratch, ec);
 }
 
 // Regression (found by bench/crash_safety.mjs): an agent killed after the runtime started a container but before

@@ -25,6 +25,7 @@
 
 #include "agent/proc_tree.h"
 #include "agent/runtime.h"
+#include "agent/task_uids.h"
 #include "tests/unit/temp_dir.h"
 
 namespace gpupack::agent {
@@ -388,6 +389,113 @@ TEST_F(ProcessRuntimeTest, AProcessThatOutlivedItsTaskKeepsItsUidFromTheNextTask
   const std::string next = StartOk(Shell("task-b", "app", "id -u", {{"PATH", "/usr/bin:/bin"}}));
   EXPECT_EQ(WaitExited(*runtime_, next).exit_code, 0);
   EXPECT_EQ(ReadText(LogOf("task-b", "app")), "200020\n");
+}
+
+// Files a task leaves in /tmp and /dev/shm are its uid's, and passed to the next task given that uid, which read and
+// changed them. Task A, on the range's one uid, leaves a file and a tree in /tmp, a file in a directory of root's
+// that anyone may write (mode 1777, as a shared drop box) and a shared-memory file; once A has ended, task B, given
+// the same uid, finds none of them, while the files of other owners beside them stay. Needs root.
+TEST_F(ProcessRuntimeTest, WhatATaskLeftInTmpAndDevShmIsGoneBeforeItsUidGoesToTheNextTask) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run tasks as other users";
+  options_.task_user = "nobody";
+  options_.task_uids = "200030-200030";
+  runtime_ = NewRuntime();
+  ASSERT_NE(runtime_, nullptr);
+  const std::string tag = "gpupack-sweep-" + std::to_string(getpid());
+  const fs::path drop = fs::path("/tmp") / (tag + "-drop");
+  fs::create_directory(drop);
+  fs::permissions(drop, fs::perms::all | fs::perms::sticky_bit);
+  std::ofstream(drop / "roots") << "root's\n";
+  const fs::path others = fs::path("/tmp") / (tag + "-nobody");
+  std::ofstream(others) << "nobody's\n";
+  const struct passwd* nobody = getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  ASSERT_EQ(chown(others.c_str(), nobody->pw_uid, nobody->pw_gid), 0);
+  const std::vector<std::string> left = {"/tmp/" + tag + "-file", "/tmp/" + tag + "-tree",
+                                         (drop / "left").string(), "/dev/shm/" + tag};
+  const std::string a = StartOk(Shell("task-a", "app",
+                                      "echo secret > " + left[0] + " && mkdir -p " + left[1] + "/x/y && echo secret > " +
+                                          left[1] + "/x/y/z && chmod -R 777 " + left[1] + " && echo secret > " +
+                                          left[2] + " && echo secret > " + left[3] + " && id -u",
+                                      {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_EQ(WaitExited(*runtime_, a).exit_code, 0) << ReadText(LogOf("task-a", "app"));
+  for (const std::string& path : left) EXPECT_TRUE(fs::exists(path)) << path << ": task A did not leave it";
+  ASSERT_TRUE(runtime_->Remove(a).ok());  // task A has ended: its uid is free
+
+  std::string probe;
+  for (const std::string& path : left) probe += "[ -e " + path + " ] && echo LEFT:" + path + "; ";
+  const std::string b = StartOk(Shell("task-b", "app", probe + "id -u", {{"PATH", "/usr/bin:/bin"}}));
+  EXPECT_EQ(WaitExited(*runtime_, b).exit_code, 0);
+  EXPECT_EQ(ReadText(LogOf("task-a", "app")), "200030\n");
+  EXPECT_EQ(ReadText(LogOf("task-b", "app")), "200030\n");  // the same uid, and nothing of A's found
+  for (const std::string& path : left) EXPECT_FALSE(fs::exists(path)) << path;
+  EXPECT_EQ(ReadText(drop / "roots"), "root's\n");
+  EXPECT_EQ(ReadText(others), "nobody's\n");
+  std::error_code ec;
+  fs::remove_all(drop, ec);
+  fs::remove(others, ec);
+  for (const std::string& path : left) fs::remove_all(path, ec);
+}
+
+// SweepUid on a tree of its own, as root: it removes what the uid owns where the uid could have written it and the
+// next task reach it, follows no symbolic link out of the scratch directory, leaves other owners' files and what
+// the uid cannot reach, makes a tree of the uid's too deep to empty root's (mode 0700), and says when its budget
+// stopped it. Needs root (to give files to the uid).
+TEST(TaskUidSweepTest, RemovesWhatTheUidLeftWithinReachFollowingNoLinkAndLocksAwayWhatCannotGo) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to give files to another uid";
+  constexpr uid_t kUid = 200031;
+  TempDir temp("gpupack-sweep");
+  const fs::path scratch = fs::path(temp.path()) / "scratch";
+  const fs::path outside = fs::path(temp.path()) / "outside";
+  const auto make_dir = [](const fs::path& dir, fs::perms perms, uid_t owner) {
+    fs::create_directories(dir);
+    fs::permissions(dir, perms);
+    EXPECT_EQ(lchown(dir.c_str(), owner, owner), 0) << dir;
+  };
+  const auto make_file = [](const fs::path& file, uid_t owner) {
+    std::ofstream(file) << "x\n";
+    EXPECT_EQ(lchown(file.c_str(), owner, owner), 0) << file;
+  };
+  const fs::perms open = fs::perms::all | fs::perms::sticky_bit;
+  const fs::perms searchable = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                               fs::perms::others_read | fs::perms::others_exec;
+  make_dir(scratch, open, 0);
+  make_dir(outside, searchable, 0);
+  make_file(outside / "victim", kUid);  // the uid's, but outside the scratch directory
+  make_file(scratch / "own", kUid);
+  make_dir(scratch / "own-dir", fs::perms::owner_all, kUid);
+  make_dir(scratch / "own-dir" / "sub", fs::perms::owner_all, kUid);
+  make_file(scratch / "own-dir" / "sub" / "roots", 0);  // whoever's: inside a directory of the uid's
+  ASSERT_EQ(symlink(outside.c_str(), (scratch / "link").c_str()), 0);
+  ASSERT_EQ(lchown((scratch / "link").c_str(), kUid, kUid), 0);
+  ASSERT_EQ(symlink(outside.c_str(), (scratch / "roots-link").c_str()), 0);  // root's link: not followed either
+  make_dir(scratch / "shared", open, 0);
+  make_file(scratch / "shared" / "own", kUid);
+  make_file(scratch / "shared" / "roots", 0);
+  make_dir(scratch / "closed", fs::perms::owner_all, 0);  // the uid cannot enter it: what is in it stays
+  make_file(scratch / "closed" / "own", kUid);
+  fs::path deep = scratch / "own-deep";
+  for (int i = 0; i <= kSweepDepth + 1; ++i, deep /= "d") make_dir(deep, fs::perms::owner_all, kUid);
+
+  auto report = SweepUid(kUid, {scratch.string(), (fs::path(temp.path()) / "missing").string()});
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->removed, 4u);  // own, own-dir, link, shared/own
+  for (const char* gone : {"own", "own-dir", "link", "shared/own"})
+    EXPECT_FALSE(fs::exists(fs::symlink_status(scratch / gone))) << gone;
+  for (const char* kept : {"shared/roots", "closed/own", "roots-link"})
+    EXPECT_TRUE(fs::exists(fs::symlink_status(scratch / kept))) << kept;
+  EXPECT_TRUE(fs::exists(outside / "victim"));
+  EXPECT_EQ(report->locked, std::vector<std::string>{(scratch / "own-deep").string()});
+  struct stat st {};
+  ASSERT_EQ(lstat((scratch / "own-deep").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_FALSE(report->cut_short);
+
+  for (int i = 0; i < 10; ++i) make_file(scratch / ("f" + std::to_string(i)), 0);
+  auto cut = SweepUid(kUid, {scratch.string()}, 3);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_TRUE(cut->cut_short);
 }
 
 TEST(TaskUidsTest, ParsesARangeAndRefusesBadOnesSayingWhy) {
