@@ -199,6 +199,7 @@ test('after a takeover the deposed leader cannot make the agent start or stop an
     assert.equal(rememberedEpoch(), e3, 'the agent remembers the newest epoch in its state directory');
   } finally {
     await agent?.stop();
+    agent?.reapTasks();
     proxy.close();
     late.server.close();
     removeTempDir(dir);

@@ -171,6 +171,7 @@ test('an agent given every replica follows the leader', { skip, timeout: 120000 
     await waitForAgent('a task run after the takeover RUNNING', running(second));
   } finally {
     await agent.stop();
+    agent.reapTasks();
     removeTempDir(dir);
   }
 });

@@ -132,7 +132,10 @@ export async function startReplica({ db, port, ttlMs = 2000, extraArgs = [], log
 // startAgent runs `gpupack agent` given the replicas' endpoints `servers` in order (the process runtime, fake
 // GPUs `gpus`, its state and MPS pipes under `dir`, logging at info to dir/agent.log, killed at exit as every
 // launched process is). The result: child, exited (a promise of the exit), log() (the log so far; '' before
-// there is one) and stop() (SIGTERM, SIGKILL after 10 s, waits for the exit).
+// there is one), stop() (SIGTERM, SIGKILL after 10 s, waits for the exit) and reapTasks(). A stopped agent
+// leaves its tasks running, as it does in production (the next agent adopts them): a test that ends with tasks
+// running calls reapTasks() after stop(), which kills every task the process runtime's state files under `dir`
+// name (each workload's process group, then its monitor), so no `sleep 600` outlives the test.
 export function startAgent({ servers, cluster, dir, name, gpus, extraArgs = [] }) {
   const logPath = path.join(dir, 'agent.log');
   const log = fs.openSync(logPath, 'a');
@@ -154,6 +157,27 @@ export function startAgent({ servers, cluster, dir, name, gpus, extraArgs = [] }
       const r = await exited;
       clearTimeout(timer);
       return r;
+    },
+    reapTasks() {
+      const runtime = path.join(dir, 'agent', 'runtime');
+      const files = fs.existsSync(runtime) ? fs.readdirSync(runtime).filter((f) => f.endsWith('.json')) : [];
+      for (const f of files) {
+        let record;
+        try {
+          record = JSON.parse(fs.readFileSync(path.join(runtime, f), 'utf8'));
+        } catch {
+          continue;  // being rewritten, or not a record
+        }
+        if (record.state !== 'running') continue;
+        for (const [pid, group] of [[record.pid, true], [record.monitor_pid, false]]) {
+          if (!(pid > 1)) continue;
+          try {
+            process.kill(group ? -pid : pid, 'SIGKILL');
+          } catch {
+            // gone already
+          }
+        }
+      }
     },
   };
 }
