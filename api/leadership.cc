@@ -51,23 +51,62 @@ LeaseKeeper::LeaseKeeper(PostgresStore& db, std::string holder, std::string adve
       advertise_(std::move(advertise)),
       ttl_(std::to_string(ttl.count()) + " milliseconds") {}
 
+// Read also watches the holder's lease session: while the database shows it (pg_stat_activity), the keeper
+// remembers it with its own session's backend, so a later step sees the session end from the same session
+// (TakeFromEndedSession).
 Result<LeaseKeeper::View> LeaseKeeper::Read() {
   auto rows = db_.Query(
-      "SELECT advertise, epoch, expires_at > clock_timestamp() FROM gpupack_leader_lease WHERE id = 1");
+      "SELECT advertise, epoch, expires_at > clock_timestamp(), holder, holder_pid, "
+      "pid_holder = holder AND holder <> '' AND holder_pid <> 0, "
+      "EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = l.holder_pid), pg_backend_pid() "
+      "FROM gpupack_leader_lease l WHERE id = 1");
   if (!rows.ok()) return rows.status();
   if (rows->empty()) return Status::Server("the lease row is missing from gpupack_leader_lease");
+  const auto& r = (*rows)[0];
   View v;
-  v.leader = (*rows)[0][0];
-  v.epoch = std::stoll((*rows)[0][1]);
-  v.leader_alive = (*rows)[0][2] == "t";
+  v.leader = r[0];
+  v.epoch = std::stoll(r[1]);
+  v.leader_alive = r[2] == "t";
+  const bool recorded = v.leader_alive && r[3] != holder_ && r[5] == "t";
+  if (recorded && r[6] == "t") {
+    watched_ = Watched{r[3], r[1], r[4], r[7]};
+  } else if (!(recorded && watched_ && watched_->holder == r[3] && watched_->epoch == r[1] && watched_->pid == r[4])) {
+    watched_.reset();
+  }
+  // Else the session watched has ended since: kept, so the next step takes over (a step that came while the
+  // ended backend was still exiting took nothing, and must not forget what it saw).
   return v;
+}
+
+// The holder's lease session ended while this keeper watched it, from this keeper's same session (so not a
+// restart of the database, which ends every session, this one's too): the holder crashed or lost its
+// connection. Take the lease now, before its TTL, if the row is still as watched.
+Result<bool> LeaseKeeper::TakeFromEndedSession(View& out) {
+  if (!watched_) return false;
+  const Watched w = *watched_;
+  auto rows = db_.Query(
+      "UPDATE gpupack_leader_lease SET holder = $1, advertise = $2, " + kNextEpoch + ", "
+      "expires_at = clock_timestamp() + $3::interval, holder_pid = pg_backend_pid(), pid_holder = $1 "
+      "WHERE id = 1 AND holder = $4 AND epoch = $5 AND holder_pid = $6::integer AND pid_holder = holder "
+      "AND expires_at > clock_timestamp() AND pg_backend_pid() = $7::integer "
+      "AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $6::integer) "
+      "RETURNING epoch",
+      {holder_, advertise_, ttl_, w.holder, w.epoch, w.pid, w.own_pid});
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return false;
+  watched_.reset();
+  spdlog::info("leadership: the leader's database session ended (backend {}): taking the lease before its TTL",
+               w.pid);
+  out = View{true, std::stoll((*rows)[0][0]), advertise_, true};
+  return true;
 }
 
 Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump, bool may_take) {
   if (held_epoch > 0) {
     // Renew (or raise the epoch of) the lease this replica holds, while it has not expired.
     auto rows = db_.Query(std::string("UPDATE gpupack_leader_lease SET ") + (bump ? kNextEpoch + ", " : "") +
-                              "expires_at = clock_timestamp() + $3::interval "
+                              "expires_at = clock_timestamp() + $3::interval, holder_pid = pg_backend_pid(), "
+                              "pid_holder = $1 "
                               "WHERE id = 1 AND holder = $1 AND epoch = $2 AND expires_at > clock_timestamp() "
                               "RETURNING epoch",
                           {holder_, std::to_string(held_epoch), ttl_});
@@ -83,12 +122,16 @@ Result<LeaseKeeper::View> LeaseKeeper::Step(int64_t held_epoch, bool bump, bool 
     }
   }
   if (!may_take) return Read();
+  View fast;
+  auto ended = TakeFromEndedSession(fast);
+  if (!ended.ok()) return ended.status();
+  if (*ended) return fast;
   // Take the lease when it has expired or, on this keeper's first step only, when it names this replica's own
   // URL (a restart of this server: the process that held it can no longer serve there). Every take raises the
   // epoch.
   auto rows = db_.Query(
       "UPDATE gpupack_leader_lease SET holder = $1, advertise = $2, " + kNextEpoch + ", "
-      "expires_at = clock_timestamp() + $3::interval "
+      "expires_at = clock_timestamp() + $3::interval, holder_pid = pg_backend_pid(), pid_holder = $1 "
       "WHERE id = 1 AND (expires_at <= clock_timestamp() OR ($4 AND advertise = $2 AND holder <> $1)) "
       "RETURNING epoch",
       {holder_, advertise_, ttl_, first_step_ ? "true" : "false"});

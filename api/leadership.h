@@ -14,8 +14,9 @@
 //   per call), and returns the leader's answer unchanged. The agent channel is
 //   refused there with a message that names the leader, which agents follow (agent/server_connection.h).
 // The lease thread renews the lease about every `renew_every` while leading, else tries to take it (when it
-// has expired, or, at its start, when it names this replica's own advertise URL: a restart of the same server
-// need not wait for its old lease). The role thread turns what the lease thread learned into the role served:
+// has expired; when the holder's lease connection ended since the last step saw it, as a killed leader's does;
+// or, at its start, when it names this replica's own advertise URL: a restart of the same server need not wait
+// for its old lease). The role thread turns what the lease thread learned into the role served:
 // a new epoch of its own builds a new leader server (the old one, if any, is stopped first; the port is the
 // same), another holder turns it into a standby. While the database is unreachable nothing changes: a leader
 // keeps serving reads from memory and its writes fail with ServerException (their commits fail), and /readyz
@@ -62,7 +63,10 @@ class LeaseKeeper {
 
   // Step renews the lease held under `held_epoch` (with `bump`, raising its epoch by one), or, when it is not
   // held (any more), tries to take it unless `may_take` is false (a standby too far behind: it only reads who
-  // leads). A database error is returned as a Status. While held, every tenth step also prunes the change feed
+  // leads). It takes an unexpired lease too when the holder's lease connection has ended since the last step
+  // saw it (its backend gone from pg_stat_activity, seen from this keeper's same connection): a holder killed
+  // with SIGKILL is replaced within a step rather than after the TTL; a hung holder (its connection open) still
+  // waits out the TTL, and a restart of the database (every session ends, this one's too) takes nothing early. A database error is returned as a Status. While held, every tenth step also prunes the change feed
   // (rows older than a minute beyond the last thousand: a standby further behind loads afresh).
   Result<View> Step(int64_t held_epoch, bool bump, bool may_take = true);
 
@@ -72,6 +76,15 @@ class LeaseKeeper {
 
  private:
   Result<View> Read();
+  // TakeFromEndedSession: true (and `out`) when the lease was taken because the holder's session ended.
+  Result<bool> TakeFromEndedSession(View& out);
+
+  // Watched: the holder's lease session as the last Read saw it alive (database text values), and this keeper's
+  // own backend then.
+  struct Watched {
+    std::string holder, epoch, pid, own_pid;
+  };
+  std::optional<Watched> watched_;
 
   PostgresStore& db_;
   const std::string holder_;

@@ -11,7 +11,7 @@ namespace {
 // Instances and tasks carry `seq` (bigserial) that upserts keep, so Load returns them in first-stored order.
 // gpupack_leader_lease holds exactly one row (id 1): the leader's name, the URL it serves on, its epoch (raised
 // by every takeover) and when its lease ends by the database's clock; epoch 0 is "nobody has led yet".
-constexpr std::array<std::string_view, 4> kPgMigrations = {
+constexpr std::array<std::string_view, 5> kPgMigrations = {
     // 0 -> 1: the initial schema.
     R"sql(
 CREATE TABLE clusters (
@@ -73,6 +73,13 @@ CREATE TABLE gpupack_changes (
   at  timestamptz NOT NULL DEFAULT clock_timestamp(),
   doc text NOT NULL
 );
+)sql",
+    // 4 -> 5: the backend of the holder's lease connection (pg_backend_pid()), and the holder that wrote it, so a
+    // standby that sees that session end takes over at once instead of after the TTL (api/leadership.h,
+    // LeaseKeeper). A holder of an older version never writes them: pid_holder then names someone else.
+    R"sql(
+ALTER TABLE gpupack_leader_lease ADD COLUMN holder_pid integer NOT NULL DEFAULT 0;
+ALTER TABLE gpupack_leader_lease ADD COLUMN pid_holder text NOT NULL DEFAULT '';
 )sql",
 };
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -131,6 +132,84 @@ TEST_F(LeaseKeeperTest, AReleasedLeaseIsTakenAtTheNextStepWithoutWaitingForItsTt
   ASSERT_TRUE(vb.ok());
   EXPECT_TRUE(vb->held);
   EXPECT_GT(vb->epoch, e1);
+}
+
+// SessionGone: the lease holder's recorded backend has left pg_stat_activity (its connection is closed), read
+// through `db`; waits up to 5 s for it.
+bool SessionGone(PostgresStore& db) {
+  for (int i = 0; i < 250; ++i) {
+    auto rows = db.Query(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = (SELECT holder_pid FROM gpupack_leader_lease WHERE id = 1)");
+    if (rows.ok() && (*rows)[0][0] == "0") return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return false;
+}
+
+// A holder killed with SIGKILL closes its database connection at once: a standby that saw that session alive
+// takes the lease at its next step, long before the TTL (ten minutes here), under a higher epoch. A holder that is
+// alive but silent keeps its lease: the standby's steps meanwhile take nothing.
+TEST_F(LeaseKeeperTest, AHolderWhoseConnectionEndsIsReplacedAtTheNextStepNotAfterItsTtl) {
+  LeaseKeeper b(*b_db_, "b", "http://b:1", milliseconds(600000));
+  int64_t e1 = 0;
+  {
+    LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(600000));
+    auto va = a.Step(0, false);
+    ASSERT_TRUE(va.ok()) << va.status().message();
+    ASSERT_TRUE(va->held);
+    e1 = va->epoch;
+    for (int i = 0; i < 3; ++i) {  // the holder alive (its connection open, whether or not it renews)
+      auto vb = b.Step(0, false);
+      ASSERT_TRUE(vb.ok()) << vb.status().message();
+      EXPECT_FALSE(vb->held);
+      EXPECT_EQ(vb->leader, "http://a:1");
+    }
+  }
+  a_db_.reset();  // the holder's process is gone: its connection closes
+  ASSERT_TRUE(SessionGone(*b_db_));
+  auto vb = b.Step(0, false);
+  ASSERT_TRUE(vb.ok()) << vb.status().message();
+  EXPECT_TRUE(vb->held);
+  EXPECT_GT(vb->epoch, e1);
+  auto row = b_db_->Query("SELECT holder, holder_pid = pg_backend_pid(), pid_holder FROM gpupack_leader_lease");
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ((*row)[0], (std::vector<std::string>{"b", "t", "b"}));
+}
+
+// Only a session seen alive and then gone counts: a standby that first looks after the holder's connection has
+// ended (it cannot tell a crash from a database restart that ended its own session too), and a holder of an
+// older gpupack that records no session (pid_holder not its name), wait for the TTL.
+TEST_F(LeaseKeeperTest, ASessionNotSeenAliveOrNotRecordedByItsHolderTakesNothingBeforeTheTtl) {
+  {
+    LeaseKeeper a(*a_db_, "a", "http://a:1", milliseconds(600000));
+    ASSERT_TRUE(a.Step(0, false)->held);
+  }
+  a_db_.reset();
+  ASSERT_TRUE(SessionGone(*b_db_));
+  LeaseKeeper late(*b_db_, "late", "http://late:1", milliseconds(600000));
+  for (int i = 0; i < 2; ++i) {
+    auto v = late.Step(0, false);
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    EXPECT_FALSE(v->held);
+    EXPECT_EQ(v->leader, "http://a:1");
+  }
+
+  auto c_db = PostgresStore::Open(uri_);
+  ASSERT_TRUE(c_db.ok());
+  ASSERT_TRUE(b_db_->Query("UPDATE gpupack_leader_lease SET expires_at = now()").ok());
+  {
+    LeaseKeeper old(**c_db, "old", "http://old:1", milliseconds(600000));
+    ASSERT_TRUE(old.Step(0, false)->held);
+    // An older gpupack's take writes neither column: what it leaves names another holder.
+    ASSERT_TRUE((*c_db)->Query("UPDATE gpupack_leader_lease SET pid_holder = 'a'").ok());
+    EXPECT_FALSE(late.Step(0, false)->held);
+  }
+  c_db->reset();
+  ASSERT_TRUE(SessionGone(*b_db_));
+  auto v = late.Step(0, false);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->held);
+  EXPECT_EQ(v->leader, "http://old:1");
 }
 
 TEST_F(LeaseKeeperTest, ACommitFencedByALostLeaseWritesNothing) {
