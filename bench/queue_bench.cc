@@ -11,11 +11,18 @@
 // store, 0 = in memory (the queue's own cost), 1 = SQLite, durable (synchronous=FULL) in $TMPDIR.
 // The clock moves 1 s per stop, so heads pass --backfill-reservation-after (5 min) during the run and backfill
 // runs with and without a held instance. Counters: p50/p99/max wall time per stop (µs) and tasks placed per stop.
+//
+// The purge of clientToken records (docs/benchmarks.md section 14, "the purge of clientTokens"): the writer
+// purges once a minute of its clock, in the write that finds the minute passed. BM_PurgeExpiredTokens times the
+// writer's part (PurgeExpired in a transaction, then Finish: the batch it commits) on a state of N live records
+// and M expired ones; BM_WriteThatPurgesTokens times that write through the control plane until it is answered
+// (the purge, the commit of its deletions to the in-memory store, the published view).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <random>
@@ -30,6 +37,8 @@
 
 #include "api/ecs/router.h"
 #include "engine/control_plane.h"
+#include "engine/core/transaction.h"
+#include "engine/operations/operations.h"
 #include "storage/group_committer.h"
 #include "storage/memory_store.h"
 #include "storage/sqlite_store.h"
@@ -232,6 +241,117 @@ BENCHMARK(BM_TaskStopsNextPlaced)
     ->Iterations(2000)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// ---- the purge of clientToken records
+
+constexpr EpochMs kPurgeNow = 1'700'000'000'000;
+
+// TokenRecord: the record RunTask leaves for clientToken number `i` (of `kind`: "live" or "expired") of cluster
+// "default", made at `created_at`, naming one task. The tokens are hashed, so the expired ones lie scattered among
+// the live ones in (cluster, token) order, as tokens of any age do.
+ClientTokenRecord TokenRecord(const std::string& kind, int i, EpochMs created_at) {
+  const uint64_t h = std::hash<std::string>{}(kind + std::to_string(i));
+  char token[40];
+  std::snprintf(token, sizeof token, "%016llx-%s-%d", static_cast<unsigned long long>(h), kind.c_str(), i);
+  return {"default", token, "sha256:0123456789abcdef",
+          {"arn:aws:ecs:us-east-1:000000000000:task/default/" + std::string(token)}, created_at};
+}
+// LiveAt: a live record's created_at, spread over the retention's last 23 hours before kPurgeNow.
+EpochMs LiveAt(int i) { return kPurgeNow - (static_cast<EpochMs>(i) * 7919) % (kClientTokenRetentionMs - 3'600'000); }
+// ExpiredAt: an expired record's created_at, from a minute to a day past the retention.
+EpochMs ExpiredAt(int i) { return kPurgeNow - kClientTokenRetentionMs - 60'000 - (static_cast<EpochMs>(i) * 7919) % 86'400'000; }
+
+void Percentiles(benchmark::State& st, const std::vector<int64_t>& ns) {
+  st.counters["p50_us"] = Percentile(ns, 0.50);
+  st.counters["p99_us"] = Percentile(ns, 0.99);
+  st.counters["max_us"] = Percentile(ns, 1.0);
+}
+
+// BM_PurgeExpiredTokens: arg 0 live records, arg 1 expired ones, no task. Each iteration puts the expired ones
+// back (not timed), then times PurgeExpired and Finish, as the writer runs them, and checks that exactly the
+// expired ones went.
+void BM_PurgeExpiredTokens(benchmark::State& st) {
+  const int live = static_cast<int>(st.range(0)), expired = static_cast<int>(st.range(1));
+  ClusterState state;
+  for (int i = 0; i < live; ++i) state.PutClientToken(TokenRecord("live", i, LiveAt(i)));
+  const ArnContext arn;
+  std::mt19937_64 rng(7);
+  PlacementCounters counters;
+  std::vector<int64_t> ns;
+  for (auto _ : st) {
+    for (int i = 0; i < expired; ++i) state.PutClientToken(TokenRecord("expired", i, ExpiredAt(i)));
+    const auto t0 = std::chrono::steady_clock::now();
+    Transaction txn(state, arn, kPurgeNow, rng, counters);
+    PurgeExpired(txn, ControlPlaneOptions{}.stopped_task_retention_ms);
+    Transaction::Outcome out = txn.Finish();
+    const auto t1 = std::chrono::steady_clock::now();
+    ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    st.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    if (out.batch.deleted_client_tokens().size() != static_cast<size_t>(expired) ||
+        state.ClientTokenCount() != static_cast<size_t>(live)) {
+      st.SkipWithError("the purge did not forget exactly the expired records");
+      break;
+    }
+  }
+  Percentiles(st, ns);
+}
+BENCHMARK(BM_PurgeExpiredTokens)
+    ->Args({100'000, 1'000})
+    ->Args({100'000, 0})
+    ->Args({10'000, 1'000})
+    ->ArgNames({"live", "expired"})
+    ->Iterations(200)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+
+// BM_WriteThatPurgesTokens: arg 0 live records, arg 1 expired ones, in an in-memory store a fresh control plane
+// loads for each iteration (not timed); times its first write (CreateCluster), the one that purges, until it is
+// answered: the purge, the commit of its deletions (MemoryStore::Commit) and the published view.
+void BM_WriteThatPurgesTokens(benchmark::State& st) {
+  const int live = static_cast<int>(st.range(0)), expired = static_cast<int>(st.range(1));
+  std::vector<int64_t> ns;
+  int round = 0;
+  for (auto _ : st) {
+    MemoryStore store;
+    {
+      WriteBatch b;
+      Cluster c;
+      c.name = "default";
+      c.arn = ArnContext{}.ClusterArn("default");
+      b.PutCluster(c);
+      for (int i = 0; i < live; ++i) b.PutClientToken(TokenRecord("live", i, LiveAt(i)));
+      for (int i = 0; i < expired; ++i) b.PutClientToken(TokenRecord("expired", i, ExpiredAt(i)));
+      if (Status s = store.Commit(b); !s.ok()) throw std::runtime_error(s.message());
+    }
+    GroupCommitter committer(store);
+    ControlPlaneOptions o;
+    o.clock = [] { return kPurgeNow; };
+    auto cp = std::make_unique<ControlPlane>(o, store, committer);
+    if (Status s = cp->Load(); !s.ok()) throw std::runtime_error(s.message());
+    std::promise<OperationResult> p;
+    const auto t0 = std::chrono::steady_clock::now();
+    Execute(*cp, "CreateCluster", {{"clusterName", "c" + std::to_string(++round)}},
+            [&](OperationResult r) { p.set_value(std::move(r)); });
+    OperationResult r = p.get_future().get();
+    const auto t1 = std::chrono::steady_clock::now();
+    ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    st.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    size_t left = 0;
+    cp->applier().Inspect([&](const ClusterState& s) { left = s.ClientTokenCount(); });
+    if (!r.status.ok() || left != static_cast<size_t>(live) ||
+        store.Load()->client_tokens.size() != static_cast<size_t>(live)) {
+      st.SkipWithError("the write did not purge exactly the expired records");
+      break;
+    }
+  }
+  Percentiles(st, ns);
+}
+BENCHMARK(BM_WriteThatPurgesTokens)
+    ->Args({100'000, 1'000})
+    ->ArgNames({"live", "expired"})
+    ->Iterations(10)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 
 }  // namespace
 }  // namespace gpupack::api

@@ -532,12 +532,18 @@ const ClientTokenRecord* ClusterState::FindClientToken(const std::string& cluste
 }
 
 void ClusterState::PutClientToken(ClientTokenRecord record) {
-  auto key = std::make_pair(record.cluster, record.token);
-  client_tokens_[key] = std::move(record);
+  auto [it, inserted] = client_tokens_.try_emplace({record.cluster, record.token});
+  if (!inserted) tokens_by_age_.erase(&it->second);  // before the record changes: its entry is ordered by it
+  it->second = std::move(record);
+  tokens_by_age_.insert(&it->second);
 }
 
 bool ClusterState::EraseClientToken(const std::string& cluster, const std::string& token) {
-  return client_tokens_.erase({cluster, token}) != 0;
+  auto it = client_tokens_.find({cluster, token});
+  if (it == client_tokens_.end()) return false;
+  tokens_by_age_.erase(&it->second);
+  client_tokens_.erase(it);
+  return true;
 }
 
 // ---- demand ------------------------------------------------------------------------------------------------

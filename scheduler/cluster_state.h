@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -302,8 +303,10 @@ class ClusterState {
 
   // ---- clientToken idempotency
   const ClientTokenRecord* FindClientToken(const std::string& cluster, const std::string& token) const;
+  // PutClientToken adds the record of (cluster, token) or replaces it whole (a load, a follower applying a batch).
   void PutClientToken(ClientTokenRecord record);
-  // EraseClientToken forgets a record (its retention expired); false when there was none.
+  // EraseClientToken forgets a record (its retention expired); false when there was none. `cluster` and `token`
+  // must not be the record's own strings when the caller reads them afterwards: they go with it.
   bool EraseClientToken(const std::string& cluster, const std::string& token);
   // ForEachClientToken calls `f(const ClientTokenRecord&)` for every record, by (cluster, token).
   template <typename F>
@@ -311,6 +314,18 @@ class ClusterState {
     for (const auto& entry : client_tokens_) f(entry.second);
   }
   size_t ClientTokenCount() const { return client_tokens_.size(); }
+  // ClientTokensByAge: every record, each once, by created_at, then cluster and token, oldest first: the retention
+  // purge reads the expired ones at its head and never walks the live ones (100,000 of a day's RunTasks, say).
+  // Kept by PutClientToken (a record put again leaves its old entry) and EraseClientToken, the only calls that
+  // change a record (FindClientToken hands out const ones); the load and a hot standby's apply go through them.
+  // An entry points at its record in the state: valid until the record is erased (a put replaces it in place).
+  struct OlderToken {
+    bool operator()(const ClientTokenRecord* a, const ClientTokenRecord* b) const {
+      return std::tie(a->created_at, a->cluster, a->token) < std::tie(b->created_at, b->cluster, b->token);
+    }
+  };
+  using TokensByAge = std::set<const ClientTokenRecord*, OlderToken>;
+  const TokensByAge& ClientTokensByAge() const { return tokens_by_age_; }
 
  private:
   struct InstanceSlot {
@@ -360,6 +375,7 @@ class ClusterState {
   // stopped_at, else in no entry; an entry of an earlier record is dropped.
   void FileStopped(const std::string& arn, const Task* task);
   std::map<std::pair<std::string, std::string>, ClientTokenRecord> client_tokens_;
+  TokensByAge tokens_by_age_;  // the records of client_tokens_ by created_at (ClientTokensByAge)
   std::map<std::string, Service> services_;  // ARN -> service
   std::map<std::string, CapacityProvider> capacity_providers_;  // name -> provider
   std::map<std::string, std::map<std::string, WaitLine>> wait_lines_;  // cluster -> provider -> line

@@ -13,20 +13,20 @@ Result<Snapshot> MemoryStore::Load() {
 
 Result<Snapshot> MemoryStore::LoadStreaming(const TaskSink& on_task) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const Task& t : tasks_.values())
+  for (const auto& [_, t] : tasks_.InOrder())
     if (Status s = on_task(Task(t)); !s.ok()) return s;
   return SnapshotLocked(/*with_tasks=*/false);
 }
 
 Snapshot MemoryStore::SnapshotLocked(bool with_tasks) const {
   Snapshot snap;
-  snap.clusters = clusters_.values();
-  snap.task_definitions = task_definitions_.values();
-  snap.instances = instances_.values();
-  if (with_tasks) snap.tasks = tasks_.values();
-  snap.client_tokens = client_tokens_.values();
-  snap.services = services_.values();
-  snap.capacity_providers = capacity_providers_.values();
+  snap.clusters = clusters_.Values();
+  snap.task_definitions = task_definitions_.Values();
+  snap.instances = instances_.Values();
+  if (with_tasks) snap.tasks = tasks_.Values();
+  snap.client_tokens = client_tokens_.Values();
+  snap.services = services_.Values();
+  snap.capacity_providers = capacity_providers_.Values();
   std::sort(snap.capacity_providers.begin(), snap.capacity_providers.end(),
             [](const CapacityProvider& a, const CapacityProvider& b) { return a.name < b.name; });
   std::sort(snap.services.begin(), snap.services.end(),

@@ -48,7 +48,9 @@ class KeyedPuts {
       values_[it->second] = std::move(value);
     }
   }
-  // Erase drops the put of `key`; false when there was none.
+  // Erase drops the put of `key`; false when there was none. O(n) when there was one (the values after it move
+  // up and are renumbered): a batch holds one group of writes, and deletes a key it put only when a later write
+  // of the group forgets it. MemoryStore keeps its records otherwise (MemoryStore::Records).
   bool Erase(const Key& key) {
     auto it = index_.find(key);
     if (it == index_.end()) return false;

@@ -61,7 +61,8 @@ inline constexpr EpochMs kClientTokenRetentionMs = 24 * 3'600'000;
 
 // PurgeExpired forgets STOPPED tasks older than `retention_ms` and clientToken records older than
 // kClientTokenRetentionMs, in the state and in the store (run by the applier at most once a minute). The tasks
-// come from ClusterState::StoppedTasks: it reads the expired ones, not every task.
+// come from ClusterState::StoppedTasks and the records from ClusterState::ClientTokensByAge: it reads the expired
+// ones, not every task or record.
 void PurgeExpired(Transaction& txn, EpochMs retention_ms);
 
 // ---- task state reports (agents)

@@ -406,10 +406,13 @@ void PurgeExpired(Transaction& txn, EpochMs retention_ms) {
     expired.push_back(arn);
   }
   for (const auto& arn : expired) (void)txn.EraseStoppedTask(arn);
+  // The clientToken records oldest first, the same way: only the expired ones are read, however many are live.
+  // Their keys are copied first: a record's strings go with it.
   std::vector<std::pair<std::string, std::string>> tokens;
-  txn.state().ForEachClientToken([&](const ClientTokenRecord& r) {
-    if (txn.now() - r.created_at > kClientTokenRetentionMs) tokens.emplace_back(r.cluster, r.token);
-  });
+  for (const ClientTokenRecord* r : txn.state().ClientTokensByAge()) {
+    if (txn.now() - r->created_at <= kClientTokenRetentionMs) break;
+    tokens.emplace_back(r->cluster, r->token);
+  }
   for (const auto& [cluster, token] : tokens) txn.DeleteClientToken(cluster, token);
 }
 
