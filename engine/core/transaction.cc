@@ -137,7 +137,7 @@ void Transaction::PutClientToken(ClientTokenRecord record) {
   state_.PutClientToken(std::move(record));
 }
 
-void Transaction::DeleteClientToken(const std::string& cluster, const std::string& token) {
+void Transaction::DeleteClientToken(std::string cluster, std::string token) {
   if (!state_.EraseClientToken(cluster, token)) return;
   std::erase_if(client_tokens_,
                 [&](const ClientTokenRecord& r) { return r.cluster == cluster && r.token == token; });

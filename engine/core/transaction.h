@@ -96,8 +96,9 @@ class Transaction {
   // EraseStoppedTask forgets a STOPPED task whose retention expired.
   Status EraseStoppedTask(const std::string& arn);
   void PutClientToken(ClientTokenRecord record);
-  // DeleteClientToken forgets a clientToken record (its retention expired), in the state and in the store.
-  void DeleteClientToken(const std::string& cluster, const std::string& token);
+  // DeleteClientToken forgets a clientToken record (its retention expired), in the state and in the store. The
+  // key is taken by value: it is read after the record (whose strings a caller may have passed) is gone.
+  void DeleteClientToken(std::string cluster, std::string token);
   // RecordDemand: one RunTask/StartTask demand into the cluster's window of recent demands (working state only,
   // never stored): binpack(fragmentation) learns its target workload from it.
   void RecordDemand(const std::string& cluster, const WorkloadShape& shape) { state_.RecordDemand(cluster, shape); }
