@@ -12,7 +12,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  DEBIAN_AWS, DEBIAN_PYTHON, awsClientEnv as cleanEnv, gpupackBin, launch, ok, removeTempDir, startServer, startUp, tempDir,
+  DEBIAN_AWS, DEBIAN_PYTHON, awsClientEnv as cleanEnv, awsEcs, gpupackBin, launch, ok, removeTempDir, startServer, startUp, tempDir,
 } from './harness.mjs';
 
 let dir;
@@ -141,21 +141,7 @@ describe('manual acceptance with the AWS CLI and a real agent', () => {
   let adminEnv;
   let agentEnv;
 
-  // aws runs Debian's AWS CLI with `env` against the server: {status, stdout, stderr, json}.
-  const aws = (env, ...args) => {
-    const r = spawnSync('aws', ['ecs', ...args, '--endpoint-url', server.endpoint, '--output', 'json'], {
-      env,
-      encoding: 'utf8',
-      timeout: 60000,
-    });
-    let json;
-    try {
-      json = JSON.parse(r.stdout);
-    } catch {
-      json = undefined;
-    }
-    return { status: r.status, stdout: r.stdout, stderr: r.stderr, json };
-  };
+  const aws = (env, ...args) => awsEcs(server.endpoint, env, ...args);
   const awsOk = (env, ...args) => {
     const r = aws(env, ...args);
     assert.equal(r.status, 0, `aws ecs ${args.join(' ')}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`);

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { DEBIAN_PYTHON, awsClientEnv, gpupackBin, removeTempDir, startUp, tempDir } from './harness.mjs';
+import { DEBIAN_PYTHON, awsClientEnv, awsEcs, gpupackBin, removeTempDir, startUp, tempDir } from './harness.mjs';
 
 let dir;
 let up;
@@ -36,18 +36,7 @@ const CONTAINERS = JSON.stringify([
 
 // aws runs Debian's AWS CLI against gpupack and returns {status, stdout, stderr, json}.
 function aws(...args) {
-  const r = spawnSync('aws', ['ecs', ...args, '--endpoint-url', up.endpoint, '--output', 'json'], {
-    env,
-    encoding: 'utf8',
-    timeout: 60000,
-  });
-  let json;
-  try {
-    json = JSON.parse(r.stdout);
-  } catch {
-    json = undefined;
-  }
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr, json };
+  return awsEcs(up.endpoint, env, ...args);
 }
 
 test("Debian's AWS CLI refuses sharingStrategy without the model", () => {

@@ -3,7 +3,7 @@
 //
 // The binary comes from $GPUPACK_BIN (ctest sets it), else build/gpupack from the repository root. The server
 // listens on 127.0.0.1:0 and the endpoint is read from its banner line "ECS API   http://127.0.0.1:NNNN".
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -172,6 +172,23 @@ export function awsClientEnv(dir) {
   env.PATH = `${bin}:/usr/bin:/bin`;
   env.AWS_PAGER = '';  // no pager around answers
   return env;
+}
+
+// awsEcs runs `aws ecs ARGS --endpoint-url ENDPOINT --output json` with `env` (awsClientEnv plus keys and region),
+// waiting at most a minute: {status, stdout, stderr, json}, json undefined when stdout is not JSON.
+export function awsEcs(endpoint, env, ...args) {
+  const r = spawnSync('aws', ['ecs', ...args, '--endpoint-url', endpoint, '--output', 'json'], {
+    env,
+    encoding: 'utf8',
+    timeout: 60000,
+  });
+  let json;
+  try {
+    json = JSON.parse(r.stdout);
+  } catch {
+    json = undefined;
+  }
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr, json };
 }
 
 // call sends one ECS operation. `body` is an object (serialized as JSON) or, with raw: true, a string or Buffer
