@@ -6,7 +6,8 @@
 //             RUNNING, the rest PENDING) before the first kill. A real `gpupack agent` (fake GPUs, the process
 //             runtime) given every replica serves a cluster of its own, and --load-clients clients keep sending
 //             RunTask with a clientToken, retried on the next replica until answered 200, through all rounds.
-//             Then --rounds times (fewer when --max-minutes runs out first): SIGKILL of the leader, and the clock
+//             Then --rounds times (fewer when --max-minutes runs out first), each once every standby says it is
+//             ready to lead (/readyz readyToLead: one fault at a time): SIGKILL of the leader, and the clock
 //             runs until a survivor's log says it took the lease, until it serves as the leader (its state
 //             loaded), until its /readyz says it is the ready leader, until a RunTask sent to the survivors in
 //             turn (as a retrying client does) is answered 200, and until the agent is connected again. p50/p99
@@ -52,7 +53,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { call, gpupackBin, ok, PLAY_AGENT, pool, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
-import { callAny, freePort, postgresBinDir, NO_POSTGRES, startPostgres, startReplica, waitLeader } from '../tests/integration/ha_harness.mjs';
+import { callAny, freePort, postgresBinDir, NO_POSTGRES, readyz, startPostgres, startReplica, waitLeader } from '../tests/integration/ha_harness.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -313,6 +314,13 @@ async function takeover(pg) {
     if (deadline && Date.now() > deadline) break;
     const { leader: old, epoch } = await waitLeader(replicas, { all: true, timeoutMs: 600000 });
     const others = replicas.filter((r) => r !== old);
+    // One fault at a time: the replica killed last round is a standby again only once it has loaded the state
+    // and caught up (its /readyz readyToLead); killing the leader before that would measure two faults at once,
+    // the last survivor still loading.
+    const waitStart = Date.now();
+    await waitUntil(`round ${round}: every standby ready to lead`, async () =>
+      (await Promise.all(others.map((r) => readyz(r.endpoint)))).every((a) => a.json?.readyToLead === true), 600000);
+    const standbyWait = Date.now() - waitStart;
     const marks = {};
     const unwatch = others.map((r) => watchLog(r, marks));
     const hellos = agent.hellos();
@@ -338,7 +346,8 @@ async function takeover(pg) {
     parts.write.push(write - killed);
     parts.agent.push(agentAt - killed);
     console.log(`round ${round}: epoch ${epoch} -> ${ready.epoch}; lease taken ${parts.lease.at(-1)} ms, serving ${parts.loaded.at(-1)} ms, ` +
-      `ready ${parts.ready.at(-1)} ms, first RunTask 200 ${write - killed} ms, agent connected ${agentAt - killed} ms after the kill`);
+      `ready ${parts.ready.at(-1)} ms, first RunTask 200 ${write - killed} ms, agent connected ${agentAt - killed} ms after the kill ` +
+      `(the standbys were ready to lead ${standbyWait} ms after the round began)`);
     await runOnAgent(`agent-round-${round}`);
     replicas[replicas.indexOf(old)] = await replica(old.port);
     ++rounds;
