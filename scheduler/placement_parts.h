@@ -2,9 +2,9 @@
 // into: GpuFit (what the GPU filter found on an instance), ScoreContext and Scorer (one strategy as a number per
 // instance), and the index walks (fast paths that may decide before the scan); and what the walks share with
 // the scan: the compiled request (Placer::Compiled), the filters (RunFilters) and the random source (Mix).
-// Internal to scheduler/: Placer (placement.cc) runs them and defines the walks but WalkFragment, which lives
-// with the fragment measure (fragmentation.cc); strategies.cc defines the scorers and names the walks in its
-// entries.
+// Internal to scheduler/: Placer (placement.cc) runs them; the walks are in placement_walks.cc but
+// WalkFragment, which lives with the fragment measure (fragmentation.cc); strategies.cc defines the scorers and
+// names the walks in its entries.
 #pragma once
 
 #include <algorithm>
@@ -150,7 +150,7 @@ struct IndexWalkArgs {
   uint64_t task_seed;                         // the random source of this task index
 };
 
-// The index walks (StrategyKind::index_walk), in placement.cc but WalkFragment (fragmentation.cc). Each is the
+// The index walks (StrategyKind::index_walk), in placement_walks.cc but WalkFragment (fragmentation.cc). Each is the
 // fast path of the strategy that comes first in the request: it either decides (fills `result`, returns true) or
 // leaves the decision to the scan (returns false, `result` untouched). All but SampleRandom decide exactly as the
 // full scan would.
