@@ -4,12 +4,17 @@
 
 #include <atomic>
 #include <deque>
+#include <future>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
@@ -56,9 +61,9 @@ std::string ServerEndpoint::Authority() const {
 
 namespace {
 
-Result<tcp::endpoint> Resolve(net::io_context& ioc, const ServerEndpoint& server) {
+Result<tcp::endpoint> Resolve(const net::any_io_executor& ex, const ServerEndpoint& server) {
   beast::error_code ec;
-  tcp::resolver resolver(ioc);
+  tcp::resolver resolver(ex);
   auto results = resolver.resolve(server.host, std::to_string(server.port), ec);
   if (ec || results.empty()) return Status::Server("cannot resolve " + server.host + ": " + ec.message());
   return results.begin()->endpoint();
@@ -118,7 +123,7 @@ namespace {
 Result<http::response<http::string_body>> RoundTrip(const ServerEndpoint& server, http::request<http::string_body>& req,
                                                     const std::string& what, std::chrono::milliseconds timeout) {
   net::io_context ioc;
-  auto ep = Resolve(ioc, server);
+  auto ep = Resolve(ioc.get_executor(), server);
   if (!ep.ok()) return ep.status();
   beast::tcp_stream stream(ioc);
   stream.expires_after(timeout);
@@ -195,28 +200,60 @@ Result<Json> CallEcs(const ServerEndpoint& server, const std::string& operation,
 
 // ---- the channel ---------------------------------------------------------------------------------------
 
-struct ChannelClient::Impl {
+struct ChannelLoop::Impl {
   net::io_context ioc;
-  websocket::stream<beast::tcp_stream> ws{ioc};
+  net::executor_work_guard<net::io_context::executor_type> work{ioc.get_executor()};
+  std::vector<std::thread> threads;
+};
+
+ChannelLoop::ChannelLoop(int threads) : impl_(std::make_unique<Impl>()) {
+  for (int i = 0; i < std::max(threads, 1); ++i)
+    impl_->threads.emplace_back([impl = impl_.get()] {
+      for (;;) {
+        try {
+          impl->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          spdlog::error("agent channel: loop thread: {}", e.what());
+        }
+      }
+    });
+}
+
+ChannelLoop::~ChannelLoop() {
+  impl_->work.reset();
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+}
+
+namespace {
+
+using Strand = net::strand<net::any_io_executor>;
+
+// Conn: one WebSocket and what its handlers touch. Every handler runs on the connection's strand and keeps
+// the Conn alive, so a client may go while a handler is still queued.
+struct Conn : std::enable_shared_from_this<Conn> {
+  explicit Conn(const net::any_io_executor& ex) : strand(net::make_strand(ex)), ws(strand) {}
+  Strand strand;
+  websocket::stream<beast::tcp_stream> ws;
   beast::flat_buffer buffer;
-  Callbacks callbacks;
-  std::deque<std::string> queue;  // io thread only
-  bool writing = false;           // io thread only
+  ChannelClient::Callbacks callbacks;  // strand only, once open
+  std::deque<std::string> queue;       // strand only
+  bool writing = false;                // strand only
   std::atomic<bool> is_open{false};
   std::atomic<bool> closed_called{false};
-  std::thread thread;
 
   void Read() {
-    ws.async_read(buffer, [this](beast::error_code ec, std::size_t) {
-      if (ec) return Closed();
-      std::string text = beast::buffers_to_string(buffer.data());
-      buffer.consume(buffer.size());
+    ws.async_read(buffer, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->Closed();
+      std::string text = beast::buffers_to_string(self->buffer.data());
+      self->buffer.consume(self->buffer.size());
       try {
-        if (callbacks.on_message) callbacks.on_message(std::move(text));
+        if (self->callbacks.on_message) self->callbacks.on_message(std::move(text));
       } catch (const std::exception& e) {
         spdlog::error("agent channel: message handler threw: {}", e.what());
       }
-      Read();
+      self->Read();
     });
   }
   void WriteNext() {
@@ -225,10 +262,10 @@ struct ChannelClient::Impl {
       return;
     }
     writing = true;
-    ws.async_write(net::buffer(queue.front()), [this](beast::error_code ec, std::size_t) {
-      if (ec) return Closed();
-      queue.pop_front();
-      WriteNext();
+    ws.async_write(net::buffer(queue.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->Closed();
+      self->queue.pop_front();
+      self->WriteNext();
     });
   }
   void Closed() {
@@ -239,32 +276,54 @@ struct ChannelClient::Impl {
   }
 };
 
+}  // namespace
+
+// A client on a ChannelLoop has no io_context nor thread of its own (own == nullptr). Members go in reverse:
+// the Conn is released before `own`, whose destruction drops the handlers still queued (and with them the Conn).
+struct ChannelClient::Impl {
+  std::unique_ptr<net::io_context> own;
+  std::thread thread;  // runs `own`
+  std::shared_ptr<Conn> conn;
+};
+
 ChannelClient::ChannelClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<ChannelClient>> ChannelClient::Connect(const ServerEndpoint& server, const std::string& target,
                                                               Callbacks callbacks, std::chrono::milliseconds timeout,
-                                                              DeclinedUpgrade* declined) {
+                                                              DeclinedUpgrade* declined, ChannelLoop* loop) {
   auto impl = std::make_unique<Impl>();
-  impl->callbacks = std::move(callbacks);
-  auto ep = Resolve(impl->ioc, server);
+  if (loop == nullptr) impl->own = std::make_unique<net::io_context>();
+  const net::any_io_executor ex = loop ? loop->impl().ioc.get_executor() : impl->own->get_executor();
+  impl->conn = std::make_shared<Conn>(ex);
+  Conn& c = *impl->conn;
+  c.callbacks = std::move(callbacks);
+  auto ep = Resolve(ex, server);
   if (!ep.ok()) return ep.status();
-  auto& tcp_layer = beast::get_lowest_layer(impl->ws);
+  auto& tcp_layer = beast::get_lowest_layer(c.ws);
   tcp_layer.expires_after(timeout);
   beast::error_code ec;
   tcp_layer.connect(*ep, ec);
   if (ec) return Status::Server("cannot reach the server at " + server.Url() + ": " + ec.message());
   tcp_layer.socket().set_option(tcp::no_delay(true), ec);
   if (server.signing) {
-    impl->ws.set_option(websocket::stream_base::decorator(
+    c.ws.set_option(websocket::stream_base::decorator(
         [id = *server.signing](websocket::request_type& req) { Sign(id, req, ""); }));
   }
-  // The handshake runs asynchronously on the client's io_context before its io thread starts: only the
-  // asynchronous handshake hands back a declined answer (status and body), and the stream's expiry bounds it.
+  // The handshake runs asynchronously (only the asynchronous handshake hands back a declined answer: status and
+  // body; the stream's expiry bounds it): on the client's own io_context before its io thread starts, or on the
+  // loop while this thread waits (so Connect must not be called on a loop thread).
   websocket::response_type res;
-  impl->ws.async_handshake(res, server.Authority(), target,
-                           [&ec](beast::error_code e) { ec = e; });
-  impl->ioc.run();
-  impl->ioc.restart();
+  if (impl->own) {
+    c.ws.async_handshake(res, server.Authority(), target, [&ec](beast::error_code e) { ec = e; });
+    impl->own->run();
+    impl->own->restart();
+  } else {
+    std::promise<beast::error_code> done;
+    net::dispatch(c.strand, [&] {
+      c.ws.async_handshake(res, server.Authority(), target, [&done](beast::error_code e) { done.set_value(e); });
+    });
+    ec = done.get_future().get();
+  }
   if (ec == websocket::error::upgrade_declined) {
     DeclinedUpgrade answer;
     Status refused = RefusalOf(server, res, answer);
@@ -273,48 +332,72 @@ Result<std::unique_ptr<ChannelClient>> ChannelClient::Connect(const ServerEndpoi
   }
   if (ec) return Status::Server("the server refused the agent channel: " + ec.message());
   tcp_layer.expires_never();
-  impl->ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
-  impl->ws.read_message_max(16 << 20);
-  impl->ws.text(true);
-  impl->is_open = true;
-  Impl* raw = impl.get();
-  raw->Read();
-  raw->thread = std::thread([raw] {
-    try {
-      raw->ioc.run();
-    } catch (const std::exception& e) {
-      spdlog::error("agent channel: io thread: {}", e.what());
-      raw->Closed();
-    }
-  });
+  c.ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
+  c.ws.read_message_max(16 << 20);
+  c.ws.text(true);
+  c.is_open = true;
+  net::post(c.strand, [conn = impl->conn] { conn->Read(); });
+  if (impl->own) {
+    impl->thread = std::thread([ioc = impl->own.get(), conn = impl->conn.get()] {
+      try {
+        ioc->run();
+      } catch (const std::exception& e) {
+        spdlog::error("agent channel: io thread: {}", e.what());
+        conn->Closed();
+      }
+    });
+  }
   return std::unique_ptr<ChannelClient>(new ChannelClient(std::move(impl)));
 }
 
 ChannelClient::~ChannelClient() {
   Close();
-  // Give the close handshake a moment (bounded), then stop the io thread regardless.
-  for (int i = 0; i < 50 && !impl_->closed_called.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  impl_->ioc.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
-  if (!impl_->closed_called.exchange(true) && impl_->callbacks.on_close) impl_->callbacks.on_close();
+  Conn& c = *impl_->conn;
+  // Give the close handshake a moment (bounded), then stop regardless.
+  for (int i = 0; i < 50 && !c.closed_called.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (impl_->own) {
+    impl_->own->stop();
+    if (impl_->thread.joinable()) impl_->thread.join();
+    if (!c.closed_called.exchange(true) && c.callbacks.on_close) c.callbacks.on_close();
+    return;
+  }
+  // On a loop: on the strand, where every callback runs, close, call on_close once, and forget the callbacks,
+  // so none runs once this returns.
+  auto forget = [conn = impl_->conn] {
+    conn->is_open = false;
+    beast::error_code ec;
+    beast::get_lowest_layer(conn->ws).socket().close(ec);
+    if (!conn->closed_called.exchange(true) && conn->callbacks.on_close) conn->callbacks.on_close();
+    conn->callbacks = {};
+  };
+  if (c.strand.running_in_this_thread()) {
+    forget();
+    return;
+  }
+  std::promise<void> done;
+  net::post(c.strand, [&] {
+    forget();
+    done.set_value();
+  });
+  done.get_future().wait();
 }
 
 void ChannelClient::Send(std::string text) {
-  net::post(impl_->ioc, [impl = impl_.get(), t = std::move(text)]() mutable {
-    if (!impl->is_open) return;
-    impl->queue.push_back(std::move(t));
-    if (!impl->writing) impl->WriteNext();
+  net::post(impl_->conn->strand, [conn = impl_->conn, t = std::move(text)]() mutable {
+    if (!conn->is_open) return;
+    conn->queue.push_back(std::move(t));
+    if (!conn->writing) conn->WriteNext();
   });
 }
 
 void ChannelClient::Close() {
-  net::post(impl_->ioc, [impl = impl_.get()] {
-    if (!impl->is_open) return;
-    impl->is_open = false;
-    impl->ws.async_close(websocket::close_code::normal, [impl](beast::error_code) { impl->Closed(); });
+  net::post(impl_->conn->strand, [conn = impl_->conn] {
+    if (!conn->is_open) return;
+    conn->is_open = false;
+    conn->ws.async_close(websocket::close_code::normal, [conn](beast::error_code) { conn->Closed(); });
   });
 }
 
-bool ChannelClient::open() const { return impl_->is_open; }
+bool ChannelClient::open() const { return impl_->conn->is_open; }
 
 }  // namespace gpupack::agent

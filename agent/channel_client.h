@@ -49,8 +49,25 @@ struct DeclinedUpgrade {
   std::string leader;  // the kLeaderHeader header's value, "" when absent
 };
 
-// ChannelClient: one WebSocket to the server. Messages arrive on the client's own io thread through
-// on_message; on_close is called once when the connection ends. Send and Close are thread-safe.
+// ChannelLoop: io threads that many ChannelClients share, for a process that holds thousands of channels (the
+// agent swarm benchmark). The loop must outlive every client on it.
+class ChannelLoop {
+ public:
+  explicit ChannelLoop(int threads);
+  ~ChannelLoop();  // stops and joins the threads
+  ChannelLoop(const ChannelLoop&) = delete;
+  ChannelLoop& operator=(const ChannelLoop&) = delete;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ChannelClient: one WebSocket to the server. Messages arrive on the client's own io thread (or, on a
+// ChannelLoop, on one of its threads, one at a time) through on_message; on_close is called once when the
+// connection ends. Send and Close are thread-safe.
 class ChannelClient {
  public:
   struct Callbacks {
@@ -61,12 +78,15 @@ class ChannelClient {
   // `timeout`. The upgrade request is SigV4-signed when server.signing is set; a declined upgrade fails with the
   // server's error type and message for people ("the server refused the agent channel: InvalidSignatureException:
   // ...") and, when `declined` is given, fills it with the answer's status, (bounded) body and leader header,
-  // which the caller decides on (agent::ReadDecline).
+  // which the caller decides on (agent::ReadDecline). With `loop` the client runs on the loop's threads (then
+  // Connect must not be called on one of them).
   static Result<std::unique_ptr<ChannelClient>> Connect(const ServerEndpoint& server, const std::string& target,
                                                         Callbacks callbacks,
                                                         std::chrono::milliseconds timeout = std::chrono::milliseconds(5000),
-                                                        DeclinedUpgrade* declined = nullptr);
-  ~ChannelClient();  // closes and joins the io thread; on_close has been called when it returns
+                                                        DeclinedUpgrade* declined = nullptr, ChannelLoop* loop = nullptr);
+  // Closes and joins the io thread (on a loop: waits for its strand); on_close has been called when it returns,
+  // and no callback runs after.
+  ~ChannelClient();
   ChannelClient(const ChannelClient&) = delete;
   ChannelClient& operator=(const ChannelClient&) = delete;
 

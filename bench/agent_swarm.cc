@@ -38,7 +38,7 @@
 // Usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N] [--agent-offset K]
 //                    [--baseline-s S] [--idle-s S] [--hold-s S] [--rate R] [--task-life-s S] [--churn R]
 //                    [--churn-down-ms MS] [--heartbeat-ms MS] [--serve-s S [--crash-per-min P]] [--dir DIR]
-//                    [--keep] [--no-ack] [--server URL,URL,... --follow [--follow-threads N]]
+//                    [--keep] [--no-ack] [--server URL,URL,... --follow [--follow-threads N]] [--io-threads N]
 // Defaults: build-bench/gpupack, 200 agents, 10 s baseline, 30 s idle, 60 s driven, 10 RunTask/s, 5 s life,
 // no churn (200 ms away when churning), the welcome's heartbeat interval, no serve mode.
 #include <signal.h>
@@ -178,7 +178,11 @@ int main(int argc, char** argv) {
   const double baseline_cpu_s = SampleProc(server_pid).sched_s - before.sched_s;
 
   // ---- register and connect
+  // --io-threads: the channels share one loop (declared before the swarm and its agents: it outlives them).
+  std::optional<gpupack::agent::ChannelLoop> loop;
+  if (o.io_threads > 0) loop.emplace(o.io_threads);
   Swarm swarm;
+  swarm.loop = loop ? &*loop : nullptr;
   swarm.no_ack = o.no_ack;
   swarm.agent_offset = o.agent_offset;
   std::optional<Follower> follower;  // --follow: agents whose channel closes walk the servers (bench/swarm_follow.h)
@@ -611,8 +615,8 @@ int main(int argc, char** argv) {
               connected_now, o.agents, described, static_cast<long long>(closes_before_shutdown),
               static_cast<long long>(swarm.errors.load()), swarm.first_error.empty() ? "" : ", first: ",
               swarm.first_error.c_str());
-  std::printf("swarm itself     VmRSS %.1f MiB, %d threads (one io thread per ChannelClient)\n", swarm_rss_mib,
-              swarm_threads);
+  std::printf("swarm itself     VmRSS %.1f MiB, %d threads (%s)\n", swarm_rss_mib, swarm_threads,
+              o.io_threads > 0 ? "the channels on one shared loop, --io-threads" : "one io thread per ChannelClient");
   std::printf("churn            %.1f reconnects/s asked, each agent away %d ms: %lld channels dropped, %lld reconnected "
               "(hello with the agent's tasks), %lld reconnects failed%s%s; %lld assigns for a task the agent had "
               "(ignored)\n"

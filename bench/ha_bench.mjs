@@ -42,7 +42,7 @@
 // Usage: node bench/ha_bench.mjs [--rounds 20] [--instances 1000] [--tasks 0] [--workers 16] [--running-every 10]
 //                                [--load-clients 2] [--max-minutes 0] [--ttl-ms 2000] [--clients 32]
 //                                [--seconds 10] [--only takeover|runtask|herd] [--agents 500] [--per-swarm 2500]
-//                                [--pause-ms 100] [--follow-threads 16] [--log-dir DIR]
+//                                [--pause-ms 100] [--follow-threads 16] [--io-threads 2] [--log-dir DIR]
 // The binary: $GPUPACK_BIN, else build/gpupack; the swarm: $GPUPACK_SWARM_BIN, else build/bench/agent_swarm. Loopback only. PostgreSQL runs with fsync on here (durable),
 // unlike the tests.
 import { spawn } from 'node:child_process';
@@ -72,6 +72,7 @@ const { values: opt } = parseArgs({
     'per-swarm': { type: 'string', default: '2500' },
     'pause-ms': { type: 'string', default: '100' },
     'follow-threads': { type: 'string', default: '16' },
+    'io-threads': { type: 'string', default: '2' },
     'log-dir': { type: 'string', default: '' },
   },
 });
@@ -396,7 +397,7 @@ const swarmBin = () => {
 // agents and takes their first channels). Its "returned AGENT LOST HELLO WELCOME EPOCH ATTEMPTS" lines go to
 // `returns` as they come; ready resolves once it printed "ready:".
 function startSwarm(servers, agents, offset, dir, index, returns) {
-  const args = ['--server', servers.join(','), '--follow', '--follow-threads', opt['follow-threads'], '--agents', String(agents),
+  const args = ['--server', servers.join(','), '--follow', '--follow-threads', opt['follow-threads'], '--io-threads', opt['io-threads'], '--agents', String(agents),
     '--agent-offset', String(offset), '--baseline-s', '0', '--serve-s', '3600', '--dir', dir];
   const child = spawn(swarmBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
   process.on('exit', () => child.kill('SIGKILL'));  // never left behind, whatever ends this run
@@ -455,7 +456,7 @@ async function herd(pg) {
   await Promise.all(swarms.map((s) => s.ready));
   const connectMs = Date.now() - t0;
   await waitLeader(replicas, { all: true, timeoutMs: 600000 });
-  console.log(`herd: ${herdAgents} agents (${swarms.length} agent_swarm processes, --follow, ${opt['follow-threads']} attempt threads each) ` +
+  console.log(`herd: ${herdAgents} agents (${swarms.length} agent_swarm processes, --follow, ${opt['follow-threads']} attempt threads and ${opt['io-threads']} io threads each) ` +
     `registered, connected and welcomed in ${connectMs} ms; lease TTL ${ttlMs} ms; ${loadClients} RunTask clients, ` +
     `${pauseMs} ms between calls; load average ${loadavg()}`);
 

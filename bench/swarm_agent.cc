@@ -131,7 +131,7 @@ bool SimAgent::Connect(const ServerEndpoint& server, std::string* error, Decline
                                      ++swarm->closes;
                                      if (gen == generation && swarm->on_lost) swarm->on_lost(this);
                                    }},
-                                  std::chrono::milliseconds(5000), declined);
+                                  std::chrono::milliseconds(5000), declined, swarm->loop);
   if (!c.ok()) {
     *error = c.status().message();
     return false;

@@ -140,9 +140,11 @@ struct Swarm {
   std::atomic<int64_t> duplicate_assigns{0}, reconnects{0}, reconnect_failures{0}, push_acks{0};
   std::atomic<int64_t> crashes{0};                    // tasks stopped on the agent's side (SimAgent::Crash)
   bool no_ack = false;  // set before any agent connects
+  agent::ChannelLoop* loop = nullptr;  // the channels' shared io threads (--io-threads), or none: one per channel
   std::atomic<int64_t> heartbeat_errors{0};           // heartbeats answered with an error
   std::atomic<int64_t> welcome_heartbeat_ms{0};       // heartbeatIntervalMs of the last welcome; 0 before one
   LatencySample heartbeat_ms;                         // each heartbeat's send -> ack, ms
+  LatencySample attempt_ms, attempt_wait_ms;          // --follow: each attempt's Connect, and its lateness (due -> start)
   std::atomic<int64_t> hello_tasks{0}, welcome_assigns{0}, welcome_stops{0};
   std::mutex mu;
   std::string first_error;                            // guarded by mu

@@ -86,7 +86,10 @@ std::optional<Clock::time_point> Follower::Attempt(SimAgent* a) {
   const size_t tried = a->server;
   DeclinedUpgrade declined;
   std::string error;
-  if (a->Connect(servers_[tried], &error, &declined)) {
+  const auto start = Clock::now();
+  const bool connected = a->Connect(servers_[tried], &error, &declined);
+  swarm_.attempt_ms.Add(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  if (connected) {
     std::lock_guard lock(a->mu);  // Lost (on the new channel's io thread) may already be reading the policy
     a->policy->Connected();
     ++swarm_.reconnects;
@@ -131,6 +134,7 @@ void Follower::Work() {
     SimAgent* a = due_.begin()->second;
     due_.erase(due_.begin());
     lock.unlock();
+    swarm_.attempt_wait_ms.Add(std::chrono::duration<double, std::milli>(Clock::now() - when).count());
     const std::optional<Clock::time_point> again = Attempt(a);
     lock.lock();
     if (again && !stopping_) due_.emplace(*again, a);

@@ -225,12 +225,15 @@ void ServeUntilSignalled(const SwarmOptions& o, Swarm& swarm, pid_t server_pid, 
               static_cast<long long>(c1.state_acks - c0.state_acks), static_cast<long long>(swarm.closes.load()),
               static_cast<long long>(swarm.errors.load()), first_error.empty() ? "" : ", first: ", first_error.c_str());
   print_returns();
-  if (o.follow)
+  if (o.follow) {
+    const Quantiles at = Summarize(swarm.attempt_ms.Values()), late = Summarize(swarm.attempt_wait_ms.Values());
     std::printf("follow           %lld channels lost (the swarm did not close them), %lld agents welcomed back, "
-                "%lld reconnects, %lld failed attempts (%d worker threads)\n",
+                "%lld reconnects, %lld failed attempts (%d worker threads); an attempt's Connect p50 %.1f p99 %.1f "
+                "max %.1f ms; started after its due time p50 %.1f p99 %.1f max %.1f ms\n",
                 static_cast<long long>(swarm.lost.load()), static_cast<long long>(swarm.returned.load()),
                 static_cast<long long>(swarm.reconnects.load()), static_cast<long long>(swarm.reconnect_failures.load()),
-                o.follow_threads);
+                o.follow_threads, at.p50, at.p99, at.max, late.p50, late.p99, late.max);
+  }
   if (o.crash_per_min > 0)
     std::printf("crashes          %lld tasks stopped on the agents' side (exit code 1), crashing on for %.1f s at "
                 "%.1f %% of the RUNNING tasks a minute\n",

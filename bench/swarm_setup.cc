@@ -52,12 +52,13 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
     else if (a == "--no-ack") o.no_ack = true;
     else if (a == "--follow") o.follow = true;
     else if (a == "--follow-threads") o.follow_threads = std::atoi(next().c_str());
+    else if (a == "--io-threads") o.io_threads = std::atoi(next().c_str());
     else if (a == "-h" || a == "--help") {
       std::printf("usage: agent_swarm [--gpupack PATH | --server URL --server-pid PID] [--agents N]\n"
                   "                   [--agent-offset K] [--baseline-s S] [--idle-s S] [--hold-s S] [--rate R]\n"
                   "                   [--task-life-s S] [--churn R] [--churn-down-ms MS] [--heartbeat-ms MS]\n"
                   "                   [--serve-s S [--crash-per-min P]] [--dir DIR] [--keep] [--no-ack]\n"
-                  "                   [--server URL,URL,... --follow [--follow-threads N]]\n"
+                  "                   [--server URL,URL,... --follow [--follow-threads N]] [--io-threads N]\n"
                   "defaults: build-bench/gpupack, 200 agents, 10 s with no agent, 30 s idle, 60 s driven,\n"
                   "          10 RunTask/s, tasks live 5 s, no churn (--churn R: R agents a second drop their\n"
                   "          channel during the driven phase and reconnect --churn-down-ms later, 200 ms)\n"
@@ -104,6 +105,7 @@ SwarmOptions ParseSwarmOptions(int argc, char** argv) {
     SwarmDie("--server needs --server-pid (the process to measure)");
   if (o.follow && (o.server.empty() || o.serve_s == 0)) SwarmDie("--follow needs --server URL,... and --serve-s");
   if (o.follow_threads < 1 || o.follow_threads > 256) SwarmDie("--follow-threads must be 1..256");
+  if (o.io_threads < 0 || o.io_threads > 256) SwarmDie("--io-threads must be 0..256");
   return o;
 }
 

@@ -38,6 +38,9 @@ struct SwarmOptions {
   // URL,URL,... (bench/swarm_follow.h), on follow_threads worker threads.
   bool follow = false;
   int follow_threads = 16;
+  // io_threads > 0: every agent's channel runs on one agent::ChannelLoop of that many threads (the load generator
+  // costs less); 0: one io thread per channel, as each real agent has.
+  int io_threads = 0;
 };
 
 // ParseSwarmOptions reads the command line; --help prints the usage and exits 0, a bad argument exits 1.

@@ -91,10 +91,12 @@ export async function launch(args, {
       child.kill('SIGKILL');
       reject(new Error(`${what} printed no endpoint within ${startTimeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
     }, startTimeoutMs);
+    let found = null;
     child.stdout.on('data', (d) => {
       stdout += d;
       output += d;
-      const found = ready(stdout);
+      if (found) return;  // not scanned again: a server's log grows to megabytes (10,000 agents' channels)
+      found = ready(stdout);
       if (found) {
         clearTimeout(timer);
         resolve(found);

@@ -2074,5 +2074,79 @@ TEST(ReconnectPolicyTest, ClassifiesTheChannelClientsFailures) {
             Outcome::kAnswered);
 }
 
+// ---- many clients on one loop (agent::ChannelLoop: the agent swarm benchmark's way)
+
+// Clients on one ChannelLoop each hold their own channel: each is welcomed, a refusal still comes back as the
+// server's answer, and a client that goes calls its on_close once and nothing after.
+TEST_F(ChannelTest, ClientsOnOneLoopEachHoldTheirChannel) {
+  server_->Call("CreateCluster", {{"clusterName", "default"}});
+  const agent::ServerEndpoint endpoint = *agent::ServerEndpoint::Parse(server_->url());
+  agent::ChannelLoop loop(1);
+  struct Peer {
+    std::mutex mu;
+    std::condition_variable cv;
+    int welcomes = 0, closes = 0, after_close = 0;
+    std::unique_ptr<agent::ChannelClient> client;
+  };
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i) {
+    Json reg = server_->Call("RegisterContainerInstance", {
+        {"instanceIdentityDocument", Json{{"instanceId", "loop-" + std::to_string(i)}}.dump()},
+        {"totalResources", Json::array({{{"name", "CPU"}, {"type", "INTEGER"}, {"integerValue", 4096}},
+                                        {{"name", "MEMORY"}, {"type", "INTEGER"}, {"integerValue", 8192}}})},
+        {"attributes", Json::array({{{"name", "gpupack.agent-channel"}, {"value", "v1"}}})}});
+    const std::string arn = reg["containerInstance"]["containerInstanceArn"];
+    auto p = std::make_unique<Peer>();
+    Peer* raw = p.get();
+    auto c = agent::ChannelClient::Connect(
+        endpoint, protocol::ChannelTarget(arn),
+        {[raw](std::string m) {
+           std::lock_guard lock(raw->mu);
+           if (raw->closes > 0) ++raw->after_close;
+           if (Json::parse(m, nullptr, false).value("type", "") == "welcome") ++raw->welcomes;
+           raw->cv.notify_all();
+         },
+         [raw] {
+           std::lock_guard lock(raw->mu);
+           ++raw->closes;
+           raw->cv.notify_all();
+         }},
+        5000ms, nullptr, &loop);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    p->client = std::move(*c);
+    p->client->Send(protocol::Serialize(protocol::AgentMessage(protocol::Hello{})));
+    peers.push_back(std::move(p));
+  }
+  for (auto& p : peers) {
+    std::unique_lock lock(p->mu);
+    EXPECT_TRUE(p->cv.wait_for(lock, 10s, [&] { return p->welcomes == 1; }));
+  }
+  EXPECT_EQ(server_->channel().connected(), 3u);
+
+  agent::DeclinedUpgrade unknown;
+  auto refused = agent::ChannelClient::Connect(
+      endpoint, protocol::ChannelTarget("arn:aws:ecs:us-east-1:000000000000:container-instance/default/nope"), {},
+      5000ms, &unknown, &loop);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(Json::parse(unknown.body)["code"], "UnknownInstance") << unknown.body;
+
+  peers[0]->client.reset();
+  {
+    std::lock_guard lock(peers[0]->mu);
+    EXPECT_EQ(peers[0]->closes, 1);
+    EXPECT_EQ(peers[0]->after_close, 0);
+  }
+  for (int i = 0; i < 200 && server_->channel().connected() != 2; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server_->channel().connected(), 2u);
+  // The others are unaffected: their channels still carry messages both ways.
+  for (size_t i = 1; i < peers.size(); ++i) {
+    peers[i]->client->Send(protocol::Serialize(protocol::AgentMessage(protocol::Hello{})));
+    std::unique_lock lock(peers[i]->mu);
+    EXPECT_TRUE(peers[i]->cv.wait_for(lock, 10s, [&] { return peers[i]->welcomes == 2; }));
+    EXPECT_EQ(peers[i]->closes, 0);
+  }
+  for (size_t i = 1; i < peers.size(); ++i) peers[i]->client.reset();
+}
+
 }  // namespace
 }  // namespace gpupack
