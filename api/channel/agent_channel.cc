@@ -37,6 +37,56 @@ AgentChannel::AgentChannel(ControlPlane& control_plane, AgentChannelOptions opti
   watchdog_ = std::thread([this] { Watchdog(); });
 }
 
+// ---- the connect and disconnect lines -------------------------------------------------------------------------
+
+std::string ChannelEventLog::Roll(std::chrono::steady_clock::time_point now, size_t open) {
+  if (now - window_start_ < kWindow) return "";
+  std::string summary;
+  if (quiet_[0] + quiet_[1] + quiet_[2] > 0) {
+    const auto s = std::chrono::duration_cast<std::chrono::seconds>(now - window_start_).count();
+    summary = fmt::format("agent channel: {} more agents connected, {} reconnected (their previous connection "
+                          "closed) and {} disconnected in the last {} s, not logged one by one (debug level does); "
+                          "{} channels open",
+                          quiet_[0], quiet_[1], quiet_[2], s, open);
+  }
+  window_start_ = now;
+  lines_ = 0;
+  quiet_[0] = quiet_[1] = quiet_[2] = 0;
+  return summary;
+}
+
+void ChannelEventLog::Log(Event event, const std::string& instance_arn, const std::string& from, size_t open,
+                          Clock::time_point now) {
+  std::string summary;
+  bool one_by_one = false;
+  {
+    std::lock_guard lock(mu_);
+    summary = Roll(now, open);
+    one_by_one = lines_ < kLinesPerWindow;
+    if (one_by_one) ++lines_;
+    else ++quiet_[static_cast<int>(event)];
+  }
+  if (!summary.empty()) spdlog::info("{}", summary);
+  const auto level = one_by_one ? spdlog::level::info : spdlog::level::debug;
+  if (!spdlog::should_log(level)) return;
+  switch (event) {
+    case Event::kConnected: spdlog::log(level, "agent channel: {} connected from {}", instance_arn, from); break;
+    case Event::kReconnected:
+      spdlog::log(level, "agent channel: {} reconnected from {}; closing its previous connection", instance_arn, from);
+      break;
+    case Event::kDisconnected: spdlog::log(level, "agent channel: {} disconnected", instance_arn); break;
+  }
+}
+
+void ChannelEventLog::Flush(size_t open, Clock::time_point now) {
+  std::string summary;
+  {
+    std::lock_guard lock(mu_);
+    summary = Roll(now, open);
+  }
+  if (!summary.empty()) spdlog::info("{}", summary);
+}
+
 AgentChannel::~AgentChannel() {
   {
     std::lock_guard lock(mu_);
@@ -106,6 +156,7 @@ size_t AgentChannel::unacked_pushes(const std::string& instance_arn) const {
 void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, const HttpRequest& req) {
   std::string arn = protocol::InstanceArnFromTarget(req.target);
   std::shared_ptr<WebSocketConnection> replaced;
+  size_t open = 0;
   {
     std::lock_guard lock(mu_);
     auto it = by_instance_.find(arn);
@@ -116,13 +167,15 @@ void AgentChannel::OnOpen(const std::shared_ptr<WebSocketConnection>& conn, cons
     // The new connection starts with no pending push: the welcome's reconcile covers the old one's.
     peers_[conn.get()] = Peer{conn, arn, std::chrono::steady_clock::now(), false, false, {}, {}, 0, false};
     by_instance_[arn] = conn.get();
+    open = by_instance_.size();
   }
   ++connections_opened_;
   if (replaced) {
-    spdlog::info("agent channel: {} reconnected; closing its previous connection", arn);
+    events_.Log(ChannelEventLog::Event::kReconnected, arn, conn->remote_address(), open);
     replaced->Close();
+  } else {
+    events_.Log(ChannelEventLog::Event::kConnected, arn, conn->remote_address(), open);
   }
-  spdlog::info("agent channel: {} connected from {}", arn, conn->remote_address());
 }
 
 void AgentChannel::Reply(const std::shared_ptr<WebSocketConnection>& conn, const protocol::ServerMessage& message) {
@@ -287,6 +340,7 @@ void AgentChannel::OnHelloPart(const std::shared_ptr<WebSocketConnection>& conn,
 
 void AgentChannel::OnClose(const std::shared_ptr<WebSocketConnection>& conn) {
   std::string arn;
+  size_t open = 0;
   std::vector<RequestDone> orphaned;  // requests sent on this connection: no answer will come
   {
     std::lock_guard lock(mu_);
@@ -308,8 +362,9 @@ void AgentChannel::OnClose(const std::shared_ptr<WebSocketConnection>& conn) {
     peers_.erase(it);
     auto bi = by_instance_.find(arn);
     if (bi != by_instance_.end() && bi->second == conn.get()) by_instance_.erase(bi);
+    open = by_instance_.size();
   }
-  spdlog::info("agent channel: {} disconnected", arn);
+  events_.Log(ChannelEventLog::Event::kDisconnected, arn, "", open);
   gpu_memory_.DropInstance(arn);
   cp_.AgentDisconnected(arn);
 }
@@ -521,6 +576,7 @@ void AgentChannel::Watchdog() {
     cv_.wait_for(lock, tick);
     if (stopping_) break;
     auto now = std::chrono::steady_clock::now();
+    events_.Flush(by_instance_.size());
     std::vector<RequestDone> expired;
     for (auto it = requests_.begin(); it != requests_.end();) {
       if (it->second.deadline > now) {

@@ -129,6 +129,33 @@ class GpuMemoryUsage {
   uint64_t generation_ = 0;                                            // guarded by mu_
 };
 
+// ChannelEventLog: the channel's connect and disconnect lines. The first kLinesPerWindow of each kWindow are
+// logged one by one at info level; the rest at debug level, counted, and summed up in one info line once the
+// window has ended (a herd of 10,000 agents finding a new leader is a few lines, not 10,000).
+class ChannelEventLog {
+ public:
+  enum class Event { kConnected, kReconnected, kDisconnected };
+  static constexpr int kLinesPerWindow = 50;
+  static constexpr std::chrono::seconds kWindow{10};
+
+  using Clock = std::chrono::steady_clock;
+  // Log: one event of `instance_arn` (`from`: the peer's address, for a connection); `open`: the channels open
+  // after it.
+  void Log(Event event, const std::string& instance_arn, const std::string& from, size_t open,
+           Clock::time_point now = Clock::now());
+  // Flush: the summary of a window that has ended (the watchdog's tick), if anything went unlogged in it.
+  void Flush(size_t open, Clock::time_point now = Clock::now());
+
+ private:
+  // Roll: with mu_ held, ends the window when it is over; the summary line to print, or "".
+  std::string Roll(std::chrono::steady_clock::time_point now, size_t open);
+
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point window_start_{};  // guarded by mu_
+  int lines_ = 0;                                         // logged one by one in this window; guarded by mu_
+  uint64_t quiet_[3] = {0, 0, 0};                         // counted only, by Event; guarded by mu_
+};
+
 class AgentChannel {
  public:
   AgentChannel(ControlPlane& control_plane, AgentChannelOptions options);
@@ -244,6 +271,7 @@ class AgentChannel {
   GpuMemoryUsage gpu_memory_;
   std::atomic<uint64_t> gpu_memory_refusals_{0};
   std::atomic<uint64_t> heartbeats_from_view_{0}, heartbeats_written_{0};
+  ChannelEventLog events_;
 };
 
 

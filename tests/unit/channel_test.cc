@@ -17,11 +17,13 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
@@ -2045,6 +2047,40 @@ TEST(ReconnectPolicyTest, ALeaderNamedByAStandbyIsFollowedAtOnceButAPingPongEnds
   single.SetServers(2);
   EXPECT_EQ(single.Failed(Outcome::kLeaderNamed), 0ms);
   EXPECT_EQ(single.Failed(Outcome::kUnreachable), 100ms);
+}
+
+// A herd's connect lines: the first kLinesPerWindow of a window one by one, the rest summed up in one line once
+// the window ended; a quiet window prints no summary.
+TEST(ChannelEventLogTest, AHerdIsAFewLinesNotOneAConnection) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  auto logger = std::make_shared<spdlog::logger>("events", sink);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::info);
+  api::ChannelEventLog log;
+  const auto t0 = std::chrono::steady_clock::now();
+  using Event = api::ChannelEventLog::Event;
+  for (int i = 0; i < 60; ++i) log.Log(Event::kConnected, "arn-" + std::to_string(i), "127.0.0.1:1", i + 1, t0);
+  log.Log(Event::kReconnected, "arn-0", "127.0.0.1:2", 60, t0 + 1s);
+  log.Log(Event::kDisconnected, "arn-1", "", 59, t0 + 2s);
+  log.Flush(59, t0 + 5s);  // the window is not over
+  const std::string during = out.str();
+  log.Flush(59, t0 + 11s);
+  log.Flush(59, t0 + 30s);  // nothing happened since: no line
+  spdlog::set_default_logger(previous);
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string all = out.str();
+  EXPECT_EQ(count(during, "connected from"), size_t(api::ChannelEventLog::kLinesPerWindow));
+  EXPECT_EQ(count(during, "more agents"), 0u);
+  EXPECT_EQ(count(all, "agent channel: 10 more agents connected, 1 reconnected (their previous connection closed) "
+                       "and 1 disconnected in the last 11 s"), 1u) << all;
+  EXPECT_EQ(count(all, "59 channels open"), 1u) << all;
+  EXPECT_EQ(count(all, "more agents"), 1u) << all;
 }
 
 TEST(ReconnectPolicyTest, ClassifiesTheChannelClientsFailures) {
