@@ -19,6 +19,9 @@ namespace {
 
 std::atomic<uint64_t> next_workload_id{1};
 
+// kMultiGpuMinWindow: the demands a DemandWindow holds before its target may be multi_gpu (LearnTarget).
+constexpr size_t kMultiGpuMinWindow = 1024;
+
 // GpuView: what the measure reads of one GPU.
 struct GpuView {
   MiB remaining = 0;
@@ -108,15 +111,21 @@ double Rank(double delta) { return std::floor(100.0 / (1.0 + std::exp(Quantize(d
 // negated (ties go to the instance registered first). kGpupack, for a task with a GPU, breaks that rank's ties by
 // the rank of the CPU-aware change, then by the IDLE GPUs the instance keeps after the task, fewer first: among
 // placements that strand alike, it leaves the CPU the GPUs left need, fills instances already opened and keeps
-// whole GPUs (and whole instances) for the tasks that need them. A CPU-only task changes no GPU, so its plain
+// whole GPUs (and whole instances) for the tasks that need them. With a multi_gpu target (LearnTarget) the last
+// key is instead the fragment change itself in steps of 0.001 GPU (the rank's steps are about 0.04 GPU wide), and
+// the remaining ties go to the instance registered first. A CPU-only task changes no GPU, so its plain
 // fragment change only says whether it takes CPU a class needs at all; kGpupack ranks it by the CPU-aware change
 // (how much GPU share its CPU strands), then by the free GPU share of the instance (least first: CPU is taken
 // where no GPU is left to feed), then by IDLE GPUs.
 //   kFgd:                         -Rank(delta)
 //   kGpupack, a task with a GPU:  -1e9 * Rank(delta) - 1e6 * Rank(cpu_delta) + IDLE GPUs after
+//     multi_gpu target:           -1e12 * Rank(delta) - 1e9 * Rank(cpu_delta) + 1000 * round(1000 * delta)
+//     (integers below 2^53, so the sum is exact; |1000 * round(1000 * delta)| is at most 1e6 per GPU of the
+//     instance, well inside the CPU rank's step)
 //   kGpupack, a CPU-only task:    -1e9 * Rank(cpu_delta) + 100 * round(100 * free GPU share) + IDLE GPUs
-double Score(double delta, double cpu_delta, FragmentMeasure measure, int idle_after) {
+double Score(double delta, double cpu_delta, FragmentMeasure measure, int idle_after, bool multi_gpu) {
   if (measure == FragmentMeasure::kFgd) return -Rank(delta);
+  if (multi_gpu) return -1e12 * Rank(delta) - 1e9 * Rank(cpu_delta) + 1000.0 * std::round(1000.0 * delta);
   return -1e9 * Rank(delta) - 1e6 * Rank(cpu_delta) + idle_after;
 }
 double CpuOnlyScore(double delta, double cpu_delta, FragmentMeasure measure, const NodeStats& st) {
@@ -256,7 +265,7 @@ FragmentMove MoveFromStats(const ContainerInstance& inst, const NodeStats& st, c
     };
     const Fragments d = change(free_after, adjust);
     out.fits = true;
-    out.delta = Score(d.plain, d.cpu, measure, st.idle - static_cast<int>(taken.size()));
+    out.delta = Score(d.plain, d.cpu, measure, st.idle - static_cast<int>(taken.size()), w.multi_gpu);
     return out;
   }
   Fragments best;
@@ -294,7 +303,7 @@ FragmentMove MoveFromStats(const ContainerInstance& inst, const NodeStats& st, c
       out.shared_gpu = static_cast<int>(i);
     }
   }
-  if (out.fits) out.delta = Score(best.plain, best.cpu, measure, best_idle);
+  if (out.fits) out.delta = Score(best.plain, best.cpu, measure, best_idle, w.multi_gpu);
   return out;
 }
 
@@ -343,6 +352,27 @@ FragmentMove BestMove(const ContainerInstance& inst, const InstanceLoad& load, c
   return MoveFromStats(inst, StatsOf(inst, load, w), demand, compute_aware, w, measure);
 }
 
+std::shared_ptr<const TargetWorkload> LearnTarget(const std::vector<WorkloadShape>& shapes) {
+  auto w = std::make_shared<TargetWorkload>(*BuildTargetWorkload(shapes, 0.95));
+  double gpu = 0, multi = 0;
+  for (const TargetWorkload::Class& c : w->classes) {
+    if (c.shape.gpu_kind == GpuKind::kNone) continue;
+    gpu += c.shape.weight;
+    if (c.shape.gpu_kind == GpuKind::kDedicated && c.shape.gpu_count >= 2) multi += c.shape.weight;
+  }
+  w->multi_gpu = gpu > 0 && multi > kMultiGpuShare * gpu;
+  if (!w->multi_gpu) return w;
+  double total = 0;
+  for (TargetWorkload::Class& c : w->classes) {
+    WorkloadShape& s = c.shape;
+    if (s.gpu_kind == GpuKind::kDedicated && s.gpu_count >= kDampFromGpus)
+      s.weight /= std::pow(static_cast<double>(s.gpu_count), kDampExponent);
+    total += s.weight;
+  }
+  for (TargetWorkload::Class& c : w->classes) c.shape.weight /= total;
+  return w;
+}
+
 // ---- DemandWindow ---------------------------------------------------------------------------------------------
 
 void DemandWindow::Record(WorkloadShape shape) {
@@ -368,7 +398,10 @@ void DemandWindow::Rebuild() {
     if (moved <= 0.1) return;
   }
   learned_shares_ = std::move(shares);
-  learned_ = BuildTargetWorkload(std::vector<WorkloadShape>(window_.begin(), window_.end()), 0.95);
+  // LearnTarget's multi-GPU test only once the window holds kMultiGpuMinWindow demands: on a young window the
+  // share of multi-GPU classes is noise (one 8-GPU task among the first 8 is 12%).
+  std::vector<WorkloadShape> shapes(window_.begin(), window_.end());
+  learned_ = window_.size() >= kMultiGpuMinWindow ? LearnTarget(shapes) : BuildTargetWorkload(shapes, 0.95);
 }
 
 // ---- FragmentCache --------------------------------------------------------------------------------------------

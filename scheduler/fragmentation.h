@@ -14,7 +14,9 @@
 //              the workload's typical shapes as target (gpupack plan --strategy fgd);
 //   kGpupack   binpack(fragmentation): the same rank, ties broken first by the same rank of the change of the
 //              CPU-aware fragment (below), then by the IDLE GPUs the instance keeps (fewer first), with the target
-//              learned from the cluster's recent demands or given by an operator.
+//              learned from the cluster's recent demands or given by an operator. When the learned target is one of
+//              many multi-GPU tasks (TargetWorkload::multi_gpu), its classes of 8 or more GPUs are damped and the
+//              IDLE tie-break gives way to the fragment change itself in steps of 0.001 GPU (LearnTarget).
 // The CPU-aware fragment also counts, for a class that fits, the free share its tasks could not use for lack of
 // host CPU: the instance's free CPU holds n = floor(free CPU / class CPU) tasks of it, which use at most n times
 // the class's GPU share (a shared class: its need over the GPU's total; a dedicated class: its GPU count), so
@@ -70,6 +72,7 @@ struct TargetWorkload {
   };
   std::vector<Class> classes;
   uint64_t id = 0;
+  bool multi_gpu = false;  // kGpupack's multi-GPU rule applies (set by LearnTarget only)
   bool empty() const { return classes.empty(); }
 };
 
@@ -104,8 +107,9 @@ NodeStats StatsOf(const ContainerInstance& inst, const InstanceLoad& load, const
 struct FragmentMove {
   bool fits = false;    // the instance's free CPU, memory and GPUs hold the demand
   double delta = 0;     // the move's score (lower is better): kFgd -floor(100 * sigmoid(-d)), kGpupack
-                        // -1e6 * floor(100 * sigmoid(-d)) - 1000 * floor(100 * sigmoid(-c)) + IDLE GPUs left,
-                        // d = fragment(after) - fragment(before), c the same for the CPU-aware fragment
+                        // -1e9 * floor(100 * sigmoid(-d)) - 1e6 * floor(100 * sigmoid(-c)) + IDLE GPUs left,
+                        // d = fragment(after) - fragment(before), c the same for the CPU-aware fragment; with a
+                        // multi_gpu target -1e12 * ... - 1e9 * ... + 1000 * round(1000 * d) instead of the IDLE GPUs
   int shared_gpu = -1;  // shared: the GPU of the largest decrease (ties: the lowest index)
 };
 // BestMove: for a shared demand every GPU with room (and, compute-aware, compute) is tried; a dedicated demand
@@ -114,10 +118,23 @@ struct FragmentMove {
 FragmentMove BestMove(const ContainerInstance& inst, const InstanceLoad& load, const TaskDemand& demand,
                       bool compute_aware, const TargetWorkload& workload, FragmentMeasure measure);
 
+// LearnTarget: the target binpack(fragmentation) learns from a window of demands: BuildTargetWorkload(shapes, 0.95);
+// when its classes of 2 or more dedicated GPUs hold more than kMultiGpuShare of its classes with a GPU (by weight),
+// it is marked multi_gpu and each class of k >= kDampFromGpus GPUs then weighs its share divided by
+// k^kDampExponent (the weights renormalized to sum 1). By count such a class is rare, but it counts all the free
+// share of every instance without k IDLE GPUs; at full weight it outweighs the shared and 1-GPU classes, whose
+// leftovers are most of what stays unallocated. Measured on the openb lists (docs/planning.md, "The multi-GPU
+// lists"); below the share the rule is unchanged.
+inline constexpr double kMultiGpuShare = 0.03;
+inline constexpr int kDampFromGpus = 8;
+inline constexpr double kDampExponent = 1.25;
+std::shared_ptr<const TargetWorkload> LearnTarget(const std::vector<WorkloadShape>& shapes);
+
 // DemandWindow: the last `capacity` demands a cluster's RunTask calls asked for, and the target workload learned
-// from them (their most frequent shapes covering 95%): rebuilt every `rebuild_every` records (every n/2-th while the
-// window holds n < rebuild_every), and replaced only when the shares moved (sum of absolute differences over
-// shapes above 0.1), so a steady workload keeps its cache. Owned by ClusterState (one writer).
+// from them (their most frequent shapes covering 95%; LearnTarget once it holds 1,024 demands): rebuilt every
+// `rebuild_every` records (every n/2-th while the window holds n < rebuild_every), and replaced only when the
+// shares moved (sum of absolute differences over shapes above 0.1), so a steady workload keeps its cache. Owned by
+// ClusterState (one writer).
 class DemandWindow {
  public:
   explicit DemandWindow(size_t capacity = 2048, size_t rebuild_every = 64)

@@ -947,6 +947,55 @@ TEST(Fragmentation, CpuOnlyTaskLeavesTheCpuGpusNeed) {
   EXPECT_EQ(p.instance->id, "a");
 }
 
+// LearnTarget, binpack(fragmentation)'s learned target: when the classes of 2 or more GPUs hold more than 3% of
+// the GPU classes, the classes of 8 or more GPUs are damped by 8^1.25 = 13.454 and the rule drops its IDLE
+// tie-break for the fragment change in steps of 0.001 GPU.
+TEST(Fragmentation, LearnTargetDampsEightGpuClasses) {
+  const auto shape = [](int gpus, double weight) {
+    WorkloadShape s = WorkloadShapeOf(gpus > 0 ? Dedicated(gpus) : Shared(500), {});
+    s.weight = weight;
+    return s;
+  };
+  // 1-GPU 17, 8-GPU 2, CPU-only 1 (total 20): the 95% cut keeps 17 + 2 = 19. Multi-GPU share 2/19 > 3%, so the
+  // 8-GPU class weighs (2/19) / 13.454 = 0.0078237 before renormalizing: 0.8947368 + 0.0078237 = 0.9025605, so
+  // 1-GPU 0.9913317 and 8-GPU 0.0086683.
+  WorkloadShape cpu_only = shape(1, 1);
+  cpu_only.gpu_kind = GpuKind::kNone;
+  cpu_only.gpu_count = 0;
+  const auto w = LearnTarget({shape(1, 17), shape(8, 2), cpu_only});
+  ASSERT_EQ(w->classes.size(), 2u);
+  EXPECT_TRUE(w->multi_gpu);
+  EXPECT_NEAR(w->classes[0].shape.weight, 0.9913317, 1e-6);
+  EXPECT_NEAR(w->classes[1].shape.weight, 0.0086683, 1e-6);
+  // 1-GPU 50, shared 44, 2-GPU 3, CPU-only 3: the cut keeps 50 + 44 + 3 = 97; 3/97 = 3.1% > 3%, but a 2-GPU class
+  // is not damped.
+  WorkloadShape cpu_only3 = cpu_only;
+  cpu_only3.weight = 3;
+  const auto two = LearnTarget({shape(1, 50), shape(0, 44), shape(2, 3), cpu_only3});
+  ASSERT_EQ(two->classes.size(), 3u);
+  EXPECT_TRUE(two->multi_gpu);
+  EXPECT_NEAR(two->classes[2].shape.weight, 3.0 / 97, 1e-9);
+  // No class of several GPUs: the target as BuildTargetWorkload makes it, and the rule as before.
+  const auto single = LearnTarget({shape(1, 3), shape(0, 1)});
+  EXPECT_FALSE(single->multi_gpu);
+  EXPECT_NEAR(single->classes[0].shape.weight, 0.75, 1e-9);
+
+  // The score with the multi-GPU target, on an instance of 2 IDLE GPUs (8,192 CPU units: CPU strands nothing, so
+  // the CPU-aware fragment moves as the plain one). Before: the 8-GPU class cannot use it, 2.0 x 0.0086683 =
+  // 0.0173366. A 300-unit shared task on GPU 0: the 1-GPU class still has GPU 1 and counts GPU 0's 0.7 (x
+  // 0.9913317 = 0.6939322), the 8-GPU class 1.7 x 0.0086683 = 0.0147361: delta 0.6913317,
+  // floor(100 * sigmoid(-0.6913317)) = 33, and round(1000 * delta) = 691. No IDLE term.
+  ClusterState s;
+  s.PutInstance(Instance("a").Gpus(2, 1000));
+  const ContainerInstance& a = *s.FindInstance("arn:i/a");
+  EXPECT_EQ(BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kGpupack).delta,
+            -33e12 - 33e9 + 691000);
+  // A 1-GPU task: the 8-GPU class counts 1.0 x 0.0086683 after, delta -0.0086683: rank 50, round(-8.67) = -9;
+  // the old rule would add the 1 IDLE GPU left.
+  EXPECT_EQ(BestMove(a, s.LoadOf(a), Dedicated(1), false, *w, FragmentMeasure::kGpupack).delta,
+            -50e12 - 50e9 - 9000);
+}
+
 // binpack(fragmentation) chooses the instance and the GPU together: the shared task fills the partly used GPU of
 // instance b rather than opening a GPU of a (registered first, all IDLE), and a whole-GPU task then goes where a
 // GPU is still IDLE. With the operator's workload set, and with a learned one.
