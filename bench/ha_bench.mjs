@@ -42,7 +42,7 @@
 // Usage: node bench/ha_bench.mjs [--rounds 20] [--instances 1000] [--tasks 0] [--workers 16] [--running-every 10]
 //                                [--load-clients 2] [--max-minutes 0] [--ttl-ms 2000] [--clients 32]
 //                                [--seconds 10] [--only takeover|runtask|herd] [--agents 500] [--per-swarm 2500]
-//                                [--pause-ms 100] [--follow-threads 16] [--io-threads 2] [--log-dir DIR]
+//                                [--pause-ms 100] [--follow-threads 64] [--io-threads 2] [--log-dir DIR]
 // The binary: $GPUPACK_BIN, else build/gpupack; the swarm: $GPUPACK_SWARM_BIN, else build/bench/agent_swarm. Loopback only. PostgreSQL runs with fsync on here (durable),
 // unlike the tests.
 import { spawn } from 'node:child_process';
@@ -71,7 +71,7 @@ const { values: opt } = parseArgs({
     agents: { type: 'string', default: '500' },
     'per-swarm': { type: 'string', default: '2500' },
     'pause-ms': { type: 'string', default: '100' },
-    'follow-threads': { type: 'string', default: '16' },
+    'follow-threads': { type: 'string', default: '64' },
     'io-threads': { type: 'string', default: '2' },
     'log-dir': { type: 'string', default: '' },
   },
