@@ -576,7 +576,7 @@ void AgentChannel::Watchdog() {
     cv_.wait_for(lock, tick);
     if (stopping_) break;
     auto now = std::chrono::steady_clock::now();
-    events_.Flush(by_instance_.size());
+    const size_t open = by_instance_.size();  // for the connect lines' summary, logged outside the lock
     std::vector<RequestDone> expired;
     for (auto it = requests_.begin(); it != requests_.end();) {
       if (it->second.deadline > now) {
@@ -608,6 +608,7 @@ void AgentChannel::Watchdog() {
       }
     }
     lock.unlock();
+    events_.Flush(open);
     for (auto& c : silent) {
       spdlog::warn("agent channel: no heartbeat from {} for {} ms; disconnecting it", c->remote_address(),
                    window.count());
