@@ -22,7 +22,8 @@ int64_t MsSince(Clock::time_point t) {
 
 }  // namespace
 
-Follower::Follower(FollowerOptions options, PostgresStore& data) : options_(std::move(options)), data_(data) {
+Follower::Follower(FollowerOptions options, PostgresStore& data)
+    : options_(std::move(options)), data_(data), listener_(data.uri()) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -38,6 +39,7 @@ void Follower::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  listener_.Interrupt();  // a takeover must not wait out the poll
   if (thread_.joinable()) thread_.join();
 }
 
@@ -121,7 +123,6 @@ bool Follower::Load() {
 }
 
 void Follower::Run() {
-  ChangeListener listener(data_.uri());
   std::unique_lock lock(mu_);
   while (!stopping_) {
     if (!server_) {
@@ -175,7 +176,7 @@ void Follower::Run() {
     lock.unlock();
     // A notification is followed by a short pause, so that one round reads the commits of a burst together
     // instead of one round per commit (a standby's CPU, and its database reads, grow with rounds, not rows).
-    if (listener.Wait(options_.poll)) std::this_thread::sleep_for(kCoalesce);
+    if (listener_.Wait(options_.poll)) std::this_thread::sleep_for(kCoalesce);
     lock.lock();
   }
 }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "api/server.h"
+#include "storage/change_feed.h"
 #include "storage/postgres_store.h"
 
 namespace gpupack::api {
@@ -90,6 +91,7 @@ class Follower {
   bool paused_ = false;                        // guarded by mu_
   uint64_t loads_ = 0;                         // guarded by mu_
   bool stopping_ = false;                      // guarded by mu_
+  ChangeListener listener_;  // the follower thread's (Stop interrupts its wait)
   std::thread thread_;
 };
 

@@ -2,8 +2,9 @@
 
 #include <libpq-fe.h>
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -153,8 +154,16 @@ struct ChangeListener::Conn {
   }
 };
 
-ChangeListener::ChangeListener(std::string uri) : uri_(std::move(uri)) {}
-ChangeListener::~ChangeListener() = default;
+ChangeListener::ChangeListener(std::string uri) : uri_(std::move(uri)), wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+ChangeListener::~ChangeListener() {
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void ChangeListener::Interrupt() {
+  const uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
+}
 
 bool ChangeListener::Connect() {
   conn_.reset();
@@ -172,12 +181,14 @@ bool ChangeListener::Connect() {
 }
 
 bool ChangeListener::Wait(std::chrono::milliseconds timeout) {
-  if (!conn_ && !Connect()) {
-    std::this_thread::sleep_for(timeout);
-    return false;
+  const bool connected = conn_ || Connect();
+  pollfd p[2] = {{wake_fd_, POLLIN, 0}, {connected ? PQsocket(conn_->pg) : -1, POLLIN, 0}};
+  if (::poll(p, 2, static_cast<int>(timeout.count())) < 0) return false;
+  if (p[0].revents & POLLIN) {
+    uint64_t n = 0;
+    (void)!::read(wake_fd_, &n, sizeof n);
   }
-  pollfd p{PQsocket(conn_->pg), POLLIN, 0};
-  if (p.fd < 0 || ::poll(&p, 1, static_cast<int>(timeout.count())) < 0) return false;
+  if (!connected || !(p[1].revents & (POLLIN | POLLHUP | POLLERR))) return false;
   if (PQconsumeInput(conn_->pg) == 0) {
     conn_.reset();  // re-made on the next Wait
     return false;

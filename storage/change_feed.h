@@ -51,8 +51,9 @@ struct ChangePage {
 Result<ChangePage> ReadChanges(PostgresStore& db, uint64_t after, size_t limit);
 
 // ChangeListener: a connection of its own that LISTENs on kChangeChannel. Wait returns when a notification
-// came or `timeout` passed (a poll fallback: the caller reads the rows either way). A broken connection is
-// re-made on the next Wait; while the database is unreachable Wait only sleeps out its timeout.
+// came, `timeout` passed (a poll fallback: the caller reads the rows either way) or Interrupt was called. A
+// broken connection is re-made on the next Wait; while the database is unreachable Wait only sleeps out its
+// timeout (or until Interrupt). Wait is for one thread; Interrupt may be called from any thread.
 class ChangeListener {
  public:
   explicit ChangeListener(std::string uri);
@@ -62,12 +63,16 @@ class ChangeListener {
 
   // Wait: true when at least one notification arrived.
   bool Wait(std::chrono::milliseconds timeout);
+  // Interrupt: the Wait in progress (or the next one) returns at once, so a thread stopping its follower does
+  // not wait out the poll interval (a takeover waits on it).
+  void Interrupt();
 
  private:
   bool Connect();
   const std::string uri_;
   struct Conn;
   std::unique_ptr<Conn> conn_;
+  int wake_fd_ = -1;  // an eventfd: Interrupt writes it, Wait polls and drains it
 };
 
 }  // namespace gpupack
