@@ -206,20 +206,21 @@ void Applier::Promote() {
     if (!following_) return;
     // The instances the leader had connected stay placeable while their agents find this new leader, as after
     // a load (agent_reconnect_grace_ms); without a grace they are disconnected until their agents say hello.
+    // One pass, no lookups: a takeover of 10,000 instances waits on this before the new leader listens.
     FollowedChanges touched;
-    std::vector<std::string> arns;
-    state_.ForEachInstance([&](const ContainerInstance& i) {
-      if (i.agent_connected) arns.push_back(i.arn);
-    });
+    std::vector<std::string> disconnect;
     reconnecting_.clear();
+    reconnecting_.reserve(state_.InstanceCount());
     reconnect_deadline_ = Now() + options_.agent_reconnect_grace_ms;
-    for (const std::string& arn : arns) {
-      ContainerInstance* inst = state_.FindInstance(arn);
-      if (options_.agent_reconnect_grace_ms > 0 && inst->status != InstanceStatus::kInactive) {
-        reconnecting_.insert(arn);
-        continue;
-      }
-      inst->agent_connected = false;  // until its agent says hello to this leader
+    state_.ForEachInstance([&](const ContainerInstance& i) {
+      if (!i.agent_connected) return;
+      if (options_.agent_reconnect_grace_ms > 0 && i.status != InstanceStatus::kInactive)
+        reconnecting_.insert(i.arn);
+      else
+        disconnect.push_back(i.arn);
+    });
+    for (const std::string& arn : disconnect) {
+      state_.FindInstance(arn)->agent_connected = false;  // until its agent says hello to this leader
       touched.TouchInstance(arn);
     }
     auto view = ReadView::Apply(*View(), DeltaOf(state_, touched));
@@ -243,7 +244,10 @@ void Applier::Read(std::function<void(const ClusterState&)> f) { Enqueue({nullpt
 void Applier::AgentBack(const std::string& instance_arn) { reconnecting_.erase(instance_arn); }
 
 void Applier::EndReconnectGrace(Transaction& txn) {
-  for (const std::string& arn : reconnecting_) AgentDisconnected(arn, txn);
+  // In ARN order, so the same state gives the same commit whatever the hash set's order.
+  std::vector<std::string> lost(reconnecting_.begin(), reconnecting_.end());
+  std::sort(lost.begin(), lost.end());
+  for (const std::string& arn : lost) AgentDisconnected(arn, txn);
   reconnecting_.clear();
 }
 

@@ -28,6 +28,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_set>
 
 #include "scheduler/arn.h"
 #include "engine/core/read_view.h"
@@ -158,7 +159,7 @@ class Applier {
   uint64_t next_seq_ = 0;  // the last write's sequence number (Transaction::seq)
   // The instances loaded connected whose agent has not said hello since (agent_reconnect_grace_ms), and when
   // their grace ends.
-  std::set<std::string> reconnecting_;
+  std::unordered_set<std::string> reconnecting_;
   EpochMs reconnect_deadline_ = 0;
   void EndReconnectGrace(Transaction& txn);  // writer thread only
 

@@ -172,6 +172,7 @@ class ClusterState {
   // RebuildReservations() after loading everything).
   void PutTask(Task task);
   size_t TaskCount() const { return tasks_.size(); }
+  size_t InstanceCount() const { return instances_.size(); }
   // ForEachTask calls `f(const Task&)` for every task, in no particular order.
   template <typename F>
   void ForEachTask(F&& f) const {
