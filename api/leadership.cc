@@ -23,6 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using http_internal::ErrorResponse;
+
+// kKnockGap: the shortest time between two lease steps that knocks asked for (Replica::StepSoon).
+constexpr auto kKnockGap = std::chrono::milliseconds(50);
 using http_internal::NewRequestId;
 
 // RandomHex: 64 random bits in hex, which tell two processes on one advertise URL apart in the lease's holder.
@@ -47,13 +50,15 @@ class Replica::StandbyFront {
   using ReadyFn = std::function<HttpResponse()>;
 
   using FollowerFn = std::function<std::shared_ptr<Follower>()>;  // the hot state, null while none
+  using KnockFn = std::function<void()>;  // the leader may be gone: step the lease soon (Replica::StepSoon)
 
   static Result<std::unique_ptr<StandbyFront>> Start(const std::string& host, uint16_t port, std::string me,
                                                      LeaderFn leader, ReadyFn ready, FollowerFn follower,
-                                                     std::chrono::milliseconds timeout,
+                                                     KnockFn knock, std::chrono::milliseconds timeout,
                                                      std::chrono::milliseconds read_wait) {
     std::unique_ptr<StandbyFront> f(new StandbyFront(std::move(me), std::move(leader), std::move(ready), timeout));
     f->follower_ = std::move(follower);
+    f->knock_ = std::move(knock);
     f->read_wait_ = read_wait;
     HttpServerOptions http;
     http.host = host;
@@ -63,6 +68,9 @@ class Replica::StandbyFront {
     StandbyFront* self = f.get();
     refuse.accept = [self](const HttpRequest&) {
       // NotLeader, naming the leader in the body's "leader" and the x-gpupack-leader header when it is known.
+      // An agent comes to a standby when it lost the leader: the lease is stepped soon, so the next agents are
+      // sent to whoever leads by then.
+      self->knock_();
       const std::string leader = self->leader_();
       const std::string where = leader.empty() ? std::string(", unknown now: retry") : " at " + leader;
       return ChannelRefusal(
@@ -215,6 +223,7 @@ class Replica::StandbyFront {
       if (answer.ok()) {
         job.respond(std::move(*answer));
       } else {
+        knock_();  // the leader did not answer: it may be gone
         spdlog::warn("standby: forwarding {} failed: {}", job.req.target.substr(0, 100), answer.status().message());
         job.respond(Unavailable(answer.status().message() + "; retry"));
       }
@@ -234,6 +243,7 @@ class Replica::StandbyFront {
   const ReadyFn ready_;
   const std::chrono::milliseconds timeout_;
   FollowerFn follower_;
+  KnockFn knock_;
   std::chrono::milliseconds read_wait_{1000};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -329,11 +339,25 @@ std::shared_ptr<Follower> Replica::DropFollower() {
 void Replica::LeaseLoop() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
+    step_soon_ = false;
     lock.unlock();
     LeaseStep();
     lock.lock();
-    cv_.wait_for(lock, options_.renew_every, [&] { return stopping_; });
+    const auto stepped = Clock::now();
+    cv_.wait_for(lock, options_.renew_every, [&] { return stopping_ || step_soon_; });
+    // A knock steps at once, yet never more often than every kKnockGap: a herd of agents knocking costs the
+    // database a few statements a second, not one per agent.
+    if (!stopping_ && step_soon_) cv_.wait_until(lock, stepped + kKnockGap, [&] { return stopping_; });
   }
+}
+
+void Replica::StepSoon() {
+  {
+    std::lock_guard lock(mu_);
+    if (step_soon_ || serving_epoch_ != 0) return;
+    step_soon_ = true;
+  }
+  cv_.notify_all();
 }
 
 void Replica::LeaseStep() {
@@ -526,7 +550,7 @@ Status Replica::ServeAsStandby() {
           std::lock_guard lock(mu_);
           return follower_;
         },
-        options_.forward_timeout, options_.read_wait);
+        [this] { StepSoon(); }, options_.forward_timeout, options_.read_wait);
     if (front.ok()) {
       standby_ = std::move(*front);
       port_ = standby_->port();

@@ -97,6 +97,10 @@ class Replica {
   void LeaseLoop();
   void RoleLoop();
   void LeaseStep();
+  // StepSoon: a standby's lease thread steps now rather than at its next renewal (at most one step every
+  // kKnockGap): an agent knocking on a standby, or a forward the leader did not answer, says the leader may have
+  // just died, and a step then takes its lease (its session ended) or learns who took it.
+  void StepSoon();
   void Reconcile();
   Status ServeAsLeader(int64_t epoch);
   Status ServeAsStandby();
@@ -121,6 +125,7 @@ class Replica {
   bool reachable_ = false;              // guarded by mu_: the last lease step reached the database
   std::chrono::steady_clock::time_point held_until_;  // guarded by mu_: the lease surely lasts until then
   bool bump_ = false;                   // guarded by mu_: the role thread asks for a new epoch (reload)
+  bool step_soon_ = false;              // guarded by mu_: StepSoon was called since the last step
   int64_t serving_epoch_ = 0;           // guarded by mu_: the epoch the leader server serves; 0 = standby
   std::string forward_to_;              // guarded by mu_: the leader a standby forwards to
 

@@ -19,6 +19,7 @@
 
 #include "api/ha/forwarding.h"
 #include "api/leadership.h"
+#include "storage/change_feed.h"
 #include "storage/postgres_store.h"
 #include "tests/unit/private_postgres.h"
 
@@ -337,6 +338,79 @@ TEST_F(LeaseKeeperTest, AStandbyForwardsSuccessiveCallsOverOneKeptAliveConnectio
   EXPECT_EQ(refusal["__type"], "ServerException");
   EXPECT_EQ(refusal["code"], "NotLeader");
   EXPECT_EQ(refusal["leader"], leader);
+}
+
+
+// An agent that lost the leader knocks on a standby: the standby steps its lease then instead of at its next
+// renewal, so a leader whose database session ended is replaced while the agents are still walking the list.
+// The renewal here is 10 s: without the knock the standby would not look for that long.
+TEST_F(LeaseKeeperTest, AnAgentKnockingOnAStandbyMakesItTakeADeadLeadersLeaseAtOnce) {
+  std::unique_ptr<PostgresStore> a_lease, b_lease, probe;  // probe: the test's own connection
+  for (auto* slot : {&a_lease, &b_lease, &probe}) {
+    auto s = PostgresStore::Open(uri_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    *slot = std::move(s).value();
+  }
+  auto start = [&](PostgresStore& data, PostgresStore& lease) {
+    ReplicaOptions o;
+    o.server.port = FreePort();
+    o.advertise = "http://127.0.0.1:" + std::to_string(o.server.port);
+    o.lease_ttl = milliseconds(60000);
+    o.renew_every = milliseconds(10000);
+    return Replica::Start(std::move(o), data, lease);
+  };
+  auto a = start(*a_db_, *a_lease);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  auto b = start(*b_db_, *b_lease);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  for (int i = 0; i < 200 && !((*a)->readiness().ready && (*b)->readiness().follow &&
+                               (*b)->readiness().follow->ready_to_lead);
+       ++i)
+    std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_EQ((*a)->readiness().role, "leader");
+  ASSERT_EQ((*b)->readiness().role, "standby");
+  const int64_t epoch = (*a)->readiness().epoch;
+  // Each lease thread steps once as it starts; after that, b's next step is 10 s away.
+  std::this_thread::sleep_for(milliseconds(500));
+
+  // The leader's lease session ends, as a killed process's does (its server is left running, so only the lease
+  // says who leads).
+  auto killed = probe->Query("SELECT pg_terminate_backend(holder_pid) FROM gpupack_leader_lease WHERE id = 1");
+  ASSERT_TRUE(killed.ok()) << killed.status().message();
+  ASSERT_EQ(killed->size(), 1u);
+  EXPECT_EQ((*killed)[0][0], "t");
+  ASSERT_TRUE(SessionGone(*probe));
+  EXPECT_EQ((*b)->readiness().role, "standby");  // nothing happens by itself before the next renewal
+
+  const auto knocked = std::chrono::steady_clock::now();
+  const std::string upgrade = Http((*b)->port(), "GET", "/agent/v1/channel?containerInstance=x",
+                                   "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+                                   "", "Upgrade");
+  EXPECT_EQ(upgrade.rfind("HTTP/1.1 500", 0), 0u) << upgrade;  // refused: it is not the leader yet
+  for (int i = 0; i < 100 && (*b)->readiness().role != "leader"; ++i) std::this_thread::sleep_for(milliseconds(50));
+  const Replica::Readiness r = (*b)->readiness();
+  EXPECT_EQ(r.role, "leader");
+  EXPECT_TRUE(r.ready);
+  EXPECT_GT(r.epoch, epoch);
+  EXPECT_LT(std::chrono::steady_clock::now() - knocked, milliseconds(9000));  // well before its own next step
+}
+
+// A follower being stopped is not held up by its wait for the leader's next NOTIFY (a takeover stops it).
+TEST_F(LeaseKeeperTest, AChangeListenersWaitEndsWhenInterrupted) {
+  ChangeListener listener(uri_);
+  EXPECT_FALSE(listener.Wait(milliseconds(10)));  // connects and listens; nothing was notified
+  std::thread interrupt([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    listener.Interrupt();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(listener.Wait(milliseconds(30000)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10000));
+  interrupt.join();
+  // Notifications still wake it.
+  ASSERT_TRUE(a_db_->Query(std::string("NOTIFY ") + kChangeChannel).ok());
+  EXPECT_TRUE(listener.Wait(milliseconds(30000)));
 }
 
 
