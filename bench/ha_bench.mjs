@@ -555,6 +555,14 @@ async function herd(pg) {
     console.log(`round ${round}: ${back.size} of ${herdAgents} agents welcomed by the new leader; the last ${last} ms after the kill; ` +
       `kill -> welcome ${q(sinceKill)} ms; loss -> welcome ${q(sinceLoss)} ms; kill -> hello ${q(helloSinceKill)} ms; ` +
       `hello -> welcome ${q(helloToWelcome)} ms; attempts ${q(attempts)}`);
+    // When the agents came back: welcomes in each 500 ms after the kill (where a herd's time goes).
+    const perHalf = [];
+    for (const t of sinceKill) perHalf[Math.floor(t / 500)] = (perHalf[Math.floor(t / 500)] ?? 0) + 1;
+    console.log(`round ${round}: welcomes per 500 ms after the kill: ${Array.from(perHalf, (n) => n ?? 0).join(' ')}`);
+    if (opt['log-dir']) {
+      fs.mkdirSync(opt['log-dir'], { recursive: true });
+      fs.writeFileSync(path.join(opt['log-dir'], `herd-round-${round}.json`), JSON.stringify({ killed, row, returns: list }));
+    }
     console.log(`round ${round}: RunTask ms before (10 s) ${q(before)} (n=${before.length}); kill -> first 200 (sent in the gap) ` +
       `${q(gap)} (n=${gap.length}); during the herd ${q(during)} (n=${during.length}); bad answers ${badHere.length}`);
     if (epochs.size > 1 || row.lost.length)
