@@ -250,6 +250,18 @@ uint16_t FreePort() {
   return port;
 }
 
+// StartReplica: a replica on loopback with a one-minute lease, renewed every `renew_every`.
+Result<std::unique_ptr<Replica>> StartReplica(PostgresStore& data, PostgresStore& lease, milliseconds renew_every,
+                                              milliseconds max_read_staleness) {
+  ReplicaOptions o;
+  o.server.port = FreePort();
+  o.advertise = "http://127.0.0.1:" + std::to_string(o.server.port);
+  o.lease_ttl = milliseconds(60000);
+  o.renew_every = renew_every;
+  o.max_read_staleness = max_read_staleness;
+  return Replica::Start(std::move(o), data, lease);
+}
+
 // Http sends one request on a connection of its own (Connection: close, unless `connection` says otherwise) and
 // returns the whole answer, "" on failure; bounded by a 10 s wait for each read.
 std::string Http(uint16_t port, const std::string& method, const std::string& target, const std::string& headers,
@@ -279,6 +291,13 @@ std::string Http(uint16_t port, const std::string& method, const std::string& ta
   return in;
 }
 
+// ChannelUpgrade: an agent's channel upgrade request, as an agent that lost its leader sends it; the answer.
+std::string ChannelUpgrade(uint16_t port) {
+  return Http(port, "GET", "/agent/v1/channel?containerInstance=x",
+              "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+              "", "Upgrade");
+}
+
 TEST_F(LeaseKeeperTest, AStandbyForwardsSuccessiveCallsOverOneKeptAliveConnection) {
   // Replica a leads (it starts first), b is its standby; each replica has its data and lease connections.
   std::unique_ptr<PostgresStore> a_lease, b_lease;
@@ -288,13 +307,8 @@ TEST_F(LeaseKeeperTest, AStandbyForwardsSuccessiveCallsOverOneKeptAliveConnectio
     *slot = std::move(s).value();
   }
   auto start = [&](PostgresStore& data, PostgresStore& lease) {
-    ReplicaOptions o;
-    o.server.port = FreePort();
-    o.advertise = "http://127.0.0.1:" + std::to_string(o.server.port);
-    o.lease_ttl = milliseconds(60000);
-    o.renew_every = milliseconds(1000);
-    o.max_read_staleness = milliseconds(0);  // ListClusters is forwarded, not answered from the standby's state
-    return Replica::Start(std::move(o), data, lease);
+    // max_read_staleness 0: ListClusters is forwarded, not answered from the standby's state
+    return StartReplica(data, lease, milliseconds(1000), milliseconds(0));
   };
   auto a = start(*a_db_, *a_lease);
   ASSERT_TRUE(a.ok()) << a.status().message();
@@ -324,10 +338,7 @@ TEST_F(LeaseKeeperTest, AStandbyForwardsSuccessiveCallsOverOneKeptAliveConnectio
 
   // The standby refuses the agent channel with the code NotLeader, naming the leader in the body's "leader" and
   // in the x-gpupack-leader header (agents follow those, never the message's words).
-  const std::string upgrade = Http((*b)->port(), "GET", "/agent/v1/channel?containerInstance=x",
-                                   "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
-                                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
-                                   "", "Upgrade");
+  const std::string upgrade = ChannelUpgrade((*b)->port());
   ASSERT_EQ(upgrade.rfind("HTTP/1.1 500", 0), 0u) << upgrade;
   const std::string leader = "http://127.0.0.1:" + std::to_string((*a)->port());
   EXPECT_NE(upgrade.find("\r\nx-gpupack-leader: " + leader + "\r\n"), std::string::npos) << upgrade;
@@ -352,12 +363,7 @@ TEST_F(LeaseKeeperTest, AnAgentKnockingOnAStandbyMakesItTakeADeadLeadersLeaseAtO
     *slot = std::move(s).value();
   }
   auto start = [&](PostgresStore& data, PostgresStore& lease) {
-    ReplicaOptions o;
-    o.server.port = FreePort();
-    o.advertise = "http://127.0.0.1:" + std::to_string(o.server.port);
-    o.lease_ttl = milliseconds(60000);
-    o.renew_every = milliseconds(10000);
-    return Replica::Start(std::move(o), data, lease);
+    return StartReplica(data, lease, milliseconds(10000), ReplicaOptions{}.max_read_staleness);
   };
   auto a = start(*a_db_, *a_lease);
   ASSERT_TRUE(a.ok()) << a.status().message();
@@ -383,10 +389,7 @@ TEST_F(LeaseKeeperTest, AnAgentKnockingOnAStandbyMakesItTakeADeadLeadersLeaseAtO
   EXPECT_EQ((*b)->readiness().role, "standby");  // nothing happens by itself before the next renewal
 
   const auto knocked = std::chrono::steady_clock::now();
-  const std::string upgrade = Http((*b)->port(), "GET", "/agent/v1/channel?containerInstance=x",
-                                   "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
-                                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
-                                   "", "Upgrade");
+  const std::string upgrade = ChannelUpgrade((*b)->port());
   EXPECT_EQ(upgrade.rfind("HTTP/1.1 500", 0), 0u) << upgrade;  // refused: it is not the leader yet
   for (int i = 0; i < 100 && (*b)->readiness().role != "leader"; ++i) std::this_thread::sleep_for(milliseconds(50));
   const Replica::Readiness r = (*b)->readiness();
