@@ -544,17 +544,16 @@ bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
   GpuFit best_fit;
   FilterOutcome f;
   const bool reserving = Reserving(entries, req.demand, workload, measure);
-  auto visit = [&](size_t pos, const FragmentMove& cached) {
-    if (!cached.fits) return;
-    FragmentMove m = cached;
-    if (reserving && IsWhole(*entries[pos].instance)) m.delta += kReserved;
-    if (best != SIZE_MAX && (m.delta > best_scores[0] || (single && m.delta == best_scores[0]))) return;
+  auto visit = [&](size_t pos, const FragmentMove& m) {
+    if (!m.fits) return;
+    const double delta = reserving && IsWhole(*entries[pos].instance) ? m.delta + kReserved : m.delta;
+    if (best != SIZE_MAX && (delta > best_scores[0] || (single && delta == best_scores[0]))) return;
     const ContainerInstance& inst = *entries[pos].instance;
     if (IsInactive(inst) || (only_listed && !InOnlyList(req, inst))) return;
     f.fit = GpuFit{};
     if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, *entries[pos].load, false, f))
       return;
-    scores[0] = m.delta;
+    scores[0] = delta;
     if (!single) {
       if (!ctx) ctx = PrepareScorers(c, args.state, entries, req);
       const uint64_t key = c.needs_random_key ? Mix(args.task_seed ^ HashString(inst.arn)) : 0;
