@@ -111,21 +111,24 @@ double Rank(double delta) { return std::floor(100.0 / (1.0 + std::exp(Quantize(d
 // negated (ties go to the instance registered first). kGpupack, for a task with a GPU, breaks that rank's ties by
 // the rank of the CPU-aware change, then by the IDLE GPUs the instance keeps after the task, fewer first: among
 // placements that strand alike, it leaves the CPU the GPUs left need, fills instances already opened and keeps
-// whole GPUs (and whole instances) for the tasks that need them. With a multi_gpu target (LearnTarget) the last
-// key is instead the fragment change itself in steps of 0.001 GPU (the rank's steps are about 0.04 GPU wide), and
-// the remaining ties go to the instance registered first. A CPU-only task changes no GPU, so its plain
-// fragment change only says whether it takes CPU a class needs at all; kGpupack ranks it by the CPU-aware change
+// whole GPUs (and whole instances) for the tasks that need them. With a multi_gpu target (LearnTarget) the rank
+// is instead that of the fragment change plus kCpuRankWeight times the CPU-aware change (one key: the CPU the
+// placements leave weighs in the rank, not only among its ties), then the fragment change itself in steps of
+// 0.001 GPU (the rank's steps are about 0.04 GPU wide); the remaining ties go to the instance registered first.
+// A CPU-only task changes no GPU, so its plain fragment change only says whether it takes CPU a class needs at
+// all; kGpupack ranks it by the CPU-aware change
 // (how much GPU share its CPU strands), then by the free GPU share of the instance (least first: CPU is taken
 // where no GPU is left to feed), then by IDLE GPUs.
 //   kFgd:                         -Rank(delta)
 //   kGpupack, a task with a GPU:  -1e9 * Rank(delta) - 1e6 * Rank(cpu_delta) + IDLE GPUs after
-//     multi_gpu target:           -1e12 * Rank(delta) - 1e9 * Rank(cpu_delta) + 1000 * round(1000 * delta)
+//     multi_gpu target:           -1e12 * Rank(delta + kCpuRankWeight * cpu_delta) + 1000 * round(1000 * delta)
 //     (integers below 2^53, so the sum is exact; |1000 * round(1000 * delta)| is at most 1e6 per GPU of the
-//     instance, well inside the CPU rank's step)
+//     instance, well inside the rank's step)
 //   kGpupack, a CPU-only task:    -1e9 * Rank(cpu_delta) + 100 * round(100 * free GPU share) + IDLE GPUs
 double Score(double delta, double cpu_delta, FragmentMeasure measure, int idle_after, bool multi_gpu) {
   if (measure == FragmentMeasure::kFgd) return -Rank(delta);
-  if (multi_gpu) return -1e12 * Rank(delta) - 1e9 * Rank(cpu_delta) + 1000.0 * std::round(1000.0 * delta);
+  if (multi_gpu)
+    return -1e12 * Rank(delta + kCpuRankWeight * cpu_delta) + 1000.0 * std::round(1000.0 * delta);
   return -1e9 * Rank(delta) - 1e6 * Rank(cpu_delta) + idle_after;
 }
 double CpuOnlyScore(double delta, double cpu_delta, FragmentMeasure measure, const NodeStats& st) {
@@ -362,6 +365,12 @@ std::shared_ptr<const TargetWorkload> LearnTarget(const std::vector<WorkloadShap
   }
   w->multi_gpu = gpu > 0 && multi > kMultiGpuShare * gpu;
   if (!w->multi_gpu) return w;
+  double whole = 0, all = 0;
+  for (const WorkloadShape& s : shapes) {
+    all += s.weight;
+    if (s.gpu_kind == GpuKind::kDedicated && s.gpu_count >= kDampFromGpus) whole += s.weight;
+  }
+  w->reserve_share = all > 0 ? whole / all : 0;
   double total = 0;
   for (TargetWorkload::Class& c : w->classes) {
     WorkloadShape& s = c.shape;
@@ -472,6 +481,34 @@ const TargetWorkload& TargetOf(const ClusterFragments* frag) {
   return frag && frag->Target() ? *frag->Target() : kNoWorkload;
 }
 
+// IsWhole: an instance of exactly kDampFromGpus GPUs, every one IDLE and untouched (what an 8-GPU task needs).
+bool IsWhole(const ContainerInstance& inst) {
+  if (inst.gpus.size() != static_cast<size_t>(kDampFromGpus)) return false;
+  for (const Gpu& g : inst.gpus)
+    if (g.held || g.mode != GpuMode::kIdle || g.remaining_memory_mib != g.total_memory_mib) return false;
+  return true;
+}
+
+// Reserving: with a multi_gpu target, whether whole instances are kept for the tasks of kDampFromGpus+ GPUs: while
+// the whole ones are at most reserve_share (the learned share of such demands) of the instances of kDampFromGpus
+// GPUs, a task with fewer GPUs goes to a whole one only when no other instance takes it. O(instances) per
+// decision, on a multi_gpu target only.
+bool Reserving(const std::vector<InstanceEntry>& entries, const TaskDemand& demand, const TargetWorkload& w,
+               FragmentMeasure measure) {
+  if (!w.multi_gpu || measure != FragmentMeasure::kGpupack || demand.gpu_kind == GpuKind::kNone) return false;
+  if (demand.gpu_kind == GpuKind::kDedicated && demand.gpu_count >= kDampFromGpus) return false;
+  int whole = 0, sized = 0;
+  for (const InstanceEntry& e : entries) {
+    if (e.instance->gpus.size() != static_cast<size_t>(kDampFromGpus)) continue;
+    ++sized;
+    whole += IsWhole(*e.instance) ? 1 : 0;
+  }
+  return whole <= w.reserve_share * sized;
+}
+
+// kReserved: added to the move of a whole instance while Reserving (above every score a move can have).
+constexpr double kReserved = 1e14;
+
 // LoadOfEntry: the load of an instance of `entries`.
 const InstanceLoad& LoadOfEntry(const std::vector<InstanceEntry>& entries, const ContainerInstance* inst) {
   static const InstanceLoad kEmpty;
@@ -486,7 +523,10 @@ const InstanceLoad& LoadOfEntry(const std::vector<InstanceEntry>& entries, const
 // instance's best move (recomputing only the instances whose stamp moved since); the walk visits the instances in
 // registration order and runs the filters only on one whose fragment growth could win (less than the best so
 // far, or equal when later strategies break the tie), so the decision is the scan's. A shared task gets the move's
-// GPU. When nothing fits, the scan builds the failures.
+// GPU. When nothing fits, the scan builds the failures. With a multi_gpu target the walk also keeps the last whole
+// instances for the tasks of kDampFromGpus+ GPUs (Reserving): a whole instance's move counts kReserved more, so it
+// wins only when nothing else fits (the scan, used when binpack(fragmentation) is not first or with memberOf
+// constraints, does not reserve).
 bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
   const PlacementRequest& req = args.request;
   const Placer::Compiled& c = args.compiled;
@@ -503,15 +543,17 @@ bool WalkFragment(const IndexWalkArgs& args, Placement& result) {
   FragmentMove best_move;
   GpuFit best_fit;
   FilterOutcome f;
+  const bool reserving = Reserving(entries, req.demand, workload, measure);
   auto visit = [&](size_t pos, const FragmentMove& m) {
     if (!m.fits) return;
-    if (best != SIZE_MAX && (m.delta > best_scores[0] || (single && m.delta == best_scores[0]))) return;
+    const double delta = reserving && IsWhole(*entries[pos].instance) ? m.delta + kReserved : m.delta;
+    if (best != SIZE_MAX && (delta > best_scores[0] || (single && delta == best_scores[0]))) return;
     const ContainerInstance& inst = *entries[pos].instance;
     if (IsInactive(inst) || (only_listed && !InOnlyList(req, inst))) return;
     f.fit = GpuFit{};
     if (!RunFilters(req, c.member_of, c.distinct_instance, c.prefer_emptiest, inst, *entries[pos].load, false, f))
       return;
-    scores[0] = m.delta;
+    scores[0] = delta;
     if (!single) {
       if (!ctx) ctx = PrepareScorers(c, args.state, entries, req);
       const uint64_t key = c.needs_random_key ? Mix(args.task_seed ^ HashString(inst.arn)) : 0;

@@ -15,8 +15,10 @@
 //   kGpupack   binpack(fragmentation): the same rank, ties broken first by the same rank of the change of the
 //              CPU-aware fragment (below), then by the IDLE GPUs the instance keeps (fewer first), with the target
 //              learned from the cluster's recent demands or given by an operator. When the learned target is one of
-//              many multi-GPU tasks (TargetWorkload::multi_gpu), its classes of 8 or more GPUs are damped and the
-//              IDLE tie-break gives way to the fragment change itself in steps of 0.001 GPU (LearnTarget).
+//              many multi-GPU tasks (TargetWorkload::multi_gpu), its classes of 8 or more GPUs are damped, the rank
+//              is that of the fragment change plus half the CPU-aware change, its ties go to the fragment change
+//              itself in steps of 0.001 GPU, and the last whole 8-GPU instances are kept for 8-GPU tasks
+//              (LearnTarget, WalkFragment).
 // The CPU-aware fragment also counts, for a class that fits, the free share its tasks could not use for lack of
 // host CPU: the instance's free CPU holds n = floor(free CPU / class CPU) tasks of it, which use at most n times
 // the class's GPU share (a shared class: its need over the GPU's total; a dedicated class: its GPU count), so
@@ -73,6 +75,7 @@ struct TargetWorkload {
   std::vector<Class> classes;
   uint64_t id = 0;
   bool multi_gpu = false;  // kGpupack's multi-GPU rule applies (set by LearnTarget only)
+  double reserve_share = 0;  // with multi_gpu: the share of the learned demands that ask for kDampFromGpus+ GPUs
   bool empty() const { return classes.empty(); }
 };
 
@@ -109,7 +112,7 @@ struct FragmentMove {
   double delta = 0;     // the move's score (lower is better): kFgd -floor(100 * sigmoid(-d)), kGpupack
                         // -1e9 * floor(100 * sigmoid(-d)) - 1e6 * floor(100 * sigmoid(-c)) + IDLE GPUs left,
                         // d = fragment(after) - fragment(before), c the same for the CPU-aware fragment; with a
-                        // multi_gpu target -1e12 * ... - 1e9 * ... + 1000 * round(1000 * d) instead of the IDLE GPUs
+                        // multi_gpu target -1e12 * floor(100 * sigmoid(-(d + c / 2))) + 1000 * round(1000 * d)
   int shared_gpu = -1;  // shared: the GPU of the largest decrease (ties: the lowest index)
 };
 // BestMove: for a shared demand every GPU with room (and, compute-aware, compute) is tried; a dedicated demand
@@ -123,11 +126,15 @@ FragmentMove BestMove(const ContainerInstance& inst, const InstanceLoad& load, c
 // it is marked multi_gpu and each class of k >= kDampFromGpus GPUs then weighs its share divided by
 // k^kDampExponent (the weights renormalized to sum 1). By count such a class is rare, but it counts all the free
 // share of every instance without k IDLE GPUs; at full weight it outweighs the shared and 1-GPU classes, whose
-// leftovers are most of what stays unallocated. Measured on the openb lists (docs/planning.md, "The multi-GPU
-// lists"); below the share the rule is unchanged.
+// leftovers are most of what stays unallocated. reserve_share is then the share of all the window's demands (not
+// only the 95%) that ask for kDampFromGpus or more GPUs: WalkFragment keeps that share of the instances of
+// kDampFromGpus GPUs whole for them. Measured on the openb lists (docs/planning.md, "The multi-GPU lists"); below
+// the share the rule is unchanged.
 inline constexpr double kMultiGpuShare = 0.03;
 inline constexpr int kDampFromGpus = 8;
 inline constexpr double kDampExponent = 1.25;
+// kCpuRankWeight: with a multi_gpu target, the CPU-aware change enters the rank at this weight beside the plain one.
+inline constexpr double kCpuRankWeight = 0.5;
 std::shared_ptr<const TargetWorkload> LearnTarget(const std::vector<WorkloadShape>& shapes);
 
 // DemandWindow: the last `capacity` demands a cluster's RunTask calls asked for, and the target workload learned

@@ -948,8 +948,9 @@ TEST(Fragmentation, CpuOnlyTaskLeavesTheCpuGpusNeed) {
 }
 
 // LearnTarget, binpack(fragmentation)'s learned target: when the classes of 2 or more GPUs hold more than 3% of
-// the GPU classes, the classes of 8 or more GPUs are damped by 8^1.25 = 13.454 and the rule drops its IDLE
-// tie-break for the fragment change in steps of 0.001 GPU.
+// the GPU classes, the classes of 8 or more GPUs are damped by 8^1.25 = 13.454, the rank is that of the fragment
+// change plus half the CPU-aware change, and the rule drops its IDLE tie-break for the fragment change in steps of
+// 0.001 GPU; reserve_share is the share of 8-GPU demands.
 TEST(Fragmentation, LearnTargetDampsEightGpuClasses) {
   const auto shape = [](int gpus, double weight) {
     WorkloadShape s = WorkloadShapeOf(gpus > 0 ? Dedicated(gpus) : Shared(500), {});
@@ -967,6 +968,7 @@ TEST(Fragmentation, LearnTargetDampsEightGpuClasses) {
   EXPECT_TRUE(w->multi_gpu);
   EXPECT_NEAR(w->classes[0].shape.weight, 0.9913317, 1e-6);
   EXPECT_NEAR(w->classes[1].shape.weight, 0.0086683, 1e-6);
+  EXPECT_NEAR(w->reserve_share, 2.0 / 20, 1e-12);  // of all the demands, the CPU-only one and the cut ones too
   // 1-GPU 50, shared 44, 2-GPU 3, CPU-only 3: the cut keeps 50 + 44 + 3 = 97; 3/97 = 3.1% > 3%, but a 2-GPU class
   // is not damped.
   WorkloadShape cpu_only3 = cpu_only;
@@ -975,6 +977,7 @@ TEST(Fragmentation, LearnTargetDampsEightGpuClasses) {
   ASSERT_EQ(two->classes.size(), 3u);
   EXPECT_TRUE(two->multi_gpu);
   EXPECT_NEAR(two->classes[2].shape.weight, 3.0 / 97, 1e-9);
+  EXPECT_EQ(two->reserve_share, 0);
   // No class of several GPUs: the target as BuildTargetWorkload makes it, and the rule as before.
   const auto single = LearnTarget({shape(1, 3), shape(0, 1)});
   EXPECT_FALSE(single->multi_gpu);
@@ -983,17 +986,58 @@ TEST(Fragmentation, LearnTargetDampsEightGpuClasses) {
   // The score with the multi-GPU target, on an instance of 2 IDLE GPUs (8,192 CPU units: CPU strands nothing, so
   // the CPU-aware fragment moves as the plain one). Before: the 8-GPU class cannot use it, 2.0 x 0.0086683 =
   // 0.0173366. A 300-unit shared task on GPU 0: the 1-GPU class still has GPU 1 and counts GPU 0's 0.7 (x
-  // 0.9913317 = 0.6939322), the 8-GPU class 1.7 x 0.0086683 = 0.0147361: delta 0.6913317,
-  // floor(100 * sigmoid(-0.6913317)) = 33, and round(1000 * delta) = 691. No IDLE term.
+  // 0.9913317 = 0.6939322), the 8-GPU class 1.7 x 0.0086683 = 0.0147361: delta 0.6913317, the CPU-aware one the
+  // same, so the rank is floor(100 * sigmoid(-1.5 x 0.6913317)) = 26 (the plain change alone: 33), and
+  // round(1000 * delta) = 691. No IDLE term.
   ClusterState s;
   s.PutInstance(Instance("a").Gpus(2, 1000));
   const ContainerInstance& a = *s.FindInstance("arn:i/a");
-  EXPECT_EQ(BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kGpupack).delta,
-            -33e12 - 33e9 + 691000);
+  EXPECT_EQ(BestMove(a, s.LoadOf(a), Shared(300), false, *w, FragmentMeasure::kGpupack).delta, -26e12 + 691000);
   // A 1-GPU task: the 8-GPU class counts 1.0 x 0.0086683 after, delta -0.0086683: rank 50, round(-8.67) = -9;
   // the old rule would add the 1 IDLE GPU left.
-  EXPECT_EQ(BestMove(a, s.LoadOf(a), Dedicated(1), false, *w, FragmentMeasure::kGpupack).delta,
-            -50e12 - 50e9 - 9000);
+  EXPECT_EQ(BestMove(a, s.LoadOf(a), Dedicated(1), false, *w, FragmentMeasure::kGpupack).delta, -50e12 - 9000);
+}
+
+// With a multi-GPU target binpack(fragmentation) keeps the last whole 8-GPU instances for 8-GPU tasks: while the
+// whole ones are at most the learned share of 8-GPU demands times the instances of 8 GPUs, a task of fewer GPUs
+// takes a whole one only when nothing else fits.
+TEST(Fragmentation, KeepsLastWholeInstancesForEightGpuTasks) {
+  ClusterState s;
+  s.PutCluster(Cluster{"c", "arn:c", {}, {}, {}, 0, {}, {}});
+  s.PutInstance(Instance("a").Gpus(8, 1000));  // whole, registered first
+  s.PutInstance(Instance("b").Gpus(2, 1000));  // two IDLE GPUs
+  for (int k = 0; k < 16; ++k) {               // 8-GPU instances with nothing free
+    const std::string id = "full" + std::to_string(k);
+    s.PutInstance(Instance(id).Gpus(8, 1000));
+    for (size_t g = 0; g < 8; ++g) Hold(s, "arn:i/" + id, g, 1000);
+  }
+  // 1,024 1-GPU demands, then 2-GPU and 8-GPU ones alternating: a multi-GPU target, about 10% of it 8-GPU demands.
+  for (int k = 0; k < 1024; ++k) s.RecordDemand("c", WorkloadShapeOf(Dedicated(1), {}));
+  for (int k = 0; k < 128; ++k) {
+    s.RecordDemand("c", WorkloadShapeOf(Dedicated(2), {}));
+    s.RecordDemand("c", WorkloadShapeOf(Dedicated(8), {}));
+  }
+  const TargetWorkload* w = s.FragmentsOf("c")->Target();
+  ASSERT_NE(w, nullptr);
+  ASSERT_TRUE(w->multi_gpu);
+  ASSERT_GT(w->reserve_share, 1.0 / 17);  // one whole instance of 17 of 8 GPUs: reserving
+  ASSERT_LT(w->reserve_share, 0.2);
+  // By the fragment a 1-GPU task would open a (the damped 8-GPU class loses 7 GPUs of a: about 7 x 0.008) rather
+  // than b (the 2-GPU class, about 0.1 of the target, loses b); the reserve sends it to b.
+  const ContainerInstance& a = *s.FindInstance("arn:i/a");
+  const ContainerInstance& b = *s.FindInstance("arn:i/b");
+  EXPECT_LT(BestMove(a, s.LoadOf(a), Dedicated(1), false, *w, FragmentMeasure::kGpupack).delta,
+            BestMove(b, s.LoadOf(b), Dedicated(1), false, *w, FragmentMeasure::kGpupack).delta);
+  Placement p = Place(s, Dedicated(1), {{"binpack", "fragmentation"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "b");
+  // An 8-GPU task takes a; a task nothing else fits takes a too.
+  p = Place(s, Dedicated(8), {{"binpack", "fragmentation"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "a");
+  p = Place(s, Dedicated(4), {{"binpack", "fragmentation"}});
+  ASSERT_TRUE(p.placed());
+  EXPECT_EQ(p.instance->id, "a");
 }
 
 // binpack(fragmentation) chooses the instance and the GPU together: the shared task fills the partly used GPU of
