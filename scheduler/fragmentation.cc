@@ -506,8 +506,9 @@ bool Reserving(const std::vector<InstanceEntry>& entries, const TaskDemand& dema
   return whole <= w.reserve_share * sized;
 }
 
-// kReserved: added to the move of a whole instance while Reserving (above every score a move can have).
-constexpr double kReserved = 1e14;
+// kReserved: added to the move of a whole instance while Reserving. A multi_gpu move scores in [-1e14 - 8e6,
+// 8e6] (the rank times -1e12, plus the fine change), so a reserved one always ranks after every other.
+constexpr double kReserved = 1e15;
 
 // LoadOfEntry: the load of an instance of `entries`.
 const InstanceLoad& LoadOfEntry(const std::vector<InstanceEntry>& entries, const ContainerInstance* inst) {
