@@ -25,6 +25,9 @@ namespace websocket = beast::websocket;
 // Send/Close come from any thread and post through the Gate.
 class WsSession : public WebSocketConnection, public std::enable_shared_from_this<WsSession> {
  public:
+  // kKeptReadBytes: the read buffer a connection keeps between messages (Beast prepares 1,536 bytes per read).
+  static constexpr size_t kKeptReadBytes = 4096;
+
   WsSession(HttpServer::Impl& server, uint64_t id, beast::tcp_stream stream, const WebSocketHandler& handler,
             std::string remote)
       : server_(server), id_(id), ws_(std::move(stream)), handler_(handler), remote_(std::move(remote)) {}
@@ -135,6 +138,7 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
       }
       opened_ = true;
       if (handler_.on_open) handler_.on_open(shared_from_this(), request_);
+      { HttpRequest done = std::move(request_); }  // the handler copied what it keeps: its buffers go now
       Read();
     });
   }
@@ -152,6 +156,8 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
       }
       std::string message = beast::buffers_to_string(buffer_.data());
       buffer_.consume(buffer_.size());
+      // A large message (a hello listing many tasks) leaves the buffer large; the next read prepares what it needs.
+      if (buffer_.capacity() > kKeptReadBytes) buffer_.shrink_to_fit();
       if (handler_.on_message) handler_.on_message(shared_from_this(), std::move(message));
       if (!finished_) Read();
     });
@@ -181,7 +187,7 @@ class WsSession : public WebSocketConnection, public std::enable_shared_from_thi
   websocket::stream<beast::tcp_stream> ws_;
   const WebSocketHandler& handler_;
   const std::string remote_;
-  HttpRequest request_;
+  HttpRequest request_;  // the upgrade request, until on_open has seen it (a channel lives long: about 1 KiB)
   beast::flat_buffer buffer_;
   std::deque<std::string> queue_;
   std::atomic<size_t> queued_bytes_{0};     // Send counted these; written or dropped ones are released
