@@ -53,6 +53,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { call, gpupackBin, ok, PLAY_AGENT, pool, registerInstance, removeTempDir, sharedTaskDefinition, startServer, tempDir } from '../tests/integration/harness.mjs';
+import { spawnSwarm } from './swarm_process.mjs';
 import { callAny, freePort, postgresBinDir, NO_POSTGRES, readyz, startPostgres, startReplica, waitLeader } from '../tests/integration/ha_harness.mjs';
 
 const { values: opt } = parseArgs({
@@ -399,38 +400,14 @@ const swarmBin = () => {
 function startSwarm(servers, agents, offset, dir, index, returns) {
   const args = ['--server', servers.join(','), '--follow', '--follow-threads', opt['follow-threads'], '--io-threads', opt['io-threads'], '--agents', String(agents),
     '--agent-offset', String(offset), '--baseline-s', '0', '--serve-s', '3600', '--dir', dir];
-  const child = spawn(swarmBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  process.on('exit', () => child.kill('SIGKILL'));  // never left behind, whatever ends this run
-  const swarm = { child, output: '', exited: new Promise((resolve) => child.on('exit', resolve)) };
-  let buf = '';
-  child.stdout.setEncoding('utf8');
-  child.stderr.setEncoding('utf8');
-  child.stdout.on('data', (d) => {
-    buf += d;
-    let nl;
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
+  return spawnSwarm(swarmBin(), args, {
+    name: `swarm ${index}`,
+    onLine: (line) => {
       const m = /^returned (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$/.exec(line);
       if (m) returns.push({ agent: Number(m[1]), lost: Number(m[2]), hello: Number(m[3]), welcome: Number(m[4]), epoch: Number(m[5]), attempts: Number(m[6]) });
-      else swarm.output += line + '\n';
-    }
+      return Boolean(m);
+    },
   });
-  child.stderr.on('data', (d) => (swarm.output += d));
-  swarm.ready = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`swarm ${index} not ready within 600 s:\n${swarm.output}`)), 600000);
-    child.stdout.on('data', () => {
-      if (swarm.output.includes('ready:')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    swarm.exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`swarm ${index} exited (${code}) before it was ready:\n${swarm.output}`));
-    });
-  });
-  return swarm;
 }
 
 const loadavg = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');

@@ -31,13 +31,14 @@
 // RunTask's tasks reported RUNNING (0: none), a milestone every 25000 tasks, 1 restart, the database under
 // $TMPDIR or /tmp; the swarm: bench/agent_swarm beside the gpupack binary.
 // Figures and how to read them: docs/benchmarks.md, section 5.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { spawnSwarm } from './swarm_process.mjs';
 import { PLAY_AGENT, call, ok, pool, removeTempDir, sharedTaskDefinition, startServer } from '../tests/integration/harness.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -182,27 +183,9 @@ function instanceBody(i) {
 function startSwarm(agents, offset) {
   const args = ['--server', server.endpoint, '--server-pid', String(server.child.pid), '--io-threads', '2', '--agents',
     String(agents), '--agent-offset', String(offset), '--baseline-s', '0', '--serve-s', '3600', '--dir', work];
-  const child = spawn(swarmPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  process.on('exit', () => child.kill('SIGKILL'));
-  const w = { child, output: '', exited: new Promise((resolve) => child.on('exit', resolve)) };
+  const w = spawnSwarm(swarmPath, args, { name: `agent_swarm (agents ${offset}..)` });
   swarms.push(w);
-  child.stdout.setEncoding('utf8');
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (d) => (w.output += d));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`agent_swarm not ready within 600 s:\n${w.output.slice(-2000)}`)), 600000);
-    child.stdout.on('data', (d) => {
-      w.output += d;
-      if (w.output.includes('ready:')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    w.exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`agent_swarm exited (${code}) before it was ready:\n${w.output.slice(-2000)}`));
-    });
-  });
+  return w.ready;
 }
 
 // ---- the run --------------------------------------------------------------------------------------------------
@@ -212,9 +195,7 @@ const counts = { runTaskCalls: 0, placed: 0, running: 0, reports: 0 };
 const restartSeconds = [];
 let described;
 let connected;  // --with-agents: DescribeClusters with every agent connected, at the end
-async function runningCount() {
-  return (await ok(server.endpoint, 'DescribeClusters', { clusters: [cluster] })).clusters[0].runningTasksCount;
-}
+const describeCluster = async () => (await ok(server.endpoint, 'DescribeClusters', { clusters: [cluster] })).clusters[0];
 try {
   server = await startServer({ db, extraArgs: WITH_AGENTS ? ['--max-agent-channels', String(INSTANCES + 100)] : PLAY_AGENT });
   milestone('empty', 0);
@@ -266,18 +247,19 @@ try {
     const first = done;
     await phase(`RunTask ${first * PER_CALL}..${Math.min(TASKS, end * PER_CALL)} tasks`, () => pool(end - first, WORKERS, (k) => runOne(first + k)));
     done = end;
-    if (WITH_AGENTS) counts.running = await runningCount();
+    if (WITH_AGENTS) counts.running = (await describeCluster()).runningTasksCount;
     milestone(`${counts.placed} tasks (${counts.running} RUNNING)`, counts.placed);
     nextMark = Math.min(TASKS, nextMark + MILESTONE);
   }
   if (WITH_AGENTS) {
     // A last look after the agents' reports settled: the RUNNING count and the RSS with every channel still open.
-    for (let i = 0; i < 100 && counts.running < counts.placed; ++i) {
+    connected = await describeCluster();
+    for (let i = 0; i < 100 && connected.runningTasksCount < counts.placed; ++i) {
       await new Promise((r) => setTimeout(r, 200));
-      counts.running = await runningCount();
+      connected = await describeCluster();
     }
+    counts.running = connected.runningTasksCount;
     milestone(`${counts.placed} tasks (${counts.running} RUNNING), reports settled`, counts.placed);
-    connected = (await ok(server.endpoint, 'DescribeClusters', { clusters: [cluster] })).clusters[0];
     await stopSwarms();
   }
   const t1 = process.hrtime.bigint();

@@ -41,7 +41,7 @@
 // Defaults: build-bench/gpupack and build-bench/bench/agent_swarm (else the same under build/), 10000 instances,
 // 1000 services x 4 replicas, no strategy (gpupack's default for a shared task: binpack(gpuMemory)), 16
 // connections, 30 s idle, 10 % a minute for 120 s, no sample during the churn, 300 s to reach a steady state.
-import { spawn } from 'node:child_process';
+
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -49,6 +49,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { call, launch, ok, pool, removeTempDir } from '../tests/integration/harness.mjs';
+import { spawnSwarm } from './swarm_process.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const built = (rel) => [path.join(root, 'build-bench', rel), path.join(root, 'build', rel)].find((p) => fs.existsSync(p))
@@ -344,26 +345,7 @@ function startSwarm(endpoint, serverPid, agents, offset, work, index) {
   const args = ['--server', endpoint, '--server-pid', String(serverPid), '--agents', String(agents),
     '--agent-offset', String(offset), '--baseline-s', '0', '--serve-s', '3600',
     '--crash-per-min', String(CHURN_PCT), '--dir', work];
-  const child = spawn(opt.swarm, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const swarm = { child, args, output: '', exited: new Promise((resolve) => child.on('exit', resolve)) };
-  child.stdout.setEncoding('utf8');
-  child.stderr.setEncoding('utf8');
-  child.stdout.on('data', (d) => (swarm.output += d));
-  child.stderr.on('data', (d) => (swarm.output += d));
-  swarm.ready = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`swarm ${index} not ready within 300 s:\n${swarm.output}`)), 300000);
-    child.stdout.on('data', () => {
-      if (swarm.output.includes('ready:')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    swarm.exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`swarm ${index} exited (${code}) before it was ready:\n${swarm.output}`));
-    });
-  });
-  return swarm;
+  return spawnSwarm(opt.swarm, args, { name: `swarm ${index}`, readyTimeoutMs: 300000 });
 }
 
 async function benchmark() {
